@@ -1,0 +1,18 @@
+# The two commands of the README.
+.PHONY: demo test lint setup
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	.venv/bin/sluice demo
+
+test: setup
+	.venv/bin/ruff check src tests
+	.venv/bin/mypy
+	.venv/bin/python -m pytest -q -p no:cacheprovider tests
+
+lint: setup
+	.venv/bin/ruff check src tests
+	.venv/bin/mypy
+	.venv/bin/lint-imports

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv and install sluice with everything its tests and demo need.
+# Idempotent: a second run only checks. Set SLUICE_SKIP_APT=1 to skip Debian packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.sluice-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip
+  # torch is pinned: a bare requirement would pull a multi-GB CUDA build.
+  .venv/bin/pip install -q torch==2.13.0
+  .venv/bin/pip install -q -e ".[torch,ray,s3,postgres,dev]"
+  touch "$stamp"
+fi
+# Debian tools some integration tests and benchmarks use (stress-ng for fault injection,
+# nginx as a real HTTP source). Only when we are root and apt exists; tests skip with a
+# clear reason when a tool is missing.
+if [ "${SLUICE_SKIP_APT:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+  missing=""
+  for tool in stress-ng nginx; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  if [ -n "$missing" ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null) \
+      || echo "warning: could not install$missing; tests that need them will skip" >&2
+  fi
+fi

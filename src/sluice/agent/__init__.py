@@ -1,0 +1,1 @@
+"""Per-node mechanism: job processes in cgroups, live CPU limits, progress tailing, KPIs."""

@@ -1,0 +1,1 @@
+"""Benchmarks: scenarios run side by side, tables of ratios."""

@@ -1,0 +1,1 @@
+"""The typer CLI, thin over the REST API and control."""

@@ -1,0 +1,1 @@
+"""Control plane: reconcile loop, decision executor, crash recovery, tenants and auth."""

@@ -1,0 +1,1 @@
+"""Datasets: fsspec sources, tiered node cache, small-file merging, prefetch, torch Dataset."""

@@ -1,0 +1,59 @@
+"""The Engine protocol: the seam between the controller and the machines.
+
+Every call is asynchronous in effect: `launch` and `stop` return at once and their outcome
+(JobStarted, JobExited, ...) arrives later from `poll()`. Jobs are addressed by
+(job_id, attempt) so an event from an older attempt can be told apart and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from sluice.model import Allocation, Event
+from sluice.model.launch import LaunchRequest, NodeInfo
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: str
+
+    def nodes(self) -> list[NodeInfo]:
+        """Nodes that exist now."""
+        ...
+
+    def launch(self, req: LaunchRequest) -> None:
+        """Start the job's processes; JobStarted (or JobExited) follows from poll()."""
+        ...
+
+    def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
+        """Apply new resource limits to a running job in place (same processes)."""
+        ...
+
+    def stop(self, job_id: str, attempt: int, checkpoint: bool = True) -> None:
+        """SIGTERM (the job checkpoints and exits), SIGKILL after the grace period.
+        With checkpoint=False the job is killed at once. JobExited follows from poll()."""
+        ...
+
+    def poll(self) -> list[Event]:
+        """Events since the last poll: progress, usage, checkpoints, exits, node changes, KPIs."""
+        ...
+
+    def clock(self) -> float:
+        """Seconds: wall clock for real engines, virtual time for the simulator."""
+        ...
+
+    def alive(self) -> dict[str, int]:
+        """job_id -> attempt of every job process that is running now (used to adopt jobs
+        after a control-plane restart)."""
+        ...
+
+    def log_path(self, job_id: str) -> str | None:
+        """Where the job's log can be read from the control plane, if anywhere."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine's own resources. Job processes are left running."""
+        ...
+
+
+__all__ = ["Engine", "LaunchRequest", "NodeInfo"]

@@ -1,0 +1,1 @@
+"""Node health: KPI features, normalizing-flow detector, thresholds, health states, evaluation."""

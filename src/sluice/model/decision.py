@@ -1,0 +1,58 @@
+"""Decisions: what a policy wants done, each with the reason a human will read.
+
+Policies never act. They return these; the controller's executor carries them out and
+records each one (with its reason) in the job's event log, which is what `sluice job why`
+prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.model.allocation import Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Start (or resume from its checkpoint) a queued job with this allocation."""
+
+    job_id: str
+    allocation: Allocation
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Change a running job's resources in place, without restarting it (live CPU limit)."""
+
+    job_id: str
+    allocation: Allocation
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Checkpoint and stop a running job; it goes back to the queue."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    """Checkpoint a running job and resume it elsewhere (SpeCon)."""
+
+    job_id: str
+    allocation: Allocation
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A job stays queued; the reason is what `sluice job why` shows as its pending reason."""
+
+    job_id: str
+    reason: str
+
+
+Decision = Place | Resize | Preempt | Migrate | Wait

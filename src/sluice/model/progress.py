@@ -1,0 +1,175 @@
+"""Progress signals derived from a job's reports, shared by every engine and policy.
+
+The controller feeds a `ProgressTracker` per job with the engine's JobProgress/JobUsage
+events and puts its `snapshot()` in the ClusterView. Policies read the snapshot; none of
+them re-parses logs. Histories are bounded so a view of 20,000 jobs stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+HISTORY_POINTS = 240
+"""Samples kept per job for loss and usage history (older points are dropped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSignals:
+    """What policies know of a job's learning, as plain values.
+
+    loss_history:  (time s, loss / max loss so far) pairs, oldest first (FlowCon's l~).
+    usage_history: (time s, CPU cores used) pairs, oldest first.
+    throughput:    steps per second over the recent window (0 when unknown).
+    total_steps:   the job's own statement of how many steps it will run, if it made one.
+    predicted_remaining_s: remaining time from total_steps/throughput, or a fitted
+                   learning curve reaching the QoE loss target; None when unknown.
+    io_stall_fraction: share of wall time the job waited on data (0..1).
+    """
+
+    step: int = 0
+    loss: float | None = None
+    best_loss: float | None = None
+    max_loss: float | None = None
+    first_report: float | None = None
+    last_report: float | None = None
+    throughput: float = 0.0
+    total_steps: int | None = None
+    predicted_remaining_s: float | None = None
+    io_stall_fraction: float = 0.0
+    loss_history: tuple[tuple[float, float], ...] = ()
+    usage_history: tuple[tuple[float, float], ...] = ()
+
+    def mean_loss_between(self, t0: float, t1: float) -> float | None:
+        """Mean normalised loss of reports with t0 < t <= t1 (None if none)."""
+        vals = [v for t, v in self.loss_history if t0 < t <= t1]
+        return sum(vals) / len(vals) if vals else None
+
+    def mean_usage_between(self, t0: float, t1: float) -> float | None:
+        vals = [v for t, v in self.usage_history if t0 < t <= t1]
+        return sum(vals) / len(vals) if vals else None
+
+    @property
+    def fraction_done(self) -> float | None:
+        if self.total_steps:
+            return min(1.0, self.step / self.total_steps)
+        return None
+
+
+@dataclass
+class ProgressTracker:
+    """Mutable accumulator owned by the controller, one per job."""
+
+    step: int = 0
+    loss: float | None = None
+    best_loss: float | None = None
+    max_loss: float | None = None
+    first_report: float | None = None
+    last_report: float | None = None
+    total_steps: int | None = None
+    stall_s: float = 0.0
+    loss_target: float | None = None
+    _raw: deque[tuple[float, int, float | None]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    _usage: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    _snapshot: ProgressSignals | None = None
+
+    def report(self, time: float, step: int, loss: float | None, metrics: dict[str, float] | None = None) -> None:
+        self._snapshot = None
+        if self.first_report is None:
+            self.first_report = time
+        self.last_report = time
+        self.step = max(self.step, int(step))
+        if metrics:
+            if "total_steps" in metrics and metrics["total_steps"] > 0:
+                self.total_steps = int(metrics["total_steps"])
+            if "stall_s" in metrics:
+                self.stall_s = float(metrics["stall_s"])
+        if loss is not None and math.isfinite(loss):
+            self.loss = float(loss)
+            self.max_loss = loss if self.max_loss is None else max(self.max_loss, loss)
+            self.best_loss = loss if self.best_loss is None else min(self.best_loss, loss)
+        self._raw.append((time, int(step), loss if loss is not None and math.isfinite(loss) else None))
+
+    def usage(self, time: float, cores: float) -> None:
+        self._snapshot = None
+        self._usage.append((time, max(0.0, float(cores))))
+
+    def _throughput(self) -> float:
+        pts = [(t, s) for t, s, _ in self._raw]
+        if len(pts) < 2:
+            return 0.0
+        t_end = pts[-1][0]
+        window = [p for p in pts if p[0] >= t_end - 60.0] or pts
+        if len(window) < 2:
+            window = pts[-2:]
+        dt = window[-1][0] - window[0][0]
+        return (window[-1][1] - window[0][1]) / dt if dt > 0 else 0.0
+
+    def snapshot(self) -> ProgressSignals:
+        if self._snapshot is not None:
+            return self._snapshot
+        thr = self._throughput()
+        remaining: float | None = None
+        if self.total_steps and thr > 0:
+            remaining = max(0.0, (self.total_steps - self.step) / thr)
+        elif self.loss_target is not None and thr > 0:
+            remaining = predict_steps_to_loss(
+                [(s, loss) for _, s, loss in self._raw if loss is not None], self.loss_target
+            )
+            remaining = None if remaining is None else remaining / thr
+        span = (self.last_report or 0.0) - (self.first_report or 0.0)
+        stall = min(1.0, self.stall_s / span) if span > 0 else 0.0
+        mx = self.max_loss
+        hist = tuple((t, (loss / mx) if mx and mx > 0 else loss) for t, _, loss in self._raw if loss is not None)
+        self._snapshot = ProgressSignals(
+            step=self.step,
+            loss=self.loss,
+            best_loss=self.best_loss,
+            max_loss=self.max_loss,
+            first_report=self.first_report,
+            last_report=self.last_report,
+            throughput=thr,
+            total_steps=self.total_steps,
+            predicted_remaining_s=remaining,
+            io_stall_fraction=stall,
+            loss_history=hist,
+            usage_history=tuple(self._usage),
+        )
+        return self._snapshot
+
+
+def predict_steps_to_loss(points: list[tuple[int, float]], target: float) -> float | None:
+    """Steps still needed to reach `target`, from an Optimus-style fit loss = 1/(a*k + b) + c.
+
+    Fitted by least squares over a grid of the asymptote c (the model is linear in a, b
+    once c is fixed, via 1/(loss - c) = a*k + b). Returns None when the fit says the target
+    is never reached or there are too few points.
+    """
+    if len(points) < 5:
+        return None
+    ks = [float(k) for k, _ in points]
+    ls = [float(v) for _, v in points]
+    lo = min(ls)
+    if lo <= target:
+        return 0.0
+    best: tuple[float, float, float, float] | None = None
+    for frac in (0.0, 0.25, 0.5, 0.75, 0.9, 0.97):
+        c = frac * lo
+        ys = [1.0 / (v - c) for v in ls]
+        n = len(ks)
+        mk, my = sum(ks) / n, sum(ys) / n
+        sxx = sum((k - mk) ** 2 for k in ks)
+        if sxx <= 0:
+            return None
+        a = sum((k - mk) * (y - my) for k, y in zip(ks, ys, strict=True)) / sxx
+        b = my - a * mk
+        err = sum((1.0 / (a * k + b) + c - v) ** 2 for k, v in zip(ks, ls, strict=True) if a * k + b > 0)
+        if best is None or err < best[0]:
+            best = (err, a, b, c)
+    assert best is not None
+    _, a, b, c = best
+    if a <= 0 or target <= c:
+        return None
+    k_target = (1.0 / (target - c) - b) / a
+    return max(0.0, k_target - ks[-1])

@@ -1,0 +1,111 @@
+"""ClusterView: the immutable snapshot a policy decides on. Plain values only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from sluice.model.allocation import Allocation
+from sluice.model.phase import Phase
+from sluice.model.progress import ProgressSignals
+
+
+class NodeHealth(StrEnum):
+    HEALTHY = "Healthy"
+    SUSPECT = "Suspect"
+    CORDONED = "Cordoned"
+    LOST = "Lost"
+
+
+SpeedupFn = Callable[[Allocation], float]
+"""Relative goodput of a job under an allocation (1.0 = its reference allocation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    name: str
+    cpu: float
+    gpus: int = 0
+    memory_mb: int = 0
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    health: NodeHealth = NodeHealth.HEALTHY
+    health_reason: str = ""
+    cached_datasets: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    cache_free_bytes: int = 0
+
+    @property
+    def schedulable(self) -> bool:
+        return self.health in (NodeHealth.HEALTHY, NodeHealth.SUSPECT)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A non-terminal job as policies see it.
+
+    cpu_min/cpu_max: the spec's per-replica CPU range (cpu_max None = up to the node).
+    attained_service: resource-seconds already received (GPU-s if it uses GPUs, else CPU-s),
+                      for least-attained-service policies.
+    speedup:          optional goodput model (the simulator supplies one for GPU jobs).
+    """
+
+    id: str
+    tenant: str
+    name: str
+    phase: Phase
+    submitted_at: float
+    priority: int = 0
+    queue: str = "default"
+    cpu_min: float = 1.0
+    cpu_max: float | None = None
+    memory_mb: int | None = None
+    gpus: int = 0
+    replicas_min: int = 1
+    replicas_max: int = 1
+    allocation: Allocation | None = None
+    started_at: float | None = None
+    restarts: int = 0
+    attained_service: float = 0.0
+    progress: ProgressSignals = ProgressSignals()
+    qoe_loss: float | None = None
+    qoe_deadline: float | None = None
+    datasets: tuple[str, ...] = ()
+    dataset_bytes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    speedup: SpeedupFn | None = None
+    hints: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    now: float
+    nodes: Mapping[str, NodeView]
+    jobs: Mapping[str, JobView]
+
+    def jobs_in(self, *phases: Phase) -> list[JobView]:
+        return [j for j in self.jobs.values() if j.phase in phases]
+
+    @property
+    def queued(self) -> list[JobView]:
+        return self.jobs_in(Phase.QUEUED)
+
+    @property
+    def running(self) -> list[JobView]:
+        return self.jobs_in(Phase.STARTING, Phase.RUNNING)
+
+    def used(self) -> dict[str, tuple[float, int]]:
+        """CPU request and GPUs held on each node by active jobs."""
+        out: dict[str, tuple[float, int]] = {n: (0.0, 0) for n in self.nodes}
+        for j in self.jobs.values():
+            if j.allocation is None or not j.phase.active:
+                continue
+            for a in j.allocation.assignments:
+                cpu, gpu = out.get(a.node, (0.0, 0))
+                out[a.node] = (cpu + a.cpu_request, gpu + a.gpus)
+        return out
+
+    def jobs_on(self, node: str) -> list[JobView]:
+        return [
+            j for j in self.jobs.values() if j.allocation is not None and j.phase.active and node in j.allocation.nodes
+        ]

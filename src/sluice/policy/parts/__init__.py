@@ -1,0 +1,1 @@
+"""Composable pieces policies are built from: ordering, placement, capacity accounting."""

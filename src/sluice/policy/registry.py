@@ -1,0 +1,27 @@
+"""Policies by name. `make_policy` is how the controller, the CLI and the simulator get one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sluice.policy.base import Policy
+from sluice.policy.flowcon import FlowConPolicy
+from sluice.policy.kube import KubePolicy
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "kube": KubePolicy,
+    "flowcon": FlowConPolicy,
+}
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """Build a policy; options a policy does not take are dropped (e.g. interval_s for kube)."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
+    import inspect
+
+    params = inspect.signature(factory).parameters
+    return factory(**{k: v for k, v in options.items() if k in params})

@@ -1,0 +1,1 @@
+"""What runs inside a training job. Imports nothing heavy and nothing of the control plane."""

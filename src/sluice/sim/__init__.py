@@ -1,0 +1,1 @@
+"""Simulated world: workload models, trace loaders, virtual clock, the sim engine."""

@@ -1,0 +1,33 @@
+"""DatasetSpec: a named dataset whose bytes live at a source URL and are cached near jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sluice.spec.job import NAME_PATTERN
+
+ALLOWED_SCHEMES = ("file", "local", "s3", "http", "https", "memory")
+
+
+class DatasetSpec(BaseModel):
+    """A dataset as a tenant declares it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    tenant: Annotated[str | None, Field(pattern=NAME_PATTERN)] = None
+    source: Annotated[str, Field(min_length=1, max_length=4096, description="fsspec URL or local path.")]
+    format: Annotated[str, Field(pattern="^(files|blocks)$", description="Raw files, or pre-merged blocks.")] = "files"
+    cache: Annotated[bool, Field(description="Cache on nodes that run jobs reading it.")] = True
+    storage_options: Annotated[dict[str, str], Field(max_length=32)] = {}
+
+    @field_validator("source")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if "://" in v:
+            scheme = v.split("://", 1)[0].lower()
+            if scheme not in ALLOWED_SCHEMES:
+                raise ValueError(f"scheme {scheme!r} is not supported; use one of {', '.join(ALLOWED_SCHEMES)}")
+        return v

@@ -1,0 +1,15 @@
+"""Durable state and the append-only event log; the only code that talks SQL."""
+
+from sluice.store.base import DuplicateError, EventRecord, NodeRecord, Store, TenantRecord
+from sluice.store.memory import MemoryStore
+
+__all__ = ["DuplicateError", "EventRecord", "MemoryStore", "NodeRecord", "Store", "TenantRecord"]
+
+
+def open_store(url: str) -> Store:
+    """A SqlStore for a SQLAlchemy URL (sqlite:///path or postgresql://...), or memory://."""
+    if url == "memory://":
+        return MemoryStore()
+    from sluice.store.sql import SqlStore
+
+    return SqlStore(url)
