@@ -21,6 +21,8 @@ fi
 if [ "${SLUICE_SKIP_APT:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   missing=""
   for tool in stress-ng nginx; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  # PostgreSQL server binaries (initdb, pg_ctl) live outside PATH on Debian; the store tests start one.
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
   if [ -n "$missing" ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null) \
       || echo "warning: could not install$missing; tests that need them will skip" >&2

@@ -1,0 +1,129 @@
+"""The SQL schema of the store and its one-step migration.
+
+The schema is versioned in a `meta` table. A fresh database gets every table at once; an
+older one is brought forward by the steps in `MIGRATIONS`, so a control plane upgraded in
+place keeps its jobs and event log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    insert,
+    select,
+    update,
+)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+# SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so autoincrementing);
+# PostgreSQL gets a 64-bit identity column so the event log never runs out of numbers.
+_SeqType = BigInteger().with_variant(Integer(), "sqlite")
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(256), nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("name", String(64), nullable=False),
+    Column("phase", String(16), nullable=False, index=True),
+    Column("spec", JSON, nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("submitted_at", Double, nullable=False),
+    Column("started_at", Double, nullable=True),
+    Column("finished_at", Double, nullable=True),
+    Column("attempt", Integer, nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("allocation", JSON, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("checkpoint", Text, nullable=True),
+    Column("step", BigInteger, nullable=False),
+    Column("loss", Double, nullable=True),
+    Column("not_before", Double, nullable=False),
+    Column("attained_service", Double, nullable=False),
+    Column("extra", JSON, nullable=False),
+)
+Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", _SeqType, primary_key=True, autoincrement=True),
+    Column("time", Double, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("job_id", String(64), nullable=True, index=True),
+    Column("node", String(128), nullable=True, index=True),
+    Column("data", JSON, nullable=False),
+    sqlite_autoincrement=True,  # never reuse a seq, even after the newest row is gone
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("admin", Boolean, nullable=False),
+    Column("max_running_jobs", Integer, nullable=True),
+    Column("weight", Double, nullable=False),
+    Column("created_at", Double, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("health", String(16), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("cordoned_by", String(32), nullable=True),
+    Column("updated_at", Double, nullable=False),
+)
+
+Migration = Callable[[Connection], None]
+MIGRATIONS: dict[int, Migration] = {}
+"""version -> step that turns a database at version-1 into this version (none yet)."""
+
+
+def current_version(conn: Connection) -> int | None:
+    row = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).first()
+    return int(row[0]) if row else None
+
+
+def migrate(conn: Connection) -> int:
+    """Create missing tables and run pending migration steps; returns the resulting version."""
+    metadata.create_all(conn)
+    version = current_version(conn)
+    if version is None:
+        conn.execute(insert(meta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+        return SCHEMA_VERSION
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database is at schema version {version}, newer than this sluice ({SCHEMA_VERSION}); upgrade sluice"
+        )
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        MIGRATIONS[step](conn)
+    if version != SCHEMA_VERSION:
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value=str(SCHEMA_VERSION)))
+    return SCHEMA_VERSION

@@ -1,0 +1,114 @@
+"""SqlStore on a real PostgreSQL server started by the test on a loopback port.
+
+The same checks as tests/unit/test_store_contract.py (its `StoreContract` is reused). Skips
+with a reason when the PostgreSQL server binaries are not installed (scripts/setup.sh
+installs Debian's `postgresql`).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.store.sql import SqlStore
+
+pytestmark = pytest.mark.integration
+
+_spec = importlib.util.spec_from_file_location(
+    "store_contract", Path(__file__).resolve().parents[1] / "unit" / "test_store_contract.py"
+)
+assert _spec is not None and _spec.loader is not None
+_contract = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_contract)
+StoreContract = _contract.StoreContract
+
+
+def _pg_bin() -> Path | None:
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(candidates[-1]).parent if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries (initdb, pg_ctl) are not installed; run scripts/setup.sh")
+    # PostgreSQL refuses to run as root: then run it as the `postgres` user in a folder it owns
+    # (pytest's tmp_path lives under a root-only 0700 folder it cannot enter).
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        try:
+            pw = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no `postgres` user to run the server as")
+        base = Path(tempfile.mkdtemp(prefix="sluice-pg-"))
+        os.chown(base, pw.pw_uid, pw.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    else:
+        base = tmp_path_factory.mktemp("pg")
+    data, sock = base / "data", base
+    port = _free_port()
+    run = lambda *argv: subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)  # noqa: E731
+    try:
+        run(str(bindir / "initdb"), "-D", str(data), "-U", "sluice", "--auth=trust", "-E", "UTF8", "--no-sync")
+        run(
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(base / "server.log"),
+            "-w",
+            "-o",
+            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
+        yield f"postgresql+psycopg2://sluice@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
+        if as_user:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture
+    def store(self, pg_url: str) -> Iterator[SqlStore]:
+        s = SqlStore(pg_url)
+        with s._engine.begin() as conn:  # a clean slate per test; the server is shared by the module
+            conn.exec_driver_sql("TRUNCATE jobs, events, tenants, nodes RESTART IDENTITY")
+        yield s
+        s.close()
+
+
+def test_schema_survives_reconnect(pg_url: str) -> None:
+    first = SqlStore(pg_url)
+    first.append_event(1.0, "phase", "kept")
+    first.close()
+    again = SqlStore(pg_url)
+    try:
+        assert "kept" in [e.message for e in again.events()]
+        assert again.schema_version == 1
+    finally:
+        again.close()
