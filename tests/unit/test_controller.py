@@ -130,7 +130,7 @@ def test_cancel_running_job(setup) -> None:
 
 
 def test_wait_reason_when_nothing_fits(setup) -> None:
-    ctl, engine, store = setup
+    ctl, _engine, store = setup
     job = ctl.submit("t", spec(resources={"cpu": 8}))
     ctl.step()
     assert ctl.jobs[job.id].phase == Phase.QUEUED
