@@ -32,6 +32,16 @@ class Settings(BaseSettings):
     policy: Annotated[str, Field(description="Scheduling policy name. Default flowcon.")] = "flowcon"
     engine: Annotated[str, Field(description="Engine: local or ray. Default local.")] = "local"
     ray_address: Annotated[str | None, Field(description="Ray cluster address for engine=ray; None starts one.")] = None
+    ray_namespace: Annotated[
+        str, Field(description="Ray namespace of sluice's detached node-agent actors (engine=ray). Default sluice.")
+    ] = "sluice"
+    ray_shared_root: Annotated[
+        str | None,
+        Field(
+            description="Folder every Ray node can reach (a shared mount) for checkpoints, job runs and logs "
+            "under engine=ray. Default: home (right when all Ray nodes share this machine)."
+        ),
+    ] = None
     reconcile_interval_s: Annotated[
         float, Field(gt=0, description="Seconds between reconcile rounds (poll, decide, act). Default 0.5.")
     ] = 0.5

@@ -1,0 +1,312 @@
+"""The Ray engine: sluice's node agents, one per Ray node, driven from the control plane.
+
+Ray provides what a multi-node platform needs and sluice should not rebuild: a membership
+service with health-checked nodes, placement of a process on a given node, and durable
+named actors. Each Ray node gets one detached actor named `sluice-agent-<node id>` in the
+`sluice` namespace, pinned to it with a hard node-affinity strategy; inside it the same
+`NodeAgent` as the local engine runs the job processes (kernel CPU limits, progress
+tailing, logs). Because the actors are detached, a killed control plane leaves them and
+their jobs running; the next one finds them by name and adopts the jobs.
+
+Job processes are not Ray tasks: sluice does its own CPU accounting with kernel limits,
+so the agent actor asks Ray for no CPU (`num_cpus=0`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.engine.ray_gang import GangBook, Stop
+from sluice.engine.ray_membership import Membership, RayNode
+from sluice.model import Allocation, Event, JobExited, JobProgress, JobStarted, LaunchRequest, NodeInfo, NodeLost
+
+if TYPE_CHECKING:
+    from sluice.settings import Settings
+
+log = logging.getLogger("sluice.engine.ray")
+
+NAMESPACE = "sluice"
+AGENT_PREFIX = "sluice-agent-"
+
+
+class RayEngine:
+    """Engine over a Ray cluster. See the module docstring for the design."""
+
+    name = "ray"
+
+    def __init__(
+        self,
+        runs_root: str | Path,
+        *,
+        address: str | None = None,
+        namespace: str = NAMESPACE,
+        agent_settings: dict[str, Any] | None = None,
+        membership_interval_s: float = 1.0,
+        call_timeout_s: float = 30.0,
+        fence: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        if not ray.is_initialized():
+            # address None starts a one-node Ray instance owned by this process.
+            ray.init(address=address, namespace=namespace, log_to_driver=False, configure_logging=False)
+        self.namespace = namespace
+        self.runs_root = Path(runs_root)
+        self.agent_settings = dict(agent_settings or {})
+        """Settings fields every node's agent runs with (grace period, sample intervals...)."""
+        self.membership_interval_s = membership_interval_s
+        self.call_timeout_s = call_timeout_s
+        self.fence = fence
+        self._clock = clock
+        self._membership = Membership()
+        self._agents: dict[str, Any] = {}
+        """node name -> actor handle of its agent."""
+        self._gangs = GangBook()
+        self._pending: list[Event] = []
+        """Events made by the engine itself (node changes, node-lost exits), not yet polled."""
+        self._inflight: dict[str, Any] = {}
+        """node name -> ObjectRef of a poll not yet answered (kept so no event is dropped)."""
+        self._last_sync = float("-inf")
+        self._log_paths: dict[str, str] = {}
+        self._timing: dict[str, dict[str, float]] = {}
+        from sluice.agent.ray_actor import RayNodeAgent
+
+        self._actor_cls = ray.remote(RayNodeAgent)
+        self._sync(force=True)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RayEngine:
+        root = settings.ray_shared_root or str(settings.home)
+        return cls(
+            Path(root) / "runs",
+            address=settings.ray_address,
+            namespace=settings.ray_namespace,
+            agent_settings=agent_settings_from(settings),
+        )
+
+    # ----------------------------------------------------------------- membership
+
+    def _sync(self, force: bool = False) -> None:
+        """Diff Ray's membership; start agents on new nodes, fail jobs of lost ones."""
+        now = self._clock()
+        if not force and now - self._last_sync < self.membership_interval_s:
+            return
+        self._last_sync = now
+        changes = self._membership.update(self._ray.nodes(), now)
+        for e in changes:
+            if isinstance(e, NodeLost):
+                self._agents.pop(e.node, None)
+                self._inflight.pop(e.node, None)
+                exits, stops = self._gangs.node_lost(e.node, now)
+                for x in exits:
+                    if isinstance(x, JobExited):
+                        self._timing.setdefault(x.job_id, {})["lost_at"] = now
+                self._pending += [e, *exits]
+                self._kill(stops)
+        for name, node in self._membership.nodes.items():
+            if name not in self._agents:
+                self._agents[name] = self._agent_for(node)
+        self._pending += [e for e in changes if not isinstance(e, NodeLost)]
+
+    def _agent_for(self, node: RayNode) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return self._actor_cls.options(
+            name=AGENT_PREFIX + node.node_id,
+            namespace=self.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            max_restarts=-1,
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+        ).remote(
+            node.name,
+            node.cpu,
+            str(self.runs_root / "nodes" / node.name),
+            gpus=node.gpus,
+            memory_mb=node.memory_mb,
+            labels=node.labels,
+            settings=self.agent_settings,
+            fence=self.fence,
+        )
+
+    def _get(self, ref: Any) -> Any:
+        return self._ray.get(ref, timeout=self.call_timeout_s)
+
+    def _agent(self, node: str) -> Any:
+        agent = self._agents.get(node)
+        if agent is None:
+            raise ValueError(f"node {node!r} is not a live node of the Ray cluster")
+        return agent
+
+    # ----------------------------------------------------------------- Engine protocol
+
+    def nodes(self) -> list[NodeInfo]:
+        self._sync()
+        return [n.info() for n in self._membership.nodes.values() if n.name in self._agents]
+
+    def launch(self, req: LaunchRequest) -> None:
+        self._sync()
+        nodes = [a.node for a in req.allocation.assignments]
+        agents = [self._agent(n) for n in nodes]  # all or nothing: fail before starting any
+        env = dict(req.env)
+        world = len(nodes)
+        if world > 1:
+            master_addr = self._get(agents[0].address.remote())
+            master_port = self._get(agents[0].free_port.remote())
+            env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port), WORLD_SIZE=str(world))
+        replicas = self._gangs.open(req.job_id, req.attempt, nodes)
+        t = self._timing.setdefault(req.job_id, {})
+        t["launched_at"] = self._clock()
+        for rank, ((rid, _node), agent, assignment) in enumerate(
+            zip(replicas, agents, req.allocation.assignments, strict=True)
+        ):
+            renv = dict(env)
+            if world > 1:
+                renv.update(RANK=str(rank), LOCAL_RANK="0", SLUICE_REPLICA=str(rank))
+            sub = LaunchRequest(
+                job_id=rid,
+                attempt=req.attempt,
+                tenant=req.tenant,
+                spec=req.spec,
+                allocation=Allocation((assignment,)),
+                checkpoint_dir=req.checkpoint_dir,
+                env=renv,
+            )
+            agent.launch.remote(sub)
+        self._log_paths.pop(req.job_id, None)
+
+    def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
+        replicas = self._gangs.replicas(job_id, attempt)
+        if not replicas:
+            raise ValueError(f"job {job_id} attempt {attempt} is not running on this engine")
+        for rank, (rid, node) in enumerate(replicas):
+            a = allocation.assignments[min(rank, len(allocation.assignments) - 1)]
+            mine = Allocation.single(node, a.cpu_request, a.cpu_limit, a.gpus)
+            self._get(self._agent(node).resize.remote(rid, attempt, mine))
+
+    def stop(self, job_id: str, attempt: int, checkpoint: bool = True) -> None:
+        t = self._timing.setdefault(job_id, {})
+        t["stop_at"] = self._clock()
+        replicas = self._gangs.replicas(job_id, attempt)
+        if replicas:
+            for rid, node in replicas:
+                agent = self._agents.get(node)
+                if agent is not None:
+                    agent.stop.remote(rid, attempt, checkpoint)
+            return
+        for agent in self._agents.values():  # unknown here: ask every agent (it ignores strangers)
+            agent.stop.remote(job_id, attempt, checkpoint)
+
+    def poll(self) -> list[Event]:
+        self._sync()
+        for name, agent in self._agents.items():
+            if name not in self._inflight:
+                self._inflight[name] = agent.poll.remote()
+        refs = list(self._inflight.values())
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.call_timeout_s)
+        done = set(ready)
+        events, self._pending = self._pending, []
+        for name, ref in list(self._inflight.items()):
+            if ref not in done:
+                continue  # a slow agent: its answer is collected next round
+            del self._inflight[name]
+            try:
+                batch = self._ray.get(ref)
+            except Exception as err:  # actor restarting or its node dying: membership will tell
+                log.warning("poll of the agent on %s failed: %s", name, err)
+                continue
+            for e in batch:
+                out, stops = self._gangs.translate(e, name)
+                events += out
+                self._kill(stops)
+        self._note_timing(events)
+        return events
+
+    def clock(self) -> float:
+        return self._clock()
+
+    def alive(self) -> dict[str, int]:
+        self._sync(force=True)
+        names = list(self._agents)
+        answers = self._ray.get([self._agents[n].alive.remote() for n in names], timeout=self.call_timeout_s)
+        out: dict[str, int] = {}
+        for name, found in zip(names, answers, strict=True):
+            for rid, attempt in found.items():
+                job_id = self._gangs.adopt(rid, attempt, name)
+                out[job_id] = max(attempt, out.get(job_id, 0))
+        return out
+
+    def log_path(self, job_id: str) -> str | None:
+        if job_id in self._log_paths:
+            return self._log_paths[job_id]
+        rid, node = self._gangs.rank0.get(job_id, (job_id, ""))
+        agent = self._agents.get(node)
+        if agent is None:
+            return None
+        path = str(self._get(agent.log_path.remote(rid)))
+        self._log_paths[job_id] = path
+        return path
+
+    def close(self) -> None:
+        """Disconnect; the detached agents and their jobs keep running."""
+        self._inflight.clear()
+        if self._ray.is_initialized():
+            self._ray.shutdown()
+
+    # ----------------------------------------------------------------- extras the controller reads
+
+    def job_hints(self, job_id: str) -> dict[str, Any]:
+        """Where the job runs and how long its last move (migration or recovery) took."""
+        t = self._timing.get(job_id, {})
+        out: dict[str, Any] = {}
+        if job_id in self._gangs.rank0:
+            out["ray_node"] = self._gangs.rank0[job_id][1]
+        for key in ("last_move_s", "last_recovery_s"):
+            if key in t:
+                out[key] = t[key]
+        return out
+
+    def ray_node_id(self, node: str) -> str | None:
+        n = self._membership.nodes.get(node)
+        return n.node_id if n is not None else None
+
+    # ----------------------------------------------------------------- helpers
+
+    def _kill(self, stops: list[Stop]) -> None:
+        for node, rid, attempt in stops:
+            agent = self._agents.get(node)
+            if agent is not None:
+                agent.stop.remote(rid, attempt, False)
+
+    def _note_timing(self, events: list[Event]) -> None:
+        """Time from a stop (or a node loss) to the first progress of the next attempt."""
+        for e in events:
+            if isinstance(e, JobStarted):
+                self._timing.setdefault(e.job_id, {})["started_at"] = e.time
+            elif isinstance(e, JobProgress):
+                t = self._timing.get(e.job_id)
+                if t is None or t.get("progress_attempt") == e.attempt:
+                    continue
+                t["progress_attempt"] = e.attempt
+                if "stop_at" in t and t.get("launched_at", 0.0) >= t["stop_at"]:
+                    t["last_move_s"] = round(e.time - t.pop("stop_at"), 3)
+                if "lost_at" in t:
+                    t["last_recovery_s"] = round(e.time - t.pop("lost_at"), 3)
+            elif isinstance(e, JobExited):
+                self._log_paths.pop(e.job_id, None)
+
+
+AGENT_SETTINGS = ("stop_grace_s", "usage_sample_s", "kpi_sample_s", "cgroup_root")
+"""The settings fields that shape what a node agent does."""
+
+
+def agent_settings_from(settings: Settings) -> dict[str, Any]:
+    """The NodeAgent knobs that travel to every node's actor (plain values only)."""
+    return {k: getattr(settings, k) for k in AGENT_SETTINGS}

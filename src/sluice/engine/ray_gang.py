@@ -1,0 +1,152 @@
+"""Gangs: one job, several replica processes on (possibly) several nodes, seen as one.
+
+The controller thinks in jobs; node agents think in processes. A job with N replicas is
+launched as N agent-level jobs whose ids say which replica they are (`<job>--r<k>of<N>`,
+so the gang can be rebuilt from the agents alone after a control-plane restart). This book
+turns their events back into the job's events with gang semantics:
+
+- the job has started when every replica has started (all or nothing);
+- progress, usage and checkpoints come from rank 0, which is the one that reports;
+- the first replica to fail takes the others down (killed, no checkpoint);
+- the job has exited when every replica has exited, with the first non-zero code.
+
+A job with one replica keeps its own id and its events pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from sluice.model import (
+    Event,
+    JobCheckpointed,
+    JobExited,
+    JobProgress,
+    JobStarted,
+    JobUsage,
+)
+
+_REPLICA = re.compile(r"^(?P<job>.+)--r(?P<k>\d+)of(?P<n>\d+)$")
+
+Stop = tuple[str, str, int]
+"""(node, replica id, attempt) of a replica process to kill."""
+
+
+def replica_id(job_id: str, rank: int, world: int) -> str:
+    return job_id if world == 1 else f"{job_id}--r{rank}of{world}"
+
+
+def parse_replica(rid: str) -> tuple[str, int, int]:
+    """replica id -> (job id, rank, world size)."""
+    m = _REPLICA.match(rid)
+    if m is None:
+        return rid, 0, 1
+    return m["job"], int(m["k"]), int(m["n"])
+
+
+@dataclass
+class Gang:
+    job_id: str
+    attempt: int
+    world: int
+    nodes: dict[int, str] = field(default_factory=dict)
+    """rank -> node name (missing while unknown, e.g. a replica that already exited)."""
+    started: set[int] = field(default_factory=set)
+    exited: dict[int, int] = field(default_factory=dict)
+    announced: bool = False
+    closed: bool = False
+    reason: str = ""
+
+    def running_ranks(self) -> list[int]:
+        return [r for r in self.nodes if r not in self.exited]
+
+
+class GangBook:
+    """Replica bookkeeping of every job attempt the engine launched or adopted."""
+
+    def __init__(self) -> None:
+        self._gangs: dict[tuple[str, int], Gang] = {}
+        self.rank0: dict[str, tuple[str, str]] = {}
+        """job id -> (replica id, node) of rank 0 of its newest attempt (for logs)."""
+
+    def open(self, job_id: str, attempt: int, nodes: list[str]) -> list[tuple[str, str]]:
+        """Record a launch; returns (replica id, node) per rank."""
+        world = len(nodes)
+        self._gangs[(job_id, attempt)] = Gang(job_id, attempt, world, dict(enumerate(nodes)))
+        self.rank0[job_id] = (replica_id(job_id, 0, world), nodes[0])
+        return [(replica_id(job_id, k, world), node) for k, node in enumerate(nodes)]
+
+    def adopt(self, rid: str, attempt: int, node: str) -> str:
+        """Record a replica found running on `node` (after a restart); returns its job id."""
+        job_id, rank, world = parse_replica(rid)
+        gang = self._gangs.setdefault((job_id, attempt), Gang(job_id, attempt, world))
+        gang.nodes[rank] = node
+        gang.started.add(rank)
+        gang.announced = gang.announced or len(gang.started) == world
+        if rank == 0:
+            self.rank0[job_id] = (rid, node)
+        return job_id
+
+    def replicas(self, job_id: str, attempt: int) -> list[tuple[str, str]]:
+        """(replica id, node) of the attempt's replicas that may still run."""
+        gang = self._gangs.get((job_id, attempt))
+        if gang is None:
+            return []
+        return [(replica_id(job_id, r, gang.world), gang.nodes[r]) for r in sorted(gang.running_ranks())]
+
+    def active(self) -> list[Gang]:
+        return [g for g in self._gangs.values() if not g.closed]
+
+    def translate(self, e: Event, node: str) -> tuple[list[Event], list[Stop]]:
+        """An agent's event -> the job's events, and replicas to kill as a consequence."""
+        if not isinstance(e, JobStarted | JobProgress | JobUsage | JobCheckpointed | JobExited):
+            return [e], []
+        job_id, rank, world = parse_replica(e.job_id)
+        gang = self._gangs.get((job_id, e.attempt))
+        if gang is None:
+            # Not launched by this engine instance (e.g. an exit seen after a restart).
+            gang = self._gangs.setdefault((job_id, e.attempt), Gang(job_id, e.attempt, world))
+        gang.nodes.setdefault(rank, node)
+        if isinstance(e, JobStarted):
+            gang.started.add(rank)
+            if gang.announced or len(gang.started) < gang.world:
+                return [], []
+            gang.announced = True
+            return [JobStarted(job_id, e.attempt, gang.nodes.get(0, node), e.time, e.pid if rank == 0 else None)], []
+        if isinstance(e, JobExited):
+            return self._exited(gang, rank, e.exit_code, e.reason, e.time)
+        if rank != 0 or gang.closed:
+            return [], []
+        return [replace(e, job_id=job_id)], []
+
+    def node_lost(self, node: str, now: float) -> tuple[list[Event], list[Stop]]:
+        """Every replica on `node` is gone: the gangs it belonged to exit as 'node lost'."""
+        events: list[Event] = []
+        stops: list[Stop] = []
+        for gang in self.active():
+            for rank in [r for r in gang.running_ranks() if gang.nodes[r] == node]:
+                ev, st = self._exited(gang, rank, -9, f"node lost: {node}", now, close_now=True)
+                events += ev
+                stops += st
+        return events, stops
+
+    def _exited(
+        self, gang: Gang, rank: int, code: int, reason: str, now: float, close_now: bool = False
+    ) -> tuple[list[Event], list[Stop]]:
+        first_failure = code != 0 and not any(c != 0 for c in gang.exited.values())
+        gang.exited[rank] = code
+        stops: list[Stop] = []
+        if first_failure and gang.world > 1:
+            gang.reason = reason or f"replica {rank} exited with code {code}"
+            stops = [
+                (gang.nodes[r], replica_id(gang.job_id, r, gang.world), gang.attempt) for r in gang.running_ranks()
+            ]
+        done = len(gang.exited) >= gang.world or close_now
+        if gang.closed or not done:
+            return [], stops
+        gang.closed = True
+        failed = [c for c in gang.exited.values() if c != 0]
+        exit_code = failed[0] if failed else 0
+        why = reason if close_now else (gang.reason if failed and gang.world > 1 else reason)
+        return [JobExited(gang.job_id, gang.attempt, now, exit_code, why)], stops
