@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from sluice.model import Allocation, Assignment, JobRecord, NodeHealth, Phase
 from sluice.spec import JobSpec
 from sluice.store import DuplicateError, NodeRecord, TenantRecord
-from sluice.store.sql import SqlStore, hash_token
+from sluice.store.sql import SqlStore
 
 
 def make_job(job_id: str, tenant: str = "alice", submitted_at: float = 1.0) -> JobRecord:
@@ -27,6 +28,10 @@ def make_job(job_id: str, tenant: str = "alice", submitted_at: float = 1.0) -> J
         }
     )
     return JobRecord(id=job_id, tenant=tenant, spec=spec, submitted_at=submitted_at)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class StoreContract:

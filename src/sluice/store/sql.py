@@ -8,7 +8,6 @@ failing with "database is locked".
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -276,8 +275,3 @@ class SqlStore:
 
     def close(self) -> None:
         self._engine.dispose()
-
-
-def hash_token(token: str) -> str:
-    """sha256 hex of an API token: the store keeps only this, never the token itself."""
-    return hashlib.sha256(token.encode()).hexdigest()

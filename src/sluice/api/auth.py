@@ -1,0 +1,29 @@
+"""Bearer-token authentication: the token names the tenant; the control plane decides."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from sluice.api.contract import Plane
+from sluice.control.errors import Unauthorized
+
+_bearer = HTTPBearer(auto_error=False, description="A tenant's API token (see `sluice tenant create`).")
+
+
+def plane_of(request: Request) -> Plane:
+    plane: Plane = request.app.state.plane
+    return plane
+
+
+def caller(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Any:
+    """The authenticated tenant; 401 for a missing, malformed or unknown token."""
+    if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
+        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    return plane_of(request).authenticate(creds.credentials)
+
+
+PlaneDep = Annotated[Plane, Depends(plane_of)]
+CallerDep = Annotated[Any, Depends(caller)]

@@ -1,0 +1,155 @@
+"""What the API returns, as pydantic models (they make the OpenAPI docs) plus converters.
+
+Domain records are dataclasses owned by the model and store; the API turns them into these
+on the way out, so a field added to a record is not published until it is added here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from sluice.model import JobRecord
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values from dataclasses, pydantic models, enums and mappings.
+    Non-finite floats become null: JSON has no NaN, and a client must not choke on one."""
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            f.name: jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not callable(getattr(obj, f.name))
+        }
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
+    return str(obj)
+
+
+class AssignmentOut(BaseModel):
+    node: str
+    cpu_request: float
+    cpu_limit: float | None
+    gpus: int
+
+
+class JobOut(BaseModel):
+    id: str
+    tenant: str
+    name: str
+    phase: str
+    reason: str
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    attempt: int
+    restarts: int
+    allocation: list[AssignmentOut] | None
+    exit_code: int | None
+    checkpoint: str | None
+    step: int
+    loss: float | None
+    attained_service: float
+    spec: dict[str, Any]
+
+    @staticmethod
+    def of(job: JobRecord) -> JobOut:
+        return JobOut(
+            id=job.id,
+            tenant=job.tenant,
+            name=job.spec.name,
+            phase=job.phase.value,
+            reason=job.reason,
+            submitted_at=job.submitted_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            attempt=job.attempt,
+            restarts=job.restarts,
+            allocation=None if job.allocation is None else [AssignmentOut(**a) for a in job.allocation.to_list()],
+            exit_code=job.exit_code,
+            checkpoint=job.checkpoint,
+            step=job.step,
+            loss=job.loss if job.loss is None or math.isfinite(job.loss) else None,
+            attained_service=job.attained_service,
+            spec=job.spec.model_dump(mode="json"),
+        )
+
+
+class EventOut(BaseModel):
+    seq: int
+    time: float
+    kind: str = Field(description="phase, decision, exit, resize, node, ...")
+    message: str = Field(description="What happened and why, in words.")
+    job_id: str | None = None
+    node: str | None = None
+    data: dict[str, Any] = {}
+
+    @staticmethod
+    def of(e: Any) -> EventOut:
+        return EventOut(
+            seq=e.seq,
+            time=e.time,
+            kind=e.kind,
+            message=e.message,
+            job_id=e.job_id,
+            node=e.node,
+            data=jsonable(e.data or {}),
+        )
+
+
+class TenantOut(BaseModel):
+    """A tenant as anyone may see it: never the token or its hash."""
+
+    name: str
+    admin: bool
+    max_running_jobs: int | None
+    weight: float
+    created_at: float
+
+    @staticmethod
+    def of(t: Any) -> TenantOut:
+        return TenantOut(
+            name=t.name,
+            admin=bool(t.admin),
+            max_running_jobs=t.max_running_jobs,
+            weight=float(t.weight),
+            created_at=float(getattr(t, "created_at", 0.0)),
+        )
+
+
+class NewTenantOut(TenantOut):
+    token: str = Field(description="The tenant's API token. Shown only now; only its hash is kept.")
+
+
+class CordonIn(BaseModel):
+    reason: str = Field(min_length=1, max_length=1000, description="Why the node is taken out of service.")
+
+
+class ProblemOut(BaseModel):
+    field: str
+    problem: str
+
+
+class InvalidOut(BaseModel):
+    error: str
+    problems: list[ProblemOut]
+
+
+class ErrorOut(BaseModel):
+    error: str
+    detail: str
