@@ -2,6 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(help="Benchmarks that run contenders side by side and print ratios.", no_args_is_help=True)
+
+
+@app.command("local")
+def local(
+    policies: Annotated[
+        str, typer.Option(help="Comma-separated policies; the first is the baseline.")
+    ] = "kube,flowcon",
+    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals.")] = 10.0,
+    scale: Annotated[float, typer.Option(help="Scale of each example's length (1 = full, 1-3 min on one core).")] = 1.0,
+    interval: Annotated[float, typer.Option(help="FlowCon's control interval Δ in seconds.")] = 10.0,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """The mixed example workload on the local engine under each policy, one after the other."""
+    from sluice.bench import local as bench_local
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise typer.BadParameter("give at least one policy", param_hint="--policies")
+    bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)

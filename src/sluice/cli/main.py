@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from sluice.cli import bench, dataset, health, job, node, sim, tenant
+from sluice.cli.demo import demo
 
 app = typer.Typer(
     help="sluice: a progress-aware deep-learning training platform.",
@@ -18,3 +19,4 @@ app.add_typer(dataset.app, name="dataset")
 app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")
 app.add_typer(health.app, name="health")
+app.command("demo")(demo)

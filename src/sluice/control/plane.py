@@ -63,7 +63,8 @@ class ControlPlane:
             store,
             engine,
             policy,
-            checkpoint_root=str(settings.runs_dir),
+            # Engines whose nodes do not share this machine's disk (Ray) name a shared root.
+            checkpoint_root=str(getattr(engine, "checkpoint_root", None) or settings.runs_dir),
             restart_backoff_s=settings.restart_backoff_s,
         )
         self._thread: threading.Thread | None = None
