@@ -1,1 +1,52 @@
-"""What runs inside a training job. Imports nothing heavy and nothing of the control plane."""
+"""What runs inside a training job: progress reports, checkpoints and a polite stop.
+
+    from sluice import sdk
+
+    state = sdk.checkpoint.load()                 # newest checkpoint or None: resume from it
+    for step in range(start, total):
+        loss = train_one_batch()
+        sdk.report(step, loss=loss, total_steps=total)
+        if sdk.checkpoint.due() or sdk.should_stop():
+            sdk.checkpoint.save({"model": model.state_dict(), "step": step}, step)
+            if sdk.should_stop():
+                break                             # exit 0: sluice requeues or migrates the job
+
+Imports nothing heavy (torch only inside `checkpoint.save/load`) and nothing of the control
+plane, so it costs nothing to import and the same script runs without sluice around it.
+
+Environment contract (set by the node agent for every attempt):
+
+    SLUICE_JOB_ID                  the job's id                        (default "local")
+    SLUICE_ATTEMPT                 attempt number, from 1              (default 1)
+    SLUICE_RUN_DIR                 folder of this attempt; `report()`
+                                   appends to <it>/progress.jsonl     (default ./sluice-run)
+    SLUICE_CHECKPOINT_DIR          folder or fsspec URL of the job's
+                                   checkpoints, shared by attempts    (default ./sluice-run/checkpoints)
+    SLUICE_CHECKPOINT_INTERVAL_S   seconds between checkpoints that
+                                   `checkpoint.due()` suggests        (default 30)
+    SLUICE_CHECKPOINT_KEEP         newest checkpoints kept            (default 2)
+    SLUICE_CPU_MAX, OMP_NUM_THREADS, MKL_NUM_THREADS
+                                   the job's CPU ceiling rounded up; torch and BLAS size their
+                                   thread pools from it, so a job limited to 2 cores does not
+                                   run 16 threads fighting over them
+    SLUICE_TENANT, SLUICE_NODE     for the job's own logging
+    CUDA_VISIBLE_DEVICES           the GPUs given to the job ("" when none)
+
+A leading "python"/"python3" in a job's command is replaced by the interpreter the control
+plane runs under, so the job sees this same sluice package.
+
+progress.jsonl lines: {"t": unix time, "step": int, "loss": float|null, "metrics": {...}}
+and, per checkpoint, {"t": ..., "step": int, "checkpoint": path}. The metric `total_steps`
+lets the control plane predict the remaining time.
+"""
+
+from __future__ import annotations
+
+import sluice.sdk.checkpoint as checkpoint
+from sluice.sdk._env import RunContext, context
+from sluice.sdk._progress import report
+from sluice.sdk._stop import install_stop_handler, should_stop
+
+install_stop_handler()
+
+__all__ = ["RunContext", "checkpoint", "context", "install_stop_handler", "report", "should_stop"]

@@ -1,0 +1,376 @@
+"""Real kernel CPU limits for job processes, whichever cgroup flavour this machine offers.
+
+At start `detect_cgroups()` looks at what is mounted and writable — cgroup v2 with the `cpu`
+controller, cgroup v1 `cpu` (+ `cpuacct` for usage, + `cpuset` for virtual nodes), or neither —
+and every job then gets a `CpuController` of the matching kind. Where no cgroup can be written
+(unprivileged container, locked-down host) we say so ONCE and fall back to CPU affinity: a limit
+of x cores pins the job to ceil(x) cores. That is coarser than a CFS quota but still a real,
+kernel-enforced ceiling, so FlowCon's re-allocation keeps meaning something.
+
+Live resize is just writing the files again: the job's processes stay the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+SYSFS_CGROUP = Path("/sys/fs/cgroup")
+CFS_PERIOD_US = 100_000
+"""CFS period: 100 ms is the kernel's default and what Docker/Kubernetes use."""
+MIN_QUOTA_US = 1_000
+"""The kernel refuses quotas below 1 ms."""
+
+
+class CgroupKind(StrEnum):
+    V2 = "cgroup-v2"
+    V1 = "cgroup-v1"
+    AFFINITY = "affinity"
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupLayout:
+    """Where job cgroups are made. `cpu_parent` is None in affinity mode.
+
+    cpuacct_parent: v1 only, when cpuacct is a separate hierarchy (usage counters).
+    cpuset_parent:  v1 cpuset hierarchy parent for virtual nodes, when writable.
+    """
+
+    kind: CgroupKind
+    cpu_parent: Path | None = None
+    cpuacct_parent: Path | None = None
+    cpuset_parent: Path | None = None
+    reason: str = ""
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK)
+
+
+def _v2_has_cpu(mount: Path) -> bool:
+    controllers = mount / "cgroup.controllers"
+    try:
+        return "cpu" in controllers.read_text().split()
+    except OSError:
+        return False
+
+
+def _parent_under(mount: Path, root: str) -> Path:
+    """`root` is a name relative to each hierarchy ("sluice") or an absolute directory inside
+    one; an absolute one under another hierarchy is mapped by its path relative to the mount."""
+    p = Path(root)
+    if not p.is_absolute():
+        return mount / p
+    for anchor in p.parents:
+        if anchor.parent == mount.parent and anchor != mount:
+            return mount / p.relative_to(anchor)
+    return p
+
+
+def _ensure_dir(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return _writable_dir(path)
+
+
+def _enable_v2_cpu(mount: Path, parent: Path) -> bool:
+    """cgroup v2 only delegates a controller to children when every ancestor lists it in
+    cgroup.subtree_control."""
+    chain = [parent, *[p for p in parent.parents if p == mount or mount in p.parents]]
+    for directory in reversed(chain):
+        ctl = directory / "cgroup.subtree_control"
+        try:
+            if "cpu" not in ctl.read_text().split():
+                ctl.write_text("+cpu")
+        except OSError:
+            return False
+    return True
+
+
+def detect_cgroups(sysfs: Path = SYSFS_CGROUP, root: str | None = None, *, cpuset: bool = False) -> CgroupLayout:
+    """Decide, once, how job CPU limits are enforced on this machine.
+
+    `sysfs` is where cgroup hierarchies are mounted (tests pass a fake tree); `root` is the
+    parent of all job cgroups (settings.cgroup_root, default "sluice").
+    """
+    root = root or "sluice"
+    problems: list[str] = []
+    for v2 in (sysfs, sysfs / "unified"):
+        if not (v2 / "cgroup.controllers").exists():
+            continue
+        if not _v2_has_cpu(v2):
+            problems.append(f"{v2} is cgroup v2 without the cpu controller")
+            continue
+        parent = _parent_under(v2, root)
+        if _ensure_dir(parent) and _enable_v2_cpu(v2, parent):
+            return CgroupLayout(CgroupKind.V2, cpu_parent=parent)
+        problems.append(f"cannot create or delegate {parent}")
+    for name in ("cpu", "cpu,cpuacct"):
+        v1 = sysfs / name
+        if not (v1 / "cpu.cfs_quota_us").exists():
+            continue
+        parent = _parent_under(v1, root)
+        if not _ensure_dir(parent):
+            problems.append(f"{parent} is not writable")
+            continue
+        acct = None
+        if not (parent / "cpuacct.usage").exists():
+            acct_mount = sysfs / "cpuacct"
+            if (acct_mount / "cpuacct.usage").exists() and _ensure_dir(_parent_under(acct_mount, root)):
+                acct = _parent_under(acct_mount, root)
+        cs = None
+        cs_mount = sysfs / "cpuset"
+        if cpuset and (cs_mount / "cpuset.cpus").exists():
+            cs_parent = _parent_under(cs_mount, root)
+            if _ensure_dir(cs_parent) and _init_cpuset(cs_mount, cs_parent):
+                cs = cs_parent
+        return CgroupLayout(CgroupKind.V1, cpu_parent=parent, cpuacct_parent=acct, cpuset_parent=cs)
+    if not problems:
+        problems.append(f"no cgroup cpu controller mounted under {sysfs}")
+    return CgroupLayout(CgroupKind.AFFINITY, reason="; ".join(problems))
+
+
+def _init_cpuset(mount: Path, parent: Path) -> bool:
+    """v1 cpusets start empty; a child can only hold tasks once cpus and mems are copied down."""
+    chain = [parent, *[p for p in parent.parents if mount in p.parents]]
+    try:
+        for directory in reversed(chain):
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                if not (directory / f).read_text().strip():
+                    (directory / f).write_text((directory.parent / f).read_text().strip())
+    except OSError:
+        return False
+    return True
+
+
+_warned = False
+
+
+def warn_once(layout: CgroupLayout) -> None:
+    """One clear line the operator can act on, not one per job."""
+    global _warned
+    if layout.kind is CgroupKind.AFFINITY and not _warned:
+        _warned = True
+        log.warning(
+            "no writable cgroup cpu controller (%s): CPU limits fall back to CPU affinity "
+            "(a limit of x cores pins a job to ceil(x) cores)",
+            layout.reason,
+        )
+
+
+def cgroup_name(job_id: str, attempt: int) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id)
+    return f"{safe}.{attempt}"
+
+
+@dataclass(slots=True)
+class CoreLedger:
+    """Which cores the affinity fallback has pinned jobs to, so pinned jobs spread out."""
+
+    cores: tuple[int, ...]
+    pinned: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def pick(self, key: str, n: int) -> tuple[int, ...]:
+        load = dict.fromkeys(self.cores, 0)
+        for k, cs in self.pinned.items():
+            if k != key:
+                for c in cs:
+                    if c in load:
+                        load[c] += 1
+        chosen = tuple(sorted(sorted(self.cores, key=lambda c: (load[c], c))[: max(1, min(n, len(self.cores)))]))
+        self.pinned[key] = chosen
+        return chosen
+
+    def release(self, key: str) -> None:
+        self.pinned.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSpec:
+    """What the shim does to put itself (and so its child) under the limits before exec."""
+
+    procs_files: tuple[str, ...] = ()
+    cpus: tuple[int, ...] | None = None
+
+    def to_argv(self) -> list[str]:
+        out: list[str] = []
+        for f in self.procs_files:
+            out += ["--join", f]
+        if self.cpus is not None:
+            out += ["--cpus", ",".join(map(str, self.cpus))]
+        return out
+
+
+class CpuController:
+    """CPU limit, weight and usage of one job attempt.
+
+    Lifecycle: create() → apply() → (shim joins via join_spec()) → attach(pid) →
+    apply()/usage_s() while it runs → cleanup() after it exits.
+    """
+
+    def __init__(
+        self,
+        layout: CgroupLayout,
+        name: str,
+        node_cpus: Sequence[int],
+        *,
+        node_cpuset: Path | None = None,
+        ledger: CoreLedger | None = None,
+    ) -> None:
+        self.layout = layout
+        self.name = name
+        self.node_cpus = tuple(node_cpus)
+        self.node_cpuset = node_cpuset
+        self.ledger = ledger or CoreLedger(self.node_cpus)
+        self.pid: int | None = None
+        self._pinned: tuple[int, ...] | None = None
+        self._proc_cache: dict[int, psutil.Process] = {}
+
+    @property
+    def cpu_dir(self) -> Path | None:
+        return None if self.layout.cpu_parent is None else self.layout.cpu_parent / self.name
+
+    @property
+    def acct_dir(self) -> Path | None:
+        return None if self.layout.cpuacct_parent is None else self.layout.cpuacct_parent / self.name
+
+    def create(self) -> None:
+        for d in (self.cpu_dir, self.acct_dir):
+            if d is not None:
+                d.mkdir(exist_ok=True)
+
+    def apply(self, limit_cores: float | None, request_cores: float = 1.0) -> None:
+        """Set the hard ceiling (None lifts it) and the share under contention."""
+        d = self.cpu_dir
+        if self.layout.kind is CgroupKind.V2 and d is not None:
+            quota = "max" if limit_cores is None else str(max(MIN_QUOTA_US, round(limit_cores * CFS_PERIOD_US)))
+            (d / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}")
+            (d / "cpu.weight").write_text(str(min(10_000, max(1, round(request_cores * 100)))))
+        elif self.layout.kind is CgroupKind.V1 and d is not None:
+            (d / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            quota_us = -1 if limit_cores is None else max(MIN_QUOTA_US, round(limit_cores * CFS_PERIOD_US))
+            (d / "cpu.cfs_quota_us").write_text(str(quota_us))
+            (d / "cpu.shares").write_text(str(max(2, round(request_cores * 1024))))
+        else:
+            n = len(self.node_cpus) if limit_cores is None else math.ceil(limit_cores - 1e-9)
+            self._pinned = self.ledger.pick(self.name, n)
+            if self.pid is not None:
+                self._set_affinity(self._pinned)
+
+    def join_spec(self) -> JoinSpec:
+        files = [str(d / "cgroup.procs") for d in (self.cpu_dir, self.acct_dir) if d is not None]
+        if self.node_cpuset is not None:
+            files.append(str(self.node_cpuset / "cgroup.procs"))
+        cpus = self._pinned if self.layout.kind is CgroupKind.AFFINITY else None
+        if cpus is None and self.node_cpuset is None and self.layout.kind is not CgroupKind.AFFINITY:
+            # A virtual node without a writable cpuset still keeps to its cores by affinity.
+            cpus = self.node_cpus if len(self.node_cpus) < (os.cpu_count() or 1) else None
+        return JoinSpec(tuple(files), cpus)
+
+    def attach(self, pid: int) -> None:
+        """The shim's pid (its child and grandchildren are found from it in affinity mode)."""
+        self.pid = pid
+
+    def _tree(self) -> list[psutil.Process]:
+        if self.pid is None:
+            return []
+        try:
+            root = self._proc_cache.get(self.pid) or psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+        self._proc_cache = {p.pid: self._proc_cache.get(p.pid, p) for p in procs}
+        return list(self._proc_cache.values())
+
+    def _set_affinity(self, cpus: Sequence[int]) -> None:
+        for p in self._tree():
+            try:
+                p.cpu_affinity(list(cpus))
+            except psutil.Error:
+                continue
+
+    def usage_s(self) -> float | None:
+        """Cumulative CPU seconds used by the attempt's processes (None when unknown).
+
+        From the cgroup's own counter when there is one — one small file read, no process
+        scan — else summed over the process tree with psutil.
+        """
+        d = self.cpu_dir
+        try:
+            if self.layout.kind is CgroupKind.V2 and d is not None:
+                for line in (d / "cpu.stat").read_text().splitlines():
+                    if line.startswith("usage_usec"):
+                        return int(line.split()[1]) / 1e6
+            acct = self.acct_dir or d
+            if self.layout.kind is CgroupKind.V1 and acct is not None and (acct / "cpuacct.usage").exists():
+                return int((acct / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
+        total = 0.0
+        for p in self._tree():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                continue
+        return total if self.pid is not None else None
+
+    def limits(self) -> dict[str, str]:
+        """The kernel's view of this attempt's limits, for tests and `sluice node` detail."""
+        d = self.cpu_dir
+        if d is None:
+            return {"cpus": ",".join(map(str, self._pinned or self.node_cpus))}
+        names = ("cpu.max", "cpu.weight") if self.layout.kind is CgroupKind.V2 else ("cpu.cfs_quota_us", "cpu.shares")
+        return {n: (d / n).read_text().strip() for n in names}
+
+    def cleanup(self) -> None:
+        """Remove the attempt's cgroups (they must be empty: call after the processes exit)."""
+        self.ledger.release(self.name)
+        for d in (self.cpu_dir, self.acct_dir):
+            if d is not None:
+                try:
+                    d.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    log.debug("cgroup %s not removed: %s", d, err)
+
+
+def node_cpuset(layout: CgroupLayout, node: str, cpus: Sequence[int]) -> Path | None:
+    """A v1 cpuset cgroup holding one virtual node's cores (None where cpusets are unusable)."""
+    if layout.cpuset_parent is None:
+        return None
+    d = layout.cpuset_parent / node
+    try:
+        d.mkdir(exist_ok=True)
+        (d / "cpuset.mems").write_text((layout.cpuset_parent / "cpuset.mems").read_text().strip())
+        (d / "cpuset.cpus").write_text(",".join(map(str, cpus)))
+    except OSError as err:
+        log.warning("cpuset for %s not usable (%s); its jobs are kept to cores %s by affinity", node, err, cpus)
+        return None
+    return d
+
+
+def split_cores(n_nodes: int, cores: Sequence[int] | None = None) -> list[tuple[int, ...]]:
+    """Split the machine's usable cores into n contiguous slices (round-robin when n > cores)."""
+    avail = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    if n_nodes <= len(avail):
+        k, extra = divmod(len(avail), n_nodes)
+        out, i = [], 0
+        for node in range(n_nodes):
+            size = k + (1 if node < extra else 0)
+            out.append(tuple(avail[i : i + size]))
+            i += size
+        return out
+    return [(avail[node % len(avail)],) for node in range(n_nodes)]

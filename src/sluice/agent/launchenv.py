@@ -1,0 +1,108 @@
+"""What a job process is started with: its resolved argv, working directory and environment.
+
+The job does NOT inherit the control plane's environment: only a short allow-list of
+harmless variables (PATH, HOME, locale, ...) passes, then the spec's env, then the SLUICE_*
+contract of `sluice.sdk`. So a token or database URL in the control plane never reaches
+tenant code (FfDL's learner isolation).
+
+A leading "python"/"python3" is replaced by the interpreter the agent runs under, so a spec
+written as ["python", "train.py"] gets the same Python (and the same installed sluice SDK)
+as the control plane, not whatever `python` happens to be first on PATH.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from sluice.model import LaunchRequest
+
+PASS_THROUGH = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+)
+PYTHON_ALIASES = frozenset({"python", "python3"})
+
+
+class LaunchError(ValueError):
+    """A request that can never work (missing workdir, program not found)."""
+
+
+def resolve_workdir(req: LaunchRequest, default: Path) -> Path:
+    if req.spec.workdir is None:
+        default.mkdir(parents=True, exist_ok=True)
+        return default
+    wd = Path(req.spec.workdir)
+    if not wd.is_dir():
+        raise LaunchError(f"workdir {str(wd)!r} does not exist or is not a directory")
+    return wd
+
+
+def resolve_argv(argv: list[str], cwd: Path, path_var: str | None) -> list[str]:
+    prog = argv[0]
+    if prog in PYTHON_ALIASES:
+        return [sys.executable, *argv[1:]]
+    if "/" in prog:
+        full = (cwd / prog) if not os.path.isabs(prog) else Path(prog)
+        if not full.is_file():
+            raise LaunchError(f"command[0]: program {prog!r} not found (looked at {full})")
+        if not os.access(full, os.X_OK):
+            raise LaunchError(f"command[0]: program {prog!r} is not executable")
+        return [str(full), *argv[1:]]
+    found = shutil.which(prog, path=path_var)
+    if found is None:
+        raise LaunchError(f"command[0]: program {prog!r} not found on PATH")
+    return [found, *argv[1:]]
+
+
+def job_cpu_max(req: LaunchRequest, node_cpus: float) -> int:
+    """Threads the job should use: its CPU ceiling rounded up (spec max, else the node)."""
+    a = req.allocation.assignments[0]
+    cap = req.spec.resources.cpu.max or a.cpu_limit or node_cpus
+    return max(1, math.ceil(min(cap, node_cpus) - 1e-9))
+
+
+def build_env(
+    req: LaunchRequest,
+    *,
+    run_dir: Path,
+    node: str,
+    node_cpus: float,
+    gpus: list[str],
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    src = os.environ if base is None else base
+    env = {k: v for k, v in src.items() if k in PASS_THROUGH}
+    threads = str(job_cpu_max(req, node_cpus))
+    env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+    env.update(req.spec.env)
+    env.update(req.env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    env.update(
+        {
+            "SLUICE_JOB_ID": req.job_id,
+            "SLUICE_ATTEMPT": str(req.attempt),
+            "SLUICE_TENANT": req.tenant,
+            "SLUICE_NODE": node,
+            "SLUICE_RUN_DIR": str(run_dir),
+            "SLUICE_CHECKPOINT_DIR": req.checkpoint_dir,
+            "SLUICE_CHECKPOINT_INTERVAL_S": repr(float(req.spec.checkpoint.interval_s)),
+            "SLUICE_CHECKPOINT_KEEP": str(req.spec.checkpoint.keep),
+            "SLUICE_CPU_MAX": threads,
+        }
+    )
+    return env

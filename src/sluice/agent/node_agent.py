@@ -1,0 +1,496 @@
+"""NodeAgent: runs job attempts on one (virtual) node and reports what happens to them.
+
+Everything needed to find an attempt again lives on disk, under `runs_dir`:
+
+    runs_dir/<job_id>/job.log               one log per job, appended across attempts
+    runs_dir/<job_id>/attempt-<n>/
+        state.json      node, shim pid + create time, cgroup name, current limits
+        progress.jsonl  written by sluice.sdk inside the job (SLUICE_RUN_DIR)
+        child.json      the job process's pid (written by the shim)
+        stop.json       the stop sluice asked for (signal, deadline), so the reason survives
+        exit_code       written atomically by the shim when the job ends
+        exit_reported   marker: the exit was handed to a controller once
+
+So a new agent — after a control-plane crash — adopts attempts whose shim still runs (pid
+AND process create time must match, a recycled pid is not our job) and reports, once, the
+exit of attempts that ended while nobody watched.
+
+The poll path is built to be cheap with many jobs: per attempt one waitpid (or a /proc stat
+read for adopted ones), one `stat` of progress.jsonl plus only the appended bytes, and one
+cgroup counter read per usage interval. No process spawning, no scans of all processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sluice.agent.cgroup import (
+    CgroupLayout,
+    CoreLedger,
+    CpuController,
+    cgroup_name,
+    detect_cgroups,
+    node_cpuset,
+    warn_once,
+)
+from sluice.agent.kpi import KpiSampler
+from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
+from sluice.agent.shim import CHILD_FILE, EXIT_FILE, write_json_atomic
+from sluice.agent.tail import JsonlTail
+from sluice.model import (
+    Allocation,
+    Event,
+    JobCheckpointed,
+    JobExited,
+    JobProgress,
+    JobStarted,
+    JobUsage,
+    LaunchRequest,
+    NodeInfo,
+    NodeKPIs,
+)
+from sluice.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+STOP_FILE = "stop.json"
+REPORTED_FILE = "exit_reported"
+CREATE_TIME_TOLERANCE_S = 1.0
+"""psutil's create time has clock-tick resolution; a recycled pid starts much later."""
+
+
+@dataclass
+class _Attempt:
+    job_id: str
+    attempt: int
+    dir: Path
+    shim_pid: int
+    shim_create: float
+    ctrl: CpuController
+    tail: JsonlTail
+    popen: subprocess.Popen[bytes] | None = None
+    proc: psutil.Process | None = None
+    child: psutil.Process | None = None
+    stop_deadline: float | None = None
+    stop_signal: str | None = None
+    last_usage: tuple[float, float] | None = None
+    next_usage: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return _running(self.proc) or (self.proc is None and _running(self.child))
+
+
+def _running(p: psutil.Process | None) -> bool:
+    if p is None:
+        return False
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _same_process(pid: int, create_time: float) -> psutil.Process | None:
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - create_time) <= CREATE_TIME_TOLERANCE_S and p.status() != psutil.STATUS_ZOMBIE:
+            return p
+    except psutil.Error:
+        pass
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def default_node_name() -> str:
+    return socket.gethostname().split(".")[0] or "local"
+
+
+class NodeAgent:
+    """The per-node mechanism behind `sluice.agent.base.NodeAgentAPI`."""
+
+    def __init__(
+        self,
+        name: str,
+        runs_dir: str | Path,
+        cpus: Sequence[int] | None = None,
+        settings: Settings | None = None,
+        *,
+        cpu: float | None = None,
+        layout: CgroupLayout | None = None,
+        gpus: int | Sequence[str] = (),
+        memory_mb: int | None = None,
+        labels: dict[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`cpus`: the cores this node's jobs may run on (default: all of this machine's);
+        `cpu`: cores offered to the scheduler (default settings.node_cpus, else len(cpus));
+        `gpus`: GPU ids (or a count) handed out through CUDA_VISIBLE_DEVICES."""
+        self.settings = settings or Settings()
+        self.name = name
+        self.runs_dir = Path(runs_dir)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        machine = len(os.sched_getaffinity(0))
+        self.cpus = tuple(sorted(cpus if cpus is not None else os.sched_getaffinity(0)))
+        self.offered_cpu = float(cpu or self.settings.node_cpus or len(self.cpus))
+        self.gpus = [str(g) for g in range(gpus)] if isinstance(gpus, int) else list(gpus)
+        self.labels = dict(labels or {})
+        self.clock = clock
+        self.layout = layout or detect_cgroups(root=self.settings.cgroup_root, cpuset=len(self.cpus) < machine)
+        warn_once(self.layout)
+        self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
+        self.ledger = CoreLedger(self.cpus)
+        total_mb = psutil.virtual_memory().total // (1024 * 1024)
+        self.memory_mb = memory_mb if memory_mb else int(total_mb * len(self.cpus) / max(machine, 1))
+        self._lock = threading.RLock()
+        self._watched: dict[tuple[str, int], _Attempt] = {}
+        self._pending: list[Event] = []
+        self._gpu_holders: dict[str, tuple[str, int]] = {}
+        self._kpis: KpiSampler | None = None
+        self._next_kpi = 0.0
+        self._adopt()
+
+    # ------------------------------------------------------------------ facts
+    def info(self) -> NodeInfo:
+        labels = {"cpu-limits": str(self.layout.kind), "cores": ",".join(map(str, self.cpus)), **self.labels}
+        return NodeInfo(
+            name=self.name, cpu=self.offered_cpu, gpus=len(self.gpus), memory_mb=self.memory_mb, labels=labels
+        )
+
+    def job_dir(self, job_id: str) -> Path:
+        if not job_id or "/" in job_id or job_id in {".", ".."}:
+            raise LaunchError(f"job_id {job_id!r} is not usable as a folder name")
+        return self.runs_dir / job_id
+
+    def attempt_dir(self, job_id: str, attempt: int) -> Path:
+        return self.job_dir(job_id) / f"attempt-{attempt}"
+
+    def log_path(self, job_id: str) -> str:
+        return str(self.job_dir(job_id) / "job.log")
+
+    def controller(self, job_id: str, attempt: int) -> CpuController | None:
+        """The CPU controller of a running attempt (tests and diagnostics read its limits)."""
+        a = self._watched.get((job_id, attempt))
+        return None if a is None else a.ctrl
+
+    def child_pid(self, job_id: str, attempt: int) -> int | None:
+        data = _read_json(self.attempt_dir(job_id, attempt) / CHILD_FILE)
+        return None if data is None else int(data["pid"])
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, req: LaunchRequest) -> None:
+        with self._lock:
+            key = (req.job_id, req.attempt)
+            adir = self.attempt_dir(req.job_id, req.attempt)
+            if key in self._watched or (adir / STATE_FILE).exists():
+                raise LaunchError(f"attempt {req.attempt} of {req.job_id} was already launched")
+            adir.mkdir(parents=True, exist_ok=True)
+            log_file = Path(self.log_path(req.job_id))
+            log_file.touch()
+            try:
+                cwd = resolve_workdir(req, self.job_dir(req.job_id))
+                gpus = self._take_gpus(req)
+                env = build_env(
+                    req, run_dir=adir, node=self.name, node_cpus=min(self.offered_cpu, len(self.cpus)), gpus=gpus
+                )
+                argv = resolve_argv(list(req.spec.command), cwd, env.get("PATH"))
+            except LaunchError as err:
+                self._fail_launch(req, adir, log_file, str(err))
+                raise
+            self._prepare_checkpoint_dir(req.checkpoint_dir)
+            a = req.allocation.assignments[0]
+            ctrl = CpuController(
+                self.layout,
+                cgroup_name(req.job_id, req.attempt),
+                self.cpus,
+                node_cpuset=self.cpuset,
+                ledger=self.ledger,
+            )
+            ctrl.create()
+            ctrl.apply(a.cpu_limit, a.cpu_request)
+            header = (
+                f"===== sluice: attempt {req.attempt} of {req.job_id} on {self.name} at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
+            )
+            shim_argv = [
+                sys.executable,
+                "-m",
+                "sluice.agent.shim",
+                "--attempt-dir",
+                str(adir),
+                "--log",
+                str(log_file),
+                "--cwd",
+                str(cwd),
+                "--header",
+                header,
+                *ctrl.join_spec().to_argv(),
+                "--",
+                *argv,
+            ]
+            popen = subprocess.Popen(
+                shim_argv,
+                env=env,
+                cwd=str(cwd),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+            ctrl.attach(popen.pid)
+            proc = psutil.Process(popen.pid)
+            now = self.clock()
+            att = _Attempt(
+                req.job_id, req.attempt, adir, popen.pid, proc.create_time(), ctrl, JsonlTail(adir / "progress.jsonl")
+            )
+            att.popen, att.proc = popen, proc
+            att.next_usage = now + self.settings.usage_sample_s
+            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now)
+            self._watched[key] = att
+            self._pending.append(JobStarted(req.job_id, req.attempt, self.name, now, pid=popen.pid))
+
+    def _fail_launch(self, req: LaunchRequest, adir: Path, log_file: Path, reason: str) -> None:
+        with open(log_file, "a") as f:
+            f.write(f"===== sluice: attempt {req.attempt} of {req.job_id} could not start: {reason}\n")
+        write_json_atomic(adir / EXIT_FILE, {"exit_code": 127, "time": self.clock(), "reason": reason})
+        (adir / REPORTED_FILE).touch()
+        self._pending.append(JobExited(req.job_id, req.attempt, self.clock(), 127, reason=f"launch failed: {reason}"))
+
+    @staticmethod
+    def _prepare_checkpoint_dir(location: str) -> None:
+        if location and "://" not in location:
+            Path(location).mkdir(parents=True, exist_ok=True)
+
+    def _take_gpus(self, req: LaunchRequest) -> list[str]:
+        want = req.allocation.gpus_per_node().get(self.name, 0)
+        if want == 0:
+            return []
+        free = [g for g in self.gpus if g not in self._gpu_holders]
+        if len(free) < want:
+            raise LaunchError(f"asked for {want} GPU(s) on {self.name}, {len(free)} free")
+        for g in free[:want]:
+            self._gpu_holders[g] = (req.job_id, req.attempt)
+        return free[:want]
+
+    def _write_state(self, att: _Attempt, limit: float | None, request: float, **extra: Any) -> None:
+        att.extra.update(extra)
+        write_json_atomic(
+            att.dir / STATE_FILE,
+            {
+                "job_id": att.job_id,
+                "attempt": att.attempt,
+                "node": self.name,
+                "shim_pid": att.shim_pid,
+                "shim_create_time": att.shim_create,
+                "cgroup": att.ctrl.name,
+                "cpu_limit": limit,
+                "cpu_request": request,
+                **att.extra,
+            },
+        )
+
+    # ------------------------------------------------------------------ resize / stop
+    def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
+        with self._lock:
+            att = self._watched.get((job_id, attempt))
+            if att is None:
+                raise LookupError(f"attempt {attempt} of {job_id} is not running on {self.name}")
+            a = allocation.assignments[0]
+            att.ctrl.apply(a.cpu_limit, a.cpu_request)
+            self._write_state(att, a.cpu_limit, a.cpu_request)
+
+    def stop(self, job_id: str, attempt: int, checkpoint: bool = True) -> None:
+        with self._lock:
+            att = self._watched.get((job_id, attempt))
+            if att is None or not att.alive():
+                return  # already gone: its JobExited comes (or came) from poll()
+            now = self.clock()
+            if checkpoint and att.stop_signal is None:
+                self._signal(att, signal.SIGTERM)
+                att.stop_signal, att.stop_deadline = "SIGTERM", now + self.settings.stop_grace_s
+            elif not checkpoint:
+                self._signal(att, signal.SIGKILL)
+                att.stop_signal, att.stop_deadline = "SIGKILL", None
+            write_json_atomic(
+                att.dir / STOP_FILE, {"signal": att.stop_signal, "time": now, "deadline": att.stop_deadline}
+            )
+
+    @staticmethod
+    def _signal(att: _Attempt, sig: signal.Signals) -> None:
+        try:
+            os.killpg(att.shim_pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as err:
+            log.warning("cannot signal job %s: %s", att.job_id, err)
+
+    # ------------------------------------------------------------------ poll
+    def poll(self) -> list[Event]:
+        with self._lock:
+            now = self.clock()
+            events, self._pending = self._pending, []
+            for key, att in list(self._watched.items()):
+                dead = not att.alive()
+                events.extend(self._progress(att))
+                if dead:
+                    events.append(self._finish(att, now))
+                    del self._watched[key]
+                    continue
+                if att.stop_deadline is not None and now >= att.stop_deadline:
+                    self._signal(att, signal.SIGKILL)
+                    att.stop_signal, att.stop_deadline = "SIGKILL after grace", None
+                    write_json_atomic(att.dir / STOP_FILE, {"signal": att.stop_signal, "time": now, "deadline": None})
+                if now >= att.next_usage:
+                    att.next_usage = now + self.settings.usage_sample_s
+                    usage = self._usage(att, now)
+                    if usage is not None:
+                        events.append(usage)
+            if now >= self._next_kpi:
+                self._next_kpi = now + self.settings.kpi_sample_s
+                if self._kpis is None:
+                    self._kpis = KpiSampler(self.cpus)
+                else:
+                    self._kpis.observe(events)
+                    values = self._kpis.sample()
+                    values["jobs"] = float(len(self._watched))
+                    events.append(NodeKPIs(self.name, now, values))
+            return events
+
+    def _progress(self, att: _Attempt) -> list[Event]:
+        out: list[Event] = []
+        for rec in att.tail.read():
+            try:
+                t = float(rec.get("t", self.clock()))
+                step = int(rec.get("step", 0))
+                if "checkpoint" in rec:
+                    out.append(JobCheckpointed(att.job_id, att.attempt, t, step, str(rec["checkpoint"])))
+                    continue
+                loss = rec.get("loss")
+                raw = rec.get("metrics") or {}
+                metrics = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
+                out.append(
+                    JobProgress(att.job_id, att.attempt, t, step, None if loss is None else float(loss), metrics)
+                )
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def _usage(self, att: _Attempt, now: float) -> JobUsage | None:
+        used = att.ctrl.usage_s()
+        if used is None:
+            return None
+        prev, att.last_usage = att.last_usage, (now, used)
+        if prev is None or now <= prev[0]:
+            return None
+        memory_mb = 0.0
+        if att.child is None:
+            pid = self.child_pid(att.job_id, att.attempt)
+            if pid is not None:
+                with contextlib.suppress(psutil.Error):
+                    att.child = psutil.Process(pid)
+        if att.child is not None:
+            with contextlib.suppress(psutil.Error):
+                memory_mb = att.child.memory_info().rss / (1024 * 1024)
+        return JobUsage(att.job_id, att.attempt, now, max(0.0, (used - prev[1]) / (now - prev[0])), memory_mb)
+
+    def _finish(self, att: _Attempt, now: float) -> JobExited:
+        if att.popen is not None:
+            att.popen.wait()
+        if att.popen is not None or att.proc is not None or att.child is not None:
+            # Leftovers of the job (orphaned data-loader workers) still hold the process group,
+            # so its id cannot have been recycled since we saw it alive: safe to kill. An attempt
+            # that ended long before we looked is left alone — its pid may be anyone's by now.
+            self._signal(att, signal.SIGKILL)
+        rec = _read_json(att.dir / EXIT_FILE)
+        stop = _read_json(att.dir / STOP_FILE)
+        stop_sig = att.stop_signal or (stop or {}).get("signal")
+        if rec is not None:
+            code, reason = int(rec.get("exit_code", -9)), str(rec.get("reason", ""))
+            when = float(rec.get("time", now))
+        elif stop_sig is not None and "SIGKILL" in stop_sig:
+            code, reason, when = -int(signal.SIGKILL), "killed", now
+        else:
+            code, reason, when = -int(signal.SIGKILL), "job and its supervisor vanished without an exit record", now
+        if stop_sig is not None:
+            reason = f"stopped by sluice ({stop_sig}): {reason}"
+        att.ctrl.cleanup()
+        for g, holder in list(self._gpu_holders.items()):
+            if holder == (att.job_id, att.attempt):
+                del self._gpu_holders[g]
+        (att.dir / REPORTED_FILE).touch()
+        return JobExited(att.job_id, att.attempt, when, code, reason)
+
+    # ------------------------------------------------------------------ adoption
+    def _adopt(self) -> None:
+        for state_file in sorted(self.runs_dir.glob("*/attempt-*/" + STATE_FILE)):
+            adir = state_file.parent
+            state = _read_json(state_file)
+            if state is None or state.get("node") != self.name or (adir / REPORTED_FILE).exists():
+                continue
+            job_id, attempt = str(state["job_id"]), int(state["attempt"])
+            ctrl = CpuController(
+                self.layout, str(state["cgroup"]), self.cpus, node_cpuset=self.cpuset, ledger=self.ledger
+            )
+            att = _Attempt(
+                job_id,
+                attempt,
+                adir,
+                int(state["shim_pid"]),
+                float(state["shim_create_time"]),
+                ctrl,
+                JsonlTail(adir / "progress.jsonl"),
+            )
+            att.extra = {k: v for k, v in state.items() if k == "launched_at"}
+            att.proc = _same_process(att.shim_pid, att.shim_create)
+            if att.proc is None and not (adir / EXIT_FILE).exists():
+                child = _read_json(adir / CHILD_FILE)
+                if child is not None:
+                    att.child = _same_process(int(child["pid"]), float(child.get("started", 0.0)))
+            if att.proc is not None:
+                ctrl.attach(att.shim_pid)
+            stop = _read_json(adir / STOP_FILE)
+            if stop is not None:
+                att.stop_signal = stop.get("signal")
+                att.stop_deadline = stop.get("deadline")
+            att.next_usage = self.clock() + self.settings.usage_sample_s
+            self._watched[(job_id, attempt)] = att
+            log.info(
+                "adopted attempt %d of %s (%s)", attempt, job_id, "running" if att.alive() else "ended while unwatched"
+            )
+
+    def alive(self) -> dict[str, int]:
+        with self._lock:
+            return {a.job_id: a.attempt for a in self._watched.values() if a.alive()}
+
+    def close(self) -> None:
+        """Forget the attempts; their processes keep running for the next agent to adopt."""
+        with self._lock:
+            for att in self._watched.values():
+                if att.popen is not None and att.popen.poll() is not None:
+                    att.popen.wait()
+            self._watched.clear()

@@ -1,0 +1,44 @@
+"""`report()`: one JSON line per call, appended to the attempt's progress.jsonl.
+
+One `write` of one whole line on an O_APPEND file: the agent tailing it never sees a torn
+record (it also ignores a last line without its newline).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+from sluice.sdk._env import context
+
+
+def _clean(v: Any) -> float | None:
+    """JSON has no NaN/inf; a diverged loss is reported as null rather than breaking the line."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def append_record(record: dict[str, Any]) -> None:
+    run_dir = context().run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    fd = os.open(run_dir / "progress.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def report(step: int, loss: float | None = None, **metrics: float) -> None:
+    """Record training progress at `step`. Pass `total_steps=N` so remaining time can be predicted;
+    any other numeric metric (accuracy, samples_per_s, io_wait_s, ...) is kept too."""
+    clean = {k: c for k, v in metrics.items() if (c := _clean(v)) is not None}
+    append_record(
+        {"t": time.time(), "step": int(step), "loss": None if loss is None else _clean(loss), "metrics": clean}
+    )

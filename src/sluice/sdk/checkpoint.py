@@ -1,0 +1,142 @@
+"""Checkpoints of a job: `save(state, step)`, `load()`, `due()`.
+
+Files are `ckpt-<step>.pt` (torch.save of {"step", "state"}) in $SLUICE_CHECKPOINT_DIR — a
+local folder or any fsspec URL (s3://...). A save is atomic: it is written under a temporary
+name and renamed, so a job killed mid-save leaves the previous checkpoint intact and `load()`
+never sees half a file. Only the newest $SLUICE_CHECKPOINT_KEEP are kept.
+
+torch is imported inside save/load only: importing the SDK stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from sluice.sdk._env import context
+from sluice.sdk._progress import append_record
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+_last_save = time.monotonic()
+
+
+def _is_url(location: str) -> bool:
+    return "://" in location and not location.startswith("file://")
+
+
+def _local(location: str) -> Path:
+    return Path(location.removeprefix("file://"))
+
+
+def _list(location: str) -> list[tuple[int, str]]:
+    """(step, path) of every finished checkpoint, oldest first."""
+    if _is_url(location):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(location)
+        try:
+            names = [(p.rsplit("/", 1)[-1], p) for p in fs.ls(root, detail=False)]
+        except FileNotFoundError:
+            return []
+        proto = location.split("://", 1)[0]
+        found = [(int(m.group(1)), f"{proto}://{p}") for n, p in names if (m := _NAME.match(n))]
+    else:
+        d = _local(location)
+        if not d.is_dir():
+            return []
+        found = [(int(m.group(1)), str(d / n)) for n in os.listdir(d) if (m := _NAME.match(n))]
+    return sorted(found)
+
+
+def save(state: dict[str, Any], step: int) -> str:
+    """Write `state` as the checkpoint of `step`; returns its path and records it in progress.jsonl."""
+    global _last_save
+    import torch
+
+    ctx = context()
+    location = ctx.checkpoint_dir
+    name = f"ckpt-{int(step):012d}.pt"
+    payload = {"step": int(step), "state": state, "saved_at": time.time()}
+    if _is_url(location):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(location)
+        fs.makedirs(root, exist_ok=True)
+        final, tmp = f"{root}/{name}", f"{root}/.tmp-{os.getpid()}-{name}"
+        with fs.open(tmp, "wb") as f:
+            torch.save(payload, f)
+        fs.mv(tmp, final)
+        path = f"{location.split('://', 1)[0]}://{final}"
+    else:
+        d = _local(location)
+        d.mkdir(parents=True, exist_ok=True)
+        tmp_path = d / f".tmp-{os.getpid()}-{name}"
+        with open(tmp_path, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, d / name)
+        path = str(d / name)
+    _rotate(location, ctx.checkpoint_keep)
+    _last_save = time.monotonic()
+    append_record({"t": time.time(), "step": int(step), "checkpoint": path})
+    return path
+
+
+def _rotate(location: str, keep: int) -> None:
+    old = _list(location)[:-keep]
+    if not old:
+        return
+    if _is_url(location):
+        import fsspec
+
+        fs, _ = fsspec.core.url_to_fs(location)
+        for _, p in old:
+            fs.rm(p)
+    else:
+        for _, p in old:
+            Path(p).unlink(missing_ok=True)
+
+
+def load(*, weights_only: bool = True) -> dict[str, Any] | None:
+    """The newest readable checkpoint's state, or None when there is none (a fresh start).
+
+    An unreadable newest file (disk trouble) is skipped with a warning in favour of the one
+    before it, rather than failing the attempt. `weights_only=True` (torch's safe loader)
+    accepts tensors, numbers, strings and containers of them — what state_dicts hold.
+    """
+    import torch
+
+    location = context().checkpoint_dir
+    for step, path in reversed(_list(location)):
+        try:
+            if _is_url(location):
+                import fsspec
+
+                with fsspec.open(path, "rb") as f:
+                    payload = torch.load(f, map_location="cpu", weights_only=weights_only)
+            else:
+                payload = torch.load(path, map_location="cpu", weights_only=weights_only)
+        except Exception as err:  # a torn or foreign file must not stop a resume
+            log.warning("checkpoint %s (step %d) unreadable, trying an older one: %s", path, step, err)
+            continue
+        state = payload.get("state") if isinstance(payload, dict) else None
+        return state if isinstance(state, dict) else None
+    return None
+
+
+def latest_step() -> int | None:
+    """Step of the newest checkpoint, without loading it."""
+    found = _list(context().checkpoint_dir)
+    return found[-1][0] if found else None
+
+
+def due() -> bool:
+    """True when $SLUICE_CHECKPOINT_INTERVAL_S have passed since the last save (or the start)."""
+    return time.monotonic() - _last_save >= context().checkpoint_interval_s
