@@ -1,0 +1,295 @@
+"""The simulation driver: the production Controller and a policy, over the `sim` engine.
+
+It wires a MemoryStore, a SimEngine and a Controller, submits the workload's jobs when
+their time comes, and moves the virtual clock one scheduling round at a time. The CLI and
+the benchmarks reach the simulator only through here (the layering rules keep them away
+from engines and policies).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluice.control.controller import Controller
+from sluice.model import NodeInfo, Phase
+from sluice.policy.base import Policy
+from sluice.policy.registry import make_policy
+from sluice.sim.apps import load_applications
+from sluice.sim.cpu_profiles import resolve_curve
+from sluice.sim.engine import SimEngine
+from sluice.sim.failures import FailurePlan
+from sluice.sim.jobs import CpuJob, GpuAppJob, JobModel, TraceJob
+from sluice.sim.workload import WorkloadError, WorkloadJob
+from sluice.spec import JobSpec
+from sluice.spec.job import CpuRange, QoETarget, ReplicaRange, Resources
+from sluice.store import MemoryStore
+
+
+def default_traces_dir() -> Path:
+    """/work/shared/data/pollux/traces next to the checkout (or SLUICE_POLLUX_TRACES)."""
+    import os
+
+    env = os.environ.get("SLUICE_POLLUX_TRACES")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "pollux" / "traces"
+
+
+@dataclass
+class SimConfig:
+    """nodes × gpus_per_node GPUs, cpus_per_node cores each; interval_s between rounds.
+
+    adaptive_batch: GPU jobs adapt their batch size to their allocation (AdaptDL-style);
+    None follows the policy (`adaptive_batch` attribute: pollux, sluice).
+    """
+
+    nodes: int = 16
+    gpus_per_node: int = 4
+    cpus_per_node: float | None = None
+    interval_s: float = 60.0
+    adaptive_batch: bool | None = None
+    failures: FailurePlan | None = None
+    max_time_s: float | None = None
+    traces_dir: Path | None = None
+    policy_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes must be at least 1, got {self.nodes}")
+        if self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node must be non-negative, got {self.gpus_per_node}")
+        if self.interval_s <= 0:
+            raise ValueError(f"interval must be positive, got {self.interval_s}")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    name: str
+    kind: str
+    submit_s: float
+    start_s: float | None
+    finish_s: float | None
+    restarts: int
+    gpus: int
+    qoe_target: bool
+    qoe_met: bool | None
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.submit_s
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[JobResult]
+    rounds: int
+    round_seconds: list[float]
+    wall_s: float
+    end_s: float
+
+    @property
+    def finished(self) -> list[JobResult]:
+        return [j for j in self.jobs if j.finish_s is not None]
+
+    @property
+    def avg_jct_s(self) -> float:
+        f = [j.jct_s for j in self.finished if j.jct_s is not None]
+        return sum(f) / len(f) if f else math.nan
+
+    @property
+    def p99_jct_s(self) -> float:
+        f = sorted(j.jct_s for j in self.finished if j.jct_s is not None)
+        if not f:
+            return math.nan
+        return f[min(len(f) - 1, math.ceil(0.99 * len(f)) - 1)]
+
+    @property
+    def makespan_s(self) -> float:
+        if not self.jobs:
+            return 0.0
+        done = [j.finish_s for j in self.finished if j.finish_s is not None]
+        return (max(done) if done else self.end_s) - min(j.submit_s for j in self.jobs)
+
+    @property
+    def restarts(self) -> int:
+        return sum(j.restarts for j in self.jobs)
+
+    @property
+    def qoe(self) -> tuple[int, int]:
+        """(targets met, jobs with a target)."""
+        t = [j for j in self.jobs if j.qoe_target]
+        return sum(1 for j in t if j.qoe_met), len(t)
+
+    @property
+    def mean_round_s(self) -> float:
+        return sum(self.round_seconds) / len(self.round_seconds) if self.round_seconds else 0.0
+
+    @property
+    def max_round_s(self) -> float:
+        return max(self.round_seconds, default=0.0)
+
+    def summary(self) -> dict[str, Any]:
+        met, total = self.qoe
+        return {
+            "policy": self.policy,
+            "jobs": len(self.jobs),
+            "finished": len(self.finished),
+            "avg_jct_h": self.avg_jct_s / 3600,
+            "p99_jct_h": self.p99_jct_s / 3600,
+            "makespan_h": self.makespan_s / 3600,
+            "restarts": self.restarts,
+            "qoe_met": met,
+            "qoe_targets": total,
+            "rounds": self.rounds,
+            "mean_round_ms": self.mean_round_s * 1000,
+            "max_round_ms": self.max_round_s * 1000,
+            "wall_s": self.wall_s,
+        }
+
+
+_NAME_OK = re.compile(r"[^a-z0-9._-]+")
+
+
+def _spec_name(name: str) -> str:
+    s = _NAME_OK.sub("-", name.lower()).strip("-._")[:63].rstrip("-._")
+    return s or "job"
+
+
+def build_model(job: WorkloadJob, adaptive: bool, traces_dir: Path) -> JobModel:
+    """The simulated behaviour of one workload job."""
+    if job.kind == "gpu":
+        apps = load_applications(str(traces_dir))
+        if job.application not in apps:
+            raise WorkloadError(f"job {job.name}: unknown application {job.application!r}; known: {', '.join(apps)}")
+        app = apps[job.application]
+        return GpuAppJob(app, job.batch_size or app.init_batch_size, job.gpus, adaptive)
+    if job.kind == "trace":
+        return TraceJob(float(job.duration_s or 0.0), job.gpus)
+    if job.kind == "cpu":
+        return CpuJob(resolve_curve(job.cpu_profile or "mlp"), int(job.cpu_steps or 1000))
+    raise WorkloadError(f"job {job.name}: unknown kind {job.kind!r}")
+
+
+def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
+    """The JobSpec a user would have submitted for this workload job."""
+    qoe = None
+    if job.qoe_loss is not None or job.qoe_deadline_s is not None:
+        qoe = QoETarget(loss=job.qoe_loss, deadline_s=job.qoe_deadline_s)
+    if job.kind == "cpu":
+        res = Resources(cpu=CpuRange(min=1.0))
+    else:
+        most = int(model.hints().get("max_gpus", job.gpus))
+        res = Resources(
+            cpu=CpuRange(min=1.0),
+            gpus=1,
+            replicas=ReplicaRange(min=min(job.gpus, 1024), max=min(max(job.gpus, most), 1024)),
+        )
+    return JobSpec(
+        name=_spec_name(job.name),
+        command=["sim-job", job.name],
+        resources=res,
+        qoe=qoe,
+        max_restarts=100,
+        labels={"sim.kind": job.kind},
+    )
+
+
+def make_nodes(cfg: SimConfig, cpu_jobs: bool) -> list[NodeInfo]:
+    cpus = cfg.cpus_per_node or (8.0 if cpu_jobs else max(8.0, 4.0 * cfg.gpus_per_node))
+    width = len(str(cfg.nodes - 1))
+    return [NodeInfo(f"n{i:0{width}d}", cpus, cfg.gpus_per_node) for i in range(cfg.nodes)]
+
+
+def run_simulation(
+    workload: list[WorkloadJob],
+    policy: str | Policy,
+    cfg: SimConfig | None = None,
+    on_round: Callable[[float, int, int], None] | None = None,
+) -> SimResult:
+    """Run the workload to completion (or `cfg.max_time_s`) and return per-job results.
+
+    on_round(now, jobs finished, jobs total) is called after every round (progress bars).
+    """
+    cfg = cfg or SimConfig()
+    pol = make_policy(policy, interval_s=cfg.interval_s, **cfg.policy_options) if isinstance(policy, str) else policy
+    adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else bool(getattr(pol, "adaptive_batch", False))
+    traces = cfg.traces_dir or default_traces_dir()
+    nodes = make_nodes(cfg, any(j.kind == "cpu" for j in workload))
+    engine = SimEngine(nodes, cfg.failures)
+    ctl = Controller(MemoryStore(keep_events=False), engine, pol, checkpoint_root="sim://ckpt", record_waits=False)
+
+    todo = deque(sorted(workload, key=lambda j: j.submit_time))
+    ids: dict[str, WorkloadJob] = {}
+    models: dict[str, JobModel] = {}
+    round_s: list[float] = []
+    t = 0.0
+    wall0 = time.perf_counter()
+    while todo or ctl.active_ids:
+        if not ctl.active_ids and todo and todo[0].submit_time > t:
+            # Nothing to run until the next arrival: jump there, on the round grid.
+            nxt = math.ceil(todo[0].submit_time / cfg.interval_s) * cfg.interval_s
+            engine.advance(nxt)
+            t = nxt
+        while todo and todo[0].submit_time <= t:
+            wj = todo.popleft()
+            job_id = f"s{len(ids):06d}"
+            model = build_model(wj, adaptive, traces)
+            engine.add_job(job_id, model)
+            ctl.submit(wj.user, build_spec(wj, model), job_id=job_id)
+            ids[job_id] = wj
+            models[job_id] = model
+        ctl.step()
+        spent = ctl.round_seconds
+        if any(ctl.jobs[j].phase == Phase.STOPPING for j in ctl.active_ids):
+            # Stops complete at once in the sim: settle them in the same round so freed GPUs
+            # are reused now, as the paper's simulator does, rather than one round later.
+            ctl.step()
+            spent += ctl.round_seconds
+        round_s.append(spent)
+        if on_round is not None:
+            on_round(t, len(engine.completed_at), len(workload))
+        if cfg.max_time_s is not None and t >= cfg.max_time_s:
+            break
+        t += cfg.interval_s
+        engine.advance(t)
+    ctl.step()  # take in the last exits
+    wall = time.perf_counter() - wall0
+
+    results = []
+    for job_id, wj in ids.items():
+        rec = ctl.jobs[job_id]
+        model = models[job_id]
+        finish = engine.completed_at.get(job_id)
+        target = wj.qoe_loss is not None or wj.qoe_deadline_s is not None
+        met: bool | None = None
+        if target:
+            met = True
+            if wj.qoe_loss is not None:
+                at = rec.extra.get("qoe_met_at")
+                met = at is not None
+                if met and wj.qoe_deadline_s is not None:
+                    met = float(at) <= wj.submit_time + wj.qoe_deadline_s  # type: ignore[arg-type]
+            elif wj.qoe_deadline_s is not None:
+                met = finish is not None and finish <= wj.submit_time + wj.qoe_deadline_s
+        results.append(
+            JobResult(
+                name=wj.name,
+                kind=wj.kind,
+                submit_s=wj.submit_time,
+                start_s=engine.first_start.get(job_id),
+                finish_s=finish,
+                restarts=max(0, model.restarts),
+                gpus=wj.gpus,
+                qoe_target=target,
+                qoe_met=met,
+            )
+        )
+    return SimResult(getattr(pol, "name", str(policy)), results, len(round_s), round_s, wall, t)

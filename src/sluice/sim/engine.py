@@ -1,0 +1,271 @@
+"""The `sim` engine: a discrete-event cluster with a virtual clock.
+
+It implements the Engine protocol (structurally — `sim` may import only `model`), so the
+production Controller and policies run against it unchanged. Time moves only when the
+driver calls `advance(to)`: every running job's model is stepped to that time, completions
+land at their exact virtual time, and the events a real engine would report (JobStarted,
+JobProgress, JobUsage, JobExited, NodeLost/NodeUp) queue up for the next `poll()`.
+
+Besides the protocol it offers the two optional methods the controller looks for:
+`speedup_fn(job_id)` (a job's relative goodput under any allocation) and `job_hints(job_id)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.model import (
+    Allocation,
+    Event,
+    JobExited,
+    JobProgress,
+    JobStarted,
+    JobUsage,
+    LaunchRequest,
+    NodeInfo,
+    NodeLost,
+    NodeUp,
+)
+from sluice.sim.failures import FailurePlan
+from sluice.sim.jobs import JobModel
+
+
+class CapacityError(ValueError):
+    """A launch or resize asked for more GPUs than a node has free (a policy bug)."""
+
+
+@dataclass
+class _Run:
+    attempt: int
+    allocation: Allocation
+
+
+class SimEngine:
+    name = "sim"
+
+    def __init__(self, nodes: list[NodeInfo], failures: FailurePlan | None = None, progress_events: bool = True):
+        self.now = 0.0
+        self._nodes = {n.name: n for n in nodes}
+        self._lost: dict[str, float] = {}
+        self._models: dict[str, JobModel] = {}
+        self._runs: dict[str, _Run] = {}
+        self._gpu_used: dict[str, int] = dict.fromkeys(self._nodes, 0)
+        self._events: list[Event] = []
+        self.failures = failures
+        self.progress_events = progress_events
+        self.completed_at: dict[str, float] = {}
+        self.first_start: dict[str, float] = {}
+        self.node_losses = 0
+
+    # ----------------------------------------------------------------- set-up
+
+    def add_job(self, job_id: str, model: JobModel) -> None:
+        """Bind the model that decides how a job progresses (before it is submitted)."""
+        self._models[job_id] = model
+
+    def model(self, job_id: str) -> JobModel:
+        return self._models[job_id]
+
+    # ----------------------------------------------------------------- Engine protocol
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes.values())
+
+    def clock(self) -> float:
+        return self.now
+
+    def alive(self) -> dict[str, int]:
+        return {j: r.attempt for j, r in self._runs.items()}
+
+    def log_path(self, job_id: str) -> str | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def poll(self) -> list[Event]:
+        out, self._events = self._events, []
+        return out
+
+    def launch(self, req: LaunchRequest) -> None:
+        model = self._models.get(req.job_id)
+        if model is None:
+            raise KeyError(f"sim engine has no model for job {req.job_id}")
+        lost = [n for n in req.allocation.nodes if n in self._lost or n not in self._nodes]
+        if lost:
+            self._events.append(JobExited(req.job_id, req.attempt, self.now, -9, f"node lost: {lost[0]}"))
+            return
+        self._take(req.allocation, None)
+        model.place(req.allocation)
+        self._runs[req.job_id] = _Run(req.attempt, req.allocation)
+        self.first_start.setdefault(req.job_id, self.now)
+        self._events.append(JobStarted(req.job_id, req.attempt, req.allocation.primary_node, self.now))
+
+    def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
+        run = self._runs.get(job_id)
+        if run is None or run.attempt != attempt:
+            return
+        self._take(allocation, run.allocation)
+        self._models[job_id].reallocate(allocation)
+        run.allocation = allocation
+
+    def stop(self, job_id: str, attempt: int, checkpoint: bool = True) -> None:
+        run = self._runs.get(job_id)
+        if run is None or run.attempt != attempt:
+            return
+        model = self._models[job_id]
+        if not checkpoint and self.failures is not None:
+            model.rollback(self.failures.lost_work_s())
+        self._release(job_id)
+        model.suspend()
+        why = "checkpointed and stopped" if checkpoint else "killed"
+        self._events.append(JobExited(job_id, attempt, self.now, 0 if checkpoint else -9, why))
+
+    # ----------------------------------------------------------------- optional, for policies
+
+    def speedup_fn(self, job_id: str) -> Callable[[Allocation], float] | None:
+        model = self._models.get(job_id)
+        return None if model is None else model.speedup
+
+    def job_hints(self, job_id: str) -> dict[str, Any]:
+        model = self._models.get(job_id)
+        return {} if model is None else model.hints()
+
+    # ----------------------------------------------------------------- virtual time
+
+    def advance(self, to: float) -> None:
+        """Run the cluster until virtual time `to`."""
+        if to < self.now:
+            raise ValueError(f"time runs forward only: at {self.now}, asked for {to}")
+        cuts: list[tuple[float, str | None]] = []
+        for node, back in list(self._lost.items()):
+            if back <= to:
+                cuts.append((back, None))
+        if self.failures is not None:
+            alive = [n for n in self._nodes if n not in self._lost]
+            cuts.extend(self.failures.losses(self.now, to, alive))
+        cuts.sort(key=lambda c: c[0])
+        for t, node in cuts:
+            self._run_until(t)
+            if node is None:
+                self._repairs(t)
+            elif node not in self._lost:
+                self._lose(node, t)
+        self._run_until(to)
+        self._repairs(to)
+
+    def _run_until(self, t: float) -> None:
+        dt = t - self.now
+        if dt <= 0:
+            return
+        shares = self._cpu_shares()
+        finished: list[tuple[str, float]] = []
+        for job_id, run in self._runs.items():
+            model = self._models[job_id]
+            cpu = shares.get(job_id, run.allocation.total_cpu_request)
+            used = model.advance(dt, cpu)
+            if used is not None:
+                finished.append((job_id, self.now + used))
+            elif self.progress_events:
+                self._events.append(
+                    JobProgress(job_id, run.attempt, t, model.step, model.loss(), {"total_steps": model.total_steps})
+                )
+            if model.kind == "cpu":
+                self._events.append(JobUsage(job_id, run.attempt, t, cpu))
+        for job_id, at in finished:
+            run = self._runs[job_id]
+            model = self._models[job_id]
+            self._events.append(
+                JobProgress(
+                    job_id, run.attempt, at, model.total_steps, model.loss(), {"total_steps": model.total_steps}
+                )
+            )
+            self._events.append(JobExited(job_id, run.attempt, at, 0, "completed"))
+            self.completed_at[job_id] = at
+            self._release(job_id)
+        self.now = t
+
+    def _cpu_shares(self) -> dict[str, float]:
+        """Cores each CPU job gets: the kernel's weighted fair share (weights = requests),
+        capped by the job's limit and by what it can use, spare cores handed on (water-filling)."""
+        per_node: dict[str, list[tuple[str, float, float]]] = {}
+        for job_id, run in self._runs.items():
+            model = self._models[job_id]
+            if model.kind != "cpu":
+                continue
+            a = run.allocation.assignments[0]
+            cap = model.cpu_demand(run.allocation)
+            if a.cpu_limit is not None:
+                cap = min(cap, a.cpu_limit)
+            per_node.setdefault(a.node, []).append((job_id, max(a.cpu_request, 1e-3), cap))
+        out: dict[str, float] = {}
+        for node, jobs in per_node.items():
+            out.update(water_fill(self._nodes[node].cpu, jobs))
+        return out
+
+    def _lose(self, node: str, t: float) -> None:
+        self.node_losses += 1
+        repair = self.failures.repair_s if self.failures else 0.0
+        self._lost[node] = t + repair
+        self._events.append(NodeLost(node, t, "injected failure"))
+        for job_id in [j for j, r in self._runs.items() if node in r.allocation.nodes]:
+            run = self._runs[job_id]
+            model = self._models[job_id]
+            if self.failures is not None:
+                model.rollback(self.failures.lost_work_s())
+            self._release(job_id)
+            model.suspend()
+            self._events.append(JobExited(job_id, run.attempt, t, -9, f"node lost: {node}"))
+
+    def _repairs(self, t: float) -> None:
+        for node, back in list(self._lost.items()):
+            if back <= t:
+                del self._lost[node]
+                info = self._nodes[node]
+                self._events.append(NodeUp(node, back, info.cpu, info.gpus, info.memory_mb, dict(info.labels)))
+
+    # ----------------------------------------------------------------- GPU accounting
+
+    def _take(self, new: Allocation, old: Allocation | None) -> None:
+        delta: dict[str, int] = {}
+        for n, g in new.gpus_per_node().items():
+            delta[n] = delta.get(n, 0) + g
+        if old is not None:
+            for n, g in old.gpus_per_node().items():
+                delta[n] = delta.get(n, 0) - g
+        for n, g in delta.items():
+            if n not in self._nodes:
+                raise CapacityError(f"no node {n!r} in the simulated cluster")
+            if self._gpu_used[n] + g > self._nodes[n].gpus:
+                raise CapacityError(f"node {n} has {self._nodes[n].gpus - self._gpu_used[n]} GPUs free, asked for {g}")
+        for n, g in delta.items():
+            self._gpu_used[n] += g
+
+    def _release(self, job_id: str) -> None:
+        run = self._runs.pop(job_id)
+        for n, g in run.allocation.gpus_per_node().items():
+            self._gpu_used[n] -= g
+
+
+def water_fill(capacity: float, jobs: list[tuple[str, float, float]]) -> dict[str, float]:
+    """Split `capacity` among (id, weight, cap) in proportion to weight, never above cap,
+    handing what a capped job cannot use to the others."""
+    out: dict[str, float] = {}
+    left = list(jobs)
+    room = capacity
+    while left and room > 1e-12:
+        total_w = sum(w for _, w, _ in left)
+        capped = [(j, w, c) for j, w, c in left if c <= room * w / total_w]
+        if not capped:
+            for j, w, _ in left:
+                out[j] = room * w / total_w
+            return out
+        for j, _, c in capped:
+            out[j] = c
+            room -= c
+        left = [x for x in left if x not in capped]
+    for j, _, _ in left:
+        out[j] = 0.0
+    return out
