@@ -1,0 +1,138 @@
+"""Fault injection: make one (virtual) node sick for real, to test the health loop end to end.
+
+Kinds: `cpu` (busy loops on every core of the node), `memory` (allocate and keep touching
+MB of RAM), `io` (write + fsync storm into a folder). Every fault process is pinned to the
+node's cores (its cpuset), runs in its own process group and is killed with it, so a fault
+on node-1 stresses node-1's cores and not the test runner's.
+
+stress-ng (Debian) is used where installed — it is the tool operators know; otherwise the
+same loads are made by small Python children. Nothing goes through a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import TracebackType
+
+_PY_CPU = "while True: pass"
+_PY_MEM = (
+    "import sys, time\n"
+    "mb = int(sys.argv[1]); buf = bytearray(mb * 1024 * 1024)\n"
+    "while True:\n"
+    "    for i in range(0, len(buf), 4096): buf[i] = (buf[i] + 1) % 256\n"
+    "    time.sleep(0.05)\n"
+)
+_PY_IO = (
+    "import os, sys\n"
+    "path = os.path.join(sys.argv[1], f'io-{os.getpid()}'); block = os.urandom(1 << 20)\n"
+    "while True:\n"
+    "    with open(path, 'wb') as f:\n"
+    "        for _ in range(32): f.write(block)\n"
+    "        f.flush(); os.fsync(f.fileno())\n"
+)
+
+
+class FaultKind(StrEnum):
+    CPU = "cpu"
+    MEMORY = "memory"
+    IO = "io"
+
+
+@dataclass
+class Fault:
+    """A running fault. Use as a context manager, or call start()/stop().
+
+    cores:  the node's CPU ids (the fault's processes are pinned there).
+    memory_mb: RAM held by a memory fault. workdir: where an I/O fault writes (a temp dir
+    by default, removed on stop). use_stress_ng: None = when installed.
+    """
+
+    kind: FaultKind
+    cores: Sequence[int]
+    memory_mb: int = 512
+    workdir: str | None = None
+    use_stress_ng: bool | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _tmp: str | None = None
+
+    def argvs(self) -> list[list[str]]:
+        """The commands this fault runs (argv lists)."""
+        cores = sorted(self.cores)
+        n = len(cores)
+        stress = shutil.which("stress-ng") if self.use_stress_ng is not False else None
+        if self.use_stress_ng and stress is None:
+            raise RuntimeError("stress-ng was asked for but is not installed (apt-get install stress-ng)")
+        where = self.workdir or self._tmp or tempfile.gettempdir()
+        if stress:
+            taskset = ["--taskset", ",".join(map(str, cores))]
+            if self.kind == FaultKind.CPU:
+                return [[stress, "--cpu", str(n), "--cpu-load", "100", *taskset, "--quiet"]]
+            if self.kind == FaultKind.MEMORY:
+                return [[stress, "--vm", "1", "--vm-bytes", f"{self.memory_mb}M", "--vm-keep", *taskset, "--quiet"]]
+            return [[stress, "--hdd", str(max(n, 1)), "--hdd-bytes", "64M", "--temp-path", where, *taskset, "--quiet"]]
+        if self.kind == FaultKind.CPU:
+            return [[sys.executable, "-c", _PY_CPU] for _ in cores]
+        if self.kind == FaultKind.MEMORY:
+            return [[sys.executable, "-c", _PY_MEM, str(self.memory_mb)]]
+        return [[sys.executable, "-c", _PY_IO, where] for _ in range(max(n, 1))]
+
+    def start(self) -> Fault:
+        if self.procs:
+            return self
+        if self.kind == FaultKind.IO and self.workdir is None:
+            self._tmp = tempfile.mkdtemp(prefix="sluice-fault-io-")
+        cores = set(self.cores)
+        for argv in self.argvs():
+            p = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            # Pin at once (stress-ng pins its workers itself with --taskset; the parent too).
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(p.pid, cores)
+            self.procs.append(p)
+        return self
+
+    def stop(self) -> None:
+        """Kill every fault process group and reap it; idempotent."""
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
+        self.procs.clear()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    @property
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def __enter__(self) -> Fault:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def inject(kind: str, cores: Sequence[int], **kwargs: object) -> Fault:
+    """Start a fault by name ('cpu', 'memory', 'io'); raises ValueError naming the bad kind."""
+    try:
+        k = FaultKind(kind)
+    except ValueError:
+        raise ValueError(f"fault kind {kind!r} is not one of {', '.join(f.value for f in FaultKind)}") from None
+    return Fault(k, cores, **kwargs).start()  # type: ignore[arg-type]

@@ -1,0 +1,150 @@
+"""Node KPI sampling for the health detector: one sample a second, kept as a bounded window.
+
+Why per-core deltas computed here rather than `psutil.cpu_percent`: psutil keeps one
+"since last call" state per process, so two virtual nodes sampled in the same agent process
+would steal each other's intervals. Each sampler keeps its own previous counters and reads
+only its node's cores (its cpuset); memory, swap, disk, network and context switches are
+machine-wide (virtual nodes share them, as containers on one host do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import psutil
+
+from sluice.model import Event, JobProgress
+
+_MB = 1024.0 * 1024.0
+
+
+def _gpu_reader() -> Callable[[], dict[str, float]] | None:
+    """NVML metrics where a GPU and the nvidia-ml bindings exist; None elsewhere."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:  # no driver, no library, no device: no GPU KPIs
+        return None
+    if not handles:
+        return None
+
+    def read() -> dict[str, float]:
+        out: dict[str, float] = {}
+        for i, h in enumerate(handles):
+            with contextlib.suppress(Exception):
+                util = pynvml.nvmlDeviceGetUtilizationRates(h)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                out[f"gpu{i}_util_pct"] = float(util.gpu)
+                out[f"gpu{i}_mem_pct"] = 100.0 * float(mem.used) / max(float(mem.total), 1.0)
+                out[f"gpu{i}_temp_c"] = float(pynvml.nvmlDeviceGetTemperature(h, 0))
+        return out
+
+    return read
+
+
+class KpiSampler:
+    """`sample()` returns one dict of KPIs (rates are per second since the previous sample;
+    the first sample's rates are 0) and appends it to `window` (the newest `window_size`)."""
+
+    def __init__(
+        self,
+        cpus: Sequence[int] | None = None,
+        window_size: int = 600,
+        gpus: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cpus = sorted(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
+        self.window: deque[tuple[float, dict[str, float]]] = deque(maxlen=window_size)
+        self._clock = clock
+        self._gpu = _gpu_reader() if gpus else None
+        self._steps = 0
+        self._last_step: dict[str, int] = {}
+        self._prev_t = clock()
+        self._prev_cpu = self._cpu_times()
+        self._prev_counters = self._counters()
+
+    # -------------------------------------------------------------- raw counters
+    def _cpu_times(self) -> list[Any]:
+        per = psutil.cpu_times(percpu=True)
+        return [per[c] for c in self.cpus if c < len(per)]
+
+    @staticmethod
+    def _counters() -> dict[str, float]:
+        out: dict[str, float] = {}
+        d = psutil.disk_io_counters()
+        if d is not None:
+            out.update(
+                disk_read_mbps=d.read_bytes / _MB,
+                disk_write_mbps=d.write_bytes / _MB,
+                disk_read_iops=float(d.read_count),
+                disk_write_iops=float(d.write_count),
+                disk_busy_pct=float(getattr(d, "busy_time", 0)) / 10.0,  # ms → % of a second
+            )
+        n = psutil.net_io_counters()
+        if n is not None:
+            out.update(
+                net_rx_mbps=n.bytes_recv / _MB,
+                net_tx_mbps=n.bytes_sent / _MB,
+                net_rx_pps=float(n.packets_recv),
+                net_tx_pps=float(n.packets_sent),
+            )
+        s = psutil.cpu_stats()
+        out.update(ctx_switches_ps=float(s.ctx_switches), interrupts_ps=float(s.interrupts))
+        sw = psutil.swap_memory()
+        out.update(swap_in_mbps=sw.sin / _MB, swap_out_mbps=sw.sout / _MB)
+        return out
+
+    # -------------------------------------------------------------- job throughput
+    def observe(self, events: Iterable[Event]) -> None:
+        """Count training steps the node's jobs reported (job throughput on the node)."""
+        for e in events:
+            if isinstance(e, JobProgress):
+                last = self._last_step.get(e.job_id)
+                if last is not None and e.step > last:
+                    self._steps += e.step - last
+                self._last_step[e.job_id] = e.step
+
+    # -------------------------------------------------------------- sample
+    def sample(self, jobs: int | None = None) -> dict[str, float]:
+        now = self._clock()
+        dt = max(now - self._prev_t, 1e-6)
+        cpu = self._cpu_times()
+        values: dict[str, float] = {}
+        sums = {"busy": 0.0, "user": 0.0, "system": 0.0, "iowait": 0.0, "steal": 0.0}
+        for j, (a, b) in enumerate(zip(cpu, self._prev_cpu, strict=False)):
+            total = max(sum(a) - sum(b), 1e-9)
+            idle = (a.idle - b.idle) + (getattr(a, "iowait", 0.0) - getattr(b, "iowait", 0.0))
+            busy = 100.0 * max(0.0, 1.0 - idle / total)
+            values[f"cpu{j}_busy_pct"] = busy
+            sums["busy"] += busy
+            sums["user"] += 100.0 * (a.user - b.user) / total
+            sums["system"] += 100.0 * (a.system - b.system) / total
+            sums["iowait"] += 100.0 * (getattr(a, "iowait", 0.0) - getattr(b, "iowait", 0.0)) / total
+            sums["steal"] += 100.0 * (getattr(a, "steal", 0.0) - getattr(b, "steal", 0.0)) / total
+        ncpu = max(len(cpu), 1)
+        for key, v in sums.items():
+            values[f"cpu_{key}_pct"] = max(0.0, v / ncpu)
+        counters = self._counters()
+        for key, v in counters.items():
+            values[key] = max(0.0, (v - self._prev_counters.get(key, v)) / dt)
+        machine_cores = psutil.cpu_count() or 1
+        values["load1_per_core"] = os.getloadavg()[0] / machine_cores
+        vm = psutil.virtual_memory()
+        values["mem_used_pct"] = float(vm.percent)
+        values["swap_used_pct"] = float(psutil.swap_memory().percent)
+        values["job_steps_ps"] = self._steps / dt
+        if jobs is not None:
+            values["jobs"] = float(jobs)
+        if self._gpu is not None:
+            values.update(self._gpu())
+        self._steps = 0
+        self._prev_t, self._prev_cpu, self._prev_counters = now, cpu, counters
+        self.window.append((now, values))
+        return values

@@ -1,0 +1,248 @@
+"""The health monitor: NodeKPIs events in, node health transitions (with reasons) out.
+
+Per node it learns the node's own healthy behaviour (the first `train_samples` KPI samples,
+or a model saved by an earlier run), then scores every new sample's window with the flow
+detector, turns scores into alarms with a SPOT threshold, and feeds the alarms to the
+Healthy → Suspect → Cordoned → Healthy state machine. A transition goes to the controller's
+`set_node_health`, which persists it in the store (save_node + event log), makes the node
+unschedulable when Cordoned and moves its jobs off through checkpoints.
+
+Runs as a controller observer (called each reconcile round with that round's events), so
+it adds no thread of its own except, optionally, the one fitting a node's model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from sluice.health.attribution import describe
+from sluice.health.detector import DetectorConfig, FlowDetector
+from sluice.health.spot import Spot
+from sluice.health.state import HealthRules, NodeHealthMachine, Transition
+from sluice.model import Event, NodeHealth, NodeKPIs
+
+log = logging.getLogger("sluice.health")
+
+
+class HealthTarget(Protocol):
+    """What the monitor drives: the Controller satisfies it."""
+
+    def set_node_health(self, node: str, health: NodeHealth, reason: str, by: str = "detector") -> None: ...
+
+
+def _online_detector() -> DetectorConfig:
+    # Small and quick: a node model is fitted inside the control plane on a few minutes of
+    # 1 Hz samples, on one thread, while the control plane keeps working.
+    return DetectorConfig(
+        history=8,
+        hidden=32,
+        transforms=3,
+        epochs=60,
+        max_train_s=30.0,
+        val_fraction=0.3,
+        smooth=3,
+        threads=1,
+        noise=0.1,
+    )
+
+
+@dataclass
+class MonitorConfig:
+    """train_samples: healthy samples a node must show before its model is fitted.
+    q: SPOT risk per sample. ignore: KPIs left out of the model (bookkeeping, not health).
+    models_dir: where fitted node models are saved and looked for (None = not kept).
+    background: fit models on a thread (True in the control plane; tests may use False)."""
+
+    train_samples: int = 300
+    q: float = 1e-3
+    rules: HealthRules = field(default_factory=HealthRules)
+    detector: DetectorConfig = field(default_factory=_online_detector)
+    ignore: tuple[str, ...] = ("jobs",)
+    models_dir: Path | None = None
+    background: bool = True
+    top_n: int = 3
+
+
+@dataclass
+class NodeTrack:
+    """Everything the monitor keeps for one node."""
+
+    machine: NodeHealthMachine
+    keys: list[str] | None = None
+    rows: deque[np.ndarray] = field(default_factory=deque)
+    detector: FlowDetector | None = None
+    spot: Spot | None = None
+    training: threading.Thread | None = None
+    last_score: float = float("nan")
+    last_reason: str = ""
+    alarms: int = 0
+    scored: int = 0
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        target: HealthTarget,
+        config: MonitorConfig | None = None,
+        saved: Mapping[str, tuple[NodeHealth, str, str | None]] | None = None,
+    ) -> None:
+        """`saved`: node -> (health, reason, cordoned_by) from the store, so a cordon set
+        before a restart keeps its owner (an operator cordon is never lifted by the detector)."""
+        self.target = target
+        self.config = config or MonitorConfig()
+        self.nodes: dict[str, NodeTrack] = {}
+        self.transitions: list[Transition] = []
+        self._lock = threading.Lock()
+        for node, (health, reason, by) in (saved or {}).items():
+            m = self._track(node).machine
+            m.state, m.reason, m.cordoned_by = health, reason, by
+
+    # ------------------------------------------------------------------ wiring
+    @classmethod
+    def attach(cls, controller: Any, config: MonitorConfig | None = None) -> HealthMonitor:
+        """Build a monitor for a Controller: state restored from its store, registered as an
+        observer of its rounds."""
+        saved = {r.name: (r.health, r.reason, r.cordoned_by) for r in controller.store.list_nodes()}
+        mon = cls(controller, config, saved)
+        controller.observers.append(mon)
+        return mon
+
+    def __call__(self, controller: Any, events: Sequence[Event]) -> None:
+        nodes = getattr(controller, "nodes", {})
+        for e in events:
+            if isinstance(e, NodeKPIs):
+                st = nodes.get(e.node)
+                self.observe(e, None if st is None else st.health)
+
+    # ------------------------------------------------------------------ per sample
+    def _track(self, node: str) -> NodeTrack:
+        tr = self.nodes.get(node)
+        if tr is None:
+            keep = max(self.config.train_samples, self.config.detector.history + self.config.detector.target) + 1
+            tr = NodeTrack(NodeHealthMachine(node, self.config.rules), rows=deque(maxlen=keep))
+            self.nodes[node] = tr
+            self._load(node, tr)
+        return tr
+
+    def observe(self, e: NodeKPIs, current: NodeHealth | None = None) -> Transition | None:
+        """Score one sample. `current`: the node's health as the controller has it now, so an
+        operator's cordon/uncordon made elsewhere is honoured."""
+        tr = self._track(e.node)
+        self._sync(tr, current, e.time)
+        if tr.keys is None:
+            tr.keys = sorted(k for k in e.values if k not in self.config.ignore)
+        tr.rows.append(np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32))
+        with self._lock:
+            det, spot = tr.detector, tr.spot
+        if det is None or spot is None:
+            if tr.training is None and len(tr.rows) >= self.config.train_samples:
+                self._fit(e.node, tr)
+            return None
+        need = det.config.history + det.config.target + det.config.smooth - 1
+        window = np.stack(list(tr.rows)[-need:])
+        score = float(det.score_windows(window)[-1])
+        tr.last_score, tr.scored = score, tr.scored + 1
+        alarm = spot.step(score)
+        why = ""
+        if alarm:
+            tr.alarms += 1
+            why = describe(score, spot.threshold, det.attribute(window), self.config.top_n)
+            tr.last_reason = why
+        t = tr.machine.observe(e.time, alarm, why)
+        if t is not None:
+            self._apply(t)
+        return t
+
+    def _sync(self, tr: NodeTrack, current: NodeHealth | None, now: float) -> None:
+        m = tr.machine
+        if current is None or current == m.state or current == NodeHealth.LOST:
+            return
+        if current == NodeHealth.CORDONED:
+            m.cordon(now, "cordoned by operator", by="operator")
+        elif current == NodeHealth.HEALTHY and m.state in (NodeHealth.CORDONED, NodeHealth.SUSPECT):
+            m.uncordon(now, "uncordoned by operator")
+
+    def _apply(self, t: Transition) -> None:
+        self.transitions.append(t)
+        log.info("node %s: %s -> %s (%s)", t.node, t.old, t.new, t.reason)
+        try:
+            self.target.set_node_health(t.node, t.new, t.reason, by="detector")
+        except KeyError:
+            log.warning("node %s is unknown to the controller; health %s not applied", t.node, t.new)
+
+    # ------------------------------------------------------------------ models
+    def _fit(self, node: str, tr: NodeTrack) -> None:
+        data = np.stack(list(tr.rows))
+        keys = list(tr.keys or [])
+
+        def work() -> None:
+            det = FlowDetector(self.config.detector)
+            det.fit(data, keys)
+            spot = Spot(q=self.config.q, level=_level(len(det.calibration))).fit(det.calibration)
+            if self.config.models_dir is not None:
+                self.config.models_dir.mkdir(parents=True, exist_ok=True)
+                det.save(self.config.models_dir / f"{node}.pt")
+            with self._lock:
+                tr.detector, tr.spot = det, spot
+            log.info("node %s: model fitted on %d samples, threshold %.2f", node, len(data), spot.threshold)
+
+        if self.config.background:
+            tr.training = threading.Thread(target=work, name=f"health-fit-{node}", daemon=True)
+            tr.training.start()
+        else:
+            tr.training = threading.current_thread()
+            work()
+
+    def _load(self, node: str, tr: NodeTrack) -> None:
+        if self.config.models_dir is None:
+            return
+        path = self.config.models_dir / f"{node}.pt"
+        if not path.exists():
+            return
+        try:
+            det = FlowDetector.load(path)
+        except Exception as err:  # a corrupt or old model: learn again rather than fail
+            log.warning("node %s: cannot load %s (%s); learning a new model", node, path, err)
+            return
+        tr.detector, tr.keys = det, list(det.kpis)
+        tr.spot = Spot(q=self.config.q, level=_level(len(det.calibration))).fit(det.calibration)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait for every node's model fitting to finish (tests, `sluice demo`)."""
+        for tr in self.nodes.values():
+            if tr.training is not None and tr.training is not threading.current_thread():
+                tr.training.join(timeout)
+        return all(tr.detector is not None for tr in self.nodes.values())
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """Per node: state, reason, whether a model is ready, last score and threshold."""
+        return {
+            n: {
+                "health": str(tr.machine.state),
+                "reason": tr.machine.reason,
+                "model": tr.detector is not None,
+                "samples": len(tr.rows),
+                "score": tr.last_score,
+                "threshold": tr.spot.threshold if tr.spot else float("nan"),
+                "alarms": tr.alarms,
+                "scored": tr.scored,
+            }
+            for n, tr in self.nodes.items()
+        }
+
+
+def _level(n: int) -> float:
+    """Initial SPOT quantile: 0.98 when there are enough calibration scores to leave a tail
+    of excesses to fit; lower on a short healthy history so some peaks remain."""
+    return min(0.98, max(0.8, 1.0 - 10.0 / max(n, 1)))
+
+
+OnTransition = Callable[[Transition], None]

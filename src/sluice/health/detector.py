@@ -1,0 +1,229 @@
+"""The node anomaly detector: a conditional normalizing flow over KPI windows.
+
+Why a flow: it gives an exact log-likelihood of each window, so "how unlikely is what this
+node just did, given what it was doing a moment ago" is one number with a meaning, and the
+same model can be sampled to say *which* KPIs were unlikely (attribution). As in conditional
+RealNVP, a recurrent encoder (GRU) summarises the recent history into the flow's context;
+the flow models the density of the newest `target` steps. Score = negative log-likelihood.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import zuko
+from torch import nn
+
+from sluice.health.features import Array, Scaler, per_step, windows
+
+
+@dataclass
+class DetectorConfig:
+    """Knobs of the flow detector (defaults tuned on ASD, see docs/health.md).
+
+    history:   steps the encoder reads before the modelled window.
+    target:    steps in the modelled window (its density is over target*K values).
+    hidden:    GRU state size and flow hidden-layer width.
+    transforms: coupling layers in the RealNVP.
+    noise:     std of Gaussian dequantisation noise added while training (in scaled units);
+               keeps the flow from collapsing onto KPIs that sit on a few exact values.
+    epochs/batch/lr: optimiser; `max_train_s` caps training wall time.
+    val_fraction: newest share of the healthy series held out for early stopping and for the
+               threshold's calibration scores (scores on data the model never fitted).
+    smooth:    scores are averaged over this many steps (1 = off); short spikes of a single
+               KPI are rarely faults worth acting on.
+    """
+
+    history: int = 16
+    target: int = 1
+    hidden: int = 64
+    transforms: int = 4
+    noise: float = 0.05
+    epochs: int = 30
+    batch: int = 256
+    lr: float = 2e-3
+    max_train_s: float = 90.0
+    val_fraction: float = 0.2
+    smooth: int = 1
+    seed: int = 0
+    threads: int = 0  # 0 = torch's default
+
+
+class _Net(nn.Module):
+    def __init__(self, k: int, cfg: DetectorConfig) -> None:
+        super().__init__()
+        self.k = k
+        self.encoder = nn.GRU(k, cfg.hidden, batch_first=True)
+        ctx = cfg.hidden + k
+        self.flow = zuko.flows.RealNVP(
+            k * cfg.target, context=ctx, transforms=cfg.transforms, hidden_features=(cfg.hidden, cfg.hidden)
+        )
+
+    def context(self, hist: torch.Tensor) -> torch.Tensor:
+        _, h = self.encoder(hist)
+        # The last observation goes in next to the GRU summary: "what came just before" is the
+        # strongest single predictor of a KPI, and the GRU need not learn to carry it.
+        return torch.cat([h[-1], hist[:, -1]], dim=1)
+
+    def nll(self, hist: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return -self.flow(self.context(hist)).log_prob(tgt)
+
+
+@dataclass
+class FitReport:
+    epochs: int
+    seconds: float
+    train_nll: float
+    val_nll: float
+    windows: int
+
+
+@dataclass
+class FlowDetector:
+    """Fit on a healthy (T, K) series, then score any (T', K) series of the same KPIs."""
+
+    config: DetectorConfig = field(default_factory=DetectorConfig)
+    kpis: list[str] = field(default_factory=list)
+    scaler: Scaler | None = None
+    net: _Net | None = None
+    calibration: Array = field(default_factory=lambda: np.zeros(0, np.float32))
+    report: FitReport | None = None
+
+    def fit(self, train: Array, kpis: list[str] | None = None) -> FitReport:
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        rng = np.random.default_rng(cfg.seed)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        train = np.asarray(train, dtype=np.float32)
+        k = train.shape[1]
+        self.kpis = list(kpis) if kpis else [f"kpi{i}" for i in range(k)]
+        self.scaler = Scaler.fit(train)
+        hist, tgt = windows(self.scaler.transform(train), cfg.history, cfg.target)
+        n_val = int(len(hist) * cfg.val_fraction) if len(hist) >= 50 else 0
+        # A gap of one window between train and validation so no validation target was a
+        # training target.
+        cut = len(hist) - n_val
+        tr_h, tr_t = (
+            torch.from_numpy(hist[: max(cut - cfg.history, 1)]),
+            torch.from_numpy(tgt[: max(cut - cfg.history, 1)]),
+        )
+        va_h, va_t = torch.from_numpy(hist[cut:]), torch.from_numpy(tgt[cut:])
+        self.net = _Net(k, cfg)
+        opt = torch.optim.Adam(self.net.parameters(), lr=cfg.lr, weight_decay=1e-5)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(cfg.epochs, 1))
+        best_state, best_val, epochs_done = None, float("inf"), 0
+        start = time.perf_counter()
+        train_nll = float("nan")
+        for _epoch in range(cfg.epochs):
+            self.net.train()
+            order = torch.from_numpy(rng.permutation(len(tr_h)))
+            losses = []
+            for i in range(0, len(order), cfg.batch):
+                idx = order[i : i + cfg.batch]
+                h, t = tr_h[idx], tr_t[idx]
+                h = h + cfg.noise * torch.randn_like(h)
+                t = t + cfg.noise * torch.randn_like(t)
+                loss = self.net.nll(h, t).mean()
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.net.parameters(), 5.0)
+                opt.step()
+                losses.append(loss.item())
+            sched.step()
+            epochs_done += 1
+            train_nll = float(np.mean(losses))
+            if len(va_h):
+                val = float(self._nll(va_h, va_t).mean())
+                if val < best_val:
+                    best_val = val
+                    best_state = {n: p.detach().clone() for n, p in self.net.state_dict().items()}
+            if time.perf_counter() - start > cfg.max_train_s:
+                break
+        if best_state is not None:
+            self.net.load_state_dict(best_state)
+        calib_h, calib_t = (va_h, va_t) if len(va_h) else (tr_h, tr_t)
+        self.calibration = self._smooth(self._nll(calib_h, calib_t))
+        self.report = FitReport(epochs_done, time.perf_counter() - start, train_nll, best_val, len(hist))
+        return self.report
+
+    @torch.no_grad()
+    def _nll(self, hist: torch.Tensor, tgt: torch.Tensor, chunk: int = 8192) -> Array:
+        assert self.net is not None
+        self.net.eval()
+        out = [self.net.nll(hist[i : i + chunk], tgt[i : i + chunk]) for i in range(0, len(hist), chunk)]
+        return torch.cat(out).numpy().astype(np.float32)
+
+    def _smooth(self, s: Array) -> Array:
+        w = self.config.smooth
+        if w <= 1 or len(s) < 2:
+            return s
+        c = np.cumsum(np.concatenate([[0.0], s.astype(np.float64)]))
+        hi = np.arange(1, len(s) + 1)
+        lo = np.maximum(hi - w, 0)
+        return ((c[hi] - c[lo]) / (hi - lo)).astype(np.float32)
+
+    def _windows(self, x: Array) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.scaler is None or self.net is None:
+            raise RuntimeError("detector is not fitted: call fit() or load() first")
+        hist, tgt = windows(self.scaler.transform(x), self.config.history, self.config.target)
+        return torch.from_numpy(hist), torch.from_numpy(tgt)
+
+    def score_windows(self, x: Array) -> Array:
+        """One score per complete window of `x` (higher = more anomalous)."""
+        return self._smooth(self._nll(*self._windows(x)))
+
+    def score(self, x: Array) -> Array:
+        """One score per time step of `x` (T,), aligned with its labels."""
+        return per_step(self.score_windows(x), len(x))
+
+    @torch.no_grad()
+    def attribute(self, x: Array, samples: int = 128) -> dict[str, float]:
+        """Which KPIs make the newest window of `x` unlikely: each KPI's distance from what the
+        flow expects given the history (conditional samples' mean, in units of their spread),
+        as shares summing to 1. Sampling the model, rather than reading raw z-scores, credits
+        a KPI only when it is off *for this context* (a busy CPU during a busy phase is not)."""
+        hist, tgt = self._windows(x)
+        assert self.net is not None
+        h, t = hist[-1:], tgt[-1]
+        draws = self.net.flow(self.net.context(h)).sample((samples,))[:, 0]  # (S, target*K)
+        dev = ((t - draws.mean(0)).abs() / (draws.std(0) + 1e-3)).reshape(self.config.target, -1).sum(0)
+        total = float(dev.sum()) or 1.0
+        return {name: float(v) / total for name, v in zip(self.kpis, dev.tolist(), strict=True)}
+
+    def save(self, path: str | Path) -> None:
+        """One file: weights, scaler, config, KPI names and calibration scores."""
+        if self.net is None or self.scaler is None:
+            raise RuntimeError("detector is not fitted: nothing to save")
+        meta = {
+            "config": asdict(self.config),
+            "kpis": self.kpis,
+            "scaler": self.scaler.to_dict(),
+            "report": asdict(self.report) if self.report else None,
+        }
+        torch.save(
+            {
+                "meta": json.dumps(meta),
+                "state": self.net.state_dict(),
+                "calibration": torch.from_numpy(self.calibration),
+            },
+            str(path),
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> FlowDetector:
+        blob = torch.load(str(path), weights_only=True)
+        meta = json.loads(blob["meta"])
+        det = cls(config=DetectorConfig(**meta["config"]), kpis=list(meta["kpis"]))
+        det.scaler = Scaler.from_dict(meta["scaler"])
+        det.net = _Net(len(det.kpis), det.config)
+        det.net.load_state_dict(blob["state"])
+        det.net.eval()
+        det.calibration = blob["calibration"].numpy()
+        det.report = FitReport(**meta["report"]) if meta["report"] else None
+        return det
