@@ -1,0 +1,489 @@
+"""The tiered node cache: memory tier (tmpfs, shared by every job on the node) → disk tier →
+source, with cost-aware LRFU eviction, single-flight fetches across processes, and recovery.
+
+Readers take the fast path without touching the index: open the item's file in the memory
+tier, then the disk tier. Only a miss takes locks: a byte-range lock per item on a per-dataset
+lock file (so two jobs on the node fetch each item once) plus an in-process flight table (so
+prefetch threads of one job do too). Access statistics are counted in process and folded into
+the shared index every few seconds, which keeps a warm read as cheap as reading tmpfs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import mmap
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from sluice.data.blocks import Layout, pack, packed_size, unpack
+from sluice.data.errors import CorruptItem, UnsafePath
+from sluice.data.files import map_file, read_exact, tmp_owner, unlink_quiet, write_atomic
+from sluice.data.index import Index, Victim
+from sluice.data.manifest import Manifest
+from sluice.data.paths import inside
+from sluice.data.settings import CacheSettings
+from sluice.data.source import Source
+
+MEMORY = "memory"
+DISK = "disk"
+BLOCKS = ".sluice-blocks"
+SOURCE_BLOCKS = "_sluice_blocks"
+MANIFEST = ".sluice-manifest.json"
+
+_LOCK_FDS: dict[str, int] = {}
+_LOCK_FDS_MU = threading.Lock()
+
+
+def _lock_fd(path: str) -> int:
+    """One fd per lock file per process, never closed: closing any fd of a file drops every POSIX
+    lock the process holds on it, which would silently break another reader's single-flight."""
+    with _LOCK_FDS_MU:
+        fd = _LOCK_FDS.get(path)
+        if fd is None or _LOCK_FDS.get(f"{path}#pid") != os.getpid():
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            _LOCK_FDS[path] = fd
+            _LOCK_FDS[f"{path}#pid"] = os.getpid()
+        return fd
+
+
+def dataset_id(name: str, source: str, storage_options: Mapping[str, Any] | None = None) -> str:
+    """Cache folder of a dataset: its name plus a hash of where the bytes come from, so a dataset
+    re-created with another source never serves the old bytes."""
+    tag = json.dumps([source, sorted((storage_options or {}).items())], default=str)
+    return f"{name}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
+
+
+@dataclass
+class Counters:
+    hits_memory: int = 0
+    hits_disk: int = 0
+    misses: int = 0
+    fetched_bytes: int = 0
+    fetch_s: float = 0.0
+    corrupt_dropped: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class RecoveryReport:
+    temp_files_removed: int = 0
+    entries_dropped: int = 0
+    orphans_removed: int = 0
+    checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+class NodeCache:
+    """The cache of one node. Cheap to construct; every job process makes its own."""
+
+    def __init__(
+        self,
+        settings: CacheSettings | None = None,
+        *,
+        disk_dir: str | os.PathLike[str] | None = None,
+        memory_dir: str | os.PathLike[str] | None = None,
+        memory_bytes: int | None = None,
+        disk_bytes: int | None = None,
+    ) -> None:
+        self.settings = settings or CacheSettings()
+        self.disk_dir = os.path.realpath(disk_dir or self.settings.resolved_disk_dir())
+        self.memory_dir = os.path.realpath(memory_dir or self.settings.resolved_memory_dir())
+        os.makedirs(self.disk_dir, exist_ok=True)
+        os.makedirs(self.memory_dir, exist_ok=True)
+        self.index = Index(os.path.join(self.disk_dir, "index.sqlite"), self.settings.lrfu_lambda)
+        usage = self.index.usage()
+        mem = memory_bytes if memory_bytes is not None else self.settings.memory_bytes
+        if mem is not None or MEMORY not in usage:
+            self.set_capacity(MEMORY, mem if mem is not None else default_memory_bytes())
+        disk = disk_bytes if disk_bytes is not None else None
+        if disk is not None or DISK not in usage:
+            self.set_capacity(DISK, disk if disk is not None else self.settings.disk_bytes)
+        self._open: dict[str, CachedDataset] = {}
+
+    def tier_root(self, tier: str) -> str:
+        return self.memory_dir if tier == MEMORY else self.disk_dir
+
+    def capacity(self, tier: str) -> int:
+        return self.index.usage().get(tier, (0, 0))[1]
+
+    def set_capacity(self, tier: str, capacity: int) -> None:
+        """Resize a tier; what no longer fits is demoted (memory → disk) or dropped."""
+        self.apply_victims(self.index.set_capacity(tier, capacity))
+
+    def apply_victims(self, victims: list[Victim]) -> None:
+        for v in victims:
+            path = os.path.join(self.tier_root(v.tier), v.ds, v.key)
+            if v.tier == MEMORY and self.capacity(DISK) > 0:
+                with contextlib.suppress(OSError, ValueError):
+                    data = read_exact(path, v.size)
+                    if data is not None:
+                        write_atomic(os.path.join(self.disk_dir, v.ds, v.key), data)
+                        self.apply_victims(self.index.add(v.ds, v.key, DISK, len(data), zlib.crc32(data), 0.0))
+            unlink_quiet(path)
+
+    def open(
+        self,
+        name: str,
+        source: str,
+        storage_options: Mapping[str, Any] | None = None,
+        refresh: bool = False,
+    ) -> CachedDataset:
+        ds = dataset_id(name, source, storage_options)
+        if not refresh and ds in self._open:
+            return self._open[ds]
+        cd = CachedDataset(
+            self,
+            name,
+            ds,
+            Source(source, storage_options, self.settings.retries, self.settings.retry_backoff_s),
+            refresh,
+        )
+        self._open[ds] = cd
+        return cd
+
+    def state(self) -> tuple[dict[str, float], int]:
+        """(dataset name -> fraction of its bytes held on this node, free bytes in all tiers)."""
+        cached = self.index.cached_bytes()
+        out: dict[str, float] = {}
+        for ds, name, _src, _items, total in self.index.datasets():
+            frac = min(1.0, cached.get(ds, 0) / total) if total > 0 else 1.0
+            out[name] = max(out.get(name, 0.0), round(frac, 4))
+        free = sum(max(0, cap - used) for used, cap in self.index.usage().values())
+        return out, free
+
+    def remove(self, name: str) -> int:
+        """Drop every cached copy of the dataset `name` from this node; returns datasets removed."""
+        n = 0
+        for ds, dname, *_ in self.index.datasets():
+            if dname != name:
+                continue
+            self.index.drop_dataset(ds)
+            for root in (self.memory_dir, self.disk_dir):
+                import shutil
+
+                shutil.rmtree(os.path.join(root, ds), ignore_errors=True)
+            self._open.pop(ds, None)
+            n += 1
+        return n
+
+    def recover(self, verify: bool = False) -> RecoveryReport:
+        """Make the cache consistent after a crash: remove temp files of dead writers, drop index
+        entries whose file is missing or has the wrong size (or CRC, with `verify`), and remove
+        files the index does not vouch for. Run by the node agent when it starts."""
+        rep = RecoveryReport()
+        known: set[str] = set()
+        for ds, key, tier, size, crc in self.index.entries():
+            path = os.path.join(self.tier_root(tier), ds, key)
+            rep.checked += 1
+            ok = False
+            with contextlib.suppress(OSError, ValueError):
+                if verify:
+                    data = read_exact(path, size)
+                    ok = data is not None and zlib.crc32(data) == crc
+                else:
+                    st = os.lstat(path)
+                    ok = st.st_size == size and not os.path.islink(path)
+            if ok:
+                known.add(path)
+            else:
+                self.index.remove(ds, key, tier)
+                unlink_quiet(path)
+                rep.entries_dropped += 1
+                rep.problems.append(f"{tier}:{ds}/{key}: missing or damaged, dropped")
+        for root in (self.memory_dir, self.disk_dir):
+            for folder, _dirs, files in os.walk(root):
+                if folder == root:
+                    continue
+                for f in files:
+                    path = os.path.join(folder, f)
+                    owner = tmp_owner(f)
+                    if owner is not None:
+                        if not psutil.pid_exists(owner) or owner == os.getpid():
+                            unlink_quiet(path)
+                            rep.temp_files_removed += 1
+                        continue
+                    if f.startswith(".sluice-") or path in known:
+                        continue
+                    unlink_quiet(path)
+                    rep.orphans_removed += 1
+        self.index.recount()
+        return rep
+
+
+def default_memory_bytes() -> int:
+    """A quarter of the node's RAM, bounded by what tmpfs can hold."""
+    return int(psutil.virtual_memory().total * 0.25)
+
+
+class CachedDataset:
+    """One dataset seen through the node cache, in one process (threads share it)."""
+
+    def __init__(self, cache: NodeCache, name: str, ds: str, source: Source, refresh: bool = False) -> None:
+        self.cache = cache
+        self.name = name
+        self.ds = ds
+        self.source = source
+        self.counters = Counters()
+        self._mem_root = os.path.join(cache.memory_dir, ds)
+        self._disk_root = os.path.join(cache.disk_dir, ds)
+        os.makedirs(self._mem_root, exist_ok=True)
+        os.makedirs(self._disk_root, exist_ok=True)
+        mpath = os.path.join(self._disk_root, MANIFEST)
+        if refresh or not os.path.exists(mpath):
+            self.manifest = source.list()
+            self.manifest.save(mpath)
+        else:
+            self.manifest = Manifest.load(mpath)
+        cache.index.register(ds, name, source.url, len(self.manifest), self.manifest.total_bytes)
+        self.sizes = self.manifest.sizes
+        self.keys = self.manifest.keys
+        self._mem_paths = [os.path.join(self._mem_root, k) for k in self.keys]
+        self._disk_paths = [os.path.join(self._disk_root, k) for k in self.keys]
+        self._ok_dirs: set[str] = set()
+        self._mu = threading.Lock()
+        self._inflight: dict[str, threading.Event] = {}
+        self._hits: dict[str, list[float]] = {}
+        self._last_flush = time.time()
+        self._maps: dict[str, mmap.mmap] = {}
+
+    def __len__(self) -> int:
+        return len(self.manifest)
+
+    # -- the read path -----------------------------------------------------------------------
+    def read(self, i: int) -> bytes:
+        """Item `i`'s bytes: memory tier, disk tier (then promoted), or the source (then cached)."""
+        key = self.keys[i]
+        size = self.sizes[i]
+        self._check_dir(key)
+        data = self._try(self._mem_paths[i], key, MEMORY, size)
+        if data is not None:
+            self.counters.hits_memory += 1
+            self._hit(key)
+            return data
+        data = self._try(self._disk_paths[i], key, DISK, size)
+        if data is not None:
+            self.counters.hits_disk += 1
+            self._hit(key)
+            self._store(key, data, MEMORY, 0.0)
+            return data
+        return self._fill(key, ".sluice-locks", i, size, lambda: self.source.fetch(key, size, f"{self.name}/{key}"))
+
+    def view(self, i: int) -> memoryview:
+        """Item `i` as a zero-copy view of the shared memory tier (falls back to a copy when the
+        memory tier has no room for it)."""
+        key = self.keys[i]
+        m = self._maps.get(key)
+        if m is None:
+            data = self.read(i)
+            try:
+                m = map_file(self._mem_paths[i], self.sizes[i])
+            except ValueError:
+                m = None
+            if m is None:
+                return memoryview(data)
+            self._maps[key] = m
+        else:
+            self._hit(key)
+        return memoryview(m)
+
+    def _check_dir(self, key: str) -> None:
+        d = key.rpartition("/")[0]
+        if d in self._ok_dirs:
+            return
+        inside(self._mem_root, key)
+        inside(self._disk_root, key)
+        self._ok_dirs.add(d)
+
+    def _try(self, path: str, key: str, tier: str, size: int) -> bytes | None:
+        try:
+            return read_exact(path, size)
+        except ValueError:
+            self.counters.corrupt_dropped += 1
+            self.cache.index.remove(self.ds, key, tier)
+            unlink_quiet(path)
+            return None
+        except OSError as err:
+            if os.path.islink(path):
+                raise UnsafePath(f"{self.name}/{key}: a symlink sits in the cache; refusing to follow it") from err
+            raise
+
+    def _hit(self, key: str) -> None:
+        now = time.time()
+        h = self._hits.get(key)
+        if h is None:
+            self._hits[key] = [1.0, now]
+        else:
+            h[0] += 1.0
+            h[1] = now
+        if now - self._last_flush > self.cache.settings.stats_flush_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Fold this process's access counts into the shared LRFU statistics."""
+        with self._mu:
+            hits, self._hits = self._hits, {}
+            self._last_flush = time.time()
+        self.cache.index.touch(self.ds, ((k, int(c), t) for k, (c, t) in hits.items()))
+
+    def _fill(self, key: str, lockfile: str, off: int, size: int, produce: Callable[[], bytes]) -> bytes:
+        """Single-flight miss: one thread of one process on the node fetches; the rest wait and
+        read what it cached."""
+        with self._mu:
+            ev = self._inflight.get(key)
+            leader = ev is None
+            if ev is None:
+                ev = self._inflight[key] = threading.Event()
+        if not leader:
+            ev.wait()
+            data = self._cached(key, size)
+            if data is not None:
+                return data
+            return self._fetch_store(key, size, produce)
+        try:
+            fd = _lock_fd(os.path.join(self._disk_root, lockfile))
+            fcntl.lockf(fd, fcntl.LOCK_EX, 1, off)
+            try:
+                data = self._cached(key, size)
+                if data is not None:
+                    return data
+                return self._fetch_store(key, size, produce)
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, off)
+        finally:
+            with self._mu:
+                self._inflight.pop(key, None)
+            ev.set()
+
+    def _cached(self, key: str, size: int) -> bytes | None:
+        for tier, root in ((MEMORY, self._mem_root), (DISK, self._disk_root)):
+            data = self._try(os.path.join(root, key), key, tier, size)
+            if data is not None:
+                if tier == MEMORY:
+                    self.counters.hits_memory += 1
+                else:
+                    self.counters.hits_disk += 1
+                self._hit(key)
+                return data
+        return None
+
+    def _fetch_store(self, key: str, size: int, produce: Callable[[], bytes]) -> bytes:
+        t0 = time.perf_counter()
+        data = produce()
+        cost = time.perf_counter() - t0
+        if len(data) != size:
+            raise CorruptItem(f"{self.name}/{key}: produced {len(data)} bytes, {size} expected; not cached")
+        self.counters.misses += 1
+        self.counters.fetched_bytes += size
+        self.counters.fetch_s += cost
+        self._store(key, data, MEMORY, cost)
+        return data
+
+    def _store(self, key: str, data: bytes, tier: str, cost: float) -> None:
+        """Cache `data` in `tier` (memory falls through to disk when it has no room)."""
+        if tier == MEMORY and self.cache.capacity(MEMORY) < len(data):
+            tier = DISK
+        if self.cache.capacity(tier) < len(data):
+            return
+        root = self._mem_root if tier == MEMORY else self._disk_root
+        path = inside(root, key) if not key.startswith(BLOCKS) else os.path.join(root, key)
+        write_atomic(path, data, durable=tier == DISK)
+        self.cache.apply_victims(self.cache.index.add(self.ds, key, tier, len(data), zlib.crc32(data), cost))
+
+    # -- merged blocks -----------------------------------------------------------------------
+    def layout(self, target: int | None = None) -> Layout:
+        return Layout.cut(self.sizes, target or self.cache.settings.block_bytes)
+
+    def block(self, layout: Layout, b: int) -> memoryview:
+        """Block `b` as one zero-copy mapping: from the cache, else the source's published block,
+        else merged online from the block's items (and cached for every later reader)."""
+        key = f"{BLOCKS}/{layout.key(b)}"
+        m = self._maps.get(key)
+        if m is not None:
+            self._hit(key)
+            return memoryview(m)
+        span = layout.span(b)
+        size = packed_size([self.sizes[i] for i in span])
+
+        def produce() -> bytes:
+            remote = f"{SOURCE_BLOCKS}/{layout.key(b)}"
+            if self.source_has_blocks(layout):
+                return self.source.fetch_raw(remote, size)
+            return pack([self._item_bytes(i) for i in span])
+
+        data: bytes | None = self._cached(key, size)
+        if data is None:
+            data = self._fill(key, f".sluice-locks-{layout.target}", b, size, produce)
+        for root in (self._mem_root, self._disk_root):
+            try:
+                mm = map_file(os.path.join(root, key), size)
+            except ValueError:
+                mm = None
+            if mm is not None:
+                self._maps[key] = mm
+                return memoryview(mm)
+        return memoryview(data)
+
+    def _item_bytes(self, i: int) -> bytes:
+        """An item for merging: from the cache if it is there, else the source (not cached on its
+        own — it is about to live in the block)."""
+        key, size = self.keys[i], self.sizes[i]
+        for path in (self._mem_paths[i], self._disk_paths[i]):
+            data = self._try(path, key, MEMORY if path is self._mem_paths[i] else DISK, size)
+            if data is not None:
+                return data
+        return self.source.fetch(key, size, f"{self.name}/{key}")
+
+    def block_items(self, layout: Layout, b: int) -> list[memoryview]:
+        return unpack(self.block(layout, b))
+
+    _has_blocks: dict[int, bool]
+
+    def source_has_blocks(self, layout: Layout) -> bool:
+        """Whether merged blocks of this layout were published next to the source."""
+        cache = self.__dict__.setdefault("_has_blocks", {})
+        if layout.target not in cache:
+            cache[layout.target] = self.source.exists(f"{SOURCE_BLOCKS}/{layout.target}/{layout.count - 1:06d}.blk")
+        return bool(cache[layout.target])
+
+    def publish_blocks(self, layout: Layout, progress: Callable[[int], None] | None = None) -> int:
+        """Write this dataset's merged blocks next to the source (for writable sources), so cold
+        readers on other nodes fetch one object per block instead of one per file."""
+        for b in range(layout.count):
+            data = bytes(self.block(layout, b))
+            self.source.put(f"{SOURCE_BLOCKS}/{layout.key(b)}", data)
+            if progress:
+                progress(b)
+        self.__dict__.setdefault("_has_blocks", {})[layout.target] = True
+        return layout.count
+
+    # -- bulk --------------------------------------------------------------------------------
+    def warm(self, workers: int = 8, progress: Callable[[int], None] | None = None) -> Counters:
+        """Fetch every item into the cache (what `sluice dataset warm` runs)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for i, _ in enumerate(pool.map(self.read, range(len(self)))):
+                if progress:
+                    progress(i)
+        self.flush()
+        return self.counters
+
+    def close(self) -> None:
+        self.flush()
+        for m in self._maps.values():
+            with contextlib.suppress(BufferError):
+                m.close()
+        self._maps.clear()
