@@ -8,10 +8,16 @@ from typing import Any
 from sluice.policy.base import Policy
 from sluice.policy.flowcon import FlowConPolicy
 from sluice.policy.kube import KubePolicy
+from sluice.policy.binpack import BinpackPolicy
+from sluice.policy.fifo import FifoPolicy
+from sluice.policy.tiresias import TiresiasPolicy
 
 POLICIES: dict[str, Callable[..., Policy]] = {
     "kube": KubePolicy,
     "flowcon": FlowConPolicy,
+    "fifo": FifoPolicy,
+    "binpack": BinpackPolicy,
+    "tiresias": TiresiasPolicy,
 }
 
 

@@ -63,7 +63,10 @@ class Application:
     """(step_time, sync_time) rows matching `points`."""
     progress: np.ndarray
     """Cumulative progress (reference-batch steps) at the end of each epoch."""
+    batch_sizes: np.ndarray
+    """Batch sizes with a validation run, ascending."""
     grad_sqr: np.ndarray
+    """(len(batch_sizes), epochs): gradient square norm measured in each run at each epoch."""
     grad_var: np.ndarray
     init_batch_size: int
     max_batch_size: int
@@ -71,6 +74,7 @@ class Application:
     max_local_bsz: int
     _cache: dict[tuple[Placement, int], tuple[float, float]] = field(default_factory=dict, repr=False)
     _nd: object | None = field(default=None, repr=False)
+    _stats: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict, repr=False)
 
     @property
     def total_progress(self) -> float:
@@ -85,10 +89,25 @@ class Application:
     def gain(self, epoch: int, batch_size: int) -> float:
         """Statistical efficiency of batch B relative to B0 at this epoch:
         (var + sqr) / (var / (B / B0) + sqr)."""
-        e = min(max(epoch, 0), len(self.grad_sqr) - 1)
-        sqr, var = float(self.grad_sqr[e]), float(self.grad_var[e])
+        sqr, var = self.grad_stats(epoch, batch_size)
         scale = batch_size / self.init_batch_size
         return (var + sqr) / (var / scale + sqr)
+
+    def grad_stats(self, epoch: int, batch_size: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) at this epoch, from the validation run at this batch size —
+        interpolated in log(batch) between the measured runs, clamped at the ends. The
+        statistics depend on the batch the job trains with, so a run at B0 alone would
+        understate the efficiency of large batches."""
+        key = (epoch, batch_size)
+        hit = self._stats.get(key)
+        if hit is not None:
+            return hit
+        e = min(max(epoch, 0), self.grad_sqr.shape[1] - 1)
+        x = np.log(min(max(batch_size, self.batch_sizes[0]), self.batch_sizes[-1]))
+        xs = np.log(self.batch_sizes)
+        out = (float(np.interp(x, xs, self.grad_sqr[:, e])), float(np.interp(x, xs, self.grad_var[:, e])))
+        self._stats[key] = out
+        return out
 
     def step_time(self, placement: Placement, local_bsz: int) -> tuple[float, float]:
         """(step_time, sync_time) in seconds for one micro-batch step."""
@@ -202,7 +221,9 @@ def load_application(traces_dir: Path, name: str) -> Application:
         )
     validation = {int(f.stem.split("-")[-1]): f for f in base.glob("validation-*.csv")}
     b0 = min(validation)
-    vrows = _read_csv(validation[b0])
+    runs = {b: _read_csv(f) for b, f in sorted(validation.items())}
+    vrows = runs[b0]
+    epochs = min(len(r) for r in runs.values())
     local_sizes = [int(float(r["local_bsz"])) for r in rows]
     return Application(
         name=name,
@@ -211,8 +232,9 @@ def load_application(traces_dir: Path, name: str) -> Application:
         points=np.array(pts, dtype=float),
         values=np.array(vals, dtype=float),
         progress=np.array([float(r["progress"]) for r in vrows]),
-        grad_sqr=np.array([float(r["grad_sqr"]) for r in vrows]),
-        grad_var=np.array([float(r["grad_var"]) for r in vrows]),
+        batch_sizes=np.array(sorted(runs), dtype=float),
+        grad_sqr=np.array([[float(r["grad_sqr"]) for r in rows_b[:epochs]] for rows_b in runs.values()]),
+        grad_var=np.array([[float(r["grad_var"]) for r in rows_b[:epochs]] for rows_b in runs.values()]),
         init_batch_size=b0,
         max_batch_size=max(validation),
         min_local_bsz=min(local_sizes),
