@@ -47,6 +47,10 @@ from sluice.sdk._env import RunContext, context
 from sluice.sdk._progress import report
 from sluice.sdk._stop import install_stop_handler, should_stop
 
-install_stop_handler()
+if context().under_sluice:
+    # Under sluice a SIGTERM may come at any moment: catch it from the start. Run by hand
+    # (or imported by a test runner) the handler waits for the first should_stop() call, so
+    # merely importing the SDK never changes how the host process reacts to SIGTERM.
+    install_stop_handler()
 
 __all__ = ["RunContext", "checkpoint", "context", "install_stop_handler", "report", "should_stop"]

@@ -1,0 +1,122 @@
+"""LocalEngine: this machine as one node, or split into `virtual_nodes` cpuset slices.
+
+Each (virtual) node is a NodeAgent in this process; all of them share one runs directory, so
+a job's log stays one file when it migrates between virtual nodes. Job processes run under
+detached shims and outlive the engine: a new LocalEngine on the same SLUICE_HOME adopts them.
+
+A request that can never work (missing workdir, unknown program) does not raise into the
+control plane: the agent reports it as JobExited with the reason, which the controller turns
+into a failed attempt like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
+from sluice.agent.launchenv import LaunchError
+from sluice.agent.node_agent import NodeAgent, default_node_name
+from sluice.model import Allocation, Event, JobExited, LaunchRequest, NodeInfo
+from sluice.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
+    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES when set, none otherwise."""
+    raw = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
+    return [g.strip() for g in raw.split(",") if g.strip() and g.strip() != "-1"]
+
+
+class LocalEngine:
+    name = "local"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        n = self.settings.virtual_nodes
+        slices = split_cores(n)
+        layout = detect_cgroups(root=self.settings.cgroup_root, cpuset=n > 1)
+        warn_once(layout)
+        gpus = visible_gpus()
+        names = [f"node-{i}" for i in range(n)] if n > 1 else [default_node_name()]
+        self.agents: dict[str, NodeAgent] = {}
+        for i, (node, cores) in enumerate(zip(names, slices, strict=True)):
+            self.agents[node] = NodeAgent(
+                node,
+                self.settings.runs_dir,
+                cores,
+                self.settings,
+                layout=layout,
+                gpus=gpus[i::n],
+                labels={"engine": "local"},
+            )
+        self._extra: list[Event] = []
+
+    def clock(self) -> float:
+        return time.time()
+
+    def nodes(self) -> list[NodeInfo]:
+        return [a.info() for a in self.agents.values()]
+
+    def _agent_of(self, job_id: str, attempt: int) -> NodeAgent | None:
+        for agent in self.agents.values():
+            if agent.controller(job_id, attempt) is not None:
+                return agent
+        return None
+
+    def launch(self, req: LaunchRequest) -> None:
+        if req.allocation.replicas > 1:
+            log.warning("local engine runs one process per job; %s asked for %d", req.job_id, req.allocation.replicas)
+        agent = self.agents.get(req.allocation.primary_node)
+        if agent is None:
+            self._extra.append(
+                JobExited(
+                    req.job_id,
+                    req.attempt,
+                    self.clock(),
+                    127,
+                    f"launch failed: no node {req.allocation.primary_node!r} (nodes: {', '.join(self.agents)})",
+                )
+            )
+            return
+        try:
+            agent.launch(req)
+        except LaunchError as err:
+            log.info("launch of %s attempt %d refused: %s", req.job_id, req.attempt, err)
+
+    def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
+        agent = self._agent_of(job_id, attempt)
+        if agent is None:
+            raise LookupError(f"attempt {attempt} of {job_id} is not running")
+        agent.resize(job_id, attempt, allocation)
+
+    def stop(self, job_id: str, attempt: int, checkpoint: bool = True) -> None:
+        agent = self._agent_of(job_id, attempt)
+        if agent is not None:
+            agent.stop(job_id, attempt, checkpoint)
+
+    def poll(self) -> list[Event]:
+        events, self._extra = self._extra, []
+        for agent in self.agents.values():
+            events.extend(agent.poll())
+        return events
+
+    def alive(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for agent in self.agents.values():
+            out.update(agent.alive())
+        return out
+
+    def log_path(self, job_id: str) -> str | None:
+        try:
+            path = Path(next(iter(self.agents.values())).log_path(job_id))
+        except LaunchError:
+            return None
+        return str(path) if path.exists() else None
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.close()

@@ -1,0 +1,81 @@
+"""Shared fixtures for integration tests that run real job processes.
+
+`sluice_settings` gives each test its own SLUICE_HOME (under tmp_path) and its own cgroup
+parent (so parallel or repeated runs never share kernel state); on teardown it kills every
+job process group the test's agents started (verified by pid AND create time) and removes
+the test's cgroups, so no test leaves processes or cgroups behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sluice.settings import Settings
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+SYSFS = Path("/sys/fs/cgroup")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, every: float = 0.05) -> bool:
+    """Poll until `predicate()` holds; a generous ceiling, not a speed assertion."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()
+
+
+def kill_runs(runs_dir: Path) -> None:
+    """SIGKILL the process group of every attempt under runs_dir whose shim still runs."""
+    for state_file in runs_dir.glob("*/attempt-*/state.json"):
+        try:
+            state = json.loads(state_file.read_text())
+            proc = psutil.Process(int(state["shim_pid"]))
+            if abs(proc.create_time() - float(state["shim_create_time"])) > 1.0:
+                continue
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        except (OSError, ValueError, KeyError, psutil.Error):
+            continue
+
+
+def remove_cgroups(name: str) -> None:
+    """rmdir the test's cgroup parent in every hierarchy, children first."""
+    for parent in SYSFS.glob(f"*/{name}"):
+        for d in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)  # the last task is still leaving the group
+        with contextlib.suppress(OSError):
+            parent.rmdir()
+
+
+@pytest.fixture
+def sluice_settings(tmp_path: Path) -> Iterator[Settings]:
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        home=tmp_path / "home",
+        cgroup_root=cgroup_root,
+        stop_grace_s=10.0,
+        usage_sample_s=0.25,
+        kpi_sample_s=1.0,
+    )
+    yield settings
+    kill_runs(settings.runs_dir)
+    remove_cgroups(cgroup_root)
