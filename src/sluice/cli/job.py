@@ -2,6 +2,153 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
+from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.output import Output, OutputOpt, ago, console, emit, errors_reported, number, table, when
+from sluice.model import Phase
+from sluice.spec import SpecError, load_job_spec
+
 app = typer.Typer(help="Submit, list, follow, cancel and explain training jobs.", no_args_is_help=True)
+
+JobId = Annotated[str, typer.Argument(help="The job's id (as `sluice job list` shows it).")]
+
+
+def _nodes(job: dict[str, Any]) -> str:
+    alloc = job.get("allocation") or []
+    return ",".join(dict.fromkeys(a["node"] for a in alloc))
+
+
+def _cpu(job: dict[str, Any]) -> str:
+    alloc = job.get("allocation") or []
+    if not alloc:
+        return ""
+    req = sum(a["cpu_request"] for a in alloc)
+    limits = [a["cpu_limit"] for a in alloc]
+    lim = "∞" if None in limits else number(sum(limits), 3)
+    return f"{number(req, 3)}/{lim}"
+
+
+@app.command()
+def submit(
+    file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).", dir_okay=False)],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Validate a job spec here, then submit it. Prints the new job's id."""
+    with errors_reported():
+        try:
+            spec = load_job_spec(file)
+        except SpecError as err:
+            raise CliError(f"invalid job spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
+        with Client.from_env() as client:
+            job = client.call("POST", "/v1/jobs", json=spec.model_dump(mode="json"))
+        emit(job, output, lambda j: typer.echo(j["id"]))
+
+
+@app.command("list")
+def list_(
+    phase: Annotated[list[Phase] | None, typer.Option("--phase", "-p", help="Only these phases (repeatable).")] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Your jobs (every tenant's with an admin token), oldest first."""
+    with errors_reported(), Client.from_env() as client:
+        params = [("phase", p.value) for p in phase or []]
+        jobs = client.call("GET", "/v1/jobs", params=params)
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        table(
+            ["ID", "NAME", "TENANT", "PHASE", "NODE", "CPU req/lim", "STEP", "LOSS", "AGE", "REASON"],
+            [
+                [
+                    j["id"],
+                    j["name"],
+                    j["tenant"],
+                    j["phase"],
+                    _nodes(j),
+                    _cpu(j),
+                    j["step"] or "",
+                    number(j["loss"]),
+                    ago(j["submitted_at"]),
+                    j["reason"],
+                ]
+                for j in rows
+            ],
+        )
+
+    emit(jobs, output, render)
+
+
+@app.command()
+def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
+    """One job: phase and why, placement, restarts, progress, spec."""
+    with errors_reported(), Client.from_env() as client:
+        job = client.call("GET", f"/v1/jobs/{job_id}")
+
+    def render(j: dict[str, Any]) -> None:
+        spec = j["spec"]
+        rows = [
+            ("id", j["id"]),
+            ("name", j["name"]),
+            ("tenant", j["tenant"]),
+            ("phase", j["phase"]),
+            ("reason", j["reason"]),
+            ("command", " ".join(spec["command"])),
+            ("submitted", when(j["submitted_at"])),
+            ("started", when(j["started_at"])),
+            ("finished", when(j["finished_at"])),
+            ("nodes", _nodes(j)),
+            ("cpu req/limit", _cpu(j)),
+            ("attempt", j["attempt"]),
+            ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
+            ("step", j["step"]),
+            ("loss", number(j["loss"])),
+            ("exit code", j["exit_code"]),
+            ("checkpoint", j["checkpoint"]),
+        ]
+        table(["FIELD", "VALUE"], rows)
+
+    emit(job, output, render)
+
+
+@app.command()
+def logs(
+    job_id: JobId,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")] = False,
+) -> None:
+    """The job's output (stdout and stderr)."""
+    with errors_reported(), Client.from_env() as client:
+        if follow:
+            for chunk in client.stream(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        else:
+            sys.stdout.write(client.call("GET", f"/v1/jobs/{job_id}/logs") or "")
+
+
+@app.command()
+def cancel(job_id: JobId, output: OutputOpt = Output.table) -> None:
+    """Cancel a job: a queued one ends now, a running one checkpoints and exits."""
+    with errors_reported(), Client.from_env() as client:
+        job = client.call("POST", f"/v1/jobs/{job_id}/cancel")
+    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
+
+
+@app.command()
+def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
+    """Why the job is where it is: every phase change and decision, with time and reason."""
+    with errors_reported(), Client.from_env() as client:
+        events = client.call("GET", f"/v1/jobs/{job_id}/why")
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        t0 = rows[0]["time"] if rows else 0.0
+        table(
+            ["TIME", "+S", "KIND", "WHAT AND WHY"],
+            [[when(e["time"]), f"{e['time'] - t0:.1f}", e["kind"], e["message"]] for e in rows],
+            title=f"job {job_id}",
+        )
+
+    emit(events, output, render)

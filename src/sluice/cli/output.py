@@ -1,0 +1,85 @@
+"""How the CLI prints: rich tables for people, `-o json` for programs, errors on stderr."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sluice.cli.client import CliError
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table (for people) or json (for programs).")]
+
+
+def emit(data: Any, output: Output, render: Callable[[Any], None]) -> None:
+    if output == Output.json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        render(data)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
+    t = Table(*columns, title=title, header_style="bold", show_lines=False)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    console.print(t)
+
+
+def fail(err: CliError) -> NoReturn:
+    """Print the error (and each named field) and exit with its code."""
+    err_console.print(f"[bold red]error:[/] {err}", markup=True)
+    for p in err.problems:
+        err_console.print(f"  {p.get('field', '?')}: {p.get('problem', '')}", markup=False)
+    raise typer.Exit(err.code)
+
+
+def when(t: float | None) -> str:
+    """Wall-clock time of day for recent times, the date too for older ones."""
+    if t is None:
+        return ""
+    if t < 10**8:  # a virtual clock (simulator): seconds since its start
+        return f"{t:.1f}s"
+    fmt = "%H:%M:%S" if time.time() - t < 86400 else "%Y-%m-%d %H:%M"
+    return time.strftime(fmt, time.localtime(t))
+
+
+def ago(t: float | None, now: float | None = None) -> str:
+    if t is None:
+        return ""
+    dt = max(0.0, (now or time.time()) - t)
+    if dt < 90:
+        return f"{dt:.0f}s"
+    if dt < 5400:
+        return f"{dt / 60:.0f}m"
+    if dt < 172800:
+        return f"{dt / 3600:.1f}h"
+    return f"{dt / 86400:.0f}d"
+
+
+def number(x: float | None, digits: int = 4) -> str:
+    return "" if x is None else f"{x:.{digits}g}"
+
+
+@contextmanager
+def errors_reported() -> Iterator[None]:
+    """`with errors_reported():` turns a CliError into a printed message and its exit code."""
+    try:
+        yield
+    except CliError as err:
+        fail(err)

@@ -1,0 +1,119 @@
+"""`sluice up` and `sluice down`: start and stop the control-plane server for $SLUICE_HOME.
+
+Detached, the server runs as `python -m sluice.control.server` in its own session (it
+survives the terminal), configured through SLUICE_* variables — an argv list and an
+environment, never a shell line. `down` sends SIGTERM: the server stops gracefully and job
+processes keep running, to be adopted by the next `up`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from enum import StrEnum
+from typing import Annotated
+
+import httpx
+import typer
+
+from sluice.cli.output import console, err_console
+from sluice.control.server import pid_alive, read_server_file, serve
+from sluice.settings import Settings, load_settings
+
+UP_TIMEOUT_S = 120.0
+"""How long `up --detach` waits for /healthz (a Ray engine may take a while to start)."""
+DOWN_TIMEOUT_S = 60.0
+"""How long `down` waits for the server to finish its graceful stop."""
+
+
+class EngineName(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
+def _settings(policy: str | None, engine: EngineName | None, port: int | None) -> tuple[Settings, dict[str, str]]:
+    overrides: dict[str, object] = {"policy": policy, "engine": engine.value if engine else None, "port": port}
+    env = {f"SLUICE_{k.upper()}": str(v) for k, v in overrides.items() if v is not None}
+    return load_settings(**overrides), env
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def up(
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background and return.")] = False,
+    policy: Annotated[str | None, typer.Option(help="Scheduling policy (e.g. flowcon, kube).")] = None,
+    engine: Annotated[EngineName | None, typer.Option(help="Where jobs run: local or ray.")] = None,
+    port: Annotated[int | None, typer.Option(min=0, max=65535, help="API port; 0 picks a free one.")] = None,
+) -> None:
+    """Start the control plane (reconcile loop + REST API) for $SLUICE_HOME."""
+    settings, env = _settings(policy, engine, port)
+    running = read_server_file(settings.home)
+    if running is not None:
+        console.print(f"sluice is already running at {running['url']} (pid {running['pid']})", markup=False)
+        return
+    if not detach:
+        console.print(f"starting sluice in {settings.home} (Ctrl-C stops it)", markup=False)
+        serve(settings)
+        return
+    settings.home.mkdir(parents=True, exist_ok=True)
+    log_path = str(settings.home / "server.log")
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sluice.control.server"],
+            env={**os.environ, **env, "SLUICE_HOME": str(settings.home)},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err_console.print(f"error: the server exited with code {proc.returncode}; its log ({log_path}):")
+            err_console.print(_tail(log_path), markup=False)
+            raise typer.Exit(1)
+        info = read_server_file(settings.home)
+        if info is not None and info.get("pid") == proc.pid and _healthy(str(info["url"])):
+            console.print(f"sluice is up at {info['url']} (pid {proc.pid}; log {log_path})", markup=False)
+            typer.echo(info["url"])
+            return
+        time.sleep(0.2)
+    err_console.print(f"error: the server did not answer within {UP_TIMEOUT_S:.0f}s; see {log_path}")
+    raise typer.Exit(1)
+
+
+def down() -> None:
+    """Stop the control plane gracefully. Job processes keep running; `sluice up` adopts them."""
+    settings = load_settings()
+    info = read_server_file(settings.home)
+    if info is None:
+        console.print(f"no sluice server is running for {settings.home}", markup=False)
+        return
+    pid = int(info["pid"])
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if read_server_file(settings.home) is None or not pid_alive(pid):
+            console.print(f"sluice stopped (pid {pid}); running jobs keep running", markup=False)
+            return
+        time.sleep(0.2)
+    err_console.print(f"error: the server (pid {pid}) is still stopping after {DOWN_TIMEOUT_S:.0f}s")
+    raise typer.Exit(1)

@@ -1,0 +1,140 @@
+"""The control-plane server process: reconcile loop + REST API, run by `sluice up`.
+
+`serve(settings)` owns the process lifecycle: one server per $SLUICE_HOME (a live
+`server.json` refuses a second), first-start tenants with their tokens written 0600 for the
+local user's CLI, and a graceful stop on SIGTERM/SIGINT that leaves job processes running —
+the next start adopts them (see control/recovery.py).
+
+Run it as `python -m sluice.control.server`; configuration comes from SLUICE_* variables and
+$SLUICE_HOME/settings.yaml (sluice.settings), never from a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sluice.settings import Settings, load_settings
+
+log = logging.getLogger("sluice.server")
+
+SERVER_FILE = "server.json"
+ADMIN_TOKEN_FILE = "admin.token"
+TOKEN_FILE = "token"
+
+
+class AlreadyRunning(RuntimeError):
+    """Another server already serves this SLUICE_HOME."""
+
+
+def read_server_file(home: Path) -> dict[str, Any] | None:
+    """The running server's {pid, url}, or None when there is none (or it died uncleanly)."""
+    path = home / SERVER_FILE
+    try:
+        info = json.loads(path.read_text())
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not pid_alive(pid):
+        return None
+    return dict(info)
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a running process; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write a file only its owner can read, never briefly world-readable."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.chmod(path, 0o600)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    # Listening before uvicorn starts: early clients wait in the backlog instead of being refused.
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def serve(settings: Settings) -> None:
+    """Run the control plane until SIGTERM/SIGINT. Blocks."""
+    # Imported here so `sluice down` and the CLI's server lookup do not load the web stack.
+    import uvicorn
+
+    from sluice.api.app import create_app
+    from sluice.control.plane import ControlPlane
+
+    home = settings.home
+    home.mkdir(parents=True, exist_ok=True)
+    running = read_server_file(home)
+    if running is not None:
+        raise AlreadyRunning(f"a sluice server is already running for {home} at {running.get('url')}")
+    sock = _bind(settings.host, settings.port)
+    port = int(sock.getsockname()[1])
+    url = _url(settings.host, port)
+    plane = ControlPlane.from_settings(settings)
+    server_file = home / SERVER_FILE
+    try:
+        tokens = plane.bootstrap_tenants()
+        if tokens:
+            write_secret(home / ADMIN_TOKEN_FILE, tokens["admin"])
+            write_secret(home / TOKEN_FILE, tokens["default"])
+            log.info("created tenants admin and default; tokens in %s", home)
+        plane.start()
+        config = uvicorn.Config(create_app(plane), log_level="warning", access_log=False, lifespan="off")
+        server = uvicorn.Server(config)
+        server_file.write_text(json.dumps({"pid": os.getpid(), "url": url, "port": port, "home": str(home)}))
+        log.info("sluice serving %s (engine %s, policy %s)", url, settings.engine, settings.policy)
+        server.run(sockets=[sock])  # returns after SIGTERM/SIGINT (uvicorn's handlers)
+    finally:
+        try:
+            info = json.loads(server_file.read_text())
+            if info.get("pid") == os.getpid():
+                server_file.unlink()
+        except (OSError, ValueError):
+            pass
+        plane.stop()
+        sock.close()
+        log.info("sluice stopped; job processes keep running and are adopted on the next start")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        serve(load_settings())
+    except AlreadyRunning as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"error: cannot serve: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

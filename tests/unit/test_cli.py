@@ -1,0 +1,246 @@
+"""The CLI (typer's CliRunner, in-process) against a live API server on a free loopback port.
+
+The server is the real FastAPI app and ControlPlane over SqlStore, run by uvicorn in a
+thread; its engine is the FakeEngine of tests/unit/fake_engine.py (a fake: these tests are
+about the CLI's contract — exit codes, messages, `-o json` — not processes). The URL and
+tokens are found the way a user's CLI finds them: $SLUICE_HOME/server.json and token files.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from sluice.api.app import create_app
+from sluice.cli.main import app
+from sluice.control.plane import ControlPlane
+from sluice.control.server import write_secret
+from sluice.model import JobExited, JobStarted, Phase
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.spec import TenantSpec
+from sluice.store.sql import SqlStore
+
+from .fake_engine import FakeEngine
+
+
+@dataclass
+class LogFakeEngine(FakeEngine):
+    log_dir: Path = Path("/nonexistent")
+
+    def log_path(self, job_id: str) -> str | None:
+        return str(self.log_dir / f"{job_id}.log")
+
+
+@dataclass
+class Live:
+    plane: ControlPlane
+    engine: LogFakeEngine
+    home: Path
+    url: str
+    tokens: dict[str, str]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    home = tmp_path / "home"
+    settings = Settings(home=home)
+    home.mkdir()
+    engine = LogFakeEngine(log_dir=tmp_path)
+    plane = ControlPlane(settings, SqlStore(settings.db_url), engine, make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    _, tokens["bob"] = plane.create_tenant(plane.authenticate(tokens["admin"]), TenantSpec(name="bob"))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:  # readiness, not a timing assertion
+        if not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    url = f"http://127.0.0.1:{port}"
+    (home / "server.json").write_text(json.dumps({"pid": 0, "url": url}))
+    write_secret(home / "token", tokens["default"])
+    write_secret(home / "admin.token", tokens["admin"])
+    for var in ("SLUICE_URL", "SLUICE_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    monkeypatch.setenv("COLUMNS", "250")
+    try:
+        yield Live(plane, engine, home, url, tokens)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        plane.store.close()
+
+
+runner = CliRunner()
+
+
+def sluice(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+def write_spec(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+GOOD_SPEC = """
+name: mnist
+command: [python, train.py, --epochs, "3"]
+resources:
+  cpu: {min: 1, max: 2}
+"""
+
+
+def test_submit_list_get_why_cancel(live: Live, tmp_path: Path) -> None:
+    code, out, err = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
+    assert code == 0, err
+    job_id = out.strip()
+    stored = live.plane.store.get_job(job_id)
+    assert stored is not None and stored.tenant == "default" and stored.spec.workdir == str(tmp_path)
+
+    code, out, _ = sluice("job", "list", "-o", "json")
+    assert code == 0 and [j["id"] for j in json.loads(out)] == [job_id]
+    code, out, _ = sluice("job", "list")
+    assert code == 0 and job_id in out and "Pending" in out
+
+    live.plane.step()
+    code, out, _ = sluice("job", "get", job_id, "-o", "json")
+    assert code == 0 and json.loads(out)["phase"] == "Starting"
+    code, out, _ = sluice("job", "list", "--phase", "Queued", "-o", "json")
+    assert code == 0 and json.loads(out) == []
+
+    code, out, _ = sluice("job", "why", job_id, "-o", "json")
+    events = json.loads(out)
+    assert code == 0 and events[0]["kind"] == "phase" and events[0]["job_id"] == job_id
+    code, out, _ = sluice("job", "why", job_id)
+    assert code == 0 and "submitted by tenant default" in out and "kube: fits on" in out
+
+    code, out, _ = sluice("job", "cancel", job_id)
+    assert code == 0 and "Stopping" in out and "cancelled by default" in out
+    live.engine.pending.append(JobExited(job_id, live.plane.controller.jobs[job_id].attempt, live.engine.now, -15))
+    live.plane.step()
+    assert live.plane.store.get_job(job_id).phase == Phase.CANCELLED  # type: ignore[union-attr]
+    code, _, err = sluice("job", "cancel", job_id)
+    assert code == 1 and "already Cancelled" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (GOOD_SPEC + "max_restart: 2\n", "max_restart"),
+        ("command: python train.py\n", "command"),
+        ("name: x\nresources: {cpu: -1}\n", "resources.cpu.min"),
+        ("name: x\n", "command"),
+        ("command: [python\n", "(spec)"),
+    ],
+    ids=["unknown-field", "shell-string", "negative-cpu", "missing-command", "bad-yaml"],
+)
+def test_bad_spec_file_exits_2_naming_the_field(live: Live, tmp_path: Path, text: str, field: str) -> None:
+    code, out, err = sluice("job", "submit", str(write_spec(tmp_path / "bad.yaml", text)))
+    assert code == 2
+    assert f"  {field}:" in err
+    assert out == ""
+    assert live.plane.store.list_jobs() == []
+
+
+def test_missing_spec_file_exits_2(live: Live, tmp_path: Path) -> None:
+    code, _, err = sluice("job", "submit", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "cannot read" in err
+
+
+def test_bad_argument_exits_2(live: Live) -> None:
+    code, _, err = sluice("job", "list", "--phase", "Sleeping")
+    assert code == 2 and "Sleeping" in err
+    code, _, err = sluice("job", "list", "-o", "yaml")
+    assert code == 2
+
+
+def test_unreachable_server_exits_1_with_a_clear_message(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_URL", f"http://127.0.0.1:{_free_port()}")
+    code, _, err = sluice("job", "list")
+    assert code == 1 and "cannot reach the sluice server" in err and "sluice up" in err
+
+
+def test_bad_token_and_other_tenants_job(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
+    job_id = out.strip()
+    monkeypatch.setenv("SLUICE_TOKEN", "slc_not-a-token")
+    code, _, err = sluice("job", "list")
+    assert code == 1 and "not authenticated" in err
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    code, _, err = sluice("job", "get", job_id)
+    assert code == 1 and f"job {job_id} not found" in err
+    code, _, err = sluice("tenant", "list")
+    assert code == 1 and "not allowed" in err
+
+
+def test_logs(live: Live, tmp_path: Path) -> None:
+    _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
+    job_id = out.strip()
+    live.plane.step()
+    attempt = live.plane.controller.jobs[job_id].attempt
+    live.engine.pending.append(JobStarted(job_id, attempt, "n0", live.engine.now))
+    live.plane.step()
+    (tmp_path / f"{job_id}.log").write_text("step 1 loss 2.0\nstep 2 loss 1.5\n")
+    code, out, _ = sluice("job", "logs", job_id)
+    assert code == 0 and out == "step 1 loss 2.0\nstep 2 loss 1.5\n"
+    live.engine.pending.append(JobExited(job_id, attempt, live.engine.now, 0))
+    live.plane.step()
+    code, out, _ = sluice("job", "logs", job_id, "-f")  # the job has ended: prints all and returns
+    assert code == 0 and out == "step 1 loss 2.0\nstep 2 loss 1.5\n"
+
+
+def test_nodes(live: Live) -> None:
+    code, out, _ = sluice("node", "list", "-o", "json")
+    assert code == 0 and [n["name"] for n in json.loads(out)] == ["n0", "n1"]
+    code, _, err = sluice("node", "cordon", "n0")
+    assert code == 2 and "--reason" in err
+    code, out, _ = sluice("node", "cordon", "n0", "--reason", "disk failing")
+    assert code == 0 and "Cordoned" in out
+    code, out, _ = sluice("node", "list")
+    assert code == 0 and "disk failing" in out
+    code, out, _ = sluice("node", "uncordon", "n0", "-o", "json")
+    assert code == 0 and json.loads(out)["health"] == "Healthy"
+    code, _, err = sluice("node", "cordon", "n9", "--reason", "x")
+    assert code == 1 and "not found" in err
+
+
+def test_tenants(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = sluice("tenant", "create", "carol", "--max-running-jobs", "2", "-o", "json")
+    assert code == 0
+    created = json.loads(out)
+    assert created["name"] == "carol" and created["token"].startswith("slc_")
+    code, out, _ = sluice("tenant", "list", "-o", "json")
+    assert code == 0 and [t["name"] for t in json.loads(out)] == ["admin", "bob", "carol", "default"]
+    code, _, err = sluice("tenant", "create", "Bad Name")
+    assert code == 2 and "name:" in err
+    code, _, err = sluice("tenant", "create", "carol")
+    assert code == 1 and "already exists" in err
+    monkeypatch.setenv("SLUICE_TOKEN", created["token"])
+    assert sluice("job", "list", "-o", "json")[0] == 0
+    monkeypatch.delenv("SLUICE_TOKEN")
+    code, out, _ = sluice("tenant", "delete", "carol")
+    assert code == 0 and "deleted" in out
+    monkeypatch.setenv("SLUICE_TOKEN", created["token"])
+    assert sluice("job", "list")[0] == 1
