@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sluice.cli import bench, dataset, health, job, node, sim, tenant
+from sluice.cli import bench, dataset, health, job, node, sim, tenant, up
 from sluice.cli.demo import demo
 
 app = typer.Typer(
@@ -20,3 +20,5 @@ app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")
 app.add_typer(health.app, name="health")
 app.command("demo")(demo)
+app.command("up")(up.up)
+app.command("down")(up.down)
