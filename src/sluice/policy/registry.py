@@ -9,6 +9,7 @@ from sluice.policy.base import Policy
 from sluice.policy.flowcon import FlowConPolicy
 from sluice.policy.kube import KubePolicy
 from sluice.policy.binpack import BinpackPolicy
+from sluice.policy.data_aware import DataAwarePolicy
 from sluice.policy.fifo import FifoPolicy
 from sluice.policy.tiresias import TiresiasPolicy
 
@@ -17,6 +18,7 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "flowcon": FlowConPolicy,
     "fifo": FifoPolicy,
     "binpack": BinpackPolicy,
+    "data-aware": DataAwarePolicy,
     "tiresias": TiresiasPolicy,
 }
 
