@@ -242,9 +242,10 @@ class Controller:
         elif isinstance(e, JobUsage):
             self.trackers.setdefault(job.id, self._new_tracker(job)).usage(e.time, e.cpu_cores)
         elif isinstance(e, JobCheckpointed):
+            # Not logged as an event (jobs checkpoint often); the next placement names it.
             job.checkpoint = e.path
-            self._event(job, "checkpoint", f"checkpoint at step {e.step}: {e.path}", save=False)
-            self._dirty.add(job.id)
+            job.extra["checkpoint_step"] = e.step
+            self._progressed.add(job.id)
         elif isinstance(e, JobExited) and job.phase.active:
             self._on_exit(job, e, now)
 
@@ -358,10 +359,11 @@ class Controller:
         job.allocation = alloc
         job.not_before = 0.0
         self._move(job, Phase.STARTING, reason)
+        resume = f"; resumes from checkpoint at step {job.extra.get('checkpoint_step')}" if job.checkpoint else ""
         self._event(
             job,
             "place",
-            f"attempt {job.attempt} on {alloc.describe()}: {reason}",
+            f"attempt {job.attempt} on {alloc.describe()}: {reason}{resume}",
             data={"allocation": alloc.to_list(), "attempt": job.attempt},
         )
         self._save(job)  # durable before the process exists: a crash now is recoverable
