@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -271,10 +272,8 @@ def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:
             os.killpg(server.pid, signal.SIGKILL)
         for f in files.values():
             for pid, _, _ in pid_lines(f):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 def test_server_json_points_at_live_server(tmp_path: Path) -> None:
