@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 import sluice
-from sluice.api import errors
+from sluice.api import errors, routes_datasets
 from sluice.api.contract import Plane
 from sluice.api.limits import BodyLimit
 from sluice.api.metrics import build_registry
@@ -37,5 +37,6 @@ def create_app(plane: Plane, *, max_body_bytes: int | None = None) -> FastAPI:
     errors.install(app)
     for module in (system, jobs, nodes, tenants):
         app.include_router(module.router)
+    app.include_router(routes_datasets.router)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app

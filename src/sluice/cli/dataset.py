@@ -2,6 +2,118 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
+from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table, when
+from sluice.spec import DatasetSpec, SpecError
+from sluice.spec.loading import load_spec_file, parse_model
+
 app = typer.Typer(help="Datasets cached next to the jobs that read them.", no_args_is_help=True)
+
+Name = Annotated[str, typer.Argument(help="The dataset's name.")]
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.0%}"
+
+
+def _rows(items: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            d["name"],
+            d["tenant"],
+            d["source"],
+            d["items"],
+            _size(d["total_bytes"]),
+            _pct(d.get("cached_fraction")),
+            when(d["created_at"]),
+        ]
+        for d in items
+    ]
+
+
+COLUMNS = ("NAME", "TENANT", "SOURCE", "FILES", "SIZE", "CACHED HERE", "CREATED")
+
+
+@app.command()
+def create(
+    file: Annotated[Path, typer.Argument(help="Dataset spec (YAML or JSON): name, source, ...", dir_okay=False)],
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Do not list the source now.")] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Register a dataset. Its source is listed now, so a wrong URL fails here, not in a job."""
+    with errors_reported():
+        try:
+            spec = parse_model(DatasetSpec, load_spec_file(file))
+        except SpecError as err:
+            raise CliError(f"invalid dataset spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
+        with Client.from_env() as client:
+            ds = client.call(
+                "POST",
+                "/v1/datasets",
+                json=spec.model_dump(mode="json"),
+                params={"probe": str(not no_probe).lower()},
+                timeout=600,
+            )
+    emit(
+        ds,
+        output,
+        lambda d: console.print(
+            f"created dataset {d['name']} ({d['items']} files, {_size(d['total_bytes'])})", markup=False
+        ),
+    )
+
+
+@app.command("list")
+def list_(output: OutputOpt = Output.table) -> None:
+    """Your datasets (every tenant's with an admin token) and how much of each this node caches."""
+    with errors_reported(), Client.from_env() as client:
+        items = client.call("GET", "/v1/datasets")
+    emit(items, output, lambda ds: table(COLUMNS, _rows(ds)))
+
+
+@app.command()
+def get(name: Name, output: OutputOpt = Output.table) -> None:
+    """One dataset."""
+    with errors_reported(), Client.from_env() as client:
+        d = client.call("GET", f"/v1/datasets/{name}")
+    emit(d, output, lambda x: table(COLUMNS, _rows([x])))
+
+
+@app.command()
+def warm(name: Name, output: OutputOpt = Output.table) -> None:
+    """Fetch the whole dataset into this node's cache now, so the first epoch reads it warm."""
+    with errors_reported(), Client.from_env() as client, console.status(f"warming {name} ..."):
+        res = client.call("POST", f"/v1/datasets/{name}/warm", timeout=24 * 3600)
+    c = res["counters"]
+    emit(
+        res,
+        output,
+        lambda r: console.print(
+            f"{name}: {r['cached_fraction']:.0%} cached on this node — fetched {int(c['misses'])} files "
+            f"({_size(int(c['fetched_bytes']))}), {int(c['hits_memory'] + c['hits_disk'])} already cached",
+            markup=False,
+        ),
+    )
+
+
+@app.command("rm")
+def rm(name: Name) -> None:
+    """Delete a dataset and drop it from this node's cache (its source is not touched)."""
+    with errors_reported(), Client.from_env() as client:
+        client.call("DELETE", f"/v1/datasets/{name}")
+    console.print(f"deleted dataset {name}", markup=False)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.model import JobRecord, NodeHealth, Phase
+from sluice.spec import DatasetSpec
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,18 @@ class NodeRecord:
     updated_at: float = 0.0
 
 
+@dataclass
+class DatasetRecord:
+    """A registered dataset: its spec, owner, and what a listing of its source found."""
+
+    tenant: str
+    name: str
+    spec: DatasetSpec
+    created_at: float = 0.0
+    items: int | None = None
+    total_bytes: int | None = None
+
+
 class Store(Protocol):
     def create_job(self, job: JobRecord) -> None: ...
     def save_job(self, job: JobRecord) -> None: ...
@@ -79,6 +92,11 @@ class Store(Protocol):
     def delete_tenant(self, name: str) -> None: ...
     def save_node(self, node: NodeRecord) -> None: ...
     def list_nodes(self) -> list[NodeRecord]: ...
+    def create_dataset(self, ds: DatasetRecord) -> None: ...
+    def save_dataset(self, ds: DatasetRecord) -> None: ...
+    def get_dataset(self, tenant: str, name: str) -> DatasetRecord | None: ...
+    def list_datasets(self, tenant: str | None = None) -> list[DatasetRecord]: ...
+    def delete_dataset(self, tenant: str, name: str) -> None: ...
     def close(self) -> None: ...
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sluice.model import JobRecord, Phase
-from sluice.store.base import DuplicateError, EventRecord, NodeRecord, TenantRecord
+from sluice.store.base import DatasetRecord, DuplicateError, EventRecord, NodeRecord, TenantRecord
 
 
 class MemoryStore:
@@ -17,6 +17,7 @@ class MemoryStore:
         self._events: list[EventRecord] = []
         self._tenants: dict[str, TenantRecord] = {}
         self._nodes: dict[str, NodeRecord] = {}
+        self._datasets: dict[tuple[str, str], DatasetRecord] = {}
 
     def create_job(self, job: JobRecord) -> None:
         if job.id in self._jobs:
@@ -96,6 +97,24 @@ class MemoryStore:
 
     def list_nodes(self) -> list[NodeRecord]:
         return sorted(self._nodes.values(), key=lambda n: n.name)
+
+    def create_dataset(self, ds: DatasetRecord) -> None:
+        if (ds.tenant, ds.name) in self._datasets:
+            raise DuplicateError(f"dataset {ds.tenant}/{ds.name} exists")
+        self._datasets[(ds.tenant, ds.name)] = copy.copy(ds)
+
+    def save_dataset(self, ds: DatasetRecord) -> None:
+        self._datasets[(ds.tenant, ds.name)] = copy.copy(ds)
+
+    def get_dataset(self, tenant: str, name: str) -> DatasetRecord | None:
+        d = self._datasets.get((tenant, name))
+        return copy.copy(d) if d else None
+
+    def list_datasets(self, tenant: str | None = None) -> list[DatasetRecord]:
+        return [copy.copy(d) for k, d in sorted(self._datasets.items()) if tenant is None or k[0] == tenant]
+
+    def delete_dataset(self, tenant: str, name: str) -> None:
+        self._datasets.pop((tenant, name), None)
 
     def close(self) -> None:
         pass

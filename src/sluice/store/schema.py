@@ -101,6 +101,18 @@ nodes = Table(
     Column("updated_at", Double, nullable=False),
 )
 
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("items", BigInteger, nullable=True),
+    Column("total_bytes", BigInteger, nullable=True),
+)
+"""Added after version 1 without a migration step: `create_all` adds the missing table."""
+
 Migration = Callable[[Connection], None]
 MIGRATIONS: dict[int, Migration] = {}
 """version -> step that turns a database at version-1 into this version (none yet)."""

@@ -18,9 +18,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
 from sluice.model import Allocation, JobRecord, NodeHealth, Phase
-from sluice.spec import JobSpec
+from sluice.spec import DatasetSpec, JobSpec
 from sluice.store import schema
-from sluice.store.base import DuplicateError, EventRecord, NodeRecord, TenantRecord
+from sluice.store.base import DatasetRecord, DuplicateError, EventRecord, NodeRecord, TenantRecord
 
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 """How long a SQLite writer waits for another writer before giving up (ms)."""
@@ -272,6 +272,64 @@ class SqlStore:
                 )
                 for r in rows
             ]
+
+    # datasets -----------------------------------------------------------------------------
+    @staticmethod
+    def _dataset_values(d: DatasetRecord) -> dict[str, Any]:
+        return {
+            "tenant": d.tenant,
+            "name": d.name,
+            "spec": d.spec.model_dump(mode="json"),
+            "created_at": d.created_at,
+            "items": d.items,
+            "total_bytes": d.total_bytes,
+        }
+
+    @staticmethod
+    def _dataset_from_row(row: Row[Any]) -> DatasetRecord:
+        m = row._mapping
+        return DatasetRecord(
+            tenant=m["tenant"],
+            name=m["name"],
+            spec=DatasetSpec.model_validate(m["spec"]),
+            created_at=m["created_at"],
+            items=m["items"],
+            total_bytes=m["total_bytes"],
+        )
+
+    def create_dataset(self, ds: DatasetRecord) -> None:
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(insert(schema.datasets).values(**self._dataset_values(ds)))
+        except IntegrityError:
+            raise DuplicateError(f"dataset {ds.tenant}/{ds.name} exists") from None
+
+    def save_dataset(self, ds: DatasetRecord) -> None:
+        t = schema.datasets
+        with self._engine.begin() as conn:
+            values = self._dataset_values(ds)
+            done = conn.execute(update(t).where(t.c.tenant == ds.tenant, t.c.name == ds.name).values(**values))
+            if done.rowcount == 0:
+                conn.execute(insert(t).values(**values))
+
+    def get_dataset(self, tenant: str, name: str) -> DatasetRecord | None:
+        t = schema.datasets
+        with self._engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.tenant == tenant, t.c.name == name)).first()
+        return self._dataset_from_row(row) if row else None
+
+    def list_datasets(self, tenant: str | None = None) -> list[DatasetRecord]:
+        t = schema.datasets
+        q = select(t).order_by(t.c.tenant, t.c.name)
+        if tenant is not None:
+            q = q.where(t.c.tenant == tenant)
+        with self._engine.connect() as conn:
+            return [self._dataset_from_row(r) for r in conn.execute(q)]
+
+    def delete_dataset(self, tenant: str, name: str) -> None:
+        t = schema.datasets
+        with self._engine.begin() as conn:
+            conn.execute(delete(t).where(t.c.tenant == tenant, t.c.name == name))
 
     def close(self) -> None:
         self._engine.dispose()

@@ -1,0 +1,108 @@
+"""/v1/datasets: register, list, inspect and delete datasets (per-tenant visibility).
+
+Storage options can hold credentials, so only their names are ever returned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
+
+from sluice.api.auth import CallerDep, PlaneDep
+from sluice.control.datasets import DatasetService
+from sluice.control.errors import NotFound
+from sluice.spec import DatasetSpec
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+
+class DatasetOut(BaseModel):
+    tenant: str
+    name: str
+    source: str
+    format: str
+    cache: bool
+    storage_option_names: list[str]
+    created_at: float
+    items: int | None
+    total_bytes: int | None
+    cached_fraction: float | None = None
+    """Share of the dataset's bytes held by this node's cache (the control plane's node)."""
+
+    @staticmethod
+    def of(rec: Any, cached: dict[str, float] | None = None) -> DatasetOut:
+        return DatasetOut(
+            tenant=rec.tenant,
+            name=rec.name,
+            source=rec.spec.source,
+            format=rec.spec.format,
+            cache=rec.spec.cache,
+            storage_option_names=sorted(rec.spec.storage_options),
+            created_at=rec.created_at,
+            items=rec.items,
+            total_bytes=rec.total_bytes,
+            cached_fraction=None if cached is None else cached.get(rec.name, 0.0),
+        )
+
+
+def service(request: Request, plane: Any) -> DatasetService:
+    svc: DatasetService | None = getattr(request.app.state, "datasets", None)
+    if svc is None:
+        store = getattr(plane, "store", None)
+        if store is None:
+            raise NotFound("this control plane has no dataset registry")
+        svc = DatasetService(store)
+        request.app.state.datasets = svc
+    return svc
+
+
+def _cached(svc: DatasetService) -> dict[str, float] | None:
+    try:
+        return svc.node_cache().state()[0]
+    except OSError:
+        return None
+
+
+@router.get("", response_model=list[DatasetOut])
+def list_datasets(request: Request, plane: PlaneDep, caller: CallerDep) -> list[DatasetOut]:
+    svc = service(request, plane)
+    cached = _cached(svc)
+    return [DatasetOut.of(r, cached) for r in svc.list_datasets(caller)]
+
+
+@router.post("", status_code=201, response_model=DatasetOut)
+def create_dataset(
+    request: Request, plane: PlaneDep, caller: CallerDep, spec: DatasetSpec, probe: bool = True
+) -> DatasetOut:
+    """Register a dataset. With probe (default) its source is listed now: a wrong URL is a 422."""
+    return DatasetOut.of(service(request, plane).create(caller, spec, probe=probe))
+
+
+@router.get("/{name}", response_model=DatasetOut)
+def get_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> DatasetOut:
+    svc = service(request, plane)
+    return DatasetOut.of(svc.get(caller, name), _cached(svc))
+
+
+@router.delete("/{name}", status_code=204)
+def delete_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> Response:
+    service(request, plane).delete(caller, name)
+    return Response(status_code=204)
+
+
+class WarmOut(BaseModel):
+    name: str
+    counters: dict[str, float]
+    cached_fraction: float
+
+
+@router.post("/{name}/warm", response_model=WarmOut)
+def warm_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> WarmOut:
+    """Fetch the whole dataset into the cache of the control plane's node (local engine); returns
+    when it is warm."""
+    svc = service(request, plane)
+    counters = svc.warm(caller, name)
+    cached = _cached(svc) or {}
+    return WarmOut(name=name, counters=counters, cached_fraction=cached.get(name, 0.0))
