@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,17 @@ TOKEN_FILE = "token"
 
 class AlreadyRunning(RuntimeError):
     """Another server already serves this SLUICE_HOME."""
+
+
+class _Terminated(Exception):
+    """Raised by the SIGTERM handler so the clean-up in `serve` runs."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    # uvicorn handles SIGTERM while it serves, then re-raises the signal after it has stopped;
+    # with the default handler that would kill us before the plane is stopped and server.json
+    # removed. An exception instead unwinds through serve()'s `finally`.
+    raise _Terminated()
 
 
 def read_server_file(home: Path) -> dict[str, Any] | None:
@@ -97,8 +110,14 @@ def serve(settings: Settings) -> None:
     sock = _bind(settings.host, settings.port)
     port = int(sock.getsockname()[1])
     url = _url(settings.host, port)
-    plane = ControlPlane.from_settings(settings)
+    try:
+        plane = ControlPlane.from_settings(settings)
+    except BaseException:
+        sock.close()
+        raise
     server_file = home / SERVER_FILE
+    in_main = threading.current_thread() is threading.main_thread()  # signals only work there
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
         tokens = plane.bootstrap_tenants()
         if tokens:
@@ -111,7 +130,11 @@ def serve(settings: Settings) -> None:
         server_file.write_text(json.dumps({"pid": os.getpid(), "url": url, "port": port, "home": str(home)}))
         log.info("sluice serving %s (engine %s, policy %s)", url, settings.engine, settings.policy)
         server.run(sockets=[sock])  # returns after SIGTERM/SIGINT (uvicorn's handlers)
+    except (_Terminated, KeyboardInterrupt):
+        pass
     finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
         try:
             info = json.loads(server_file.read_text())
             if info.get("pid") == os.getpid():

@@ -1,0 +1,121 @@
+"""`sluice up --detach` / `sluice down` as a user runs them: a real server process on the local
+engine, a real job process that outlives a graceful stop and is adopted by the next start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SLUICE = str(Path(sys.executable).with_name("sluice"))
+WAIT_S = 90.0
+"""Readiness deadline (a guard against hanging, not an assertion about speed)."""
+
+JOB = """\
+import pathlib, sys, time
+stop = pathlib.Path(sys.argv[1])
+i = 0
+while not stop.exists():
+    print(f"tick {i}", flush=True)
+    i += 1
+    time.sleep(0.2)
+print("bye", flush=True)
+"""
+
+
+def _ours(marker: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or []):
+            out.append(p)
+    return out
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    home = tmp_path / "home"
+    yield home
+    # Clean up whatever a failed test left: the server (by its recorded pid) and the job.
+    try:
+        pid = int(json.loads((home / "server.json").read_text())["pid"])
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError, KeyError):
+        pass
+    for p in _ours(str(tmp_path / "stop")):
+        p.kill()
+
+
+def run(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env["SLUICE_HOME"] = str(home)
+    return subprocess.run([SLUICE, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def job(home: Path, job_id: str) -> dict[str, Any]:
+    """The job through the API directly (each CLI process costs a second of imports)."""
+    url = json.loads((home / "server.json").read_text())["url"]
+    token = (home / "token").read_text().strip()
+    r = httpx.get(f"{url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def wait_for(home: Path, job_id: str, phases: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        j = job(home, job_id)
+        if j["phase"] in phases or time.monotonic() > deadline:
+            return j
+        time.sleep(0.2)
+
+
+def test_up_submit_down_up_adopts_running_job(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(JOB)
+    stop = tmp_path / "stop"
+    (tmp_path / "job.yaml").write_text(
+        json.dumps({"name": "ticker", "command": [sys.executable, "job.py", str(stop)], "resources": {"cpu": 0.5}})
+    )
+    up = run(home, "up", "--detach", "--port", "0", "--policy", "kube")
+    assert up.returncode == 0, up.stdout + up.stderr
+    url = up.stdout.strip().splitlines()[-1]
+    assert url.startswith("http://127.0.0.1:")
+    for name in ("token", "admin.token"):
+        assert stat.S_IMODE((home / name).stat().st_mode) == 0o600
+    assert json.loads((home / "server.json").read_text())["url"] == url
+
+    sub = run(home, "job", "submit", str(tmp_path / "job.yaml"))
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip()
+    assert wait_for(home, job_id, {"Running"})["phase"] == "Running"
+
+    down = run(home, "down")
+    assert down.returncode == 0 and "stopped" in down.stdout
+    assert not (home / "server.json").exists()
+    assert _ours(str(tmp_path / "stop")), "the job process must survive a graceful stop"
+    assert run(home, "job", "list").returncode == 1  # nobody serves now
+
+    again = run(home, "up", "--detach", "--port", "0", "--policy", "kube")
+    assert again.returncode == 0, again.stdout + again.stderr
+    adopted = job(home, job_id)
+    assert adopted["phase"] == "Running" and adopted["attempt"] == 1 and adopted["restarts"] == 0
+
+    stop.touch()
+    logs = run(home, "job", "logs", job_id, "-f")
+    assert logs.returncode == 0 and "tick 0" in logs.stdout and "bye" in logs.stdout
+    final = run(home, "job", "get", job_id, "-o", "json")
+    assert final.returncode == 0 and json.loads(final.stdout)["phase"] == "Succeeded"
+    assert run(home, "down").returncode == 0
