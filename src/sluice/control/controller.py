@@ -111,6 +111,8 @@ class Controller:
         self.round_seconds: float = 0.0
         """Wall time the last round took (for metrics and the scale benchmark)."""
         self.rounds = 0
+        self.launches = 0
+        """Launches so far; the reconcile loop runs a quick extra round after one."""
         self._dirty: set[str] = set()
         self._progressed: set[str] = set()
         """Jobs whose only change is progress: saved at most every save_progress_every_s."""
@@ -377,6 +379,7 @@ class Controller:
         )
         try:
             self.engine.launch(req)
+            self.launches += 1
         except Exception as err:
             self._requeue(job, f"launch failed: {err}", now, count=True, not_before=now + self.restart_backoff_s)
 

@@ -69,6 +69,7 @@ class ControlPlane:
         )
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self.recovery: RecoveryReport | None = None
 
     @classmethod
@@ -101,15 +102,24 @@ class ControlPlane:
         interval = self.settings.reconcile_interval_s
         while not self._stop.is_set():
             t0 = time.monotonic()
+            launches = self.controller.launches
             try:
                 self.controller.step()
             except Exception:  # keep reconciling; the failure is logged with its traceback
                 log.exception("reconcile round failed")
-            self._stop.wait(max(0.0, interval - (time.monotonic() - t0)))
+            # Right after a launch, look again soon: the start event is what users wait for.
+            wait = 0.05 if self.controller.launches != launches else interval - (time.monotonic() - t0)
+            self._wake.wait(max(0.0, wait))
+            self._wake.clear()
+
+    def wake(self) -> None:
+        """Run the next reconcile round now (a job was submitted or cancelled)."""
+        self._wake.set()
 
     def stop(self) -> None:
         """Stop reconciling. Job processes keep running and are adopted on the next start."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.engine.close()
@@ -179,7 +189,9 @@ class ControlPlane:
             raise Forbidden(f"tenant: you may submit only as {caller.name!r}")
         if tenant != caller.name and self.store.get_tenant(tenant) is None:
             raise NotFound(f"tenant {tenant!r} not found")
-        return self.controller.submit(tenant, spec)
+        job = self.controller.submit(tenant, spec)
+        self.wake()
+        return job
 
     def _visible(self, caller: TenantRecord, job: JobRecord | None, job_id: str) -> JobRecord:
         if job is None or (job.tenant != caller.name and not caller.admin):
@@ -213,7 +225,9 @@ class ControlPlane:
         with self.controller.lock:
             if job_id not in self.controller.jobs:
                 self.controller.load([job])
-            return self.controller.cancel(job_id, f"cancelled by {caller.name}")
+            done = self.controller.cancel(job_id, f"cancelled by {caller.name}")
+        self.wake()
+        return done
 
     def why(self, caller: TenantRecord, job_id: str) -> list[EventRecord]:
         self.get_job(caller, job_id)
