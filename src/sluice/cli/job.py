@@ -142,6 +142,7 @@ def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Why the job is where it is: every phase change and decision, with time and reason."""
     with errors_reported(), Client.from_env() as client:
         events = client.call("GET", f"/v1/jobs/{job_id}/why")
+        job = client.call("GET", f"/v1/jobs/{job_id}") if output == Output.table else None
 
     def render(rows: list[dict[str, Any]]) -> None:
         t0 = rows[0]["time"] if rows else 0.0
@@ -150,5 +151,7 @@ def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
             [[when(e["time"]), f"{e['time'] - t0:.1f}", e["kind"], e["message"]] for e in rows],
             title=f"job {job_id}",
         )
+        if job is not None:  # where it stands now, e.g. why it is still pending
+            console.print(f"now: {job['phase']} — {job['reason']}", markup=False)
 
     emit(events, output, render)

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -35,9 +36,19 @@ def emit(data: Any, output: Output, render: Callable[[Any], None]) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    t = Table(*columns, title=title, header_style="bold", show_lines=False)
-    for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+    """A kubectl-like table. Every column but the last (free text: reasons, messages) keeps
+    its full width — ids and names are copied by users and must never be cut; the last one
+    wraps on a narrow terminal."""
+    t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    for i, name in enumerate(columns):
+        if i < len(columns) - 1:
+            width = max([len(name), *(len(r[i]) for r in cells)])
+            t.add_column(name, no_wrap=True, min_width=width)
+        else:
+            t.add_column(name, overflow="fold", min_width=min(20, len(name)))
+    for row in cells:
+        t.add_row(*row)
     console.print(t)
 
 
