@@ -1,0 +1,430 @@
+"""The Ray engine on a real multi-node Ray cluster on this machine (ray.cluster_utils.Cluster).
+
+One cluster (a head and three workers, 1 CPU each, labelled n0..n3) is shared by the tests
+of this module; jobs are real processes started by each node's agent actor. The "nodes" all
+live on this machine, so a test can read the cgroup files of a remote node's job — but the
+agent in that node's actor is the one that wrote them.
+
+Losing a node: `Cluster.remove_node` kills the node's raylet; the agent's fence (see
+sluice/agent/ray_actor.py) then SIGKILLs that node's job processes, as a dead machine would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from sluice.control.controller import Controller  # noqa: E402
+from sluice.engine.ray import RayEngine  # noqa: E402
+from sluice.model import Allocation, ClusterView, Decision, Migrate, NodeHealth, Phase  # noqa: E402
+from sluice.policy.kube import KubePolicy  # noqa: E402
+from sluice.spec import JobSpec  # noqa: E402
+from sluice.store.memory import MemoryStore  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(240)]
+
+OBJECT_STORE = 80 * 1024 * 1024
+WORKERS = ("n1", "n2", "n3")
+
+TOY_JOB = '''
+"""Toy training job: resumes from its newest checkpoint, checkpoints every interval and on SIGTERM.
+Appends "<attempt> <step> <time>" per step to ../steps.log next to its checkpoints."""
+import json, os, pathlib, signal, sys, time
+
+run = pathlib.Path(os.environ["SLUICE_RUN_DIR"])
+ck = pathlib.Path(os.environ["SLUICE_CHECKPOINT_DIR"])
+ck.mkdir(parents=True, exist_ok=True)
+attempt = os.environ["SLUICE_ATTEMPT"]
+total, dt = int(sys.argv[1]), float(sys.argv[2])
+interval = float(os.environ.get("SLUICE_CHECKPOINT_INTERVAL_S", "1"))
+stop = False
+
+def on_term(*_):
+    global stop
+    stop = True
+
+signal.signal(signal.SIGTERM, on_term)
+done = sorted(ck.glob("ckpt-*.json"))
+start = json.loads(done[-1].read_text())["step"] if done else 0
+prog = open(run / "progress.jsonl", "a")
+ledger = open(ck.parent / "steps.log", "a")
+
+def report(rec):
+    prog.write(json.dumps(rec) + "\\n")
+    prog.flush()
+
+def save(step):
+    path = ck / f"ckpt-{step:08d}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"step": step}))
+    os.replace(tmp, path)
+    report({"t": time.time(), "step": step, "checkpoint": str(path)})
+
+last = time.time()
+for step in range(start + 1, total + 1):
+    time.sleep(dt)
+    ledger.write(f"{attempt} {step} {time.time()}\\n")
+    ledger.flush()
+    report({"t": time.time(), "step": step, "loss": 1.0 / (1 + step / 10), "metrics": {"total_steps": total}})
+    if stop:
+        save(step)
+        sys.exit(0)
+    if time.time() - last >= interval:
+        save(step)
+        last = time.time()
+'''
+
+
+@dataclass
+class RayTestCluster:
+    cluster: Cluster
+    shared: Path
+    job_script: Path
+    nodes: dict[str, Any] = field(default_factory=dict)
+    """sluice node name -> ray._private.node.Node (for remove_node and raylet pids)."""
+
+    def add(self, name: str) -> None:
+        self.nodes[name] = self.cluster.add_node(
+            num_cpus=1, object_store_memory=OBJECT_STORE, labels={"sluice.node": name}
+        )
+        self.cluster.wait_for_nodes()
+
+    def lose(self, name: str) -> None:
+        """Lose a node: its raylet dies (and with it, through the fence, its job processes)."""
+        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+
+    def raylet_pid(self, name: str) -> int:
+        return int(self.nodes[name].all_processes["raylet"][0].process.pid)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestCluster]:
+    shared = tmp_path_factory.mktemp("ray-shared")
+    script = shared / "toy_job.py"
+    script.write_text(TOY_JOB)
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "object_store_memory": OBJECT_STORE,
+            "include_dashboard": False,
+            "labels": {"sluice.node": "n0"},
+        },
+    )
+    rc = RayTestCluster(cluster, shared, script)
+    rc.nodes["n0"] = cluster.head_node
+    try:
+        for name in WORKERS:
+            rc.add(name)
+        yield rc
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+
+
+class Scripted(KubePolicy):
+    """kube placement, plus migrations the test asks for (a real policy: a function of the view)."""
+
+    def __init__(self) -> None:
+        self.moves: dict[str, str] = {}
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        out = super().decide(view)
+        for job_id, node in list(self.moves.items()):
+            job = view.jobs.get(job_id)
+            if job is not None and job.phase == Phase.RUNNING and job.allocation is not None:
+                del self.moves[job_id]
+                out.append(Migrate(job_id, Allocation.single(node, 1.0), f"test asks to move it to {node}"))
+        return out
+
+
+@pytest.fixture()
+def plane(ray_cluster: RayTestCluster) -> Iterator[tuple[Controller, RayEngine, Scripted]]:
+    engine = RayEngine(shared_root=ray_cluster.shared, address=ray_cluster.cluster.address)
+    policy = Scripted()
+    ctl = Controller(MemoryStore(), engine, policy, checkpoint_root=engine.checkpoint_root, restart_backoff_s=0.2)
+    try:
+        yield ctl, engine, policy
+    finally:
+        for job in list(ctl.jobs.values()):
+            if not job.phase.terminal:
+                ctl.cancel(job.id, "test teardown")
+        try:
+            run_until(ctl, lambda: all(j.phase.terminal for j in ctl.jobs.values()), 60)
+        finally:
+            engine.close()
+
+
+def run_until(ctl: Controller, done: Callable[[], bool], limit_s: float) -> None:
+    """Reconcile until `done()`; the limit only keeps a broken run from hanging the suite."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        if time.monotonic() > deadline:
+            phases = {j.id: f"{j.phase} ({j.reason})" for j in ctl.jobs.values()}
+            raise AssertionError(f"condition not reached; jobs: {phases}")
+        ctl.step()
+        time.sleep(0.2)
+
+
+def toy(ray_cluster: RayTestCluster, steps: int, step_s: float, interval_s: float = 1.0, name: str = "toy") -> JobSpec:
+    return JobSpec(
+        name=name,
+        command=["python", str(ray_cluster.job_script), str(steps), str(step_s)],
+        checkpoint={"interval_s": interval_s},
+    )
+
+
+def steps_log(engine: RayEngine, job_id: str) -> list[tuple[int, int, float]]:
+    path = Path(engine.checkpoint_root) / job_id / "steps.log"
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [(int(a), int(s), float(t)) for a, s, t in rows]
+
+
+def attempt_dir(ray_cluster: RayTestCluster, node: str, job_id: str, attempt: int) -> Path:
+    return ray_cluster.shared / "runs" / "nodes" / node / job_id / f"attempt-{attempt}"
+
+
+def cpu_quota_us(pid: int) -> int:
+    """cfs_quota_us of the cgroup v1 `cpu` hierarchy the process is in."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return int((Path("/sys/fs/cgroup/cpu") / path.lstrip("/") / "cpu.cfs_quota_us").read_text())
+    raise AssertionError(f"process {pid} is in no cpu cgroup")
+
+
+def node_of(ctl: Controller, job_id: str) -> str:
+    alloc = ctl.jobs[job_id].allocation
+    assert alloc is not None
+    return alloc.primary_node
+
+
+# --------------------------------------------------------------------------------------- tests
+
+
+def test_agents_are_pinned_one_per_ray_node(plane: tuple[Controller, RayEngine, Scripted]) -> None:
+    ctl, engine, _ = plane
+    names = sorted(n.name for n in engine.nodes())
+    assert names == ["n0", "n1", "n2", "n3"]
+    for name in names:
+        node_id = engine.ray_node_id(name)
+        actor = ray.get_actor(f"sluice-agent-{node_id}", namespace="sluice")
+        assert ray.get(actor.ping.remote()) == name
+    assert {n.name for n in ctl.view().nodes.values()} == set(names)
+
+
+@pytest.mark.skipif(not os.access("/sys/fs/cgroup/cpu", os.W_OK), reason="needs a writable cgroup v1 cpu hierarchy")
+def test_jobs_spread_over_nodes_and_cpu_limit_changes_live_on_a_remote_node(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    ctl, engine, _ = plane
+    jobs = [ctl.submit("t", toy(ray_cluster, 400, 0.05, name=f"spread{i}")).id for i in range(4)]
+    run_until(ctl, lambda: all(ctl.jobs[j].phase == Phase.RUNNING for j in jobs), 90)
+    placed = {node_of(ctl, j) for j in jobs}
+    assert placed == {"n0", "n1", "n2", "n3"}  # kube spreads: one 1-CPU job per 1-CPU node
+
+    job = next(j for j in jobs if node_of(ctl, j) == "n2")
+    adir = attempt_dir(ray_cluster, "n2", job, 1)
+    run_until(ctl, lambda: (adir / "child.json").exists(), 30)
+    child = int(json.loads((adir / "child.json").read_text())["pid"])
+    shim = int(json.loads((adir / "state.json").read_text())["shim_pid"])
+    # the process was started by n2's agent actor, a worker of n2's raylet
+    import psutil
+
+    worker = psutil.Process(shim).ppid()
+    assert psutil.Process(worker).ppid() == ray_cluster.raylet_pid("n2")
+    assert cpu_quota_us(child) == -1  # kube: shares only, no ceiling
+
+    engine.resize(job, 1, Allocation.single("n2", 1.0, 0.3))
+    assert cpu_quota_us(child) == 30_000  # 0.3 core of a 100 ms period, same process
+    engine.resize(job, 1, Allocation.single("n2", 1.0, 0.75))
+    assert cpu_quota_us(child) == 75_000
+    assert psutil.pid_exists(child)
+
+
+def test_migration_resumes_on_another_node_from_the_checkpoint(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    ctl, engine, policy = plane
+    job = ctl.submit("t", toy(ray_cluster, 120, 0.05, interval_s=0.5, name="mover")).id
+    run_until(ctl, lambda: ctl.jobs[job].phase == Phase.RUNNING and ctl.jobs[job].step >= 30, 60)
+    src = node_of(ctl, job)
+    dst = next(n for n in ("n1", "n2", "n3", "n0") if n != src)
+    policy.moves[job] = dst
+    run_until(ctl, lambda: ctl.jobs[job].attempt == 2 and ctl.jobs[job].phase == Phase.RUNNING, 60)
+    assert node_of(ctl, job) == dst
+    run_until(ctl, lambda: ctl.jobs[job].phase.terminal, 60)
+    assert ctl.jobs[job].phase == Phase.SUCCEEDED
+
+    rows = steps_log(engine, job)
+    first = [s for a, s, _ in rows if a == 1]
+    second = [s for a, s, _ in rows if a == 2]
+    assert first[0] == 1 and first[-1] >= 30
+    # SIGTERM made attempt 1 checkpoint its last step; attempt 2 continues right after it
+    assert second[0] == first[-1] + 1
+    assert second[-1] == 120
+    assert max(t for a, _, t in rows if a == 1) < min(t for a, _, t in rows if a == 2)
+    hints = engine.job_hints(job)
+    assert hints["ray_node"] == dst and hints["last_move_s"] > 0
+
+
+def test_node_loss_requeues_its_jobs_elsewhere_and_the_node_is_used_again(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    ctl, engine, _ = plane
+    interval = 0.5
+    step_s = 0.05
+    jobs = [ctl.submit("t", toy(ray_cluster, 100, step_s, interval, name=f"survivor{i}")).id for i in range(3)]
+    run_until(ctl, lambda: all(ctl.jobs[j].phase == Phase.RUNNING and ctl.jobs[j].step >= 20 for j in jobs), 90)
+    victim_node = next(node_of(ctl, j) for j in jobs if node_of(ctl, j) != "n0")
+    victims = [j for j in jobs if node_of(ctl, j) == victim_node]
+    ray_cluster.lose(victim_node)
+    run_until(ctl, lambda: ctl.nodes[victim_node].health == NodeHealth.LOST, 60)
+    run_until(ctl, lambda: all(ctl.jobs[j].phase.terminal for j in jobs), 120)
+
+    assert all(ctl.jobs[j].phase == Phase.SUCCEEDED for j in jobs)  # none lost
+    for j in victims:
+        rows = steps_log(engine, j)
+        attempts = sorted({a for a, _, _ in rows})
+        assert attempts == [1, 2], "\n".join(e.message for e in ctl.store.events(job_id=j) if e.kind != "checkpoint")
+        old = [(s, t) for a, s, t in rows if a == 1]
+        new = [(s, t) for a, s, t in rows if a == 2]
+        # none ran twice: the old attempt stopped before the new one began
+        assert max(t for _, t in old) < min(t for _, t in new)
+        # lost work: steps done again are at most one checkpoint interval's worth
+        redone = old[-1][0] - new[0][0] + 1
+        assert 0 <= redone <= int(interval / step_s) + 2
+        assert new[-1][0] == 100
+        assert node_of_last_place(ctl, j) != victim_node
+
+    ray_cluster.add(victim_node)
+    run_until(ctl, lambda: ctl.nodes[victim_node].health == NodeHealth.HEALTHY, 60)
+    more = [ctl.submit("t", toy(ray_cluster, 20, 0.05, name=f"again{i}")).id for i in range(4)]
+    run_until(ctl, lambda: all(ctl.jobs[j].phase != Phase.QUEUED and ctl.jobs[j].attempt > 0 for j in more), 60)
+    assert victim_node in {node_of_last_place(ctl, j) for j in more}
+    run_until(ctl, lambda: all(ctl.jobs[j].phase.terminal for j in more), 60)
+    assert all(ctl.jobs[j].phase == Phase.SUCCEEDED for j in more)
+
+
+def node_of_last_place(ctl: Controller, job_id: str) -> str:
+    places = [e for e in ctl.store.events(job_id=job_id) if e.kind == "place"]
+    assert places, f"{job_id} was never placed"
+    data = places[-1].data or {}
+    return str(data["allocation"][0]["node"])
+
+
+@dataclass
+class Server:
+    """`python -m sluice.control.server` on the Ray engine, as `sluice up --engine ray` runs it."""
+
+    home: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        (self.home / "server.json").unlink(missing_ok=True)
+        log = open(self.home / "server.log", "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sluice.control.server"], env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 90
+        while not (self.home / "server.json").exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("server did not start:\n" + (self.home / "server.log").read_text()[-3000:])
+            time.sleep(0.2)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def client(self) -> Any:
+        import httpx
+
+        url = json.loads((self.home / "server.json").read_text())["url"]
+        token = (self.home / "token").read_text().strip()
+        return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def wait_jobs(server: Server, ids: list[str], done: Callable[[dict[str, Any]], bool], limit_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + limit_s
+    with server.client() as http:
+        while True:
+            jobs = {j["id"]: j for j in http.get("/v1/jobs").json() if j["id"] in ids}
+            if len(jobs) == len(ids) and all(done(j) for j in jobs.values()):
+                return jobs
+            if time.monotonic() > deadline:
+                raise AssertionError(f"jobs did not get there: {[(j['phase'], j['reason']) for j in jobs.values()]}")
+            time.sleep(0.3)
+
+
+def test_kill9_of_the_control_plane_while_jobs_run_on_ray_nodes_adopts_them(
+    ray_cluster: RayTestCluster, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "SLUICE_HOME": str(home),
+        "SLUICE_ENGINE": "ray",
+        "SLUICE_RAY_ADDRESS": ray_cluster.cluster.address,
+        "SLUICE_RAY_SHARED_ROOT": str(ray_cluster.shared),
+        "SLUICE_POLICY": "kube",
+        "SLUICE_PORT": "0",
+        "SLUICE_RECONCILE_INTERVAL_S": "0.3",
+    }
+    server = Server(home, env)
+    server.start()
+    try:
+        with server.client() as http:
+            ids = []
+            for i in range(3):
+                spec = toy(ray_cluster, 160, 0.05, name=f"orphan{i}").model_dump(mode="json", exclude_none=True)
+                r = http.post("/v1/jobs", json=spec)
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["id"])
+        wait_jobs(server, ids, lambda j: j["phase"] == "Running" and j["step"] >= 10, 90)
+        server.kill9()
+
+        server.start()
+        jobs = wait_jobs(server, ids, lambda j: j["phase"] in ("Succeeded", "Failed", "Cancelled"), 120)
+        assert all(j["phase"] == "Succeeded" for j in jobs.values())
+        with server.client() as http:
+            for jid in ids:
+                assert jobs[jid]["attempt"] == 1  # adopted, never relaunched
+                why = [e["message"] for e in http.get(f"/v1/jobs/{jid}/why").json()]
+                assert any("adopted running attempt 1" in m for m in why), why
+                rows = steps_log_at(ray_cluster, jid)
+                assert {a for a, _, _ in rows} == {1}
+                assert [s for _, s, _ in rows] == list(range(1, 161))  # every step once, in order
+    finally:
+        server.stop()
+
+
+def steps_log_at(ray_cluster: RayTestCluster, job_id: str) -> list[tuple[int, int, float]]:
+    path = ray_cluster.shared / "checkpoints" / job_id / "steps.log"
+    rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return [(int(a), int(s), float(t)) for a, s, t in rows]
