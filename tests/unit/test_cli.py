@@ -9,6 +9,7 @@ tokens are found the way a user's CLI finds them: $SLUICE_HOME/server.json and t
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -244,3 +245,26 @@ def test_tenants(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     assert code == 0 and "deleted" in out
     monkeypatch.setenv("SLUICE_TOKEN", created["token"])
     assert sluice("job", "list")[0] == 1
+
+
+def test_up_refuses_an_unknown_policy_before_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    code, _, err = sluice("up", "--policy", "nope")
+    assert code == 2 and "--policy" in err and "kube" in err
+    assert not (tmp_path / "home" / "server.json").exists()
+
+
+def test_up_and_down_read_server_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    code, out, _ = sluice("down")
+    assert code == 0 and "no sluice server is running" in out
+    # A server.json naming a live process (this one) means a server is up: `up` does not start another.
+    (home / "server.json").write_text(json.dumps({"pid": os.getpid(), "url": "http://127.0.0.1:1"}))
+    code, out, _ = sluice("up", "--detach")
+    assert code == 0 and "already running at http://127.0.0.1:1" in out
+    # One naming a dead process is stale: `down` has nothing to stop.
+    (home / "server.json").write_text(json.dumps({"pid": 2**22 + 12345, "url": "http://127.0.0.1:1"}))
+    code, out, _ = sluice("down")
+    assert code == 0 and "no sluice server is running" in out

@@ -21,7 +21,7 @@ import httpx
 import typer
 
 from sluice.cli.output import console, err_console
-from sluice.control.server import pid_alive, read_server_file, serve
+from sluice.control.server import AlreadyRunning, pid_alive, policy_names, read_server_file, serve
 from sluice.settings import Settings, load_settings
 
 UP_TIMEOUT_S = 120.0
@@ -64,13 +64,21 @@ def up(
 ) -> None:
     """Start the control plane (reconcile loop + REST API) for $SLUICE_HOME."""
     settings, env = _settings(policy, engine, port)
+    known = policy_names()
+    if settings.policy not in known:
+        err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
+        raise typer.Exit(2)
     running = read_server_file(settings.home)
     if running is not None:
         console.print(f"sluice is already running at {running['url']} (pid {running['pid']})", markup=False)
         return
     if not detach:
         console.print(f"starting sluice in {settings.home} (Ctrl-C stops it)", markup=False)
-        serve(settings)
+        try:
+            serve(settings)
+        except (AlreadyRunning, OSError) as err:
+            err_console.print(f"error: {err}", markup=False)
+            raise typer.Exit(1) from None
         return
     settings.home.mkdir(parents=True, exist_ok=True)
     log_path = str(settings.home / "server.log")

@@ -78,6 +78,13 @@ def write_secret(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
+def policy_names() -> list[str]:
+    """Policies a server can run (for the CLI to check `--policy` before starting one)."""
+    from sluice.policy.registry import POLICIES
+
+    return sorted(POLICIES)
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
