@@ -49,9 +49,11 @@ def train(
     *,
     default_steps: int,
     lr: float = 1e-3,
-    report_every: int = 20,
+    report_every: int | None = None,
 ) -> int:
     total = steps_from_cli(default_steps)
+    # About 400 reports per run: enough for progress curves, few enough to stay cheap to tail.
+    report_every = report_every or max(10, total // 400)
     threads = os.environ.get("SLUICE_CPU_MAX")
     if threads:
         torch.set_num_threads(int(threads))

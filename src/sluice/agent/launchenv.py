@@ -35,6 +35,8 @@ PASS_THROUGH = (
     "VIRTUAL_ENV",
     "LD_LIBRARY_PATH",
 )
+PASS_PREFIXES = ("SLUICE_CACHE_",)
+"""The node cache's knobs: every job of a node must find the same cache."""
 PYTHON_ALIASES = frozenset({"python", "python3"})
 
 
@@ -84,9 +86,12 @@ def build_env(
     node_cpus: float,
     gpus: list[str],
     base: Mapping[str, str] | None = None,
+    home: Path | None = None,
 ) -> dict[str, str]:
     src = os.environ if base is None else base
-    env = {k: v for k, v in src.items() if k in PASS_THROUGH}
+    env = {k: v for k, v in src.items() if k in PASS_THROUGH or k.startswith(PASS_PREFIXES)}
+    if home is not None:
+        env["SLUICE_HOME"] = str(home)  # the node's dataset cache lives under it
     threads = str(job_cpu_max(req, node_cpus))
     env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
     env.update(req.spec.env)

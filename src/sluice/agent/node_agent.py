@@ -215,7 +215,12 @@ class NodeAgent:
                 cwd = resolve_workdir(req, self.job_dir(req.job_id))
                 gpus = self._take_gpus(req)
                 env = build_env(
-                    req, run_dir=adir, node=self.name, node_cpus=min(self.offered_cpu, len(self.cpus)), gpus=gpus
+                    req,
+                    run_dir=adir,
+                    node=self.name,
+                    node_cpus=min(self.offered_cpu, len(self.cpus)),
+                    gpus=gpus,
+                    home=self.settings.home,
                 )
                 argv = resolve_argv(list(req.spec.command), cwd, env.get("PATH"))
             except LaunchError as err:

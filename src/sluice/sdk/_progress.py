@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -37,7 +38,11 @@ def append_record(record: dict[str, Any]) -> None:
 
 def report(step: int, loss: float | None = None, **metrics: float) -> None:
     """Record training progress at `step`. Pass `total_steps=N` so remaining time can be predicted;
-    any other numeric metric (accuracy, samples_per_s, io_wait_s, ...) is kept too."""
+    any other numeric metric (accuracy, samples_per_s, ...) is kept too; a job reading a
+    `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data) added."""
+    data = sys.modules.get("sluice.sdk.dataset")  # only when the job opened a dataset: no import here
+    if data is not None:
+        metrics = {**data.data_metrics(), **metrics}
     clean = {k: c for k, v in metrics.items() if (c := _clean(v)) is not None}
     append_record(
         {"t": time.time(), "step": int(step), "loss": None if loss is None else _clean(loss), "metrics": clean}
