@@ -81,7 +81,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off",
             "start",
         )
-        yield f"postgresql+psycopg2://sluice@127.0.0.1:{port}/postgres"
+        yield f"postgresql://sluice@127.0.0.1:{port}/postgres"  # bare scheme: SqlStore picks the driver
     finally:
         subprocess.run(
             [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],

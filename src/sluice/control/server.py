@@ -131,8 +131,9 @@ def serve(settings: Settings) -> None:
             write_secret(home / ADMIN_TOKEN_FILE, tokens["admin"])
             write_secret(home / TOKEN_FILE, tokens["default"])
             log.info("created tenants admin and default; tokens in %s", home)
+        app = create_app(plane)  # before the loop starts, so its metrics see every round
         plane.start()
-        config = uvicorn.Config(create_app(plane), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         server_file.write_text(json.dumps({"pid": os.getpid(), "url": url, "port": port, "home": str(home)}))
         log.info("sluice serving %s (engine %s, policy %s)", url, settings.engine, settings.policy)

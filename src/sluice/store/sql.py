@@ -8,12 +8,13 @@ failing with "database is locked".
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, Row, create_engine, delete, event, insert, select, update
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.pool import StaticPool
 
@@ -121,15 +122,25 @@ def _tenant_values(t: TenantRecord) -> dict[str, Any]:
     }
 
 
+def _pg_url(url: str) -> URL:
+    """A bare postgresql:// URL with a driver that is installed. SQLAlchemy 2.1 defaults to
+    psycopg 3; sluice's `postgres` extra installs psycopg2, so pick whichever is present."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        driver = "psycopg" if importlib.util.find_spec("psycopg") else "psycopg2"
+        parsed = parsed.set(drivername=f"postgresql+{driver}")
+    return parsed
+
+
 class SqlStore:
     """Durable control-plane state. `url` is any SQLAlchemy URL: sqlite:///path or postgresql://..."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        if make_url(url).get_backend_name() == "sqlite":
+        if make_url(url).drivername.startswith("sqlite"):
             self._engine = _sqlite_engine(url)
         else:
-            self._engine = create_engine(url, pool_pre_ping=True)
+            self._engine = create_engine(_pg_url(url), pool_pre_ping=True)
         with self._engine.begin() as conn:
             self.schema_version = schema.migrate(conn)
 
