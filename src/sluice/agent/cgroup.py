@@ -84,6 +84,11 @@ def _ensure_dir(path: Path) -> bool:
     return _writable_dir(path)
 
 
+def _words(path: Path) -> list[str]:
+    """A cgroup file's words; a missing file reads as empty (the kernel creates them on mkdir)."""
+    return path.read_text().split() if path.exists() else []
+
+
 def _enable_v2_cpu(mount: Path, parent: Path) -> bool:
     """cgroup v2 only delegates a controller to children when every ancestor lists it in
     cgroup.subtree_control."""
@@ -91,7 +96,7 @@ def _enable_v2_cpu(mount: Path, parent: Path) -> bool:
     for directory in reversed(chain):
         ctl = directory / "cgroup.subtree_control"
         try:
-            if "cpu" not in ctl.read_text().split():
+            if "cpu" not in _words(ctl):
                 ctl.write_text("+cpu")
         except OSError:
             return False
@@ -147,7 +152,7 @@ def _init_cpuset(mount: Path, parent: Path) -> bool:
     try:
         for directory in reversed(chain):
             for f in ("cpuset.cpus", "cpuset.mems"):
-                if not (directory / f).read_text().strip():
+                if not _words(directory / f):
                     (directory / f).write_text((directory.parent / f).read_text().strip())
     except OSError:
         return False
