@@ -88,6 +88,36 @@ for step in range(start + 1, total + 1):
 '''
 
 
+DDP_JOB = '''
+"""Two-replica PyTorch DDP over gloo on CPU; each rank writes its final weights' sum."""
+import json, os, pathlib, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE come from the engine
+rank = dist.get_rank()
+torch.manual_seed(rank)  # different data per rank; DDP keeps the weights identical
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+run = pathlib.Path(os.environ["SLUICE_RUN_DIR"])
+for step in range(1, 31):
+    x = torch.randn(32, 8)
+    loss = ((model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if rank == 0:
+        with open(run / "progress.jsonl", "a") as f:
+            f.write(json.dumps({"t": time.time(), "step": step, "loss": loss.item()}) + "\\n")
+total = sum(p.detach().sum().item() for p in model.parameters())
+out = pathlib.Path(os.environ["SLUICE_CHECKPOINT_DIR"]).parent / f"rank{rank}.json"
+out.parent.mkdir(parents=True, exist_ok=True)
+out.write_text(json.dumps({"rank": rank, "world": dist.get_world_size(), "sum": total,
+                           "node": os.environ["SLUICE_NODE"], "master": os.environ["MASTER_ADDR"]}))
+dist.destroy_process_group()
+'''
+
+
 @dataclass
 class RayTestCluster:
     cluster: Cluster
@@ -115,6 +145,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestClu
     shared = tmp_path_factory.mktemp("ray-shared")
     script = shared / "toy_job.py"
     script.write_text(TOY_JOB)
+    (shared / "ddp_job.py").write_text(DDP_JOB)
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -325,6 +356,46 @@ def node_of_last_place(ctl: Controller, job_id: str) -> str:
     assert places, f"{job_id} was never placed"
     data = places[-1].data or {}
     return str(data["allocation"][0]["node"])
+
+
+def test_gang_places_all_replicas_and_runs_ddp_over_gloo_across_nodes(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    pytest.importorskip("torch")
+    ctl, engine, _ = plane
+    spec = JobSpec(
+        name="ddp",
+        command=["python", str(ray_cluster.shared / "ddp_job.py")],
+        resources={"cpu": 1, "replicas": {"min": 2}},
+    )
+    job = ctl.submit("t", spec).id
+    run_until(ctl, lambda: ctl.jobs[job].phase.terminal, 120)
+    assert ctl.jobs[job].phase == Phase.SUCCEEDED, ctl.jobs[job].reason
+    places = [e for e in ctl.store.events(job_id=job) if e.kind == "place"]
+    nodes = [a["node"] for a in places[-1].data["allocation"]]
+    assert len(nodes) == 2 and len(set(nodes)) == 2  # one replica per 1-CPU node, placed together
+    ranks = [json.loads((Path(engine.checkpoint_root) / job / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["node"] for r in ranks] == nodes
+    assert all(r["world"] == 2 for r in ranks)
+    assert ranks[0]["sum"] == pytest.approx(ranks[1]["sum"], abs=1e-6)  # all-reduced: same weights
+    assert ctl.jobs[job].step == 30  # rank 0's reports reached the controller as the job's
+
+
+def test_a_gang_that_does_not_fit_waits_whole(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    ctl, _, _ = plane
+    spec = JobSpec(
+        name="toobig",
+        command=["python", str(ray_cluster.job_script), "5", "0.01"],
+        resources={"cpu": 1, "replicas": {"min": 5}},
+    )
+    job = ctl.submit("t", spec).id
+    for _ in range(5):
+        ctl.step()
+        time.sleep(0.1)
+    assert ctl.jobs[job].phase == Phase.QUEUED and ctl.jobs[job].attempt == 0
+    assert "5 replicas" in ctl.jobs[job].reason
 
 
 @dataclass
