@@ -35,8 +35,15 @@ class EngineName(StrEnum):
     ray = "ray"
 
 
-def _settings(policy: str | None, engine: EngineName | None, port: int | None) -> tuple[Settings, dict[str, str]]:
-    overrides: dict[str, object] = {"policy": policy, "engine": engine.value if engine else None, "port": port}
+def _settings(
+    policy: str | None, engine: EngineName | None, port: int | None, address: str | None = None
+) -> tuple[Settings, dict[str, str]]:
+    overrides: dict[str, object] = {
+        "policy": policy,
+        "engine": engine.value if engine else None,
+        "port": port,
+        "ray_address": address,
+    }
     env = {f"SLUICE_{k.upper()}": str(v) for k, v in overrides.items() if v is not None}
     return load_settings(**overrides), env
 
@@ -61,9 +68,13 @@ def up(
     policy: Annotated[str | None, typer.Option(help="Scheduling policy (e.g. flowcon, kube).")] = None,
     engine: Annotated[EngineName | None, typer.Option(help="Where jobs run: local or ray.")] = None,
     port: Annotated[int | None, typer.Option(min=0, max=65535, help="API port; 0 picks a free one.")] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster to join with --engine ray (e.g. 10.0.0.5:6379); none starts a local one."),
+    ] = None,
 ) -> None:
     """Start the control plane (reconcile loop + REST API) for $SLUICE_HOME."""
-    settings, env = _settings(policy, engine, port)
+    settings, env = _settings(policy, engine, port, address)
     known = policy_names()
     if settings.policy not in known:
         err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
