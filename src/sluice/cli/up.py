@@ -9,6 +9,7 @@ processes keep running, to be adopted by the next `up`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -85,6 +86,7 @@ def up(
         return
     if not detach:
         console.print(f"starting sluice in {settings.home} (Ctrl-C stops it)", markup=False)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             serve(settings)
         except (AlreadyRunning, OSError) as err:
