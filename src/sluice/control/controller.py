@@ -279,6 +279,7 @@ class Controller:
     def _on_exit(self, job: JobRecord, e: JobExited, now: float) -> None:
         intent = get_intent(job)
         set_intent(job, None)
+        job.exit_code = e.exit_code
         code = f"exit code {e.exit_code}" + (f" ({e.reason})" if e.reason else "")
         if intent is not None and intent.kind == "cancel":
             self._move(job, Phase.CANCELLED, f"{intent.reason}; {code}")
