@@ -27,3 +27,27 @@ def local(
     if not names:
         raise typer.BadParameter("give at least one policy", param_hint="--policies")
     bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)
+
+
+@app.command("ray")
+def ray(
+    policy: Annotated[str, typer.Option(help="Policy for the mixed workload on both engines.")] = "flowcon",
+    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals (mixed workload).")] = 10.0,
+    scale: Annotated[float, typer.Option(help="Scale of each example's length in the mixed workload.")] = 1.0,
+    move_scale: Annotated[float, typer.Option(help="Scale of the examples moved or lost.")] = 0.5,
+    interval: Annotated[float, typer.Option(help="FlowCon's control interval Δ in seconds.")] = 10.0,
+    parts: Annotated[
+        str, typer.Option(help="Which parts: migrate, loss, mixed (comma-separated).")
+    ] = "migrate,loss,mixed",
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """The Ray engine on a 3-node Ray cluster on this machine: migration time per example job,
+    recovery after node loss, and the mixed workload on the local engine vs Ray side by side."""
+    from sluice.bench import ray as bench_ray
+
+    unknown = {p.strip() for p in parts.split(",") if p.strip()} - {"migrate", "loss", "mixed"}
+    if unknown:
+        raise typer.BadParameter(f"unknown part(s) {', '.join(sorted(unknown))}", param_hint="--parts")
+    bench_ray.run(
+        policy, stagger_s=stagger, scale=scale, move_scale=move_scale, policy_interval_s=interval, parts=parts, out=out
+    )

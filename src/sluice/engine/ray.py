@@ -40,25 +40,43 @@ class RayEngine:
 
     def __init__(
         self,
-        runs_root: str | Path,
+        settings: Settings | None = None,
         *,
+        shared_root: str | Path | None = None,
         address: str | None = None,
-        namespace: str = NAMESPACE,
-        agent_settings: dict[str, Any] | None = None,
+        namespace: str | None = None,
         membership_interval_s: float = 1.0,
         call_timeout_s: float = 30.0,
         fence: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """Join the Ray cluster at `address` (None: start a local one owned by this process).
+
+        shared_root: a folder every Ray node reaches; job runs (logs, progress) go under
+        `runs/nodes/<node>` and checkpoints under `checkpoints/`, so an attempt can resume
+        on any node. Arguments override the settings they name.
+        """
         import ray
 
+        from sluice.settings import Settings
+
+        conf = settings or Settings()
         self._ray = ray
+        self.namespace = namespace or conf.ray_namespace
+        address = address or conf.ray_address
         if not ray.is_initialized():
-            # address None starts a one-node Ray instance owned by this process.
-            ray.init(address=address, namespace=namespace, log_to_driver=False, configure_logging=False)
-        self.namespace = namespace
-        self.runs_root = Path(runs_root)
-        self.agent_settings = dict(agent_settings or {})
+            if address is None:
+                log.warning(
+                    "no Ray address given: starting a one-node Ray instance owned by this process; its jobs "
+                    "stop with it. Start a cluster (`ray start --head`) and pass its address to let jobs "
+                    "outlive the control plane."
+                )
+            ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False)
+        root = Path(shared_root or conf.ray_shared_root or conf.home)
+        self.runs_root = root / "runs"
+        self.checkpoint_root = str(root / "checkpoints")
+        """Read by the control plane: where the controller puts every job's checkpoints."""
+        self.agent_settings = agent_settings_from(conf)
         """Settings fields every node's agent runs with (grace period, sample intervals...)."""
         self.membership_interval_s = membership_interval_s
         self.call_timeout_s = call_timeout_s
@@ -79,16 +97,6 @@ class RayEngine:
 
         self._actor_cls = ray.remote(RayNodeAgent)
         self._sync(force=True)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> RayEngine:
-        root = settings.ray_shared_root or str(settings.home)
-        return cls(
-            Path(root) / "runs",
-            address=settings.ray_address,
-            namespace=settings.ray_namespace,
-            agent_settings=agent_settings_from(settings),
-        )
 
     # ----------------------------------------------------------------- membership
 
