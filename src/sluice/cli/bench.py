@@ -29,6 +29,31 @@ def local(
     bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)
 
 
+@app.command("data")
+def data(
+    files: Annotated[int, typer.Option(help="Small image-like files (3-100 KB) in the dataset.")] = 20_000,
+    remote_files: Annotated[int, typer.Option(help="Files of it read from the remote source.")] = 2_000,
+    latency_ms: Annotated[float, typer.Option(help="Per-request latency of the remote source (ms).")] = 20.0,
+    large_files: Annotated[int, typer.Option(help="Files in the large-file dataset.")] = 8,
+    large_mb: Annotated[int, typer.Option(help="Size of each large file (MiB).")] = 64,
+    scenarios: Annotated[str, typer.Option(help="Which scenarios to run (1-6, comma-separated).")] = "1,2,3,4,5,6",
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """The data path vs its baselines: warm cache vs tmpfs and vs remote, merged vs unmerged,
+    two jobs sharing a cache, a compute-bound job's overhead, and data-aware placement (sim)."""
+    from sluice.bench import data as bench_data
+
+    bench_data.run(
+        files=files,
+        remote_files=remote_files,
+        latency_ms=latency_ms,
+        large_files=large_files,
+        large_mb=large_mb,
+        scenarios=scenarios,
+        out=out,
+    )
+
+
 @app.command("ray")
 def ray(
     policy: Annotated[str, typer.Option(help="Policy for the mixed workload on both engines.")] = "flowcon",

@@ -13,7 +13,7 @@ import os
 import secrets
 
 TMP_MARK = ".sluice-tmp."
-_RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def tmp_name(path: str) -> str:
@@ -69,7 +69,7 @@ def read_exact(path: str, size: int) -> bytes | None:
     Raises ValueError when the size is wrong (a damaged item the caller must drop).
     """
     try:
-        fd = os.open(path, _RD)
+        fd = os.open(path, READ_FLAGS)
     except FileNotFoundError:
         return None
     try:
@@ -91,7 +91,7 @@ def _read_all(fd: int) -> bytes:
 def map_file(path: str, size: int) -> mmap.mmap | None:
     """A read-only shared mapping of the file (zero copy from tmpfs), None if missing."""
     try:
-        fd = os.open(path, _RD)
+        fd = os.open(path, READ_FLAGS)
     except FileNotFoundError:
         return None
     try:

@@ -87,18 +87,21 @@ class DataServer:
                 cut: int | None = fault[0]
             else:
                 cut = None
-        if cut is not None:
-            await resp.write(data[:cut])
-            if request.transport is not None:
-                request.transport.close()
-            return resp
-        chunk = 256 * 1024
-        for off in range(0, len(data), chunk):
-            part = data[off : off + chunk]
-            await resp.write(part)
-            if self.bandwidth_bps:
-                await asyncio.sleep(len(part) / self.bandwidth_bps)
-        await resp.write_eof()
+        try:
+            if cut is not None:
+                await resp.write(data[:cut])
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            chunk = 256 * 1024
+            for off in range(0, len(data), chunk):
+                part = data[off : off + chunk]
+                await resp.write(part)
+                if self.bandwidth_bps:
+                    await asyncio.sleep(len(part) / self.bandwidth_bps)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client went away (a cancelled prefetch); nothing to report
         return resp
 
     def start(self) -> DataServer:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sluice.data.eviction import Entry, choose_victims, crf_after_accesses
+from sluice.data.eviction import Entry, choose_victims, decay
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -56,6 +56,8 @@ class Index:
             db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
+            lam = self.lam
+            db.create_function("sluice_decay", 1, lambda dt: decay(lam, float(dt or 0.0)), deterministic=True)
             self._local.db = db
             self._local.pid = os.getpid()
         return db
@@ -132,19 +134,16 @@ class Index:
         return (r[0], r[1]) if r else None
 
     def touch(self, ds: str, hits: Iterable[tuple[str, int, float]]) -> None:
-        """Fold in-process access counts (key, count, last time) into the shared LRFU values."""
-        batch = list(hits)
+        """Fold in-process access counts (key, count, last time) into the shared LRFU values:
+        crf <- crf * 2^(-λ (t - last)) + count, in one statement per batch."""
+        batch = [(at, count, at, ds, key) for key, count, at in hits]
         if not batch:
             return
         with self._tx() as db:
-            for key, count, at in batch:
-                for tier, crf, last in db.execute(
-                    "SELECT tier, crf, last FROM entries WHERE ds=? AND key=?", (ds, key)
-                ).fetchall():
-                    db.execute(
-                        "UPDATE entries SET crf=?, last=? WHERE ds=? AND key=? AND tier=?",
-                        (crf_after_accesses(crf, last, count, at, self.lam), max(at, last), ds, key, tier),
-                    )
+            db.executemany(
+                "UPDATE entries SET crf = crf * sluice_decay(? - last) + ?, last = MAX(last, ?) WHERE ds=? AND key=?",
+                batch,
+            )
 
     def entries(self, ds: str | None = None, tier: str | None = None) -> list[tuple[str, str, str, int, int]]:
         """(ds, key, tier, size, crc) rows."""

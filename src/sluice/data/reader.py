@@ -40,6 +40,7 @@ class Reader:
         self.decode = decode
         s = cached.cache.settings
         self.settings = s
+        self._layouts: dict[int, Layout] = {}
         if isinstance(merge, int) and merge > 0:
             self.tuner = MergeTuner((merge,), probe_items=probe_items)
             self.tuner.decided, self.tuner.reason = merge, f"merging into {merge // 1024} KiB blocks (asked for)"
@@ -48,8 +49,11 @@ class Reader:
             self.tuner.decided, self.tuner.reason = 0, "merging off (asked for)"
         else:
             small = all(sz < s.small_file_bytes for sz in cached.sizes[:1000])
-            self.tuner = MergeTuner(BLOCK_CANDIDATES if small else (), s.stall_threshold, probe_items)
-        self._layouts: dict[int, Layout] = {}
+            # Blocks already published next to the source are one request each; any other size
+            # would be merged online from single files, so only the configured size is tried then.
+            published = tuple(t for t in BLOCK_CANDIDATES if cached.source_has_blocks(self.layout(t)))
+            candidates = (published or (s.block_bytes,)) if small else ()
+            self.tuner = MergeTuner(candidates, s.stall_threshold, probe_items)
         self._decode_pool = (
             ThreadPoolExecutor(max_workers=decode_threads or (os.cpu_count() or 1), thread_name_prefix="sluice-decode")
             if decode is not None

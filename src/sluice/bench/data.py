@@ -1,0 +1,563 @@
+"""`sluice bench data`: the data path against its baselines, side by side, in one run.
+
+1. warm node cache vs the same bytes read straight from local tmpfs (the physical limit);
+2. warm node cache vs the remote source with a per-request latency (default 20 ms);
+3. merged blocks vs single small files, cold, from the remote source (and what `auto` picks);
+4. two jobs on one node reading the same dataset: node cache vs no cache;
+5. a compute-bound training loop: cost of the whole data path vs data already in memory;
+6. placement simulation over the real policies: local data hit rate and JCT, data-aware vs binpack.
+
+The remote source is a real HTTP server on loopback (sluice.data.httpserve) with the latency
+added in the server. Remote contenders read a subset of the small-file set (so one run stays
+within minutes at 20 ms a request); every ratio printed compares equal work.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from sluice.data.cache import NodeCache
+from sluice.data.httpserve import DataServer
+from sluice.data.manifest import MANIFEST_NAME
+from sluice.data.reader import Reader
+from sluice.data.source import Source
+
+console = Console()
+MB = 1024 * 1024
+
+
+@dataclass
+class Row:
+    scenario: str
+    contender: str
+    baseline: str
+    value: float
+    base_value: float
+    unit: str
+    goal: str
+    higher_is_better: bool = True
+
+    @property
+    def ratio(self) -> float:
+        if self.higher_is_better:
+            return self.value / self.base_value if self.base_value else float("inf")
+        return self.base_value / self.value if self.value else float("inf")
+
+
+# -- datasets -------------------------------------------------------------------------------
+def make_small_files(root: Path, n: int, seed: int = 0, lo: int = 3 * 1024, hi: int = 100 * 1024) -> None:
+    """n incompressible 'images' of lo..hi bytes in 100 class folders, plus the source manifest."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(lo, hi + 1, size=n)
+    blob = rng.integers(0, 256, size=int(sizes.max()) * 4, dtype=np.uint8).tobytes()
+    items = []
+    for i, s in enumerate(sizes):
+        key = f"class{i % 100:03d}/img{i:06d}.jpg"
+        off = int(rng.integers(0, len(blob) - int(s)))
+        p = root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(i.to_bytes(4, "little") + blob[off : off + int(s) - 4])
+        items.append([key, int(s)])
+    items.sort()
+    (root / MANIFEST_NAME).write_text(json.dumps({"version": 1, "items": items}))
+
+
+def make_large_files(root: Path, n: int, size: int, seed: int = 1) -> None:
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(n):
+        key = f"shard{i:03d}.bin"
+        (root / key).write_bytes(rng.integers(0, 256, size=size, dtype=np.uint8).tobytes())
+        items.append([key, size])
+    (root / MANIFEST_NAME).write_text(json.dumps({"version": 1, "items": items}))
+
+
+def subset(src: Path, dst: Path, n: int) -> None:
+    """The first n files of a small-file set, as a dataset of its own."""
+    items = json.loads((src / MANIFEST_NAME).read_text())["items"][:n]
+    for key, _ in items:
+        (dst / key).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / key, dst / key)
+    (dst / MANIFEST_NAME).write_text(json.dumps({"version": 1, "items": items}))
+
+
+# -- helpers --------------------------------------------------------------------------------
+def read_plain(path: str, size: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, size + 1)
+    finally:
+        os.close(fd)
+
+
+def best_of(n: int, fn: Callable[[], float]) -> float:
+    """Best (shortest) of n runs of fn, which returns seconds: the least disturbed measurement."""
+    return min(fn() for _ in range(n))
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def cache_at(work: Path, tag: str, memory_bytes: int = 8 * 1024 * MB) -> NodeCache:
+    return NodeCache(disk_dir=work / f"disk-{tag}", memory_dir=work / f"mem-{tag}", memory_bytes=memory_bytes)
+
+
+# -- 1 and 2: warm cache vs tmpfs, vs remote -----------------------------------------------
+def scenario_warm(work: Path, small: Path, large: Path, remote_url: str, remote_n: int, workers: int) -> list[Row]:
+    rows: list[Row] = []
+    cache = cache_at(work, "warm")
+    for label, src in (("small files", small), ("large files", large)):
+        cd = cache.open(label.replace(" ", "-"), str(src))
+        cd.warm(workers)
+        n = len(cd)
+        order = list(range(n))
+        random.Random(0).shuffle(order)
+        paths = [str(src / k) for k in cd.keys]
+        total = cd.manifest.total_bytes
+
+        def plain(order: list[int] = order, paths: list[str] = paths, sizes: tuple[int, ...] = cd.sizes) -> None:
+            for i in order:
+                read_plain(paths[i], sizes[i])
+
+        def cached(order: list[int] = order, cd: Any = cd) -> None:
+            for i in order:
+                cd.read(i)
+
+        t_plain = best_of(5, functools.partial(timed, plain))
+        t_cache = best_of(5, functools.partial(timed, cached))
+        rows.append(
+            Row(
+                f"1 warm cache vs local tmpfs ({label}, {n} files)",
+                "node cache read()",
+                "tmpfs open+read",
+                total / t_cache / MB,
+                total / t_plain / MB,
+                "MiB/s",
+                ">= 0.90x",
+            )
+        )
+    # 2: remote, 20 ms a request, the same parallelism for both
+    cd = cache.open("small-files", str(small))
+    n = min(remote_n, len(cd))
+    order = list(range(n))
+    remote = Source(remote_url)
+    keys, sizes = cd.keys, cd.sizes
+    nbytes = sum(sizes[:n])
+
+    def from_remote() -> None:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda i: remote.fetch(keys[i], sizes[i]), order))
+
+    t_remote = timed(from_remote)
+    t_cache = best_of(3, lambda: timed(lambda: [cd.read(i) for i in order]))
+    rows.append(
+        Row(
+            f"2 warm cache vs remote ({n} small files)",
+            "node cache (warm)",
+            f"remote, {workers} parallel requests",
+            nbytes / t_cache / MB,
+            nbytes / t_remote / MB,
+            "MiB/s",
+            ">= 10x",
+        )
+    )
+    return rows
+
+
+# -- 3: merged vs unmerged, cold, from the remote ------------------------------------------
+def scenario_merge(work: Path, sub: Path, remote_url: str, block_bytes: int) -> tuple[list[Row], str]:
+    prep = cache_at(work, "merge-prep")
+    local = prep.open("sub-local", str(sub))
+    lay = local.layout(block_bytes)
+    local.publish_blocks(lay)  # what online merging leaves next to a writable source
+    n, total = len(local), local.manifest.total_bytes
+
+    def cold(tag: str, merge: str | int) -> tuple[float, Reader]:
+        cd = cache_at(work, f"merge-{tag}").open("sub", remote_url)
+        reader = Reader(cd, merge=merge, probe_items=128)
+        t = timed(lambda: sum(1 for _ in reader.epoch(seed=1)))
+        return t, reader
+
+    t_plain, _ = cold("off", "off")
+    t_merged, _ = cold("on", block_bytes)
+    t_auto, auto = cold("auto", "auto")
+    rows = [
+        Row(
+            f"3 merged vs unmerged, cold from remote ({n} files, {lay.count} blocks)",
+            f"merged {block_bytes // MB} MiB blocks",
+            "one request per file",
+            total / t_merged / MB,
+            total / t_plain / MB,
+            "MiB/s",
+            ">= 2x",
+        ),
+        Row(
+            f"3 merged vs unmerged, cold from remote ({n} files, {lay.count} blocks)",
+            "auto (probe, then decide)",
+            "one request per file",
+            total / t_auto / MB,
+            total / t_plain / MB,
+            "MiB/s",
+            "> 1x",
+        ),
+    ]
+    return rows, auto.tuner.reason
+
+
+# -- 4: two jobs on one node ------------------------------------------------------------------
+def _job(mode: str, url: str, work: str, seed: int, workers: int, ready: Any, start: Any, done: Any) -> None:
+    """One 'job' process: gets ready (imports, manifest), waits for the common start, reads the
+    whole dataset once, and reports the wall-clock time it finished."""
+    if mode == "cache":
+        cache = NodeCache(disk_dir=Path(work) / "disk-two", memory_dir=Path(work) / "mem-two")
+        reader = Reader(cache.open("two", url), merge="off")
+        ready.put(1)
+        start.wait()
+        for _ in reader.epoch(seed=seed):
+            pass
+    else:
+        src = Source(url)
+        manifest = src.list()
+        order = list(range(len(manifest)))
+        random.Random(seed).shuffle(order)
+        ready.put(1)
+        start.wait()
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in pool.map(lambda i: src.fetch(manifest.keys[i], manifest.sizes[i]), order):
+                pass
+    done.put(time.time())
+
+
+def scenario_two_jobs(work: Path, remote_url: str, workers: int) -> list[Row]:
+    NodeCache(disk_dir=work / "disk-two", memory_dir=work / "mem-two", memory_bytes=8 * 1024 * MB)
+    ctx = mp.get_context("spawn")
+    out = {}
+    for mode in ("nocache", "cache"):
+        ready, done, start = ctx.Queue(), ctx.Queue(), ctx.Event()
+        procs = [
+            ctx.Process(target=_job, args=(mode, remote_url, str(work), s, workers, ready, start, done)) for s in (1, 2)
+        ]
+        for p in procs:
+            p.start()
+        for _ in procs:
+            ready.get(timeout=300)
+        t0 = time.time()
+        start.set()
+        finished = [done.get(timeout=1800) for _ in procs]
+        for p in procs:
+            p.join(60)
+        out[mode] = max(finished) - t0
+    return [
+        Row(
+            "4 two jobs, one node, same dataset (wall time, both jobs)",
+            "shared node cache",
+            "no cache (each job fetches)",
+            out["cache"],
+            out["nocache"],
+            "s",
+            ">= 2x",
+            higher_is_better=False,
+        )
+    ]
+
+
+# -- 5: compute-bound job ---------------------------------------------------------------------
+def scenario_compute_bound(work: Path, small: Path, items: int) -> list[Row]:
+    import torch
+
+    torch.set_num_threads(1)
+    cache = cache_at(work, "warm")
+    cd = cache.open("small-files", str(small))
+    n = min(items, len(cd))
+    in_memory = [cd.read(i) for i in range(n)]
+    model = torch.nn.Sequential(torch.nn.Linear(768, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(batch: list[bytes]) -> None:
+        x = torch.stack([torch.frombuffer(bytearray(b[:768]), dtype=torch.uint8).float() / 255 for b in batch])
+        for _ in range(8):  # make compute dominate, as in a real model
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    def train(source: Any) -> float:
+        t0 = time.perf_counter()
+        batch: list[bytes] = []
+        for item in source:
+            batch.append(item)
+            if len(batch) == 32:
+                step(batch)
+                batch = []
+        return time.perf_counter() - t0
+
+    plain_t, path_t = [], []
+    for r in range(7):
+        order = list(range(n))
+        random.Random(r).shuffle(order)
+        plain_t.append(train(in_memory[i] for i in order))
+        reader = Reader(cd, merge="auto", probe_items=256)
+        path_t.append(train(reader.epoch(seed=r)))
+    base, ours = statistics.median(plain_t), statistics.median(path_t)
+    return [
+        Row(
+            f"5 compute-bound training ({n} items, median of 7)",
+            "through the data path (prefetch, stats, auto)",
+            "items already in memory",
+            ours,
+            base,
+            "s",
+            "overhead <= 3 %",
+            higher_is_better=False,
+        )
+    ]
+
+
+# -- 6: placement simulation ------------------------------------------------------------------
+def scenario_placement(seed: int, nodes: int, jobs: int) -> list[Row]:
+    res = {p: simulate(p, seed=seed, n_nodes=nodes, n_jobs=jobs) for p in ("binpack", "data-aware")}
+    b, d = res["binpack"], res["data-aware"]
+    return [
+        Row(
+            f"6 simulated cluster ({nodes} nodes, {jobs} jobs): local data hit rate",
+            "data-aware",
+            "binpack",
+            d.hit_rate * 100,
+            b.hit_rate * 100,
+            "%",
+            "Kang: up to +16.5 %",
+        ),
+        Row(
+            f"6 simulated cluster ({nodes} nodes, {jobs} jobs): mean JCT",
+            "data-aware",
+            "binpack",
+            d.mean_jct,
+            b.mean_jct,
+            "s",
+            "lower",
+            higher_is_better=False,
+        ),
+    ]
+
+
+# -- 6 (model): a small event-driven cluster with node caches, driven by the real policies ----
+@dataclass
+class SimResult:
+    hit_rate: float
+    mean_jct: float
+    makespan: float
+
+
+def simulate(policy_name: str, seed: int = 0, n_nodes: int = 16, n_jobs: int = 400) -> SimResult:
+    """Jobs with datasets arrive on a cluster whose nodes each cache datasets (LRU, whole datasets).
+
+    A job reads its dataset `epochs` times; loading overlaps compute, so an epoch takes
+    max(compute, remote bytes / remote bandwidth + local bytes / local bandwidth). Bytes it
+    finds on its node are local hits; what it fetched stays cached there (room permitting).
+    The placement decisions come from the real policy objects on real ClusterViews.
+    """
+    from types import MappingProxyType
+
+    from sluice.model import ClusterView, JobView, NodeView, Phase, Place
+    from sluice.policy.registry import make_policy
+
+    rng = random.Random(seed)
+    gb = 10**9
+    cache_cap, remote_bw, local_bw, cpu = 600 * gb, 0.5 * gb, 4 * gb, 16.0
+    n_ds = 40
+    ds_size = {f"ds{d}": int(rng.lognormvariate(math.log(120 * gb), 0.6)) for d in range(n_ds)}
+    weights = [1 / (d + 1) ** 1.1 for d in range(n_ds)]
+    policy = make_policy(policy_name)
+    caches: dict[str, dict[str, float]] = {f"n{k}": {} for k in range(n_nodes)}  # ds -> last use
+    used_cpu = {n: 0.0 for n in caches}
+    t = 0.0
+    arrivals = []
+    for j in range(n_jobs):
+        t += rng.expovariate(1 / 90.0)
+        d = rng.choices(list(ds_size), weights)[0]
+        arrivals.append((t, f"j{j:04d}", d, rng.choice((2.0, 4.0, 8.0)), rng.randint(2, 6), rng.uniform(200, 900)))
+    queued: dict[str, tuple[float, str, float, int, float]] = {}
+    running: dict[str, tuple[str, float, float]] = {}  # id -> node, cpu, end
+    ends: list[tuple[float, str]] = []
+    jct: list[float] = []
+    local_bytes = total_bytes = 0.0
+    now = 0.0
+    ai = 0
+    import heapq
+
+    def view() -> ClusterView:
+        nodes = {}
+        for n, c in caches.items():
+            held = sum(ds_size[d] for d in c)
+            nodes[n] = NodeView(
+                n,
+                cpu=cpu,
+                cached_datasets=MappingProxyType({d: 1.0 for d in c}),
+                cache_free_bytes=max(0, cache_cap - held),
+            )
+        jobs: dict[str, JobView] = {}
+        for jid, (sub, d, cpu_req, _e, _ce) in queued.items():
+            jobs[jid] = JobView(
+                jid,
+                "t",
+                jid,
+                Phase.QUEUED,
+                sub,
+                cpu_min=cpu_req,
+                datasets=(d,),
+                dataset_bytes=MappingProxyType({d: ds_size[d]}),
+            )
+        from sluice.model import Allocation
+
+        for jid, (n, cpu_req, _end) in running.items():
+            jobs[jid] = JobView(
+                jid, "t", jid, Phase.RUNNING, 0.0, cpu_min=cpu_req, allocation=Allocation.single(n, cpu_req)
+            )
+        return ClusterView(now, nodes, jobs)
+
+    def admit(node: str, d: str) -> None:
+        c = caches[node]
+        if d in c:
+            c[d] = now
+            return
+        busy = {running_ds[j] for j, (n, _c, _e) in running.items() if n == node}
+        while sum(ds_size[x] for x in c) + ds_size[d] > cache_cap:
+            victims = [x for x in c if x not in busy]
+            if not victims:
+                return
+            del c[min(victims, key=lambda x: c[x])]
+        c[d] = now
+
+    running_ds: dict[str, str] = {}
+    while ai < len(arrivals) or queued or running:
+        next_arrival = arrivals[ai][0] if ai < len(arrivals) else math.inf
+        next_end = ends[0][0] if ends else math.inf
+        now = min(next_arrival, next_end)
+        if next_end <= next_arrival:
+            _, jid = heapq.heappop(ends)
+            node, c, _ = running.pop(jid)
+            used_cpu[node] -= c
+            caches[node][running_ds.pop(jid)] = now
+        else:
+            sub, jid, d, c, epochs, compute = arrivals[ai]
+            queued[jid] = (sub, d, c, epochs, compute)
+            ai += 1
+        for dec in policy.decide(view()):
+            if not isinstance(dec, Place) or dec.job_id not in queued:
+                continue
+            sub, d, c, epochs, compute = queued.pop(dec.job_id)
+            node = dec.allocation.primary_node
+            size = ds_size[d]
+            hit = 1.0 if d in caches[node] else 0.0
+            admit(node, d)
+            cached_after = d in caches[node]
+            first = max(compute, (1 - hit) * size / remote_bw + hit * size / local_bw)
+            later_io = size / local_bw if cached_after else size / remote_bw
+            dur = first + (epochs - 1) * max(compute, later_io)
+            local_bytes += hit * size + (epochs - 1) * size * (1.0 if cached_after else 0.0)
+            total_bytes += epochs * size
+            running[dec.job_id] = (node, c, now + dur)
+            running_ds[dec.job_id] = d
+            used_cpu[node] += c
+            heapq.heappush(ends, (now + dur, dec.job_id))
+            jct.append(now + dur - sub)
+    return SimResult(local_bytes / total_bytes if total_bytes else 0.0, statistics.fmean(jct), now)
+
+
+# -- the command ------------------------------------------------------------------------------
+def print_rows(rows: list[Row]) -> None:
+    t = Table("scenario", "contender", "baseline", "contender", "baseline", "ratio", "goal", header_style="bold")
+    for r in rows:
+        if r.unit == "%":
+            gain = f"{r.value - r.base_value:+.1f} pts"
+        elif r.scenario.startswith("5"):
+            gain = f"overhead {(r.value / r.base_value - 1) * 100:+.1f} %"
+        else:
+            gain = f"{r.ratio:.2f}x"
+        t.add_row(
+            r.scenario,
+            r.contender,
+            r.baseline,
+            f"{r.value:,.2f} {r.unit}",
+            f"{r.base_value:,.2f} {r.unit}",
+            gain,
+            r.goal,
+        )
+    console.print(t)
+
+
+def run(
+    files: int = 20_000,
+    remote_files: int = 2_000,
+    latency_ms: float = 20.0,
+    large_files: int = 8,
+    large_mb: int = 64,
+    workers: int = 16,
+    block_mb: int = 4,
+    sim_nodes: int = 16,
+    sim_jobs: int = 400,
+    scenarios: str = "1,2,3,4,5,6",
+    out: Path | None = None,
+) -> list[Row]:
+    want = {s.strip() for s in scenarios.split(",")}
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    work = Path(tempfile.mkdtemp(prefix="sluice-bench-data-", dir=base))
+    rows: list[Row] = []
+    notes: list[str] = []
+    try:
+        small, large, sub = work / "src-small", work / "src-large", work / "src-sub"
+        for p in (small, large, sub):
+            p.mkdir()
+        with console.status(f"generating {files} small files and {large_files} x {large_mb} MiB files on tmpfs"):
+            make_small_files(small, files)
+            make_large_files(large, large_files, large_mb * MB)
+            subset(small, sub, remote_files)
+        with DataServer(sub, latency_s=latency_ms / 1000) as srv:
+            console.print(f"remote source: {srv.url} ({latency_ms:g} ms per request), {remote_files} files")
+            if want & {"1", "2"}:
+                with console.status("1-2 warm cache vs tmpfs and vs remote"):
+                    rows += scenario_warm(work, small, large, srv.url, remote_files, workers)
+            if "3" in want:
+                with console.status("3 merged vs unmerged, cold"):
+                    r3, reason = scenario_merge(work, sub, srv.url, block_mb * MB)
+                    rows += r3
+                    notes.append(f"auto merging: {reason or 'still probing when the epoch ended'}")
+            if "4" in want:
+                with console.status("4 two jobs on one node"):
+                    rows += scenario_two_jobs(work, srv.url, workers)
+        if "5" in want:
+            with console.status("5 compute-bound job"):
+                rows += scenario_compute_bound(work, small, 4096)
+        if "6" in want:
+            with console.status("6 placement simulation"):
+                rows += scenario_placement(0, sim_nodes, sim_jobs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print_rows(rows)
+    for n in notes:
+        console.print(n, markup=False)
+    console.print(f"machine: {os.cpu_count()} CPUs; tmpfs at {base}", markup=False)
+    if out is not None:
+        out.write_text(json.dumps([r.__dict__ | {"ratio": r.ratio} for r in rows], indent=2))
+    return rows
