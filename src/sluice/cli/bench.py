@@ -76,3 +76,16 @@ def ray(
     bench_ray.run(
         policy, stagger_s=stagger, scale=scale, move_scale=move_scale, policy_interval_s=interval, parts=parts, out=out
     )
+
+
+@app.command("agent")
+def agent(
+    jobs: Annotated[int, typer.Option(min=1, max=64, help="SDK jobs running at once.")] = 6,
+    seconds: Annotated[float, typer.Option(min=1, help="Seconds measured per contender.")] = 30.0,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls (reconcile interval).")] = 0.5,
+) -> None:
+    """What watching jobs costs the node agent (CPU % of one core): cgroup counters vs the
+    affinity fallback's process-tree sampling, side by side."""
+    from sluice.bench import agent as bench_agent
+
+    bench_agent.run(jobs=jobs, seconds=seconds, interval=interval)
