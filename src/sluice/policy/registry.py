@@ -6,11 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 from sluice.policy.base import Policy
-from sluice.policy.flowcon import FlowConPolicy
-from sluice.policy.kube import KubePolicy
 from sluice.policy.binpack import BinpackPolicy
 from sluice.policy.data_aware import DataAwarePolicy
+from sluice.policy.dqoes import DQoESPolicy
 from sluice.policy.fifo import FifoPolicy
+from sluice.policy.flowcon import FlowConPolicy
+from sluice.policy.kube import KubePolicy
+from sluice.policy.optimus import OptimusPolicy
+from sluice.policy.pollux import PolluxPolicy
+from sluice.policy.sluice_policy import SluicePolicy
+from sluice.policy.specon import SpeConPolicy
 from sluice.policy.tiresias import TiresiasPolicy
 
 POLICIES: dict[str, Callable[..., Policy]] = {
@@ -20,6 +25,11 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "binpack": BinpackPolicy,
     "data-aware": DataAwarePolicy,
     "tiresias": TiresiasPolicy,
+    "optimus": OptimusPolicy,
+    "pollux": PolluxPolicy,
+    "sluice": SluicePolicy,
+    "specon": SpeConPolicy,
+    "dqoes": DQoESPolicy,
 }
 
 

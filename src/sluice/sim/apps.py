@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -135,7 +136,7 @@ class Application:
 
         if self._nd is None:
             self._nd = (LinearNDInterpolator(self.points, self.values), NearestNDInterpolator(self.points, self.values))
-        lin, near = self._nd  # type: ignore[misc]
+        lin, near = cast(tuple[Any, Any], self._nd)
         q = np.array([[nodes, replicas, local_bsz]], dtype=float)
         v = lin(q)[0]
         if not np.all(np.isfinite(v)):
@@ -172,9 +173,10 @@ class Application:
         best_g = -1.0
         lo = max(self.min_local_bsz, math.ceil(self.init_batch_size / replicas))
         for atomic in _grid(min(lo, self.max_local_bsz), self.max_local_bsz):
-            for accum in range(0, 4):
+            most = max(0, self.max_batch_size // max(atomic * replicas, 1) - 1)
+            for accum in sorted({0, 1, 2, 3, most // 4, most // 2, most}):
                 cfg = BatchConfig(atomic, accum, replicas)
-                if cfg.batch_size > self.max_batch_size and not (accum == 0 and best is None):
+                if accum > most and not (accum == 0 and best is None):
                     break
                 g = self.goodput(placement, cfg, epoch)
                 if g > best_g:

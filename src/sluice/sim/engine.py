@@ -140,9 +140,7 @@ class SimEngine:
         if to < self.now:
             raise ValueError(f"time runs forward only: at {self.now}, asked for {to}")
         cuts: list[tuple[float, str | None]] = []
-        for node, back in list(self._lost.items()):
-            if back <= to:
-                cuts.append((back, None))
+        cuts.extend((back, None) for back in self._lost.values() if back <= to)
         if self.failures is not None:
             alive = [n for n in self._nodes if n not in self._lost]
             cuts.extend(self.failures.losses(self.now, to, alive))

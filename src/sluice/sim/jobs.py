@@ -33,10 +33,12 @@ def placement_of(alloc: Allocation | None) -> Placement:
 
 class JobModel(Protocol):
     kind: str
-    step: int
-    total_steps: int
     restarts: int
 
+    @property
+    def step(self) -> int: ...
+    @property
+    def total_steps(self) -> int: ...
     @property
     def done(self) -> bool: ...
     def place(self, alloc: Allocation) -> None: ...
@@ -70,12 +72,12 @@ class GpuAppJob:
     _rates: dict[tuple[Placement, int], float] = field(default_factory=dict, repr=False)
 
     @property
-    def step(self) -> int:  # type: ignore[override]
+    def step(self) -> int:
         return int(self.progress)
 
     @property
-    def total_steps(self) -> int:  # type: ignore[override]
-        return int(math.ceil(self.app.total_progress))
+    def total_steps(self) -> int:
+        return math.ceil(self.app.total_progress)
 
     @property
     def done(self) -> bool:
@@ -196,12 +198,12 @@ class TraceJob:
     finished: bool = False
 
     @property
-    def step(self) -> int:  # type: ignore[override]
+    def step(self) -> int:
         return int(self.done_s)
 
     @property
-    def total_steps(self) -> int:  # type: ignore[override]
-        return max(1, int(math.ceil(self.duration_s)))
+    def total_steps(self) -> int:
+        return max(1, math.ceil(self.duration_s))
 
     @property
     def done(self) -> bool:
@@ -313,11 +315,11 @@ class CpuJob:
     """Seconds a container takes to start (and restore its checkpoint) before it trains."""
 
     @property
-    def step(self) -> int:  # type: ignore[override]
+    def step(self) -> int:
         return int(self.done_steps)
 
     @property
-    def total_steps(self) -> int:  # type: ignore[override]
+    def total_steps(self) -> int:
         return self.steps
 
     @property

@@ -172,16 +172,24 @@ def cpu_workload(
     profiles: tuple[str, ...] = ("mnist-cnn", "cifar-resnet", "lstm", "mlp"),
     steps: tuple[int, int] = (1500, 6000),
     qoe_fraction: float = 0.5,
+    deadline_factor: float = 2.0,
     seed: int = 0,
 ) -> list[WorkloadJob]:
     """A FlowCon-style CPU workload: `n_jobs` container jobs from the parametric profile
-    families, arriving every `stagger_s` seconds; some carry a QoE loss target + deadline."""
+    families, arriving every `stagger_s` seconds. A `qoe_fraction` of them carry a DQoES
+    target: the loss the job reaches at 40 % of its steps, by `deadline_factor` × the time
+    that takes with the cores it can use."""
+    from sluice.sim.cpu_profiles import family_curve
+
     rng = random.Random(seed)
     out = []
     for i in range(n_jobs):
         prof = profiles[i % len(profiles)]
         n_steps = rng.randint(*steps)
+        curve = family_curve(prof)
         qoe = rng.random() < qoe_fraction
+        at = 0.4 * n_steps
+        alone = at / curve.throughput(curve.saturation)
         out.append(
             WorkloadJob(
                 name=f"{prof}-{i}",
@@ -190,8 +198,8 @@ def cpu_workload(
                 gpus=0,
                 cpu_profile=prof,
                 cpu_steps=n_steps,
-                qoe_loss=0.6 if qoe else None,
-                qoe_deadline_s=None,
+                qoe_loss=round(curve.loss_at(at), 4) if qoe else None,
+                qoe_deadline_s=round(deadline_factor * alone, 1) if qoe else None,
             )
         )
     return out

@@ -1,0 +1,108 @@
+"""Elastic GPU allocation: what a job gains from more GPUs, and turning per-job GPU counts
+into the fewest decisions (keep, resize in place, preempt, place) that are each feasible in
+the order the controller executes them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Place, Preempt, Resize, Wait
+from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, held_gpus
+
+DEFAULT_REMAINING_S = 3600.0
+"""What a job with no estimate of its remaining time is assumed to need."""
+
+
+def shape(n: int, per_node: int) -> tuple[int, ...]:
+    """The consolidated placement of n GPUs: whole nodes, then the rest."""
+    out: list[int] = []
+    while n > 0 and per_node > 0:
+        out.append(min(n, per_node))
+        n -= out[-1]
+    return tuple(out)
+
+
+class Speedups:
+    """Memoised relative goodput of each job at n consolidated GPUs (0 GPUs -> 0)."""
+
+    def __init__(self, per_node: int) -> None:
+        self.per_node = max(per_node, 1)
+        self._memo: dict[tuple[str, int], float] = {}
+
+    def __call__(self, job: JobView, n: int) -> float:
+        if n <= 0:
+            return 0.0
+        key = (job.id, n)
+        v = self._memo.get(key)
+        if v is None:
+            if job.speedup is not None:
+                alloc = Allocation(tuple(Assignment(f"_{i}", gpus=g) for i, g in enumerate(shape(n, self.per_node))))
+                v = max(job.speedup(alloc), 1e-9)
+            else:
+                ref = int(job.hints.get("ref_gpus", 1))
+                v = (n / max(ref, 1)) ** 0.8  # no model: assume a typical sub-linear scaling
+            self._memo[key] = v
+        return v
+
+
+def remaining_ref_s(job: JobView) -> float:
+    """Seconds left at the job's reference allocation: the engine's estimate if it gives one,
+    else the progress tracker's prediction, else a default."""
+    hint = job.hints.get("remaining_ref_s")
+    if hint is not None:
+        return max(float(hint), 1.0)
+    pr = job.progress.predicted_remaining_s
+    if pr is not None:
+        ref = int(job.hints.get("ref_gpus", 1))
+        return max(pr * (held_gpus(job) / max(ref, 1)) ** 0.8 if held_gpus(job) else pr, 1.0)
+    return DEFAULT_REMAINING_S
+
+
+def restart_s(job: JobView) -> float:
+    return float(job.hints.get("restart_penalty_s", 30.0))
+
+
+def apply_targets(
+    view: ClusterView,
+    jobs: list[JobView],
+    targets: dict[str, int],
+    policy: str,
+    why: Callable[[JobView, int], str],
+) -> list[Decision]:
+    """Decisions that move each job in `jobs` to its target GPU count.
+
+    Planned against the GPUs free now, in the controller's execution order — preemptions,
+    then shrinks, then grows, then placements — so each one is feasible when it runs; a grow
+    that cannot find room keeps the job as it is, a placement that cannot waits.
+    """
+    ledger = GpuLedger(view)
+    out: list[Decision] = []
+    running = [j for j in jobs if j.phase in (Phase.STARTING, Phase.RUNNING) and j.allocation is not None]
+    queued = [j for j in jobs if j.phase == Phase.QUEUED]
+    for j in running:
+        if targets.get(j.id, 0) == 0:
+            ledger.credit(j.allocation)
+            out.append(Preempt(j.id, f"{policy}: {why(j, 0)}"))
+    shrink = [j for j in running if 0 < targets.get(j.id, 0) < held_gpus(j)]
+    grow = [j for j in running if targets.get(j.id, 0) > held_gpus(j)]
+    for j in shrink + sorted(grow, key=lambda j: -targets[j.id]):
+        n = targets[j.id]
+        assert j.allocation is not None
+        ledger.credit(j.allocation)
+        current = sorted(j.allocation.gpus_per_node(), key=lambda node: -j.allocation.gpus_per_node()[node])  # type: ignore[union-attr]
+        pieces = ledger.take(n, prefer=current)
+        if pieces is None:
+            ledger.debit(j.allocation.gpus_per_node())
+            continue
+        out.append(Resize(j.id, gpu_allocation(j, pieces), f"{policy}: {held_gpus(j)} -> {n} GPUs ({why(j, n)})"))
+    for j in sorted(queued, key=lambda j: -targets.get(j.id, 0)):
+        n = targets.get(j.id, 0)
+        if n <= 0:
+            out.append(Wait(j.id, f"{policy}: {why(j, 0)}"))
+            continue
+        pieces = ledger.take(n)
+        if pieces is None:
+            out.append(Wait(j.id, f"{policy}: {n} GPUs chosen but not free yet ({why(j, n)})"))
+            continue
+        out.append(Place(j.id, gpu_allocation(j, pieces), f"{policy}: {n} GPUs on {describe(pieces)} ({why(j, n)})"))
+    return out

@@ -1,0 +1,151 @@
+"""`sluice`: our policy. It combines what the others each know one piece of:
+
+- **predicted remaining time** (Optimus, SRPT): the first GPU goes to the jobs that will
+  finish soonest, so short jobs are not stuck behind long ones (Tiresias only guesses this
+  from attained service);
+- **goodput** (Pollux): jobs adapt their batch size, and a GPU is worth the goodput it adds;
+- **restart cost**: every change of a running job's allocation costs its restart, so a change
+  must save more time than it costs, and running jobs keep their place unless a waiting job
+  is much shorter (`preempt_ratio`);
+- **QoE targets** (DQoES): a job whose deadline is at risk jumps the queue;
+- **GPU-time as a price**: spare GPUs go greedily to the job whose completion time falls the
+  most, minus what the extra GPU-seconds cost the jobs still waiting (zero when none wait).
+
+CPU-only jobs get the same idea through kernel CPU weights: shortest predicted remaining
+time and QoE deadlines at risk first, work-conserving (no limits).
+The design and its measurements are in docs/policies.md.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Resize
+from sluice.policy.dqoes import time_to_target
+from sluice.policy.kube import place_queued
+from sluice.policy.parts.capacity import Ledger
+from sluice.policy.parts.elastic import Speedups, apply_targets, remaining_ref_s, restart_s
+from sluice.policy.parts.gpu import GpuLedger, held_gpus, max_gpus, uses_gpus
+from sluice.policy.parts.ordering import ready
+from sluice.policy.parts.placement import spread
+
+
+class SluicePolicy:
+    name = "sluice"
+    adaptive_batch = True
+
+    def __init__(
+        self, preempt_ratio: float = 2.0, deadline_slack: float = 1.2, queue_price: float = 1.0, alpha: float = 3.0
+    ) -> None:
+        self.alpha = alpha
+        self.preempt_ratio = preempt_ratio
+        self.deadline_slack = deadline_slack
+        self.queue_price = queue_price
+        self.cpu_interval_s = 30.0
+        self._cpu_last: float | None = None
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        out = self._gpu(view)
+        if any(not uses_gpus(j) for j in view.jobs.values()):
+            out.extend(self._cpu(view))
+        return out
+
+    def _cpu(self, view: ClusterView) -> list[Decision]:
+        """CPU jobs: placed Kubernetes-style, then each node's CPU *requests* (kernel
+        weights) are re-divided, never limits — the node stays work-conserving (an idle core
+        is never withheld) while, under contention, the job closest to finishing and any job
+        whose QoE deadline is at risk get the larger share (SRPT on predicted remaining time)."""
+        sub = ClusterView(view.now, view.nodes, {j.id: j for j in view.jobs.values() if not uses_gpus(j)})
+        out = place_queued(sub, Ledger(sub), spread, self.name) if sub.queued else []
+        if self._cpu_last is not None and view.now - self._cpu_last < self.cpu_interval_s:
+            return out
+        self._cpu_last = view.now
+        for node in view.nodes.values():
+            jobs = [j for j in sub.jobs_on(node.name) if j.phase == Phase.RUNNING and j.allocation is not None]
+            if len(jobs) < 2:
+                continue
+            total = sum(j.allocation.total_cpu_request for j in jobs if j.allocation is not None)
+            weights: dict[str, float] = {}
+            why: dict[str, str] = {}
+            for j in jobs:
+                left = j.progress.predicted_remaining_s
+                w = 1.0 / max(left, 10.0) if left is not None else 1.0 / 600.0
+                why[j.id] = f"~{left:.0f}s left" if left is not None else "no estimate yet"
+                ttt = time_to_target(j, view.now)
+                if j.qoe_deadline is not None and ttt and view.now + ttt * self.deadline_slack > j.qoe_deadline:
+                    w *= 4.0
+                    why[j.id] += ", QoE deadline at risk"
+                weights[j.id] = w
+            sw = sum(weights.values())
+            for j in jobs:
+                req = round(max(total * weights[j.id] / sw, 0.05), 3)
+                cur = j.allocation.total_cpu_request  # type: ignore[union-attr]
+                if abs(cur - req) / max(cur, 1e-9) < 0.1:
+                    continue
+                alloc = Allocation((Assignment(j.allocation.primary_node, req, None, 0),))  # type: ignore[union-attr]
+                out.append(
+                    Resize(j.id, alloc, f"sluice: CPU weight {req:.2f} of {total:.2f} on {node.name} ({why[j.id]})")
+                )
+        return out
+
+    def _gpu(self, view: ClusterView) -> list[Decision]:
+        queued, _ = ready(view, view.queued)
+        jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
+        jobs = [j for j in jobs if uses_gpus(j)]
+        if not jobs:
+            return []
+        ledger = GpuLedger(view)
+        free = sum(ledger.capacity.values())
+        sp = Speedups(ledger.per_node)
+        rem = {j.id: remaining_ref_s(j) for j in jobs}
+
+        def time_at(j: JobView, k: int) -> float:
+            """Seconds to finish on k GPUs, counting the restart a change would cost."""
+            t = rem[j.id] / sp(j, k)
+            return t if k == held_gpus(j) else t + restart_s(j)
+
+        def key(j: JobView) -> tuple[int, float, float, str]:
+            urgent = 0
+            if j.qoe_deadline is not None and view.now + time_at(j, max(1, held_gpus(j))) * self.deadline_slack > (
+                j.qoe_deadline
+            ):
+                urgent = -1
+            k = rem[j.id]
+            if held_gpus(j):
+                k /= self.preempt_ratio  # a running job keeps its GPU unless a much shorter one waits
+            return (urgent, k, j.submitted_at, j.id)
+
+        order = sorted(jobs, key=key)
+        n: dict[str, int] = {}
+        for j in order:
+            n[j.id] = 1 if free >= 1 else 0
+            free -= n[j.id]
+        waiting = sum(1 for j in order if n[j.id] == 0)
+        total = max(sum(ledger.capacity.values()), 1)
+        price = self.queue_price * waiting / total
+
+        def gain(j: JobView) -> float:
+            k = n[j.id]
+            if k == 0 or k + 1 > max_gpus(j):
+                return 0.0
+            t0, t1 = time_at(j, k), time_at(j, k + 1)
+            cost = (k + 1) * t1 - k * t0
+            g = (t0 - t1) - price * max(cost, 0.0)
+            return g / t0**self.alpha
+
+        heap = [(-g, i, j) for i, j in enumerate(order) if (g := gain(j)) > 0]
+        heapq.heapify(heap)
+        while free > 0 and heap:
+            _, i, j = heapq.heappop(heap)
+            n[j.id] += 1
+            free -= 1
+            g = gain(j)
+            if g > 0:
+                heapq.heappush(heap, (-g, i, j))
+
+        def why(j: JobView, k: int) -> str:
+            if k == 0:
+                return f"{rem[j.id] / 3600:.2f} h of work left; shorter or urgent jobs hold every GPU"
+            return f"finishes in ~{time_at(j, k) / 3600:.2f} h on {k} GPUs (speedup {sp(j, k):.2f}×)"
+
+        return apply_targets(view, order, n, self.name, why)
