@@ -64,7 +64,7 @@ def windows(x: Array, history: int, target: int) -> tuple[Array, Array]:
         pad = np.repeat(x[:1], need - len(x), axis=0)
         x = np.concatenate([pad, x])
     full = np.lib.stride_tricks.sliding_window_view(x, need, axis=0)  # (N, K, need)
-    full = np.ascontiguousarray(full.transpose(0, 2, 1))  # (N, need, K)
+    full = np.array(full.transpose(0, 2, 1), copy=True)  # (N, need, K), writable for torch
     ctx = full[:, :history]
     tgt = full[:, history:].reshape(len(full), -1)
     return ctx, tgt

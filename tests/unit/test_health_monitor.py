@@ -1,0 +1,101 @@
+"""The health monitor on a synthetic KPI stream with a fake clock: it learns the node,
+cordons it with a reason naming the faulty KPI, re-admits it after sustained healthy
+scores, keeps hands off an operator's cordon, and reuses a saved model after a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sluice.control.health_monitor import HealthMonitor, MonitorConfig
+from sluice.health.detector import DetectorConfig
+from sluice.health.state import HealthRules
+from sluice.model import NodeHealth, NodeKPIs
+
+
+class FakeController:
+    """Records set_node_health calls (stands in for the Controller's node bookkeeping)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, NodeHealth, str, str]] = []
+
+    def set_node_health(self, node: str, health: NodeHealth, reason: str, by: str = "detector") -> None:
+        self.calls.append((node, health, reason, by))
+
+
+def sample(rng: np.random.Generator, t: int, fault: bool = False) -> dict[str, float]:
+    cyc = np.sin(2 * np.pi * t / 30)
+    return {
+        "cpu_busy_pct": 40 + 10 * cyc + rng.normal(0, 2),
+        "cpu_iowait_pct": 1 + abs(rng.normal(0, 0.3)) + (40 if fault else 0),
+        "disk_write_mbps": 5 + rng.normal(0, 0.5) + (80 if fault else 0),
+        "mem_used_pct": 30 + rng.normal(0, 0.3),
+        "jobs": 1.0,
+    }
+
+
+def config(tmp_path: Path | None = None) -> MonitorConfig:
+    return MonitorConfig(
+        train_samples=240,
+        rules=HealthRules(cordon_alarms=3, cordon_window_s=10, clear_s=10, readmit_s=30),
+        detector=DetectorConfig(history=6, hidden=24, transforms=2, epochs=15, max_train_s=30, smooth=1, threads=1),
+        background=False,
+        models_dir=tmp_path,
+    )
+
+
+def feed(mon: HealthMonitor, rng: np.random.Generator, start: int, n: int, fault: bool = False) -> None:
+    for t in range(start, start + n):
+        mon.observe(NodeKPIs("node-1", float(t), sample(rng, t, fault)))
+
+
+def test_learns_cordons_with_kpi_reason_and_readmits(tmp_path: Path) -> None:
+    ctl = FakeController()
+    mon = HealthMonitor(ctl, config(tmp_path))
+    rng = np.random.default_rng(0)
+    feed(mon, rng, 0, 240)
+    assert mon.wait_ready()
+    assert (tmp_path / "node-1.pt").exists()
+    feed(mon, rng, 240, 60)
+    assert not [c for c in ctl.calls if c[1] == NodeHealth.CORDONED], "false cordon on healthy data"
+    feed(mon, rng, 300, 8, fault=True)
+    cordons = [c for c in ctl.calls if c[1] == NodeHealth.CORDONED]
+    assert len(cordons) == 1
+    node, _, reason, by = cordons[0]
+    assert node == "node-1" and by == "detector"
+    assert "disk_write_mbps" in reason or "cpu_iowait_pct" in reason
+    feed(mon, rng, 308, 45)
+    assert ctl.calls[-1][1] == NodeHealth.HEALTHY and "re-admitted" in ctl.calls[-1][2]
+    assert mon.status()["node-1"]["health"] == "Healthy"
+
+
+def test_operator_cordon_is_honoured_and_model_reloads_after_restart(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    first = HealthMonitor(FakeController(), config(tmp_path))
+    feed(first, rng, 0, 240)
+    assert first.wait_ready()
+
+    ctl = FakeController()
+    mon = HealthMonitor(ctl, config(tmp_path), saved={"node-1": (NodeHealth.CORDONED, "maintenance", "operator")})
+    # The saved model is used at once: no new learning period.
+    mon.observe(NodeKPIs("node-1", 1000.0, sample(rng, 1000)))
+    assert mon.nodes["node-1"].detector is not None
+    for t in range(1001, 1100):
+        mon.observe(NodeKPIs("node-1", float(t), sample(rng, t)), current=NodeHealth.CORDONED)
+    assert ctl.calls == [], "the detector must not lift an operator's cordon"
+    # The operator uncordons (the controller now says Healthy): the monitor follows.
+    mon.observe(NodeKPIs("node-1", 1100.0, sample(rng, 1100)), current=NodeHealth.HEALTHY)
+    assert mon.nodes["node-1"].machine.state == NodeHealth.HEALTHY
+
+
+@pytest.mark.parametrize("missing", ["cpu_busy_pct"])
+def test_a_sample_missing_a_kpi_is_scored_not_dropped(tmp_path: Path, missing: str) -> None:
+    rng = np.random.default_rng(2)
+    mon = HealthMonitor(FakeController(), config(None))
+    feed(mon, rng, 0, 240)
+    values = sample(rng, 240)
+    del values[missing]
+    mon.observe(NodeKPIs("node-1", 240.0, values))
+    assert np.isfinite(mon.nodes["node-1"].last_score)
