@@ -2,6 +2,163 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
+from sluice.cli.client import EXIT_USAGE, CliError
+from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
+
 app = typer.Typer(help="The simulator: run policies on traces and workloads.", no_args_is_help=True)
+
+
+def _hours(s: float) -> str:
+    return "-" if math.isnan(s) else f"{s / 3600:.3f} h"
+
+
+def _fail_at(items: list[str]) -> list[tuple[float, str]]:
+    out = []
+    for item in items:
+        t, sep, node = item.partition(":")
+        try:
+            out.append((float(t), node))
+        except ValueError:
+            raise CliError(f"--fail-at {item!r}: expected SECONDS:NODE, e.g. 3600:n03", EXIT_USAGE) from None
+        if not sep or not node:
+            raise CliError(f"--fail-at {item!r}: expected SECONDS:NODE, e.g. 3600:n03", EXIT_USAGE)
+    return out
+
+
+@app.command()
+def run(
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="Workload CSV (Pollux, Philly or Helios/Acme columns), or cpu:N[:STAGGER_S] for a synthetic "
+            "FlowCon-style CPU workload."
+        ),
+    ],
+    policy: Annotated[str, typer.Option(help="Policy name (see `sluice sim policies`).")] = "sluice",
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes in the simulated cluster.")] = 16,
+    gpus_per_node: Annotated[int, typer.Option(min=0, help="GPUs per node.")] = 4,
+    cpus_per_node: Annotated[float | None, typer.Option(help="Cores per node (default 8 for CPU workloads).")] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
+    load_factor: Annotated[
+        float, typer.Option(help="Arrival-rate multiplier (traces: <1 samples, >1 compresses).")
+    ] = 1.0,
+    window_start_h: Annotated[float | None, typer.Option(help="Trace window start, hours after its first job.")] = None,
+    window_hours: Annotated[float | None, typer.Option(help="Trace window length in hours.")] = None,
+    max_jobs: Annotated[int | None, typer.Option(min=1, help="Keep only the first N jobs.")] = None,
+    fail_rate: Annotated[float, typer.Option(min=0, help="Random node losses per node-hour.")] = 0.0,
+    fail_at: Annotated[list[str] | None, typer.Option(help="Lose a node at a time: SECONDS:NODE (repeatable).")] = None,
+    repair_s: Annotated[float, typer.Option(min=0, help="Seconds until a lost node comes back.")] = 1800.0,
+    seed: Annotated[int, typer.Option(help="Seed for sampling and failures.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write per-job results here (.csv or .json).")] = None,
+    cdf: Annotated[Path | None, typer.Option(help="Write a JCT CDF plot here (.png).")] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Run one policy over a workload on the simulated cluster; print average and p99 JCT,
+    makespan, restarts and QoE targets met."""
+    from sluice.control import simulate as sim
+
+    with errors_reported():
+        if out is not None and out.suffix.lower() not in (".csv", ".json"):
+            raise CliError(f"--out {out}: must end in .csv or .json", EXIT_USAGE)
+        if cdf is not None and cdf.suffix.lower() != ".png":
+            raise CliError(f"--cdf {cdf}: must end in .png", EXIT_USAGE)
+        if interval <= 0:
+            raise CliError(f"--interval: must be positive, got {interval}", EXIT_USAGE)
+        if load_factor <= 0:
+            raise CliError(f"--load-factor: must be positive, got {load_factor}", EXIT_USAGE)
+        try:
+            if workload.startswith("cpu:"):
+                parts = workload.split(":")
+                n = int(parts[1])
+                stagger = float(parts[2]) if len(parts) > 2 else 30.0
+                if n < 1 or stagger < 0:
+                    raise ValueError
+                jobs = sim.cpu_workload(n, stagger_s=stagger, seed=seed)
+                if gpus_per_node == 4 and cpus_per_node is None:
+                    gpus_per_node_eff, cpus = 0, 8.0
+                else:
+                    gpus_per_node_eff, cpus = gpus_per_node, cpus_per_node
+            else:
+                jobs = sim.load_workload(
+                    workload,
+                    load_factor=load_factor,
+                    window_start_h=window_start_h,
+                    window_hours=window_hours,
+                    max_jobs=max_jobs,
+                    seed=seed,
+                )
+                gpus_per_node_eff, cpus = gpus_per_node, cpus_per_node
+        except sim.WorkloadError as err:
+            raise CliError(f"--workload: {err}", EXIT_USAGE) from None
+        except ValueError:
+            raise CliError(f"--workload {workload!r}: expected a file or cpu:N[:STAGGER_S]", EXIT_USAGE) from None
+        if not jobs:
+            raise CliError(f"--workload {workload}: no jobs in it (or in the chosen window)", EXIT_USAGE)
+        failures = None
+        if fail_rate > 0 or fail_at:
+            failures = sim.FailurePlan(
+                at=_fail_at(fail_at or []), rate_per_node_hour=fail_rate, repair_s=repair_s, seed=seed
+            )
+        try:
+            cfg = sim.SimConfig(
+                nodes=nodes,
+                gpus_per_node=gpus_per_node_eff,
+                cpus_per_node=cpus,
+                interval_s=interval,
+                failures=failures,
+            )
+        except ValueError as err:
+            raise CliError(str(err), EXIT_USAGE) from None
+        try:
+            with console.status(f"simulating {len(jobs)} jobs under {policy}…"):
+                res = sim.run_simulation(jobs, policy, cfg)
+        except ValueError as err:
+            if "unknown policy" in str(err):
+                raise CliError(f"--policy: {err}", EXIT_USAGE) from None
+            raise
+        except sim.WorkloadError as err:
+            raise CliError(f"--workload: {err}", EXIT_USAGE) from None
+        if out is not None:
+            sim.write_rows(res.rows(), out)
+        if cdf is not None:
+            sim.plot_jct_cdf({res.policy: [j.jct_s for j in res.finished if j.jct_s is not None]}, cdf)
+        summary = res.summary()
+
+        def render(s: dict[str, object]) -> None:
+            met, total = res.qoe
+            table(
+                ["policy", "jobs", "avg JCT", "p99 JCT", "makespan", "restarts", "QoE met", "round (mean/max)"],
+                [
+                    [
+                        res.policy,
+                        f"{len(res.finished)}/{len(res.jobs)}",
+                        _hours(res.avg_jct_s),
+                        _hours(res.p99_jct_s),
+                        _hours(res.makespan_s),
+                        res.restarts,
+                        f"{met}/{total}" if total else "n/a",
+                        f"{res.mean_round_s * 1000:.1f}/{res.max_round_s * 1000:.0f} ms",
+                    ]
+                ],
+            )
+            console.print(f"{res.rounds} rounds of {interval:g}s simulated in {res.wall_s:.1f}s wall time")
+            for what, path in (("per-job results", out), ("JCT CDF", cdf)):
+                if path is not None:
+                    console.print(f"{what}: {path}")
+
+        emit(summary, output, render)
+
+
+@app.command()
+def policies() -> None:
+    """The policies the simulator (and the controller) can run."""
+    from sluice.control.simulate import policy_names
+
+    for name in policy_names():
+        typer.echo(name)

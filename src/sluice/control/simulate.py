@@ -26,7 +26,8 @@ from sluice.sim.cpu_profiles import resolve_curve
 from sluice.sim.engine import SimEngine
 from sluice.sim.failures import FailurePlan
 from sluice.sim.jobs import CpuJob, GpuAppJob, JobModel, TraceJob
-from sluice.sim.workload import WorkloadError, WorkloadJob
+from sluice.sim.report import plot_jct_cdf, write_rows
+from sluice.sim.workload import WorkloadError, WorkloadJob, cpu_workload, load_workload
 from sluice.spec import JobSpec
 from sluice.spec.job import CpuRange, QoETarget, ReplicaRange, Resources
 from sluice.store import MemoryStore
@@ -135,6 +136,24 @@ class SimResult:
     @property
     def max_round_s(self) -> float:
         return max(self.round_seconds, default=0.0)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per-job results, one dict per job (what --out writes)."""
+        return [
+            {
+                "name": j.name,
+                "kind": j.kind,
+                "gpus": j.gpus,
+                "submit_s": round(j.submit_s, 1),
+                "start_s": None if j.start_s is None else round(j.start_s, 1),
+                "finish_s": None if j.finish_s is None else round(j.finish_s, 1),
+                "jct_s": None if j.jct_s is None else round(j.jct_s, 1),
+                "restarts": j.restarts,
+                "qoe_target": j.qoe_target,
+                "qoe_met": j.qoe_met,
+            }
+            for j in self.jobs
+        ]
 
     def summary(self) -> dict[str, Any]:
         met, total = self.qoe
@@ -293,3 +312,25 @@ def run_simulation(
             )
         )
     return SimResult(getattr(pol, "name", str(policy)), results, len(round_s), round_s, wall, t)
+
+
+__all__ = [
+    "FailurePlan",
+    "JobResult",
+    "SimConfig",
+    "SimResult",
+    "WorkloadError",
+    "WorkloadJob",
+    "cpu_workload",
+    "load_workload",
+    "plot_jct_cdf",
+    "run_simulation",
+    "write_rows",
+]
+
+
+def policy_names() -> list[str]:
+    """Every registered policy (for the CLI, which may not import policies itself)."""
+    from sluice.policy.registry import POLICIES
+
+    return sorted(POLICIES)
