@@ -224,3 +224,21 @@ def test_job_gets_the_sdk_environment_and_not_the_control_planes(
     assert env["SLUICE_RUN_DIR"].endswith("env/attempt-1") and env["SLUICE_CHECKPOINT_DIR"] == str(tmp_path / "ck")
     assert env["OMP_NUM_THREADS"] == "2" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert sys.executable in _log(agent, "env"), "a leading 'python' runs the control plane's interpreter"
+
+
+def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(sluice_settings: Settings, tmp_path: Path) -> None:
+    agent = NodeAgent("n0", sluice_settings.runs_dir, settings=sluice_settings.model_copy(update={"stop_grace_s": 1.0}))
+    try:
+        c = Collector(agent)
+        stubborn = (
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(120)"
+        )
+        spec = JobSpec(command=["python", "-c", stubborn], workdir=str(tmp_path))
+        agent.launch(LaunchRequest("stub", 1, "t1", spec, Allocation.single("n0"), str(tmp_path / "ck")))
+        assert wait_for(lambda: "ready" in _log(agent, "stub"))
+        agent.stop("stub", 1, checkpoint=True)
+        exited = c.wait(JobExited, "stub")[0]
+        assert exited.exit_code == -9 and "SIGKILL after grace" in exited.reason
+    finally:
+        agent.close()
