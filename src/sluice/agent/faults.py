@@ -52,13 +52,15 @@ class Fault:
     """A running fault. Use as a context manager, or call start()/stop().
 
     cores:  the node's CPU ids (the fault's processes are pinned there).
-    memory_mb: RAM held by a memory fault. workdir: where an I/O fault writes (a temp dir
-    by default, removed on stop). use_stress_ng: None = when installed.
+    memory_mb: RAM held by a memory fault. workers: CPU/IO worker processes (default one
+    per core; more than that also starves the node's jobs of run-queue time).
+    workdir: where an I/O fault writes (a temp dir by default, removed on stop). use_stress_ng: None = when installed.
     """
 
     kind: FaultKind
     cores: Sequence[int]
     memory_mb: int = 512
+    workers: int | None = None
     workdir: str | None = None
     use_stress_ng: bool | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -67,7 +69,7 @@ class Fault:
     def argvs(self) -> list[list[str]]:
         """The commands this fault runs (argv lists)."""
         cores = sorted(self.cores)
-        n = len(cores)
+        n = self.workers or len(cores)
         stress = shutil.which("stress-ng") if self.use_stress_ng is not False else None
         if self.use_stress_ng and stress is None:
             raise RuntimeError("stress-ng was asked for but is not installed (apt-get install stress-ng)")
@@ -80,7 +82,7 @@ class Fault:
                 return [[stress, "--vm", "1", "--vm-bytes", f"{self.memory_mb}M", "--vm-keep", *taskset, "--quiet"]]
             return [[stress, "--hdd", str(max(n, 1)), "--hdd-bytes", "64M", "--temp-path", where, *taskset, "--quiet"]]
         if self.kind == FaultKind.CPU:
-            return [[sys.executable, "-c", _PY_CPU] for _ in cores]
+            return [[sys.executable, "-c", _PY_CPU] for _ in range(n)]
         if self.kind == FaultKind.MEMORY:
             return [[sys.executable, "-c", _PY_MEM, str(self.memory_mb)]]
         return [[sys.executable, "-c", _PY_IO, where] for _ in range(max(n, 1))]

@@ -33,8 +33,8 @@ def eval_cmd(
         str | None, typer.Option(help="Comma-separated entity names (file stems) to evaluate; default all.")
     ] = None,
     baselines: Annotated[bool, typer.Option(help="Also run PCA, Isolation Forest and an autoencoder.")] = True,
-    epochs: Annotated[int, typer.Option(min=1, help="Training epochs of the flow detector.")] = 30,
-    max_train_s: Annotated[float, typer.Option(min=1, help="Cap on the flow's training seconds per entity.")] = 90.0,
+    epochs: Annotated[int, typer.Option(min=1, help="Training epochs of the flow detector.")] = 12,
+    max_train_s: Annotated[float, typer.Option(min=1, help="Cap on the flow's training seconds per entity.")] = 100.0,
     q: Annotated[float, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability.")] = 1e-3,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every row to this JSON file.")] = None,
 ) -> None:

@@ -13,6 +13,7 @@ it adds no thread of its own except, optionally, the one fitting a node's model.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import threading
 from collections import deque
@@ -48,16 +49,30 @@ def _online_detector() -> DetectorConfig:
         epochs=60,
         max_train_s=30.0,
         val_fraction=0.3,
-        smooth=3,
+        smooth=5,
         threads=1,
         noise=0.1,
     )
 
 
+MACHINE_WIDE: tuple[str, ...] = (
+    "load1_per_core",
+    "mem_*",
+    "swap_*",
+    "disk_*",
+    "net_*",
+    "ctx_switches_ps",
+    "interrupts_ps",
+)
+"""KPIs of the whole machine rather than of one (virtual) node's cores and jobs."""
+
+
 @dataclass
 class MonitorConfig:
     """train_samples: healthy samples a node must show before its model is fitted.
-    q: SPOT risk per sample. ignore: KPIs left out of the model (bookkeeping, not health).
+    q: SPOT risk per sample. ignore: glob patterns of KPIs left out of the model
+    (bookkeeping like `jobs`; with virtual nodes on one machine also MACHINE_WIDE, which
+    every virtual node sees alike and so cannot tell which node is sick).
     models_dir: where fitted node models are saved and looked for (None = not kept).
     background: fit models on a thread (True in the control plane; tests may use False)."""
 
@@ -138,7 +153,7 @@ class HealthMonitor:
         tr = self._track(e.node)
         self._sync(tr, current, e.time)
         if tr.keys is None:
-            tr.keys = sorted(k for k in e.values if k not in self.config.ignore)
+            tr.keys = sorted(k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in self.config.ignore))
         tr.rows.append(np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32))
         with self._lock:
             det, spot = tr.detector, tr.spot

@@ -44,12 +44,12 @@ class DetectorConfig:
     hidden: int = 64
     transforms: int = 4
     noise: float = 0.05
-    epochs: int = 30
-    batch: int = 256
+    epochs: int = 12
+    batch: int = 512
     lr: float = 2e-3
-    max_train_s: float = 90.0
+    max_train_s: float = 100.0
     val_fraction: float = 0.2
-    smooth: int = 1
+    smooth: int = 5
     seed: int = 0
     threads: int = 0  # 0 = torch's default
 

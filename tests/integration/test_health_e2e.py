@@ -1,0 +1,121 @@
+"""Issue 5 end to end on the local engine, machine split into two virtual nodes:
+
+learn each node's healthy KPIs (under a minute), hog node-1's cores with a real CPU fault
+pinned to its cpuset while a job runs there; the detector flags it, node-1 is cordoned
+with a reason naming KPIs, its job is moved through its checkpoint to node-0 and resumes
+there, and nothing new is placed on node-1 while it is cordoned.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sluice.agent.faults import Fault, FaultKind
+from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+from sluice.control.plane import ControlPlane
+from sluice.health.state import HealthRules
+from sluice.model import NodeHealth, Phase
+from sluice.settings import Settings
+from sluice.spec import parse_job_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+LOOP = Path(__file__).parent / "jobs" / "sdk_loop.py"
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str) -> object:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def spec(name: str) -> object:
+    return parse_job_spec(
+        {
+            "name": name,
+            "command": ["python", str(LOOP), "--busy", "--sleep", "0.01"],
+            "workdir": str(LOOP.parent),
+            "resources": {"cpu": {"min": 0.4, "max": 0.5}},
+            "max_restarts": 3,
+        }
+    )
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split into 2 virtual nodes")
+def test_cpu_hog_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: Settings) -> None:
+    settings = sluice_settings.model_copy(
+        update={
+            "virtual_nodes": 2,
+            "policy": "kube",
+            "reconcile_interval_s": 0.2,
+            "restart_backoff_s": 0.3,
+            "stop_grace_s": 5.0,
+        }
+    )
+    plane = ControlPlane.from_settings(settings)
+    plane.bootstrap_tenants()
+    mon = HealthMonitor.attach(
+        plane.controller,
+        MonitorConfig(
+            train_samples=60,
+            q=1e-4,
+            rules=HealthRules(cordon_alarms=5, cordon_window_s=20, clear_s=60, readmit_s=3600),
+            ignore=("jobs", *MACHINE_WIDE),
+            background=True,
+        ),
+    )
+    caller = plane.store.get_tenant("default")
+    assert caller is not None
+    plane.start()
+    fault: Fault | None = None
+    try:
+        jobs = [plane.submit(caller, spec(f"j{i}")) for i in range(2)]  # type: ignore[arg-type]
+
+        def node_of(job_id: str) -> str | None:
+            j = plane.get_job(caller, job_id)
+            return j.allocation.nodes[0] if j.phase == Phase.RUNNING and j.allocation else None
+
+        wait_until(lambda: all(node_of(j.id) for j in jobs), 60, "both jobs running")
+        on_node1 = [j.id for j in jobs if node_of(j.id) == "node-1"]
+        assert on_node1, "spread placement should put one job on each node"
+        victim = on_node1[0]
+
+        wait_until(lambda: len(mon.nodes) == 2 and mon.wait_ready(timeout=1), 150, "node models to be fitted")
+        assert [t for t in mon.transitions if t.new == NodeHealth.CORDONED] == [], "false cordon while healthy"
+
+        cores = [int(c) for c in plane.controller.nodes["node-1"].labels["cores"].split(",")]  # type: ignore[index]
+        fault = Fault(FaultKind.CPU, cores, workers=3 * len(cores)).start()
+        wait_until(lambda: plane.controller.nodes["node-1"].health == NodeHealth.CORDONED, 60, "node-1 to be cordoned")
+        reason = plane.controller.nodes["node-1"].reason
+        assert "top KPIs" in reason and "cpu" in reason, reason
+        assert plane.controller.nodes["node-0"].health != NodeHealth.CORDONED
+        fault.stop()
+
+        moved = wait_until(lambda: node_of(victim) == "node-0" and plane.get_job(caller, victim), 90, "job on node-0")
+        assert moved.attempt >= 2  # type: ignore[union-attr]
+        log = Path(plane.log_path(caller, victim)).read_text()  # type: ignore[arg-type]
+        assert "resumed at step" in log, "the moved job must resume from its checkpoint"
+
+        late = plane.submit(caller, spec("late"))  # type: ignore[arg-type]
+        assert wait_until(lambda: node_of(late.id), 60, "late job placed") == "node-0"
+        assert plane.controller.nodes["node-1"].health == NodeHealth.CORDONED
+        nodes = {r.name: r for r in plane.store.list_nodes()}
+        assert nodes["node-1"].health == NodeHealth.CORDONED and nodes["node-1"].cordoned_by == "detector"
+    finally:
+        if fault is not None:
+            fault.stop()
+        for j in plane.list_jobs(caller):
+            if not j.phase.terminal:
+                plane.cancel(caller, j.id)
+        wait_until(lambda: all(j.phase.terminal for j in plane.list_jobs(caller)), 30, "jobs to stop")
+        plane.stop()
