@@ -89,3 +89,18 @@ def agent(
     from sluice.bench import agent as bench_agent
 
     bench_agent.run(jobs=jobs, seconds=seconds, interval=interval)
+
+
+@app.command("health")
+def health(
+    folder: Annotated[
+        Path | None, typer.Argument(help="Folder of NAME.npz files; default shared/data/anomaly/asd.")
+    ] = None,
+    entities: Annotated[str | None, typer.Option(help="Comma-separated entity names; default all.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
+    from sluice.bench import health as bench_health
+
+    only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
+    bench_health.run(folder or bench_health.DEFAULT_DIR, only, out)
