@@ -106,6 +106,7 @@ class Controller:
         """Ids of non-terminal jobs (what the view is built from)."""
         self.trackers: dict[str, ProgressTracker] = {}
         self.nodes: dict[str, NodeState] = {}
+        self._node_views: dict[str, tuple[tuple[object, ...], NodeView]] = {}
         self.observers: list[EventObserver] = []
         self.lock = threading.RLock()
         self.round_seconds: float = 0.0
@@ -198,20 +199,7 @@ class Controller:
     def view(self, now: float | None = None) -> ClusterView:
         """The immutable snapshot the policy decides on."""
         now = self.engine.clock() if now is None else now
-        nodes = {
-            n.name: NodeView(
-                name=n.name,
-                cpu=n.cpu,
-                gpus=n.gpus,
-                memory_mb=n.memory_mb,
-                labels=MappingProxyType(dict(n.labels or {})),
-                health=n.health,
-                health_reason=n.reason,
-                cached_datasets=MappingProxyType(dict(n.cached or {})),
-                cache_free_bytes=n.cache_free_bytes,
-            )
-            for n in self.nodes.values()
-        }
+        nodes = {n.name: self._node_view(n) for n in self.nodes.values()}
         jobs: dict[str, JobView] = {}
         for jid in self.active_ids:
             job = self.jobs[jid]
@@ -219,6 +207,36 @@ class Controller:
                 continue
             jobs[jid] = self._job_view(job)
         return ClusterView(now=now, nodes=MappingProxyType(nodes), jobs=MappingProxyType(jobs))
+
+    def _node_view(self, n: NodeState) -> NodeView:
+        """A node's view, reused while nothing about the node changed: NodeViews are
+        immutable, and rebuilding thousands of them every round dominated large simulations."""
+        key = (
+            n.cpu,
+            n.gpus,
+            n.memory_mb,
+            n.health,
+            n.reason,
+            tuple(n.labels.items()) if n.labels else (),
+            tuple(n.cached.items()) if n.cached else (),
+            n.cache_free_bytes,
+        )
+        hit = self._node_views.get(n.name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        view = NodeView(
+            name=n.name,
+            cpu=n.cpu,
+            gpus=n.gpus,
+            memory_mb=n.memory_mb,
+            labels=MappingProxyType(dict(n.labels or {})),
+            health=n.health,
+            health_reason=n.reason,
+            cached_datasets=MappingProxyType(dict(n.cached or {})),
+            cache_free_bytes=n.cache_free_bytes,
+        )
+        self._node_views[n.name] = (key, view)
+        return view
 
     # ----------------------------------------------------------------- events
 
