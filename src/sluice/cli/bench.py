@@ -104,3 +104,50 @@ def health(
 
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
     bench_health.run(folder or bench_health.DEFAULT_DIR, only, out)
+
+
+@app.command("sim")
+def sim(
+    parts: Annotated[str, typer.Option(help="Which parts: pollux, cpu, scale (comma-separated).")] = "pollux,cpu",
+    policies: Annotated[str | None, typer.Option(help="GPU policies (default: all GPU policies).")] = None,
+    loads: Annotated[str, typer.Option(help="Load levels of the Pollux workloads.")] = "0.5,1.0,1.5,2.0",
+    workloads: Annotated[str, typer.Option(help="Pollux workload numbers (1-8).")] = "1,2,3,4,5,6,7,8",
+    cpu_policies: Annotated[str | None, typer.Option(help="Policies for the CPU-job setups.")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Parallel simulations (default: one per core).")] = None,
+    scale_policy: Annotated[str, typer.Option(help="Policy for the scale run.")] = "sluice",
+    scale_jobs: Annotated[int, typer.Option(min=1, help="Philly jobs in the scale run.")] = 20_000,
+    scale_nodes: Annotated[int, typer.Option(min=1, help="Nodes (8 GPUs each) in the scale run.")] = 5_000,
+    scale_load_factor: Annotated[float, typer.Option(help="Arrival compression of the Philly window.")] = 10.0,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """Every policy in the simulator: the eight Pollux workloads at four loads beside the published
+    Pollux/Optimus/Tiresias numbers, FlowCon's CPU setups vs kube, and a Philly scale run."""
+    from sluice.bench import sim as bench_sim
+
+    names = {p.strip() for p in parts.split(",") if p.strip()}
+    unknown = names - {"pollux", "cpu", "scale"}
+    if unknown or not names:
+        raise typer.BadParameter(f"unknown part(s) {', '.join(sorted(unknown)) or '(none)'}", param_hint="--parts")
+    load_list = [x.strip() for x in loads.split(",") if x.strip()]
+    bad = [x for x in load_list if x not in bench_sim.LOADS]
+    if bad:
+        raise typer.BadParameter(f"{', '.join(bad)}: choose from {', '.join(bench_sim.LOADS)}", param_hint="--loads")
+    try:
+        wl = [int(x) for x in workloads.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter("give workload numbers 1-8, comma-separated", param_hint="--workloads") from None
+    if not wl or any(w < 1 or w > 8 for w in wl):
+        raise typer.BadParameter("give workload numbers 1-8, comma-separated", param_hint="--workloads")
+    bench_sim.run(
+        parts=sorted(names),
+        policies=[p.strip() for p in policies.split(",")] if policies else None,
+        loads=load_list,
+        workloads=wl,
+        cpu_policies=[p.strip() for p in cpu_policies.split(",")] if cpu_policies else None,
+        workers=workers,
+        scale_policy=scale_policy,
+        scale_jobs=scale_jobs,
+        scale_nodes=scale_nodes,
+        scale_load_factor=scale_load_factor,
+        out=out,
+    )

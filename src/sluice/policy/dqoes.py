@@ -97,7 +97,7 @@ class DQoESPolicy:
             left = j.qoe_deadline - view.now
             if left <= 0:
                 continue  # missed already: no longer worth taking cores from others
-            want = min(cores, have * ttt / left * 1.1)
+            want = min(cores, have * ttt / left * 1.3)
             need[j.id] = max(want, MIN_CORES)
             urgency[j.id] = left - ttt
             why[j.id] = f"QoE: loss {j.qoe_loss:g} in ~{ttt:.0f}s at {have:.2f} cores, {left:.0f}s to deadline"
@@ -108,6 +108,11 @@ class DQoESPolicy:
             limits[jid] = give
             room -= give
         rest = [j for j in jobs if j.id not in limits]
+        if not rest and limits and room > 0:
+            # Nobody to share the leftover with: hand it back to the targeted jobs, so the
+            # node is never left idle by the limits.
+            total = sum(limits.values())
+            limits = {k: v + room * v / total for k, v in limits.items()}
         if rest:
             weights = self._weights(view, rest, cores)
             total_w = sum(weights.values()) or 1.0

@@ -55,4 +55,4 @@ class OptimusPolicy:
                 return "no GPU left after one each for older jobs"
             return f"predicted remaining {rem[j.id] / sp(j, k) / 3600:.2f} h on {k} GPUs"
 
-        return apply_targets(view, jobs, n, self.name, why)
+        return apply_targets(view, jobs, n, self.name, why, ledger)

@@ -74,4 +74,4 @@ class PolluxPolicy:
                 return "every GPU already serves an older job"
             return f"speedup {sp(j, k):.2f}× on {k} GPUs"
 
-        return apply_targets(view, jobs, n, self.name, why)
+        return apply_targets(view, jobs, n, self.name, why, ledger)

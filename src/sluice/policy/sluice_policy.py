@@ -148,4 +148,4 @@ class SluicePolicy:
                 return f"{rem[j.id] / 3600:.2f} h of work left; shorter or urgent jobs hold every GPU"
             return f"finishes in ~{time_at(j, k) / 3600:.2f} h on {k} GPUs (speedup {sp(j, k):.2f}×)"
 
-        return apply_targets(view, order, n, self.name, why)
+        return apply_targets(view, order, n, self.name, why, ledger)

@@ -172,7 +172,7 @@ def cpu_workload(
     profiles: tuple[str, ...] = ("mnist-cnn", "cifar-resnet", "lstm", "mlp"),
     steps: tuple[int, int] = (1500, 6000),
     qoe_fraction: float = 0.5,
-    deadline_factor: float = 2.0,
+    deadline_factor: float = 1.5,
     seed: int = 0,
 ) -> list[WorkloadJob]:
     """A FlowCon-style CPU workload: `n_jobs` container jobs from the parametric profile

@@ -68,6 +68,7 @@ def apply_targets(
     targets: dict[str, int],
     policy: str,
     why: Callable[[JobView, int], str],
+    ledger: GpuLedger | None = None,
 ) -> list[Decision]:
     """Decisions that move each job in `jobs` to its target GPU count.
 
@@ -75,7 +76,7 @@ def apply_targets(
     then shrinks, then grows, then placements — so each one is feasible when it runs; a grow
     that cannot find room keeps the job as it is, a placement that cannot waits.
     """
-    ledger = GpuLedger(view)
+    ledger = ledger or GpuLedger(view)
     out: list[Decision] = []
     running = [j for j in jobs if j.phase in (Phase.STARTING, Phase.RUNNING) and j.allocation is not None]
     queued = [j for j in jobs if j.phase == Phase.QUEUED]

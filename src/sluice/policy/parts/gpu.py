@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sluice.model import Allocation, Assignment, ClusterView, JobView
+from sluice.model import Allocation, Assignment, ClusterView, JobView, NodeHealth
 
 
 def requested_gpus(job: JobView) -> int:
@@ -36,20 +36,26 @@ class GpuLedger:
     """Free GPUs on schedulable nodes; placements in one round debit it."""
 
     def __init__(self, view: ClusterView, release: Iterable[JobView] = ()) -> None:
-        self.capacity: dict[str, int] = {n.name: n.gpus for n in view.nodes.values() if n.schedulable and n.gpus > 0}
+        ok = (NodeHealth.HEALTHY, NodeHealth.SUSPECT)
+        self.capacity: dict[str, int] = {k: n.gpus for k, n in view.nodes.items() if n.gpus > 0 and n.health in ok}
         self.per_node = max(self.capacity.values(), default=0)
-        self.free: dict[str, int] = dict(self.capacity)
+        free = dict(self.capacity)
         for j in view.jobs.values():
             if j.allocation is None or not j.phase.active:
                 continue
-            for node, g in j.allocation.gpus_per_node().items():
-                if node in self.free:
-                    self.free[node] -= g
+            for a in j.allocation.assignments:
+                if a.gpus and a.node in free:
+                    free[a.node] -= a.gpus
         for j in release:
-            self.credit(j.allocation)
+            if j.allocation is not None:
+                for a in j.allocation.assignments:
+                    if a.node in free:
+                        free[a.node] += a.gpus
+        self.free = free
         self._buckets: list[dict[str, None]] = [{} for _ in range(self.per_node + 1)]
-        for node, f in self.free.items():
-            self._buckets[max(0, min(f, self.per_node))][node] = None
+        top = self.per_node
+        for node, f in free.items():
+            self._buckets[0 if f < 0 else (top if f > top else f)][node] = None
 
     @property
     def total_free(self) -> int:
@@ -66,10 +72,7 @@ class GpuLedger:
             return
         for node, g in alloc.gpus_per_node().items():
             if node in self.free:
-                if hasattr(self, "_buckets"):
-                    self._set(node, self.free[node] + g)
-                else:
-                    self.free[node] += g
+                self._set(node, self.free[node] + g)
 
     def debit(self, pieces: dict[str, int]) -> None:
         for node, g in pieces.items():

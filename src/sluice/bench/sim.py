@@ -1,0 +1,244 @@
+"""`sluice bench sim`: every policy side by side in the simulator.
+
+Three parts:
+- **pollux**: each GPU policy on the eight Pollux workloads at 0.5×/1.0×/1.5×/2.0× load (16 nodes
+  × 4 GPUs, 60 s rounds), mean of the per-workload average JCTs, beside the published
+  Pollux, Optimus+Oracle and Tiresias numbers (results-jobload/*/summary.json), as ratios;
+- **cpu**: FlowCon's CPU-job setups (4 nodes × 20 jobs, 8 nodes × 60 jobs, staggered
+  arrivals): average JCT, makespan and QoE targets met, versus `kube`;
+- **scale**: a Philly-derived workload (20,000 jobs on 5,000 nodes × 8 GPUs by default): wall
+  time and the controller's time per round.
+Runs go to a process pool (one worker per core): each simulation is single-threaded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from sluice.control.simulate import SimConfig, cpu_workload, load_workload, run_simulation
+
+GPU_POLICIES = ("fifo", "binpack", "kube", "tiresias", "optimus", "pollux", "sluice")
+LOADS = ("0.5", "1.0", "1.5", "2.0")
+PUBLISHED = ("pollux", "optimus", "tiresias")
+CPU_POLICIES = ("kube", "flowcon", "specon", "dqoes", "sluice")
+CPU_SETUPS = ((4, 20, 30.0), (8, 60, 20.0))
+"""(nodes, jobs, seconds between arrivals): FlowCon 2.0's two cluster setups."""
+
+console = Console(highlight=False)
+
+
+def data_dir() -> Path:
+    env = os.environ.get("SLUICE_POLLUX_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data" / "pollux"
+
+
+def _workload_file(base: Path, load: str, w: int) -> Path:
+    folder = "workloads" if load == "1.0" else f"workloads-{load}"
+    return base / folder / f"workload-{w}.csv"
+
+
+def _one_gpu(args: tuple[str, str, int, str]) -> tuple[str, str, int, float, int, float]:
+    policy, load, w, base = args
+    jobs = load_workload(_workload_file(Path(base), load, w))
+    t0 = time.perf_counter()
+    res = run_simulation(jobs, policy, SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0))
+    return policy, load, w, res.avg_jct_s, res.restarts, time.perf_counter() - t0
+
+
+def _one_cpu(args: tuple[str, int, int, float]) -> dict[str, Any]:
+    policy, nodes, n, stagger = args
+    res = run_simulation(
+        cpu_workload(n, stagger_s=stagger),
+        policy,
+        SimConfig(nodes=nodes, gpus_per_node=0, cpus_per_node=8, interval_s=10),
+    )
+    met, total = res.qoe
+    return {
+        "policy": policy,
+        "setup": f"{nodes}x{n}",
+        "avg_jct_s": res.avg_jct_s,
+        "makespan_s": res.makespan_s,
+        "qoe_met": met,
+        "qoe_total": total,
+        "restarts": res.restarts,
+    }
+
+
+def published(base: Path) -> dict[str, dict[str, float]]:
+    """Published mean of per-workload average JCTs (seconds), policy -> load -> value."""
+    out: dict[str, dict[str, float]] = {}
+    for p in PUBLISHED:
+        for load in LOADS:
+            f = base / "results-jobload" / f"{p}-{load}" / "summary.json"
+            if f.exists():
+                out.setdefault(p, {})[load] = float(json.loads(f.read_text())["mean"])
+    return out
+
+
+def run_pollux(
+    policies: list[str], loads: list[str], workloads: list[int], workers: int, base: Path
+) -> dict[str, dict[str, float]]:
+    tasks = [(p, load, w, str(base)) for p in policies for load in loads for w in workloads]
+    acc: dict[tuple[str, str], list[float]] = {}
+    restarts: dict[tuple[str, str], int] = {}
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers) as ex:
+        for i, (p, load, _w, avg, rs, _wall) in enumerate(ex.map(_one_gpu, tasks), start=1):
+            acc.setdefault((p, load), []).append(avg)
+            restarts[(p, load)] = restarts.get((p, load), 0) + rs
+            console.print(f"  [{i}/{len(tasks)}] {p} {load}× done ({time.perf_counter() - started:.0f}s)", end="\r")
+    console.print()
+    ours = {p: {load: sum(acc[(p, load)]) / len(acc[(p, load)]) for load in loads} for p in policies}
+    pub = published(base)
+    tiresias_pub = pub.get("tiresias", {})
+
+    t = Table(
+        title=f"Average JCT (hours), mean of workloads {','.join(map(str, workloads))}; ratio to published Tiresias"
+    )
+    t.add_column("policy")
+    for load in loads:
+        t.add_column(f"{load}×", justify="right")
+    for p in policies:
+        t.add_row(p, *[_cell(ours[p][load], tiresias_pub.get(load)) for load in loads])
+    for p in PUBLISHED:
+        if p in pub and all(load in pub[p] for load in loads):
+            t.add_row(f"{p} (published)", *[_cell(pub[p][load], tiresias_pub.get(load)) for load in loads])
+    console.print(t)
+
+    f = Table(title="Fidelity: ours / published for the same policy (1.00 = identical)")
+    f.add_column("policy")
+    for load in loads:
+        f.add_column(f"{load}×", justify="right")
+    for p in PUBLISHED:
+        if p in ours and p in pub:
+            f.add_row(p, *[f"{ours[p][load] / pub[p][load]:.3f}" for load in loads])
+    console.print(f)
+    r = Table(title="Restarts (allocation changes), summed over the workloads")
+    r.add_column("policy")
+    for load in loads:
+        r.add_column(f"{load}×", justify="right")
+    for p in policies:
+        r.add_row(p, *[str(restarts[(p, load)]) for load in loads])
+    console.print(r)
+    if "sluice" in ours and "1.0" in loads:
+        s = ours["sluice"]["1.0"]
+        msg = []
+        if "1.0" in tiresias_pub:
+            msg.append(
+                f"sluice at 1.0×: {s / 3600:.3f} h = {1 - s / tiresias_pub['1.0']:+.1%} below published Tiresias"
+            )
+        if "tiresias" in ours:
+            msg.append(f"{1 - s / ours['tiresias']['1.0']:+.1%} below our Tiresias")
+        if "pollux" in pub:
+            msg.append(
+                f"{1 - s / pub['pollux']['1.0']:+.1%} below published Pollux ({pub['pollux']['1.0'] / 3600:.2f} h)"
+            )
+        console.print("; ".join(msg))
+    return {p: {load: v / 3600 for load, v in d.items()} for p, d in ours.items()}
+
+
+def _cell(v: float, ref: float | None) -> str:
+    if math.isnan(v):
+        return "-"
+    return f"{v / 3600:.3f} ({v / ref:.2f})" if ref else f"{v / 3600:.3f}"
+
+
+def run_cpu(policies: list[str], workers: int) -> list[dict[str, Any]]:
+    tasks = [(p, nodes, n, st) for nodes, n, st in CPU_SETUPS for p in policies]
+    with ProcessPoolExecutor(max_workers=workers) as ex:
+        rows = list(ex.map(_one_cpu, tasks))
+    t = Table(title="CPU container jobs (FlowCon setups): ratio to kube in brackets")
+    for c in ("nodes×jobs", "policy", "avg JCT (min)", "makespan (min)", "QoE met", "restarts"):
+        t.add_column(c, justify="left" if c in ("setup", "policy") else "right")
+    for nodes, n, _st in CPU_SETUPS:
+        setup = f"{nodes}x{n}"
+        base = next((r for r in rows if r["setup"] == setup and r["policy"] == "kube"), None)
+        for r in (r for r in rows if r["setup"] == setup):
+            jr = f" ({r['avg_jct_s'] / base['avg_jct_s']:.2f})" if base else ""
+            mr = f" ({r['makespan_s'] / base['makespan_s']:.2f})" if base else ""
+            t.add_row(
+                f"{nodes}×{n}",
+                r["policy"],
+                f"{r['avg_jct_s'] / 60:.1f}{jr}",
+                f"{r['makespan_s'] / 60:.1f}{mr}",
+                f"{r['qoe_met']}/{r['qoe_total']}",
+                str(r["restarts"]),
+            )
+    console.print(t)
+    return rows
+
+
+def run_scale(policy: str, jobs: int, nodes: int, load_factor: float, base: Path) -> dict[str, Any]:
+    trace = base / "traces" / "philly.csv"
+    wl = load_workload(trace, window_start_h=24 * 40, load_factor=load_factor, max_jobs=jobs)
+    console.print(
+        f"scale: {len(wl)} Philly jobs (from day 40, arrivals ×{load_factor:g} -> {wl[-1].submit_time / 3600:.1f} h) "
+        f"on {nodes} nodes × 8 GPUs, policy {policy}"
+    )
+    res = run_simulation(wl, policy, SimConfig(nodes=nodes, gpus_per_node=8, interval_s=60.0))
+    rounds = sorted(res.round_seconds)
+    busy = [r for r in res.round_seconds if r > 0]
+    summary = {
+        "policy": policy,
+        "jobs": len(wl),
+        "finished": len(res.finished),
+        "nodes": nodes,
+        "rounds": res.rounds,
+        "wall_s": res.wall_s,
+        "round_mean_ms": res.mean_round_s * 1000,
+        "round_p99_ms": rounds[min(len(rounds) - 1, int(0.99 * len(rounds)))] * 1000 if rounds else 0.0,
+        "round_max_ms": res.max_round_s * 1000,
+        "busy_rounds": len(busy),
+        "avg_jct_h": res.avg_jct_s / 3600,
+        "makespan_h": res.makespan_s / 3600,
+    }
+    t = Table(title="Scale")
+    for k in summary:
+        t.add_column(k, justify="right")
+    t.add_row(*[f"{v:.1f}" if isinstance(v, float) else str(v) for v in summary.values()])
+    console.print(t)
+    return summary
+
+
+def run(
+    *,
+    parts: list[str],
+    policies: list[str] | None = None,
+    loads: list[str] | None = None,
+    workloads: list[int] | None = None,
+    cpu_policies: list[str] | None = None,
+    workers: int | None = None,
+    scale_policy: str = "sluice",
+    scale_jobs: int = 20_000,
+    scale_nodes: int = 5_000,
+    scale_load_factor: float = 10.0,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    base = data_dir()
+    workers = workers or os.cpu_count() or 1
+    results: dict[str, Any] = {"machine": f"{os.cpu_count()} CPU cores"}
+    t0 = time.perf_counter()
+    if "pollux" in parts:
+        if not (base / "workloads").is_dir():
+            raise FileNotFoundError(f"the Pollux workloads are not at {base} (set SLUICE_POLLUX_DATA)")
+        results["pollux"] = run_pollux(
+            policies or list(GPU_POLICIES), loads or list(LOADS), workloads or list(range(1, 9)), workers, base
+        )
+    if "cpu" in parts:
+        results["cpu"] = run_cpu(cpu_policies or list(CPU_POLICIES), workers)
+    if "scale" in parts:
+        results["scale"] = run_scale(scale_policy, scale_jobs, scale_nodes, scale_load_factor, base)
+    results["wall_s"] = time.perf_counter() - t0
+    console.print(f"bench sim finished in {results['wall_s']:.0f}s on {workers} worker(s)")
+    if out is not None:
+        out.write_text(json.dumps(results, indent=2))
+    return results
