@@ -99,3 +99,20 @@ def test_a_sample_missing_a_kpi_is_scored_not_dropped(tmp_path: Path, missing: s
     del values[missing]
     mon.observe(NodeKPIs("node-1", 240.0, values))
     assert np.isfinite(mon.nodes["node-1"].last_score)
+
+
+def test_detector_never_cordons_more_than_the_cap(tmp_path: Path) -> None:
+    """Two nodes sick at once: with the default cap (half the nodes) only one is cordoned."""
+    ctl = FakeController()
+    mon = HealthMonitor(ctl, config(tmp_path))
+    rng = np.random.default_rng(4)
+    for t in range(240):
+        for node in ("a", "b"):
+            mon.observe(NodeKPIs(node, float(t), sample(rng, t)))
+    assert mon.wait_ready()
+    for t in range(240, 260):
+        for node in ("a", "b"):
+            mon.observe(NodeKPIs(node, float(t), sample(rng, t, fault=True)))
+    cordoned = {c[0] for c in ctl.calls if c[1] == NodeHealth.CORDONED}
+    assert len(cordoned) == 1
+    assert {mon.nodes[n].machine.state for n in ("a", "b")} == {NodeHealth.CORDONED, NodeHealth.SUSPECT}

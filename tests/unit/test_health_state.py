@@ -66,3 +66,12 @@ def test_every_transition_is_an_allowed_edge(steps: list[tuple[float, bool]]) ->
         if t is not None:
             assert (t.old, t.new) in allowed
             assert t.reason
+
+
+def test_cordon_withheld_keeps_node_suspect() -> None:
+    m = NodeHealthMachine("n1", RULES)
+    for x in range(5):
+        m.observe(x, True, "x", may_cordon=False)
+    assert m.state == NodeHealth.SUSPECT
+    t = m.observe(5, True, "x", may_cordon=True)
+    assert t is not None and t.new == NodeHealth.CORDONED

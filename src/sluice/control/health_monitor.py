@@ -84,6 +84,12 @@ class MonitorConfig:
     models_dir: Path | None = None
     background: bool = True
     top_n: int = 3
+    max_cordoned_fraction: float = 0.5
+    """At most this share of the nodes may be cordoned by the detector at once (as the
+    Kubernetes node controller stops evicting when a whole zone looks unhealthy): when many
+    nodes look sick together the cause is usually shared (the workload, the network, a
+    noisy fault next door), and cordoning them all would stop the cluster. Nodes over the
+    cap stay Suspect."""
 
 
 @dataclass
@@ -171,10 +177,14 @@ class HealthMonitor:
             tr.alarms += 1
             why = describe(score, spot.threshold, det.attribute(window), self.config.top_n)
             tr.last_reason = why
-        t = tr.machine.observe(e.time, alarm, why)
+        t = tr.machine.observe(e.time, alarm, why, may_cordon=self._may_cordon())
         if t is not None:
             self._apply(t)
         return t
+
+    def _may_cordon(self) -> bool:
+        cordoned = sum(1 for t in self.nodes.values() if t.machine.state == NodeHealth.CORDONED)
+        return cordoned + 1 <= max(1, int(self.config.max_cordoned_fraction * len(self.nodes)))
 
     def _sync(self, tr: NodeTrack, current: NodeHealth | None, now: float) -> None:
         m = tr.machine

@@ -54,8 +54,10 @@ class NodeHealthMachine:
     since: float = 0.0
     _alarms: deque[float] = field(default_factory=deque)
 
-    def observe(self, time: float, alarm: bool, why: str = "") -> Transition | None:
-        """`why` describes the alarm (score, threshold, top KPIs); it becomes the reason."""
+    def observe(self, time: float, alarm: bool, why: str = "", may_cordon: bool = True) -> Transition | None:
+        """`why` describes the alarm (score, threshold, top KPIs); it becomes the reason.
+        `may_cordon` False keeps a node that qualifies for a cordon Suspect (the caller's
+        cap on how much of the cluster the detector may take out at once)."""
         if alarm:
             self.last_alarm = time
             self._alarms.append(time)
@@ -67,7 +69,7 @@ class NodeHealthMachine:
         if self.state == NodeHealth.HEALTHY and alarm:
             return self._move(time, NodeHealth.SUSPECT, f"anomaly: {why}")
         if self.state == NodeHealth.SUSPECT:
-            if len(self._alarms) >= self.rules.cordon_alarms:
+            if len(self._alarms) >= self.rules.cordon_alarms and may_cordon:
                 n, w = len(self._alarms), self.rules.cordon_window_s
                 return self._move(time, NodeHealth.CORDONED, f"{n} anomalies in {w:g}s: {why}", by="detector")
             if quiet >= self.rules.clear_s:
