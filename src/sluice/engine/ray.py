@@ -91,6 +91,7 @@ class RayEngine:
         self._inflight: dict[str, Any] = {}
         """node name -> ObjectRef of a poll not yet answered (kept so no event is dropped)."""
         self._last_sync = float("-inf")
+        self._unreachable: set[str] = set()
         self._log_paths: dict[str, str] = {}
         self._timing: dict[str, dict[str, float]] = {}
         from sluice.agent.ray_actor import RayNodeAgent
@@ -228,8 +229,11 @@ class RayEngine:
             try:
                 batch = self._ray.get(ref)
             except Exception as err:  # actor restarting or its node dying: membership will tell
-                log.warning("poll of the agent on %s failed: %s", name, err)
+                if name not in self._unreachable:  # say it once, not every round
+                    log.warning("the agent on %s does not answer (%s); waiting for Ray's verdict", name, err)
+                    self._unreachable.add(name)
                 continue
+            self._unreachable.discard(name)
             for e in batch:
                 out, stops = self._gangs.translate(e, name)
                 events += out
@@ -276,9 +280,11 @@ class RayEngine:
         out: dict[str, Any] = {}
         if job_id in self._gangs.rank0:
             out["ray_node"] = self._gangs.rank0[job_id][1]
-        for key in ("last_move_s", "last_recovery_s"):
+        for key in ("last_move_s", "last_recovery_s", "resumed_at"):
             if key in t:
                 out[key] = t[key]
+        if "progress_attempt" in t:
+            out["reporting_attempt"] = int(t["progress_attempt"])
         return out
 
     def ray_node_id(self, node: str) -> str | None:
@@ -303,6 +309,7 @@ class RayEngine:
                 if t is None or t.get("progress_attempt") == e.attempt:
                     continue
                 t["progress_attempt"] = e.attempt
+                t["resumed_at"] = e.time
                 if "stop_at" in t and t.get("launched_at", 0.0) >= t["stop_at"]:
                     t["last_move_s"] = round(e.time - t.pop("stop_at"), 3)
                 if "lost_at" in t:
