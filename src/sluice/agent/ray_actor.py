@@ -66,7 +66,16 @@ class RayNodeAgent:
             gpus=[str(i) for i in range(gpus)],
             memory_mb=memory_mb,
         )
-        self._fence: subprocess.Popen[bytes] | None = start_fence(os.getppid(), os.getpid()) if fence else None
+        self._raylet_pid = os.getppid()
+        """Ray starts workers from the raylet: a changed parent means the raylet died."""
+        self._fence: subprocess.Popen[bytes] | None = start_fence(self._raylet_pid, os.getpid()) if fence else None
+
+    def _node_alive(self) -> bool:
+        return os.getppid() == self._raylet_pid
+
+    def _require_node(self) -> None:
+        if not self._node_alive():
+            raise RuntimeError(f"node {self.node_name} is dead (its raylet is gone); not starting anything here")
 
     # -- the NodeAgentAPI, forwarded ------------------------------------------------------
 
@@ -75,6 +84,7 @@ class RayNodeAgent:
         return NodeInfo(base.name, base.cpu, base.gpus, base.memory_mb, {**base.labels, **self.labels})
 
     def launch(self, req: LaunchRequest) -> None:
+        self._require_node()
         self._agent.launch(req)
 
     def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
@@ -84,6 +94,9 @@ class RayNodeAgent:
         self._agent.stop(job_id, attempt, checkpoint)
 
     def poll(self) -> list[Event]:
+        # On a node whose raylet died, jobs are being killed by the fence: those are node
+        # losses, which the engine reports from Ray's membership, not crashes of the jobs.
+        self._require_node()
         return self._agent.poll()
 
     def alive(self) -> dict[str, int]:
@@ -164,9 +177,11 @@ def run_fence(raylet_pid: int, worker_pid: int, interval_s: float = FENCE_INTERV
                 worker = None
         tracked = {pid: born for pid, born in tracked.items() if _same_process(pid, born)}
         if not _same_process(raylet_pid, raylet_born):
+            # Keep fencing until the worker is gone too: it may still start something.
             _kill_all(tracked)
-            return 0
-        if worker is None and not tracked:
+            if worker is None and not tracked:
+                return 0
+        elif worker is None and not tracked:
             return 0
         time.sleep(interval_s)
 
