@@ -229,13 +229,27 @@ def attempt_dir(ray_cluster: RayTestCluster, node: str, job_id: str, attempt: in
     return ray_cluster.shared / "runs" / "nodes" / node / job_id / f"attempt-{attempt}"
 
 
-def cpu_quota_us(pid: int) -> int:
-    """cfs_quota_us of the cgroup v1 `cpu` hierarchy the process is in."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
+def cpu_limit_cores(pid: int) -> float | None:
+    """The CFS limit (cores) of the process's own cgroup: v1 `cpu.cfs_quota_us`, else v2 `cpu.max`."""
+    lines = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    for _, controllers, path in lines:
         if "cpu" in controllers.split(","):
-            return int((Path("/sys/fs/cgroup/cpu") / path.lstrip("/") / "cpu.cfs_quota_us").read_text())
+            d = Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+            quota = int((d / "cpu.cfs_quota_us").read_text())
+            return None if quota < 0 else quota / int((d / "cpu.cfs_period_us").read_text())
+    for hid, _, path in lines:
+        for mount in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+            f = mount / path.lstrip("/") / "cpu.max"
+            if hid == "0" and f.exists():
+                quota_s, period_s = f.read_text().split()
+                return None if quota_s == "max" else int(quota_s) / int(period_s)
     raise AssertionError(f"process {pid} is in no cpu cgroup")
+
+
+def cgroups_writable() -> bool:
+    from sluice.agent.cgroup import CgroupKind, detect_cgroups
+
+    return detect_cgroups().kind != CgroupKind.AFFINITY
 
 
 def node_of(ctl: Controller, job_id: str) -> str:
@@ -258,7 +272,7 @@ def test_agents_are_pinned_one_per_ray_node(plane: tuple[Controller, RayEngine, 
     assert {n.name for n in ctl.view().nodes.values()} == set(names)
 
 
-@pytest.mark.skipif(not os.access("/sys/fs/cgroup/cpu", os.W_OK), reason="needs a writable cgroup v1 cpu hierarchy")
+@pytest.mark.skipif(not cgroups_writable(), reason="no writable cgroup cpu controller: limits fall back to affinity")
 def test_jobs_spread_over_nodes_and_cpu_limit_changes_live_on_a_remote_node(
     ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
 ) -> None:
@@ -278,12 +292,12 @@ def test_jobs_spread_over_nodes_and_cpu_limit_changes_live_on_a_remote_node(
 
     worker = psutil.Process(shim).ppid()
     assert psutil.Process(worker).ppid() == ray_cluster.raylet_pid("n2")
-    assert cpu_quota_us(child) == -1  # kube: shares only, no ceiling
+    assert cpu_limit_cores(child) is None  # kube: shares only, no ceiling
 
     engine.resize(job, 1, Allocation.single("n2", 1.0, 0.3))
-    assert cpu_quota_us(child) == 30_000  # 0.3 core of a 100 ms period, same process
+    assert cpu_limit_cores(child) == pytest.approx(0.3)  # the same process, limited in place
     engine.resize(job, 1, Allocation.single("n2", 1.0, 0.75))
-    assert cpu_quota_us(child) == 75_000
+    assert cpu_limit_cores(child) == pytest.approx(0.75)
     assert psutil.pid_exists(child)
 
 
