@@ -175,6 +175,7 @@ def test_writer_killed_mid_write_leaves_no_torn_item(server: DataServer, src, di
     report = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1]).recover()
     assert report.temp_files_removed == 1
     assert hashlib.sha1(ds.read(0)).hexdigest() == digests[ds.keys[0]]
+    ds.flush()  # commit the index entry (batched in the background otherwise)
     # A damaged item under the final name (same size, flipped byte) is caught by a verifying recovery.
     path = Path(dirs[1], ds.ds, ds.keys[0])
     raw = bytearray(path.read_bytes())

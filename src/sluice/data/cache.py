@@ -130,6 +130,13 @@ class NodeCache:
         if disk is not None or DISK not in usage:
             self.set_capacity(DISK, disk if disk is not None else self.settings.disk_bytes)
         self._open: dict[str, CachedDataset] = {}
+        self._pending: list[tuple[str, str, str, int, int, float]] = []
+        self._pending_mu = threading.Lock()
+        self._drain_mu = threading.Lock()
+        self._pending_ev = threading.Event()
+        self._writer: threading.Thread | None = None
+        self._caps: dict[str, int] = {}
+        self._cap_at = 0.0
 
     def tier_root(self, tier: str) -> str:
         return self.memory_dir if tier == MEMORY else self.disk_dir
@@ -140,6 +147,45 @@ class NodeCache:
     def set_capacity(self, tier: str, capacity: int) -> None:
         """Resize a tier; what no longer fits is demoted (memory → disk) or dropped."""
         self.apply_victims(self.index.set_capacity(tier, capacity))
+
+    def record(self, ds: str, key: str, tier: str, size: int, crc: int, cost: float) -> None:
+        """Queue an index entry for an item just renamed into place; a helper thread commits the
+        queue in batches. Until then the item is readable (readers do not consult the index) and
+        after a crash it is an orphan that recovery removes — never a torn item."""
+        with self._pending_mu:
+            self._pending.append((ds, key, tier, size, crc, cost))
+            if self._writer is None or not self._writer.is_alive():
+                self._writer = threading.Thread(target=self._drain_loop, name="sluice-cache-index", daemon=True)
+                self._writer.start()
+        self._pending_ev.set()
+
+    def _drain_loop(self) -> None:
+        while True:
+            self._pending_ev.wait(1.0)
+            time.sleep(0.02)  # let a burst of fetches land in one transaction
+            self._pending_ev.clear()
+            if not self.drain():
+                with self._pending_mu:
+                    if not self._pending:
+                        self._writer = None
+                        return
+
+    def drain(self) -> int:
+        """Commit queued index entries now (and evict what no longer fits); returns how many."""
+        with self._drain_mu:
+            with self._pending_mu:
+                batch, self._pending = self._pending, []
+            if batch:
+                self.apply_victims(self.index.add_many(batch))
+            return len(batch)
+
+    def capacity_cached(self, tier: str) -> int:
+        """Tier capacity, re-read at most once a second (it only changes when resized)."""
+        now = time.monotonic()
+        if now - self._cap_at > 1.0:
+            self._caps = {t: c for t, (_u, c) in self.index.usage().items()}
+            self._cap_at = now
+        return self._caps.get(tier, 0)
 
     def apply_victims(self, victims: list[Victim]) -> None:
         for v in victims:
@@ -174,6 +220,7 @@ class NodeCache:
 
     def state(self) -> tuple[dict[str, float], int]:
         """(dataset name -> fraction of its bytes held on this node, free bytes in all tiers)."""
+        self.drain()
         cached = self.index.cached_bytes()
         out: dict[str, float] = {}
         for ds, name, _src, _items, total in self.index.datasets():
@@ -184,6 +231,7 @@ class NodeCache:
 
     def remove(self, name: str) -> int:
         """Drop every cached copy of the dataset `name` from this node; returns datasets removed."""
+        self.drain()
         n = 0
         for ds, dname, *_ in self.index.datasets():
             if dname != name:
@@ -201,6 +249,7 @@ class NodeCache:
         """Make the cache consistent after a crash: remove temp files of dead writers, drop index
         entries whose file is missing or has the wrong size (or CRC, with `verify`), and remove
         files the index does not vouch for. Run by the node agent when it starts."""
+        self.drain()
         rep = RecoveryReport()
         known: set[str] = set()
         for ds, key, tier, size, crc in self.index.entries():
@@ -396,6 +445,7 @@ class CachedDataset:
             counts, self._count = self._count, [0] * len(self.keys)
             last = self._last
             self._last_flush = time.time()
+        self.cache.drain()
         batch = [(k, int(c), t) for k, (c, t) in hits.items()]
         batch += [(self.keys[i], c, last[i]) for i, c in enumerate(counts) if c]
         self.cache.index.touch(self.ds, batch)
@@ -455,14 +505,14 @@ class CachedDataset:
 
     def _store(self, key: str, data: bytes, tier: str, cost: float) -> None:
         """Cache `data` in `tier` (memory falls through to disk when it has no room)."""
-        if tier == MEMORY and self.cache.capacity(MEMORY) < len(data):
+        if tier == MEMORY and self.cache.capacity_cached(MEMORY) < len(data):
             tier = DISK
-        if self.cache.capacity(tier) < len(data):
+        if self.cache.capacity_cached(tier) < len(data):
             return
         root = self._mem_root if tier == MEMORY else self._disk_root
         path = inside(root, key) if not key.startswith(BLOCKS) else os.path.join(root, key)
         write_atomic(path, data, durable=tier == DISK)
-        self.cache.apply_victims(self.cache.index.add(self.ds, key, tier, len(data), zlib.crc32(data), cost))
+        self.cache.record(self.ds, key, tier, len(data), zlib.crc32(data), cost)
 
     # -- merged blocks -----------------------------------------------------------------------
     def layout(self, target: int | None = None) -> Layout:

@@ -108,6 +108,32 @@ class Index:
             db.execute("UPDATE tiers SET used = used + ? WHERE tier=?", (size - old_size, tier))
             return self._evict(db, tier, now, protect=(ds, key))
 
+    def add_many(self, items: list[tuple[str, str, str, int, int, float]]) -> list[Victim]:
+        """Record many cached items (ds, key, tier, size, crc, cost) in one transaction: under many
+        concurrent fetchers one commit per batch instead of one per item keeps SQLite's write
+        lock from becoming the bottleneck."""
+        if not items:
+            return []
+        now = time.time()
+        victims: list[Victim] = []
+        with self._tx() as db:
+            tiers: set[str] = set()
+            for ds, key, tier, size, crc, cost_s in items:
+                row = db.execute(
+                    "SELECT size, crf FROM entries WHERE ds=? AND key=? AND tier=?", (ds, key, tier)
+                ).fetchone()
+                old_size, crf = (row[0], row[1]) if row else (0, 0.0)
+                db.execute(
+                    "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (ds, key, tier, size, crc, cost_s, crf + 1.0, now),
+                )
+                db.execute("INSERT OR IGNORE INTO tiers(tier, used, capacity) VALUES (?, 0, 0)", (tier,))
+                db.execute("UPDATE tiers SET used = used + ? WHERE tier=?", (size - old_size, tier))
+                tiers.add(tier)
+            for tier in sorted(tiers):
+                victims += self._evict(db, tier, now, protect=None)
+        return victims
+
     def _evict(self, db: sqlite3.Connection, tier: str, now: float, protect: tuple[str, str] | None) -> list[Victim]:
         used, cap = db.execute("SELECT used, capacity FROM tiers WHERE tier=?", (tier,)).fetchone()
         if used <= cap:

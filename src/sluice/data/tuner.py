@@ -68,7 +68,7 @@ class MergeTuner:
             self.trials.append(Trial(left[0]))
             return
         best = max(self.trials[1:], key=lambda x: x.rate, default=base)
-        if best.rate > base.rate * self.margin:
+        if best.rate > base.rate * self.margin and best.stall_fraction < base.stall_fraction:
             self.decided = best.setting
             self.reason = (
                 f"merging into {best.setting // 1024} KiB blocks: {best.rate:.0f} items/s vs {base.rate:.0f} unmerged"
