@@ -220,8 +220,9 @@ class HealthMonitor:
             log.info("node %s: model fitted on %d samples, threshold %.2f", node, len(data), spot.threshold)
 
         if self.config.background:
-            tr.training = threading.Thread(target=work, name=f"health-fit-{node}", daemon=True)
-            tr.training.start()
+            thread = threading.Thread(target=work, name=f"health-fit-{node}", daemon=True)
+            thread.start()  # started before it is published, so wait_ready() never joins an unstarted thread
+            tr.training = thread
         else:
             tr.training = threading.current_thread()
             work()

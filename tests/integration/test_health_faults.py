@@ -1,0 +1,96 @@
+"""Fault injection and KPI sampling with real processes and real /proc counters."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sluice.agent.faults import Fault, FaultKind, inject
+from sluice.agent.kpi import KpiSampler
+from sluice.model import JobProgress
+
+pytestmark = pytest.mark.integration
+
+CORE = [max(os.sched_getaffinity(0))]
+
+
+def test_kpi_sampler_reports_rates_per_core_and_keeps_a_bounded_window() -> None:
+    k = KpiSampler(CORE, window_size=3, gpus=False)
+    k.observe([JobProgress("j", 1, 0.0, 10), JobProgress("j", 1, 0.1, 30)])
+    for _ in range(5):
+        time.sleep(0.05)
+        values = k.sample(jobs=1)
+    for key in (
+        "cpu0_busy_pct",
+        "cpu_busy_pct",
+        "cpu_iowait_pct",
+        "cpu_steal_pct",
+        "load1_per_core",
+        "mem_used_pct",
+        "swap_used_pct",
+        "disk_write_mbps",
+        "net_rx_mbps",
+        "ctx_switches_ps",
+        "jobs",
+    ):
+        assert key in values, key
+    assert all(v == v and v >= 0 for v in values.values())  # finite, non-negative
+    assert 0 <= values["cpu_busy_pct"] <= 100
+    assert "cpu1_busy_pct" not in values  # only this node's core
+    assert len(k.window) == 3
+
+
+def test_job_throughput_counts_reported_steps() -> None:
+    k = KpiSampler(CORE, gpus=False)
+    k.observe([JobProgress("j", 1, 0.0, 10)])
+    k.observe([JobProgress("j", 1, 0.5, 60)])
+    assert k.sample()["job_steps_ps"] > 0
+    assert k.sample()["job_steps_ps"] == 0  # counted once
+
+
+def test_cpu_fault_is_pinned_to_the_node_cores_and_killed_on_stop() -> None:
+    with Fault(FaultKind.CPU, CORE, workers=2, use_stress_ng=False) as f:
+        assert len(f.procs) == 2
+        for p in f.procs:
+            assert psutil.Process(p.pid).cpu_affinity() == CORE
+        pids = [p.pid for p in f.procs]
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in pids)
+
+
+def test_memory_fault_holds_the_memory_it_was_asked_for() -> None:
+    with Fault(FaultKind.MEMORY, CORE, memory_mb=64, use_stress_ng=False) as f:
+        proc = psutil.Process(f.procs[0].pid)
+        deadline = time.monotonic() + 30
+        while proc.memory_info().rss < 60 * 1024 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc.memory_info().rss >= 60 * 1024 * 1024
+
+
+def test_io_fault_writes_into_its_folder(tmp_path: Path) -> None:
+    with Fault(FaultKind.IO, CORE, workdir=str(tmp_path), use_stress_ng=False):
+        deadline = time.monotonic() + 30
+        while not any(tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(p.name.startswith("io-") for p in tmp_path.iterdir())
+
+
+@pytest.mark.skipif(shutil.which("stress-ng") is None, reason="stress-ng not installed (scripts/setup.sh installs it)")
+def test_stress_ng_fault_runs_with_taskset_and_stops() -> None:
+    f = inject("cpu", CORE)
+    try:
+        assert "--taskset" in f.argvs()[0]
+        time.sleep(0.5)
+        assert f.running
+    finally:
+        f.stop()
+    assert not f.running
+
+
+def test_unknown_fault_kind_is_named() -> None:
+    with pytest.raises(ValueError, match="'fire' is not one of cpu, memory, io"):
+        inject("fire", CORE)
