@@ -76,9 +76,11 @@ class SluicePolicy:
                     w *= 4.0
                     why[j.id] += ", QoE deadline at risk"
                 weights[j.id] = w
+            floor = 0.02 * sum(weights.values())  # nobody is starved outright
+            weights = {k: max(w, floor) for k, w in weights.items()}
             sw = sum(weights.values())
             for j in jobs:
-                req = round(max(total * weights[j.id] / sw, 0.05), 3)
+                req = round(total * weights[j.id] / sw, 3)
                 cur = j.allocation.total_cpu_request  # type: ignore[union-attr]
                 if abs(cur - req) / max(cur, 1e-9) < 0.1:
                     continue

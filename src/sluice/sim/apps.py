@@ -131,13 +131,26 @@ class Application:
             return float(np.interp(local_bsz, bs, st)), float(np.interp(local_bsz, bs, sy))
         return self._interpolate(min(len(placement), 16), sum(placement), local_bsz)
 
+    def _scaled(self, pts: np.ndarray) -> np.ndarray:
+        """Coordinates on comparable scales: node and replica counts as they are, batch in log2."""
+        out = np.array(pts, dtype=float)
+        out[:, 2] = np.log2(np.maximum(out[:, 2], 1.0))
+        return out
+
     def _interpolate(self, nodes: int, replicas: int, local_bsz: int) -> tuple[float, float]:
         from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+        from scipy.spatial import Delaunay
 
         if self._nd is None:
-            self._nd = (LinearNDInterpolator(self.points, self.values), NearestNDInterpolator(self.points, self.values))
+            # Joggled triangulation: the points sit on an integer grid, and Qhull is slow
+            # (tens of seconds) on such degenerate input without it.
+            tri = Delaunay(self._scaled(self.points), qhull_options="QJ")
+            self._nd = (
+                LinearNDInterpolator(tri, self.values),
+                NearestNDInterpolator(self._scaled(self.points), self.values),
+            )
         lin, near = cast(tuple[Any, Any], self._nd)
-        q = np.array([[nodes, replicas, local_bsz]], dtype=float)
+        q = self._scaled(np.array([[nodes, replicas, local_bsz]], dtype=float))
         v = lin(q)[0]
         if not np.all(np.isfinite(v)):
             v = near(q)[0]
@@ -210,6 +223,13 @@ def load_application(traces_dir: Path, name: str) -> Application:
     for r in _read_csv(base / "scalability.csv"):
         pts.append((float(r["num_nodes"]), float(r["num_replicas"]), float(r["local_bsz"])))
         vals.append((float(r["step_time"]), float(r["sync_time"])))
+    # One point per (nodes, replicas, local batch), averaged: many placements share those
+    # coordinates, and duplicate points make the triangulation degenerate and very slow.
+    merged: dict[tuple[float, float, float], list[tuple[float, float]]] = {}
+    for pt, v in zip(pts, vals, strict=True):
+        merged.setdefault(pt, []).append(v)
+    pts = list(merged)
+    vals = [(float(np.mean([a for a, _ in vs])), float(np.mean([b for _, b in vs]))) for vs in merged.values()]
     tables: dict[Placement, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for p, items in grouped.items():
         agg: dict[int, list[tuple[float, float]]] = {}

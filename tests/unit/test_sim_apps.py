@@ -1,0 +1,69 @@
+"""The measured Pollux application models (needs ../shared/data/pollux)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from sluice.sim.apps import RESTART_PENALTY_S, load_applications
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+pytestmark = pytest.mark.skipif(not (DATA / "traces").is_dir(), reason=f"Pollux data not found at {DATA}")
+
+
+@pytest.fixture(scope="module")
+def apps():  # type: ignore[no-untyped-def]
+    return load_applications(str(DATA / "traces"))
+
+
+def test_epochs_and_batch_limits_follow_the_artifact(apps) -> None:  # type: ignore[no-untyped-def]
+    assert {n: a.max_epochs for n, a in apps.items()} == {
+        "bert": 2,
+        "cifar10": 100,
+        "deepspeech2": 80,
+        "imagenet": 90,
+        "ncf": 10,
+        "yolov3": 50,
+    }
+    assert apps["yolov3"].max_local_bsz == 8
+    assert apps["cifar10"].init_batch_size == 128
+
+
+def test_measured_step_times_are_returned_exactly(apps) -> None:  # type: ignore[no-untyped-def]
+    with (DATA / "traces" / "cifar10" / "placements.csv").open() as f:
+        row = next(r for r in csv.DictReader(f) if r["placement"] == "44")
+    st, sy = apps["cifar10"].step_time((4, 4), int(row["local_bsz"]))
+    assert st == pytest.approx(float(row["step_time"])) and sy == pytest.approx(float(row["sync_time"]))
+    # an unmeasured placement is interpolated to something finite and positive
+    st2, _ = apps["cifar10"].step_time((1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1), 64)
+    assert 0 < st2 < 10
+
+
+def test_statistical_efficiency_gain(apps) -> None:  # type: ignore[no-untyped-def]
+    app = apps["cifar10"]
+    assert app.gain(0, app.init_batch_size) == pytest.approx(1.0)
+    g = [app.gain(10, b) for b in (128, 256, 1024, 4096)]
+    assert g == sorted(g)  # bigger batches make more progress per step...
+    assert all(gi <= b / 128 + 1e-9 for gi, b in zip(g, (128, 256, 1024, 4096), strict=True))  # ...never linearly more
+
+
+def test_fixed_batch_accumulates_when_a_gpu_cannot_hold_its_share(apps) -> None:  # type: ignore[no-untyped-def]
+    cfg = apps["yolov3"].fixed_config(2, 64)
+    assert cfg.atomic_bsz <= 8 and cfg.batch_size == 64 and cfg.accum_steps == 3
+
+
+def test_a_lone_job_takes_the_sum_of_its_epochs_plus_one_restart(apps) -> None:  # type: ignore[no-untyped-def]
+    from sluice.model import Allocation, Assignment
+    from sluice.sim.jobs import GpuAppJob
+
+    app = apps["ncf"]
+    job = GpuAppJob(app, 256, 1)
+    job.place(Allocation((Assignment("n0", 1.0, None, 1),)))
+    expected = RESTART_PENALTY_S
+    for e in range(app.max_epochs):
+        cfg = app.fixed_config(1, 256)
+        expected += (app.progress_at(e + 1) - app.progress_at(e)) / app.goodput((1,), cfg, e)
+    used = job.advance(10 * expected, 0.0)
+    assert used == pytest.approx(expected) and job.done
