@@ -47,6 +47,7 @@ class RayEngine:
         namespace: str | None = None,
         membership_interval_s: float = 1.0,
         call_timeout_s: float = 30.0,
+        poll_wait_s: float = 1.0,
         fence: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -80,6 +81,9 @@ class RayEngine:
         """Settings fields every node's agent runs with (grace period, sample intervals...)."""
         self.membership_interval_s = membership_interval_s
         self.call_timeout_s = call_timeout_s
+        """Longest wait for an agent's answer where the engine cannot go on without it (s)."""
+        self.poll_wait_s = poll_wait_s
+        """Longest wait for the agents' poll answers in one round; late ones come next round (s)."""
         self.fence = fence
         self._clock = clock
         self._membership = Membership()
@@ -219,7 +223,8 @@ class RayEngine:
             if name not in self._inflight:
                 self._inflight[name] = agent.poll.remote()
         refs = list(self._inflight.values())
-        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.call_timeout_s)
+        # A short wait: an agent on a dying node must not hold up the round for the others.
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.poll_wait_s)
         done = set(ready)
         events, self._pending = self._pending, []
         for name, ref in list(self._inflight.items()):
