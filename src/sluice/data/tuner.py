@@ -23,6 +23,10 @@ class Trial:
         return self.items / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def stall_per_item(self) -> float:
+        return self.stall_s / self.items if self.items else 0.0
+
+    @property
     def stall_fraction(self) -> float:
         return self.stall_s / self.seconds if self.seconds > 0 else 0.0
 
@@ -68,7 +72,7 @@ class MergeTuner:
             self.trials.append(Trial(left[0]))
             return
         best = max(self.trials[1:], key=lambda x: x.rate, default=base)
-        if best.rate > base.rate * self.margin and best.stall_fraction < base.stall_fraction:
+        if best.rate > base.rate * self.margin and best.stall_per_item * self.margin < base.stall_per_item:
             self.decided = best.setting
             self.reason = (
                 f"merging into {best.setting // 1024} KiB blocks: {best.rate:.0f} items/s vs {base.rate:.0f} unmerged"
