@@ -69,8 +69,8 @@ def view(jobs: list[JobView], now: float, n_nodes: int = 1) -> ClusterView:
 def test_dqoes_gives_a_job_behind_its_target_more_cores_than_one_without() -> None:
     behind = cpu_job("behind", "n0", falling(600), qoe=0.5, deadline=900.0)  # needs ~900 s more, has 300
     other = cpu_job("other", "n0", falling(600))
-    d = {x.job_id: x for x in make_policy("dqoes").decide(view([behind, other], 600.0))}
-    assert isinstance(d["behind"], Resize)
+    d = {x.job_id: x for x in make_policy("dqoes").decide(view([behind, other], 600.0)) if isinstance(x, Resize)}
+    assert "behind" in d
     lim_b = d["behind"].allocation.assignments[0].cpu_limit
     lim_o = d["other"].allocation.assignments[0].cpu_limit
     assert lim_b is not None and lim_o is not None and lim_b > lim_o
@@ -92,7 +92,7 @@ def test_specon_migrates_a_converged_job_off_a_crowded_node() -> None:
 def test_sluice_weights_cpu_towards_the_job_closest_to_done_without_limits() -> None:
     near = cpu_job("near", "n0", falling(600), left=60.0)
     far = cpu_job("far", "n0", falling(600), left=6000.0)
-    d = {x.job_id: x for x in make_policy("sluice").decide(view([near, far], 600.0))}
+    d = {x.job_id: x for x in make_policy("sluice").decide(view([near, far], 600.0)) if isinstance(x, Resize)}
     a_near, a_far = d["near"].allocation.assignments[0], d["far"].allocation.assignments[0]
     assert a_near.cpu_request > a_far.cpu_request
     assert a_near.cpu_limit is None and a_far.cpu_limit is None  # work-conserving: shares only

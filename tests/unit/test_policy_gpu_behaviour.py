@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import MappingProxyType
+from typing import Any
 
-from sluice.model import Allocation, Assignment, ClusterView, JobView, NodeHealth, NodeView, Phase, Place, Preempt, Wait
+from sluice.model import (
+    Allocation,
+    Assignment,
+    ClusterView,
+    Decision,
+    JobView,
+    NodeHealth,
+    NodeView,
+    Phase,
+    Place,
+    Preempt,
+    Wait,
+)
 from sluice.policy.registry import make_policy
 
 
@@ -49,7 +62,7 @@ def view(ns: dict[str, NodeView], *jobs: JobView, now: float = 100.0) -> Cluster
     return ClusterView(now, MappingProxyType(ns), MappingProxyType({j.id: j for j in jobs}))
 
 
-def by_job(decisions: list) -> dict:  # type: ignore[type-arg]
+def by_job(decisions: list[Decision]) -> dict[str, Any]:
     return {d.job_id: d for d in decisions}
 
 

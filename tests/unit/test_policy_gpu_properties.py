@@ -4,6 +4,7 @@ every decision, at most one decision per job."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import MappingProxyType
 
 import pytest
@@ -14,6 +15,7 @@ from sluice.model import (
     Allocation,
     Assignment,
     ClusterView,
+    Decision,
     JobView,
     Migrate,
     NodeHealth,
@@ -26,6 +28,10 @@ from sluice.model import (
 from sluice.policy.registry import make_policy
 
 GPU_POLICIES = ["fifo", "binpack", "tiresias", "optimus", "pollux", "sluice"]
+
+
+def _power(p: float) -> Callable[[Allocation], float]:
+    return lambda a: float(a.total_gpus) ** p
 
 
 @st.composite
@@ -69,13 +75,13 @@ def clusters(draw: st.DrawFn) -> ClusterView:
             replicas_max=2 * want,
             allocation=alloc,
             attained_service=draw(st.floats(0, 100_000)),
-            speedup=lambda a, s=scale: max(a.total_gpus, 0) ** s,
+            speedup=_power(scale),
             hints=MappingProxyType({"requested_gpus": want, "max_gpus": 2 * want, "remaining_ref_s": rem}),
         )
     return ClusterView(now=1000.0, nodes=MappingProxyType(nodes), jobs=MappingProxyType(jobs))
 
 
-def _check(view: ClusterView, decisions: list) -> None:  # type: ignore[type-arg]
+def _check(view: ClusterView, decisions: list[Decision]) -> None:
     used = {n: 0 for n in view.nodes}
     for j in view.jobs.values():
         if j.allocation is not None:
@@ -85,9 +91,8 @@ def _check(view: ClusterView, decisions: list) -> None:  # type: ignore[type-arg
     # Execute in order, as the controller does: stops free GPUs at once in the simulator.
     for d in decisions:
         assert d.reason.strip(), f"{type(d).__name__} for {d.job_id} has no reason"
-        if not isinstance(d, type(None)):
-            assert d.job_id not in seen, f"two decisions for {d.job_id}"
-            seen.add(d.job_id)
+        assert d.job_id not in seen, f"two decisions for {d.job_id}"
+        seen.add(d.job_id)
         job = view.jobs[d.job_id]
         if isinstance(d, Preempt) and job.allocation is not None:
             for a in job.allocation.assignments:

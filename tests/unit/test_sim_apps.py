@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from sluice.sim.apps import RESTART_PENALTY_S, load_applications
+from sluice.sim.apps import RESTART_PENALTY_S, Application, load_applications
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
 pytestmark = pytest.mark.skipif(not (DATA / "traces").is_dir(), reason=f"Pollux data not found at {DATA}")
 
 
 @pytest.fixture(scope="module")
-def apps():  # type: ignore[no-untyped-def]
+def apps() -> dict[str, Application]:
     return load_applications(str(DATA / "traces"))
 
 
-def test_epochs_and_batch_limits_follow_the_artifact(apps) -> None:  # type: ignore[no-untyped-def]
+def test_epochs_and_batch_limits_follow_the_artifact(apps: dict[str, Application]) -> None:
     assert {n: a.max_epochs for n, a in apps.items()} == {
         "bert": 2,
         "cifar10": 100,
@@ -31,7 +31,7 @@ def test_epochs_and_batch_limits_follow_the_artifact(apps) -> None:  # type: ign
     assert apps["cifar10"].init_batch_size == 128
 
 
-def test_measured_step_times_are_returned_exactly(apps) -> None:  # type: ignore[no-untyped-def]
+def test_measured_step_times_are_returned_exactly(apps: dict[str, Application]) -> None:
     with (DATA / "traces" / "cifar10" / "placements.csv").open() as f:
         row = next(r for r in csv.DictReader(f) if r["placement"] == "44")
     st, sy = apps["cifar10"].step_time((4, 4), int(row["local_bsz"]))
@@ -41,7 +41,7 @@ def test_measured_step_times_are_returned_exactly(apps) -> None:  # type: ignore
     assert 0 < st2 < 10
 
 
-def test_statistical_efficiency_gain(apps) -> None:  # type: ignore[no-untyped-def]
+def test_statistical_efficiency_gain(apps: dict[str, Application]) -> None:
     app = apps["cifar10"]
     assert app.gain(0, app.init_batch_size) == pytest.approx(1.0)
     g = [app.gain(10, b) for b in (128, 256, 1024, 4096)]
@@ -49,12 +49,12 @@ def test_statistical_efficiency_gain(apps) -> None:  # type: ignore[no-untyped-d
     assert all(gi <= b / 128 + 1e-9 for gi, b in zip(g, (128, 256, 1024, 4096), strict=True))  # ...never linearly more
 
 
-def test_fixed_batch_accumulates_when_a_gpu_cannot_hold_its_share(apps) -> None:  # type: ignore[no-untyped-def]
+def test_fixed_batch_accumulates_when_a_gpu_cannot_hold_its_share(apps: dict[str, Application]) -> None:
     cfg = apps["yolov3"].fixed_config(2, 64)
     assert cfg.atomic_bsz <= 8 and cfg.batch_size == 64 and cfg.accum_steps == 3
 
 
-def test_a_lone_job_takes_the_sum_of_its_epochs_plus_one_restart(apps) -> None:  # type: ignore[no-untyped-def]
+def test_a_lone_job_takes_the_sum_of_its_epochs_plus_one_restart(apps: dict[str, Application]) -> None:
     from sluice.model import Allocation, Assignment
     from sluice.sim.jobs import GpuAppJob
 

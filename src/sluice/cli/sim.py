@@ -80,6 +80,7 @@ def run(
                 if n < 1 or stagger < 0:
                     raise ValueError
                 jobs = sim.cpu_workload(n, stagger_s=stagger, seed=seed)
+                cpus: float | None
                 if gpus_per_node == 4 and cpus_per_node is None:
                     gpus_per_node_eff, cpus = 0, 8.0
                 else:
