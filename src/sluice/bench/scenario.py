@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -115,8 +117,8 @@ def mixed_workload(stagger_s: float = 10.0, scale: float = 1.0) -> list[Arrival]
     """The mixed workload of `sluice bench local` and `sluice demo`: six example jobs of four
     model families arriving `stagger_s` apart — more demand than two cores can serve.
 
-    Each job asks for half a core (request) and may use up to two (limit), so all six are
-    admitted at once and the policy decides how the two cores are shared.
+    Each job asks for a quarter of a core (request) and may use up to two (limit), so all six
+    are admitted at once on two cores and the policy decides how the cores are shared.
     """
     order = ["mlp", "cnn", "lstm", "autoencoder", "mlp", "cnn"]
     out = []
@@ -128,7 +130,7 @@ def mixed_workload(stagger_s: float = 10.0, scale: float = 1.0) -> list[Arrival]
             name,
             name=f"{name}-{i}",
             env=env,
-            resources={"cpu": {"min": 0.5, "max": 2.0}},
+            resources={"cpu": {"min": 0.25, "max": 2.0}},
         )
         out.append(Arrival(i * stagger_s, spec))
     return out
@@ -162,16 +164,35 @@ def embedded_plane(home: Path, policy: str, **overrides: object) -> Iterator[Con
     settings = Settings(home=home, policy=policy, **overrides)  # type: ignore[arg-type]
     plane = ControlPlane.from_settings(settings)
     plane.bootstrap_tenants()
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        # `kill`/`timeout` send SIGTERM: unwind like Ctrl-C so the jobs below are cancelled.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
     plane.start()
     try:
         yield plane
     finally:
-        with contextlib.suppress(Exception):
-            admin = next(t for t in plane.store.list_tenants() if t.admin)
-            for j in plane.list_jobs(admin):
-                if not j.phase.terminal:
-                    plane.cancel(admin, j.id)
+        _cancel_all(plane, wait_s=settings.stop_grace_s + 5)
         plane.stop()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _cancel_all(plane: ControlPlane, wait_s: float) -> None:
+    """Cancel every unfinished job and wait until their processes are gone (the reconcile
+    thread is still running and sees the exits); an embedded plane leaves nothing behind."""
+    with contextlib.suppress(Exception):
+        admin = next(t for t in plane.store.list_tenants() if t.admin)
+        for j in plane.list_jobs(admin):
+            if not j.phase.terminal:
+                plane.cancel(admin, j.id)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(not j.phase.terminal for j in plane.list_jobs(admin)):
+            time.sleep(0.2)
 
 
 def run_workload(
