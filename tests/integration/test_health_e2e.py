@@ -94,8 +94,11 @@ def test_cpu_hog_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: S
         assert [t for t in mon.transitions if t.new == NodeHealth.CORDONED] == [], "false cordon while healthy"
 
         cores = [int(c) for c in plane.controller.nodes["node-1"].labels["cores"].split(",")]  # type: ignore[index]
-        fault = Fault(FaultKind.CPU, cores, workers=2 * len(cores)).start()
-        wait_until(lambda: plane.controller.nodes["node-1"].health == NodeHealth.CORDONED, 60, "node-1 to be cordoned")
+        fault = Fault(FaultKind.CPU, cores, workers=3 * len(cores)).start()
+        try:
+            wait_until(lambda: plane.controller.nodes["node-1"].health == NodeHealth.CORDONED, 60, "node-1 cordon")
+        except AssertionError as err:
+            raise AssertionError(f"{err}; monitor: {mon.status()}; transitions: {mon.transitions}") from None
         reason = plane.controller.nodes["node-1"].reason
         assert "top KPIs" in reason and "cpu" in reason, reason
         assert plane.controller.nodes["node-0"].health != NodeHealth.CORDONED

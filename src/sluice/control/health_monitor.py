@@ -50,6 +50,7 @@ def _online_detector() -> DetectorConfig:
         max_train_s=30.0,
         val_fraction=0.3,
         smooth=5,
+        min_scale=0.25,
         threads=1,
         noise=0.1,
     )
@@ -211,7 +212,7 @@ class HealthMonitor:
         def work() -> None:
             det = FlowDetector(self.config.detector)
             det.fit(data, keys)
-            spot = Spot(q=self.config.q, level=_level(len(det.calibration))).fit(det.calibration)
+            spot = _spot(self.config.q, det.calibration)
             if self.config.models_dir is not None:
                 self.config.models_dir.mkdir(parents=True, exist_ok=True)
                 det.save(self.config.models_dir / f"{node}.pt")
@@ -239,7 +240,7 @@ class HealthMonitor:
             log.warning("node %s: cannot load %s (%s); learning a new model", node, path, err)
             return
         tr.detector, tr.keys = det, list(det.kpis)
-        tr.spot = Spot(q=self.config.q, level=_level(len(det.calibration))).fit(det.calibration)
+        tr.spot = _spot(self.config.q, det.calibration)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait for every node's model fitting to finish (tests, `sluice demo`)."""
@@ -263,6 +264,17 @@ class HealthMonitor:
             }
             for n, tr in self.nodes.items()
         }
+
+
+def _spot(q: float, calibration: np.ndarray) -> Spot:
+    """SPOT on the held-out healthy scores. A few minutes of samples give too few scores to
+    fit a tail, so with fewer than 200 the threshold is also kept above the largest healthy
+    score plus its distance from the median (no healthy score seen would come near it)."""
+    spot = Spot(q=q, level=_level(len(calibration)))
+    if 0 < len(calibration) < 200:
+        top, mid = float(np.max(calibration)), float(np.median(calibration))
+        spot.floor = top + (top - mid)
+    return spot.fit(calibration)
 
 
 def _level(n: int) -> float:

@@ -52,6 +52,9 @@ class DetectorConfig:
     smooth: int = 5
     seed: int = 0
     threads: int = 0  # 0 = torch's default
+    min_scale: float = 0.02
+    """Floor of each KPI's spread, as a share of its healthy range or level: how small a
+    change may count as many standard deviations. Raise it for short, calm training windows."""
 
 
 class _Net(nn.Module):
@@ -103,7 +106,7 @@ class FlowDetector:
         train = np.asarray(train, dtype=np.float32)
         k = train.shape[1]
         self.kpis = list(kpis) if kpis else [f"kpi{i}" for i in range(k)]
-        self.scaler = Scaler.fit(train)
+        self.scaler = Scaler.fit(train, min_scale=cfg.min_scale)
         hist, tgt = windows(self.scaler.transform(train), cfg.history, cfg.target)
         n_val = int(len(hist) * cfg.val_fraction) if len(hist) >= 50 else 0
         # A gap of one window between train and validation so no validation target was a

@@ -65,6 +65,8 @@ class Spot:
     sigma: float = 0.0
     n: int = 0
     peaks: list[float] = field(default_factory=list)
+    floor: float = float("-inf")
+    """The threshold never goes below this (a caller's guard when calibration is short)."""
 
     def fit(self, scores: NDArray[np.floating]) -> Spot:
         s = np.asarray(scores, dtype=np.float64)
@@ -82,7 +84,7 @@ class Spot:
         z = pot_threshold(self.init, self.gamma, self.sigma, self.q, self.n, len(self.peaks))
         # The threshold never drops below the initial quantile (a GPD with a short tail and a
         # tiny sample can extrapolate downwards).
-        self.threshold = max(z, self.init) if math.isfinite(z) else self.init
+        self.threshold = max(z if math.isfinite(z) else self.init, self.init, self.floor)
 
     def step(self, score: float) -> bool:
         """Feed one new score; True = alarm. Alarms do not update the model (a fault must not
@@ -96,12 +98,20 @@ class Spot:
         return False
 
     def to_dict(self) -> dict[str, object]:
-        return {"q": self.q, "level": self.level, "init": self.init, "n": self.n, "peaks": list(self.peaks)}
+        return {
+            "q": self.q,
+            "level": self.level,
+            "init": self.init,
+            "n": self.n,
+            "peaks": list(self.peaks),
+            "floor": self.floor,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> Spot:
         sp = cls(q=float(d["q"]), level=float(d["level"]))  # type: ignore[arg-type]
         sp.init, sp.n = float(d["init"]), int(d["n"])  # type: ignore[arg-type,call-overload]
         sp.peaks = [float(p) for p in d["peaks"]]  # type: ignore[attr-defined]
+        sp.floor = float(d.get("floor", float("-inf")))  # type: ignore[arg-type]
         sp._refit()
         return sp
