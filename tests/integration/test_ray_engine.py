@@ -502,6 +502,8 @@ def test_kill9_of_the_control_plane_while_jobs_run_on_ray_nodes_adopts_them(
                 assert jobs[jid]["attempt"] == 1  # adopted, never relaunched
                 why = [e["message"] for e in http.get(f"/v1/jobs/{jid}/why").json()]
                 assert any("adopted running attempt 1" in m for m in why), why
+                log = http.get(f"/v1/jobs/{jid}/logs")
+                assert log.status_code == 200 and f"attempt 1 of {jid}" in log.text  # from the node's runs folder
                 rows = steps_log_at(ray_cluster, jid)
                 assert {a for a, _, _ in rows} == {1}
                 assert [s for _, s, _ in rows] == list(range(1, 161))  # every step once, in order

@@ -14,6 +14,7 @@ so the agent actor asks Ray for no CPU (`num_cpus=0`).
 
 from __future__ import annotations
 
+import glob
 import logging
 import time
 from collections.abc import Callable
@@ -266,10 +267,19 @@ class RayEngine:
         rid, node = self._gangs.rank0.get(job_id, (job_id, ""))
         agent = self._agents.get(node)
         if agent is None:
-            return None
+            return self._newest_log_on_disk(job_id)
         path = str(self._get(agent.log_path.remote(rid)))
         self._log_paths[job_id] = path
         return path
+
+    def _newest_log_on_disk(self, job_id: str) -> str | None:
+        """A job this engine did not launch (finished before a restart, or its node is gone):
+        its newest log in the shared runs folder, rank 0's for a gang."""
+        jid = glob.escape(job_id)
+        found = [*self.runs_root.glob(f"nodes/*/{jid}/job.log"), *self.runs_root.glob(f"nodes/*/{jid}--r0of*/job.log")]
+        if not found:
+            return None
+        return str(max(found, key=lambda p: p.stat().st_mtime))
 
     def close(self) -> None:
         """Disconnect; the detached agents and their jobs keep running."""
