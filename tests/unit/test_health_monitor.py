@@ -116,3 +116,18 @@ def test_detector_never_cordons_more_than_the_cap(tmp_path: Path) -> None:
     cordoned = {c[0] for c in ctl.calls if c[1] == NodeHealth.CORDONED}
     assert len(cordoned) == 1
     assert {mon.nodes[n].machine.state for n in ("a", "b")} == {NodeHealth.CORDONED, NodeHealth.SUSPECT}
+
+
+def test_when_several_nodes_qualify_in_a_round_the_sickest_is_cordoned() -> None:
+    ctl = FakeController()
+    mon = HealthMonitor(ctl, config(None))
+    rng = np.random.default_rng(5)
+    for t in range(240):
+        mon(ctl, [NodeKPIs(n, float(t), sample(rng, t)) for n in ("a", "b")])
+    assert mon.wait_ready()
+    for t in range(240, 260):
+        mild = sample(rng, t)
+        mild["cpu_busy_pct"] += 25  # "a" is a little off
+        mon(ctl, [NodeKPIs("a", float(t), mild), NodeKPIs("b", float(t), sample(rng, t, fault=True))])
+    cordoned = [c[0] for c in ctl.calls if c[1] == NodeHealth.CORDONED]
+    assert cordoned == ["b"]

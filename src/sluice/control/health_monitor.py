@@ -107,6 +107,8 @@ class NodeTrack:
     last_reason: str = ""
     alarms: int = 0
     scored: int = 0
+    severity: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+    """score/threshold of the recent alarms: which of several sick nodes is sickest."""
 
 
 class HealthMonitor:
@@ -139,10 +141,14 @@ class HealthMonitor:
 
     def __call__(self, controller: Any, events: Sequence[Event]) -> None:
         nodes = getattr(controller, "nodes", {})
+        last = None
         for e in events:
             if isinstance(e, NodeKPIs):
                 st = nodes.get(e.node)
-                self.observe(e, None if st is None else st.health)
+                self.observe(e, None if st is None else st.health, settle=False)
+                last = e.time
+        if last is not None:
+            self._settle(last)
 
     # ------------------------------------------------------------------ per sample
     def _track(self, node: str) -> NodeTrack:
@@ -154,9 +160,11 @@ class HealthMonitor:
             self._load(node, tr)
         return tr
 
-    def observe(self, e: NodeKPIs, current: NodeHealth | None = None) -> Transition | None:
+    def observe(self, e: NodeKPIs, current: NodeHealth | None = None, settle: bool = True) -> Transition | None:
         """Score one sample. `current`: the node's health as the controller has it now, so an
-        operator's cordon/uncordon made elsewhere is honoured."""
+        operator's cordon/uncordon made elsewhere is honoured. Cordons are decided in
+        `_settle`, after every sample of a round is in (settle=False defers it), so when
+        several nodes qualify at once the sickest is cordoned first."""
         tr = self._track(e.node)
         self._sync(tr, current, e.time)
         if tr.keys is None:
@@ -176,12 +184,29 @@ class HealthMonitor:
         why = ""
         if alarm:
             tr.alarms += 1
+            tr.severity.append(score / max(abs(spot.threshold), 1e-9))
             why = describe(score, spot.threshold, det.attribute(window), self.config.top_n)
             tr.last_reason = why
-        t = tr.machine.observe(e.time, alarm, why, may_cordon=self._may_cordon())
+        t = tr.machine.observe(e.time, alarm, why, may_cordon=False)
         if t is not None:
             self._apply(t)
+        if settle:
+            t = self._settle(e.time).get(e.node, t)
         return t
+
+    def _settle(self, now: float) -> dict[str, Transition]:
+        """Cordon qualifying nodes, sickest (highest recent score/threshold) first, within the cap."""
+        done: dict[str, Transition] = {}
+        ready = [(n, tr) for n, tr in self.nodes.items() if tr.machine.qualifies()]
+        ready.sort(key=lambda kv: -float(np.mean(kv[1].severity)) if kv[1].severity else 0.0)
+        for node, tr in ready:
+            if not self._may_cordon():
+                break
+            t = tr.machine.cordon(now, tr.machine.cordon_reason(tr.last_reason), by="detector")
+            if t is not None:
+                self._apply(t)
+                done[node] = t
+        return done
 
     def _may_cordon(self) -> bool:
         cordoned = sum(1 for t in self.nodes.values() if t.machine.state == NodeHealth.CORDONED)

@@ -70,13 +70,20 @@ class NodeHealthMachine:
             return self._move(time, NodeHealth.SUSPECT, f"anomaly: {why}")
         if self.state == NodeHealth.SUSPECT:
             if len(self._alarms) >= self.rules.cordon_alarms and may_cordon:
-                n, w = len(self._alarms), self.rules.cordon_window_s
-                return self._move(time, NodeHealth.CORDONED, f"{n} anomalies in {w:g}s: {why}", by="detector")
+                return self._move(time, NodeHealth.CORDONED, self.cordon_reason(why), by="detector")
             if quiet >= self.rules.clear_s:
                 return self._move(time, NodeHealth.HEALTHY, f"no anomaly for {quiet:.0f}s")
         if self.state == NodeHealth.CORDONED and self.cordoned_by == "detector" and quiet >= self.rules.readmit_s:
             return self._move(time, NodeHealth.HEALTHY, f"re-admitted: healthy scores for {quiet:.0f}s")
         return None
+
+    def qualifies(self) -> bool:
+        """Suspect with enough recent alarms to be cordoned (used when the caller withholds
+        cordons to rank several sick nodes)."""
+        return self.state == NodeHealth.SUSPECT and len(self._alarms) >= self.rules.cordon_alarms
+
+    def cordon_reason(self, why: str) -> str:
+        return f"{len(self._alarms)} anomalies in {self.rules.cordon_window_s:g}s: {why}"
 
     def cordon(self, time: float, reason: str, by: str = "operator") -> Transition | None:
         if self.state == NodeHealth.CORDONED and self.cordoned_by == by:
