@@ -39,6 +39,7 @@ from typing import Any
 
 import psutil
 
+from sluice.agent.cache_report import CacheReporter
 from sluice.agent.cgroup import (
     CgroupLayout,
     CoreLedger,
@@ -172,6 +173,8 @@ class NodeAgent:
         self._gpu_holders: dict[str, tuple[str, int]] = {}
         self._kpis: KpiSampler | None = None
         self._next_kpi = 0.0
+        self._cache = CacheReporter(name, self.settings.home)
+        self._cache.recover()
         self._adopt()
 
     # ------------------------------------------------------------------ facts
@@ -384,6 +387,9 @@ class NodeAgent:
                     values = self._kpis.sample()
                     values["jobs"] = float(len(self._watched))
                     events.append(NodeKPIs(self.name, now, values))
+            cache = self._cache.poll(now)
+            if cache is not None:
+                events.append(cache)
             return events
 
     def _progress(self, att: _Attempt) -> list[Event]:

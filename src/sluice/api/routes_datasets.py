@@ -48,7 +48,7 @@ class DatasetOut(BaseModel):
 
 
 def service(request: Request, plane: Any) -> DatasetService:
-    svc: DatasetService | None = getattr(request.app.state, "datasets", None)
+    svc: DatasetService | None = getattr(plane, "datasets", None) or getattr(request.app.state, "datasets", None)
     if svc is None:
         store = getattr(plane, "store", None)
         if store is None:

@@ -92,7 +92,11 @@ class Controller:
         restart_backoff_s: float = 2.0,
         record_waits: bool = True,
         save_progress_every_s: float = 5.0,
+        launch_env: Callable[[JobRecord], dict[str, str]] | None = None,
+        dataset_bytes: Callable[[JobRecord], dict[str, int]] | None = None,
     ) -> None:
+        """`launch_env` adds environment to every launch (where the job's datasets live);
+        `dataset_bytes` sizes a job's datasets for data-aware placement (asked once per job)."""
         self.store = store
         self.engine = engine
         self.policy = policy
@@ -119,6 +123,9 @@ class Controller:
         """Jobs whose only change is progress: saved at most every save_progress_every_s."""
         self._last_saved: dict[str, float] = {}
         self._last_step_time: float | None = None
+        self._launch_env = launch_env
+        self._dataset_bytes = dataset_bytes
+        self._sizes: dict[str, MappingProxyType[str, int]] = {}
         self._speedup = getattr(engine, "speedup_fn", None)
         self._hints = getattr(engine, "job_hints", None)
         self._refresh_nodes(self.engine.clock())
@@ -395,6 +402,7 @@ class Controller:
             spec=job.spec,
             allocation=alloc,
             checkpoint_dir=self.checkpoint_dir(job),
+            env=self._launch_env(job) if self._launch_env and job.spec.datasets else {},
         )
         try:
             self.engine.launch(req)
@@ -503,9 +511,17 @@ class Controller:
             qoe_loss=qoe.loss if qoe else None,
             qoe_deadline=deadline,
             datasets=tuple(d.name for d in spec.datasets),
+            dataset_bytes=self._sizes_of(job),
             speedup=self._speedup(job.id) if self._speedup else None,
             hints=MappingProxyType(hints),
         )
+
+    def _sizes_of(self, job: JobRecord) -> MappingProxyType[str, int]:
+        if not job.spec.datasets or self._dataset_bytes is None:
+            return _NO_SIZES
+        if job.id not in self._sizes:
+            self._sizes[job.id] = MappingProxyType(self._dataset_bytes(job))
+        return self._sizes[job.id]
 
     def _new_tracker(self, job: JobRecord) -> ProgressTracker:
         tr = ProgressTracker()
@@ -554,6 +570,7 @@ class Controller:
         self.active_ids.discard(job.id)
         self._save(job)
         self.trackers.pop(job.id, None)
+        self._sizes.pop(job.id, None)
 
     def _event(
         self, job: JobRecord, kind: str, message: str, data: dict[str, Any] | None = None, save: bool = True
@@ -586,6 +603,7 @@ class Controller:
 
 
 _EMPTY_PROGRESS = ProgressTracker().snapshot()
+_NO_SIZES: MappingProxyType[str, int] = MappingProxyType({})
 
 
 def finite(x: float | None) -> bool:

@@ -16,13 +16,16 @@ from pathlib import Path
 
 from sluice.control.auth import hash_token, new_token
 from sluice.control.controller import Controller
+from sluice.control.datasets import DatasetService
 from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
 from sluice.control.recovery import RecoveryReport, recover
+from sluice.data.settings import CacheSettings
 from sluice.engine.base import Engine
 from sluice.model import JobRecord, NodeHealth, Phase, ProgressSignals
 from sluice.policy import Policy, make_policy
 from sluice.settings import Settings
-from sluice.spec import JobSpec, TenantSpec
+from sluice.spec import JobSpec, SpecError, TenantSpec
+from sluice.spec.errors import FieldProblem
 from sluice.store import Store, TenantRecord, open_store
 from sluice.store.base import EventRecord
 
@@ -59,10 +62,13 @@ class ControlPlane:
         self.settings = settings
         self.store = store
         self.engine = engine
+        self.datasets = DatasetService(store, CacheSettings.for_home(settings.home))
         self.controller = Controller(
             store,
             engine,
             policy,
+            launch_env=lambda job: self.datasets.launch_env(job.tenant, [d.name for d in job.spec.datasets]),
+            dataset_bytes=lambda job: self.datasets.dataset_bytes(job.tenant, [d.name for d in job.spec.datasets]),
             # Engines whose nodes do not share this machine's disk (Ray) name a shared root.
             checkpoint_root=str(getattr(engine, "checkpoint_root", None) or settings.runs_dir),
             restart_backoff_s=settings.restart_backoff_s,
@@ -71,6 +77,21 @@ class ControlPlane:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.recovery: RecoveryReport | None = None
+        self.health = self._attach_health(settings) if settings.health_enabled else None
+
+    def _attach_health(self, settings: Settings) -> object:
+        """The node health monitor as a controller observer (issue 5). Virtual nodes share
+        this machine's disk, network and memory, so only their own cores' KPIs are judged."""
+        from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+
+        ignore = ("jobs", *MACHINE_WIDE) if settings.virtual_nodes > 1 else ("jobs",)
+        cfg = MonitorConfig(
+            train_samples=settings.health_train_samples,
+            q=settings.health_q,
+            ignore=ignore,
+            models_dir=settings.home / "health",
+        )
+        return HealthMonitor.attach(self.controller, cfg)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ControlPlane:
@@ -189,6 +210,14 @@ class ControlPlane:
             raise Forbidden(f"tenant: you may submit only as {caller.name!r}")
         if tenant != caller.name and self.store.get_tenant(tenant) is None:
             raise NotFound(f"tenant {tenant!r} not found")
+        missing = self.datasets.missing(tenant, [d.name for d in spec.datasets])
+        if missing:
+            raise SpecError(
+                [
+                    FieldProblem("datasets", f"no dataset named {n!r} for tenant {tenant!r}; create it first")
+                    for n in missing
+                ]
+            )
         job = self.controller.submit(tenant, spec)
         self.wake()
         return job

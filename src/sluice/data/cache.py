@@ -10,6 +10,7 @@ the shared index every few seconds, which keeps a warm read as cheap as reading 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -135,6 +136,9 @@ class NodeCache:
         self._drain_mu = threading.Lock()
         self._pending_ev = threading.Event()
         self._writer: threading.Thread | None = None
+        # The writer is a daemon thread: commit what it has not yet committed when the job's
+        # interpreter exits, or the items a short job fetched become orphans and are deleted.
+        atexit.register(self._commit_at_exit)
         self._caps: dict[str, int] = {}
         self._cap_at = 0.0
 
@@ -158,6 +162,10 @@ class NodeCache:
                 self._writer = threading.Thread(target=self._drain_loop, name="sluice-cache-index", daemon=True)
                 self._writer.start()
         self._pending_ev.set()
+
+    def _commit_at_exit(self) -> None:
+        with contextlib.suppress(Exception):
+            self.drain()
 
     def _drain_loop(self) -> None:
         while True:

@@ -59,9 +59,26 @@ class CacheSettings(BaseSettings):
     def resolved_disk_dir(self) -> Path:
         return self.disk_dir or _home() / "cache"
 
+    @classmethod
+    def for_home(cls, home: Path) -> CacheSettings:
+        """The cache of the node whose state folder is `home` (the control plane and its agents
+        pass their own home; jobs get the same folders through their environment)."""
+        base = cls()
+        return base.model_copy(
+            update={
+                "disk_dir": base.disk_dir or home / "cache",
+                "memory_dir": base.memory_dir or _memory_dir_for(home, base.disk_dir or home / "cache"),
+            }
+        )
+
     def resolved_memory_dir(self) -> Path:
         if self.memory_dir is not None:
             return self.memory_dir
-        tag = hashlib.sha1(str(_home().resolve()).encode()).hexdigest()[:10]
-        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else self.resolved_disk_dir()
-        return base / f"sluice-{tag}"
+        return _memory_dir_for(_home(), self.resolved_disk_dir())
+
+
+def _memory_dir_for(home: Path, disk_dir: Path) -> Path:
+    """One tmpfs folder per sluice home, so two homes on one machine never share a cache."""
+    tag = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:10]
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else disk_dir
+    return base / f"sluice-{tag}"

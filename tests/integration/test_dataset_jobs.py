@@ -1,0 +1,62 @@
+"""A job that mounts a dataset gets it through the node cache, and the cache state reaches
+the policy's ClusterView (data-aware placement sees where the data is)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice.control.plane import ControlPlane
+from sluice.model import Phase
+from sluice.settings import Settings
+from sluice.spec import DatasetSpec, SpecError, parse_job_spec
+
+pytestmark = pytest.mark.integration
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(20):
+        (src / f"item-{i:03d}.bin").write_bytes(bytes([i]) * (1000 + i))
+    plane = ControlPlane.from_settings(Settings(home=tmp_path / "home", policy="data-aware", reconcile_interval_s=0.1))
+    plane.bootstrap_tenants()
+    plane.start()
+    try:
+        caller = plane.store.get_tenant("default")
+        with pytest.raises(SpecError) as err:  # mounting an unregistered dataset is refused
+            plane.submit(caller, parse_job_spec({"command": ["python", "x.py"], "datasets": [{"name": "nope"}]}))
+        assert err.value.problems[0].field == "datasets"
+        plane.datasets.create(caller, DatasetSpec(name="blobs", source=str(src)))
+        spec = parse_job_spec(
+            {
+                "name": "reader",
+                "command": ["python", str(JOBS / "reads_dataset.py")],
+                "env": {"DATASET": "blobs", "EXPECT_BYTES": str(sum(1000 + i for i in range(20)))},
+                "datasets": [{"name": "blobs"}],
+                "resources": {"cpu": 0.5},
+            }
+        )
+        job = plane.submit(caller, spec)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not plane.get_job(caller, job.id).phase.terminal:
+            time.sleep(0.2)
+        done = plane.get_job(caller, job.id)
+        assert done.phase == Phase.SUCCEEDED, done.reason
+        tracker_bytes = [e for e in plane.why(caller, job.id) if e.kind == "phase"]
+        assert tracker_bytes, "the job's history is recorded"
+        # the agent reports the node's cache within its report interval
+        deadline = time.monotonic() + 30
+        cached: dict[str, float] = {}
+        while time.monotonic() < deadline:
+            cached = {k: v for n in plane.controller.view().nodes.values() for k, v in n.cached_datasets.items()}
+            if cached.get("blobs", 0) >= 0.99:
+                break
+            time.sleep(0.5)
+        assert cached.get("blobs", 0) >= 0.99
+    finally:
+        plane.stop()
