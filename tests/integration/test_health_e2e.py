@@ -94,7 +94,7 @@ def test_cpu_hog_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: S
         assert [t for t in mon.transitions if t.new == NodeHealth.CORDONED] == [], "false cordon while healthy"
 
         cores = [int(c) for c in plane.controller.nodes["node-1"].labels["cores"].split(",")]  # type: ignore[index]
-        fault = Fault(FaultKind.CPU, cores, workers=3 * len(cores)).start()
+        fault = Fault(FaultKind.CPU, cores, workers=4 * len(cores)).start()
         try:
             wait_until(lambda: plane.controller.nodes["node-1"].health == NodeHealth.CORDONED, 60, "node-1 cordon")
         except AssertionError as err:
@@ -106,8 +106,15 @@ def test_cpu_hog_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: S
 
         moved = wait_until(lambda: node_of(victim) == "node-0" and plane.get_job(caller, victim), 90, "job on node-0")
         assert moved.attempt >= 2  # type: ignore[union-attr]
-        log = Path(plane.log_path(caller, victim)).read_text()  # type: ignore[arg-type]
-        assert "resumed at step" in log, "the moved job must resume from its checkpoint"
+        log_file = Path(plane.log_path(caller, victim))  # type: ignore[arg-type]
+
+        def second_attempt_output() -> str:
+            text = log_file.read_text().split("attempt 2 of", 1)
+            tail = text[1] if len(text) > 1 else ""
+            return tail if ("resumed at step" in tail or "fresh start" in tail) else ""
+
+        tail = str(wait_until(second_attempt_output, 60, "the moved job to print how it started"))
+        assert "resumed at step" in tail, "the moved job must resume from its checkpoint"
 
         late = plane.submit(caller, spec("late"))  # type: ignore[arg-type]
         assert wait_until(lambda: node_of(late.id), 60, "late job placed") == "node-0"

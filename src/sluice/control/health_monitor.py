@@ -50,7 +50,7 @@ def _online_detector() -> DetectorConfig:
         max_train_s=30.0,
         val_fraction=0.3,
         smooth=5,
-        min_scale=0.25,
+        min_scale=0.1,
         threads=1,
         noise=0.1,
     )
