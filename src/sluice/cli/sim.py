@@ -157,6 +157,48 @@ def run(
 
 
 @app.command()
+def profile(
+    spec: Annotated[Path, typer.Argument(help="Example job spec (YAML), e.g. examples/mlp.yaml.", dir_okay=False)],
+    cores: Annotated[str, typer.Option(help="CPU limits to measure at (comma-separated cores).")] = "0.5,1,2",
+    seconds: Annotated[float, typer.Option(min=2, help="Seconds to run at each limit.")] = 20.0,
+    out: Annotated[Path | None, typer.Option(help="Where to save the profile (JSON).")] = None,
+) -> None:
+    """Run a real example on the local engine at several CPU limits (real kernel quotas) and save
+    its throughput and loss curves as a profile the simulator's CPU jobs can use."""
+    from sluice.control.profile import profile_example
+    from sluice.sim.cpu_profiles import save_curve
+    from sluice.spec import SpecError
+
+    with errors_reported():
+        try:
+            limits = tuple(float(c) for c in cores.split(",") if c.strip())
+        except ValueError:
+            raise CliError(f"--cores {cores!r}: give numbers, e.g. 0.5,1,2", EXIT_USAGE) from None
+        if not limits or any(c <= 0 for c in limits):
+            raise CliError(f"--cores {cores!r}: give positive numbers, e.g. 0.5,1,2", EXIT_USAGE)
+        if not spec.is_file():
+            raise CliError(f"SPEC {spec}: no such file", EXIT_USAGE)
+        try:
+            with console.status(f"profiling {spec.name} at {', '.join(f'{c:g}' for c in limits)} cores…"):
+                curve, runs = profile_example(spec, limits, seconds)
+        except SpecError as err:
+            raise CliError(f"invalid job spec {spec}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
+        except RuntimeError as err:
+            raise CliError(str(err)) from None
+        dest = out or spec.with_suffix(".profile.json")
+        save_curve(curve, dest, source=str(spec), seconds_per_limit=seconds)
+        table(
+            ["cores", "steps/s", "reports"],
+            [[f"{r.cores:g}", f"{r.steps_per_s:.1f}", len(r.points)] for r in runs],
+        )
+        console.print(
+            f"loss {curve.loss_start:.3f} -> floor {curve.loss_floor:.3f}, half way after "
+            f"{curve.loss_half_steps:.0f} steps; profile saved to {dest} "
+            f"(use it in a workload as cpu_profile={dest})"
+        )
+
+
+@app.command()
 def policies() -> None:
     """The policies the simulator (and the controller) can run."""
     from sluice.control.simulate import policy_names
