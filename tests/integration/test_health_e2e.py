@@ -39,13 +39,13 @@ def wait_until(cond: Callable[[], object], timeout: float, what: str) -> object:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def spec(name: str) -> object:
+def spec(name: str, cpu: float = 0.4) -> object:
     return parse_job_spec(
         {
             "name": name,
             "command": ["python", str(LOOP), "--busy", "--sleep", "0.01"],
             "workdir": str(LOOP.parent),
-            "resources": {"cpu": {"min": 0.4, "max": 0.5}},
+            "resources": {"cpu": {"min": cpu, "max": 0.5}},
             "max_restarts": 3,
         }
     )
@@ -116,7 +116,8 @@ def test_cpu_hog_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: S
         tail = str(wait_until(second_attempt_output, 60, "the moved job to print how it started"))
         assert "resumed at step" in tail, "the moved job must resume from its checkpoint"
 
-        late = plane.submit(caller, spec("late"))  # type: ignore[arg-type]
+        # node-0 holds 0.8 of its 1 core; a 0.2-core job fits there and only there.
+        late = plane.submit(caller, spec("late", cpu=0.2))  # type: ignore[arg-type]
         assert wait_until(lambda: node_of(late.id), 60, "late job placed") == "node-0"
         assert plane.controller.nodes["node-1"].health == NodeHealth.CORDONED
         nodes = {r.name: r for r in plane.store.list_nodes()}

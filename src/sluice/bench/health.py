@@ -55,3 +55,41 @@ def run(folder: Path, entities: list[str] | None = None, out: Path | None = None
     if out is not None:
         out.write_text(json.dumps({"rows": [r.as_dict() for r in rows], "mean": avg, "goals": goals}, indent=1))
     return avg
+
+
+def false_alarms(minutes: float, train_samples: int = 120, virtual_nodes: int = 2, home: Path | None = None) -> int:
+    """Run the demo's mixed workload back to back for `minutes` on the local engine with the
+    health monitor on (no fault injected) and count the cordons it makes: each is a false
+    alarm. Prints every health transition with its reason."""
+    import tempfile
+    import time
+
+    from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
+    from sluice.model import NodeHealth
+
+    console = Console()
+    where = home or Path(tempfile.mkdtemp(prefix="sluice-health-fa-"))
+    end = time.monotonic() + 60 * minutes
+    rounds = 0
+    with embedded_plane(
+        where, "flowcon", health_enabled=True, health_train_samples=train_samples, virtual_nodes=virtual_nodes
+    ) as plane:
+        mon = getattr(plane, "health", None)
+        if mon is None:  # a control plane that does not wire the monitor from settings
+            from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+
+            ignore = ("jobs", *MACHINE_WIDE) if virtual_nodes > 1 else ("jobs",)
+            mon = HealthMonitor.attach(plane.controller, MonitorConfig(train_samples=train_samples, ignore=ignore))
+        while time.monotonic() < end:
+            run_workload(plane, mixed_workload(10.0, 0.5), timeout_s=max(60.0, end - time.monotonic()))
+            rounds += 1
+        transitions = list(getattr(mon, "transitions", []))
+        status = mon.status()
+    for t in transitions:
+        console.print(f"{t.node}: {t.old} -> {t.new}: {t.reason}")
+    cordons = sum(1 for t in transitions if t.new == NodeHealth.CORDONED)
+    console.print(f"fault-free run: {minutes:g} min, {rounds} workload round(s), {virtual_nodes} virtual nodes")
+    for node, st in status.items():
+        console.print(f"  {node}: {st['health']}, scored {st['scored']} samples, {st['alarms']} alarms")
+    console.print(f"cordons (false alarms): {cordons}")
+    return cordons

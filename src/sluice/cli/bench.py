@@ -98,10 +98,16 @@ def health(
     ] = None,
     entities: Annotated[str | None, typer.Option(help="Comma-separated entity names; default all.")] = None,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+    fault_free_minutes: Annotated[
+        float, typer.Option(min=0, help="Instead: run the demo workload this long with no fault; count cordons.")
+    ] = 0.0,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
     from sluice.bench import health as bench_health
 
+    if fault_free_minutes > 0:
+        bench_health.false_alarms(fault_free_minutes)
+        return
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
     bench_health.run(folder or bench_health.DEFAULT_DIR, only, out)
 
