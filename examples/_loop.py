@@ -83,7 +83,7 @@ def train(
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
-        window.append(float(loss))
+        window.append(loss.item())
         samples += len(x)
         if (step + 1) % report_every == 0 or step + 1 == total:
             mean = sum(window) / len(window)
