@@ -207,9 +207,9 @@ def measure_node_loss(rc: RayBenchCluster, home: Path, shared: Path, scale: floa
             checkpoint={"interval_s": 5.0},
         )
         job = plane.submit(admin, spec)
-        # Lose the node mid-run: after a few checkpoints, between two of them.
-        _wait(plane, job.id, lambda j: j.phase == Phase.RUNNING and j.checkpoint is not None and j.step >= 300)
-        time.sleep(2.0)
+        # Lose the node mid-run: after a checkpoint, with some work done since.
+        first = _wait(plane, job.id, lambda j: j.phase == Phase.RUNNING and j.checkpoint is not None)
+        _wait(plane, job.id, lambda j: j.step >= first.step + 20)
         victim = _node(plane, job.id)
         if victim == "r0":
             raise RuntimeError("the job landed on the head node; the benchmark loses worker nodes only")
