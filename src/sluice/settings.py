@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     ] = 1.0
     kpi_sample_s: Annotated[float, Field(gt=0, description="Seconds between node KPI samples. Default 1.")] = 1.0
     health_enabled: Annotated[bool, Field(description="Run the node anomaly detector. Default false.")] = False
+    health_train_samples: Annotated[
+        int, Field(ge=20, description="KPI samples a node must show before its detector is fitted. Default 300.")
+    ] = 300
+    health_q: Annotated[
+        float, Field(gt=0, lt=0.5, description="SPOT risk: chance a healthy score passes the threshold. Default 1e-3.")
+    ] = 1e-3
     max_body_bytes: Annotated[int, Field(gt=0, description="Largest API request body in bytes. Default 1 MiB.")] = (
         1024 * 1024
     )
