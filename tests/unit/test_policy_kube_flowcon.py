@@ -98,3 +98,11 @@ def test_flowcon_lifts_limits_and_backs_off_when_all_complete() -> None:
     assert {d.job_id for d in out if isinstance(d, Resize)} == {"a", "b"}
     assert all(d.allocation.assignments[0].cpu_limit is None for d in out if isinstance(d, Resize))
     assert pol.interval_s == 60.0
+
+
+def test_flowcon_judges_a_job_that_reports_less_often_than_delta() -> None:
+    # one report every 20 s with Δ = 5 s: the windows widen to the reporting gap
+    losses = [(t, 1.0 / (1 + t / 50)) for t in range(0, 200, 20)]
+    job = running("slow", "n", losses, usage=0.5)
+    eff = growth_efficiency(job, now=200.0, delta_s=5.0, node_cpu=2.0, unit_s=60.0)
+    assert eff is not None and eff.p > 0

@@ -20,6 +20,7 @@ with the best growth efficiency on its node, so a newcomer is never starved.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -46,19 +47,33 @@ class Efficiency:
 
 
 def growth_efficiency(job: JobView, now: float, delta_s: float, node_cpu: float, unit_s: float) -> Efficiency | None:
-    """FlowCon's G for one job, or None while it lacks two intervals of loss history."""
+    """FlowCon's G for one job, or None while it lacks two windows of loss history.
+
+    The windows are Δ long, or longer for a job that reports less often than every Δ/2:
+    each window must hold reports, or E would be undefined (a slow reporter would stay a
+    "newcomer" for ever). P stays a rate per `unit_s`, so the longer window changes nothing
+    else.
+    """
     pr = job.progress
-    e_now = pr.mean_loss_between(now - delta_s, now)
-    e_prev = pr.mean_loss_between(now - 2 * delta_s, now - delta_s)
+    span = max(delta_s, 2.5 * _report_gap(pr.loss_history))
+    e_now = pr.mean_loss_between(now - span, now)
+    e_prev = pr.mean_loss_between(now - 2 * span, now - span)
     if e_now is None or e_prev is None:
         return None
-    p = abs(e_now - e_prev) / (delta_s / unit_s)
-    used = pr.mean_usage_between(now - delta_s, now)
+    p = abs(e_now - e_prev) / (span / unit_s)
+    used = pr.mean_usage_between(now - span, now)
     if used is None:
         a = job.allocation.assignments[0] if job.allocation else None
         used = a.cpu_limit if a and a.cpu_limit is not None else (a.cpu_request if a else 1.0)
     r = max(used / node_cpu, 1e-3)
     return Efficiency(p / r, p, r)
+
+
+def _report_gap(history: tuple[tuple[float, float], ...]) -> float:
+    """Median time between a job's recent loss reports (0 with fewer than two)."""
+    times = [t for t, _ in history[-16:]]
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    return gaps[len(gaps) // 2] if gaps else 0.0
 
 
 class FlowConPolicy:
