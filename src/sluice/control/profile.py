@@ -2,9 +2,9 @@
 and save the curves the simulator's CPU jobs follow.
 
 The job runs through the production Controller with a one-line policy that pins it at one
-CPU limit (a real kernel CFS quota on the local engine), once per limit, each run cut after
-`seconds` after its first progress report. Steady-state steps/s per limit gives the throughput curve; the loss reports of the
-longest run give the learning curve.
+CPU limit (a real kernel CFS quota on the local engine), once per limit, each run cut
+`seconds` after its first progress report. Steady-state steps/s per limit gives the
+throughput curve; the loss reports of the longest run give the learning curve.
 """
 
 from __future__ import annotations
