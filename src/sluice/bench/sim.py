@@ -177,19 +177,23 @@ def run_cpu(policies: list[str], workers: int) -> list[dict[str, Any]]:
     return rows
 
 
-def run_scale(policy: str, jobs: int, nodes: int, load_factor: float, base: Path) -> dict[str, Any]:
+def run_scale(
+    policy: str, jobs: int, nodes: int, load_factor: float, base: Path, hours: float | None = None
+) -> dict[str, Any]:
     trace = base / "traces" / "philly.csv"
     wl = load_workload(trace, window_start_h=24 * 40, load_factor=load_factor, max_jobs=jobs)
     console.print(
         f"scale: {len(wl)} Philly jobs (from day 40, arrivals ×{load_factor:g} -> {wl[-1].submit_time / 3600:.1f} h) "
         f"on {nodes} nodes × 8 GPUs, policy {policy}"
     )
-    res = run_simulation(wl, policy, SimConfig(nodes=nodes, gpus_per_node=8, interval_s=60.0))
+    cfg = SimConfig(nodes=nodes, gpus_per_node=8, interval_s=60.0, max_time_s=hours * 3600 if hours else None)
+    res = run_simulation(wl, policy, cfg)
     rounds = sorted(res.round_seconds)
     busy = [r for r in res.round_seconds if r > 0]
     summary = {
         "policy": policy,
         "jobs": len(wl),
+        "submitted": len(res.jobs),
         "finished": len(res.finished),
         "nodes": nodes,
         "rounds": res.rounds,
@@ -221,6 +225,7 @@ def run(
     scale_jobs: int = 20_000,
     scale_nodes: int = 5_000,
     scale_load_factor: float = 10.0,
+    scale_hours: float | None = None,
     out: Path | None = None,
 ) -> dict[str, Any]:
     base = data_dir()
@@ -236,7 +241,7 @@ def run(
     if "cpu" in parts:
         results["cpu"] = run_cpu(cpu_policies or list(CPU_POLICIES), workers)
     if "scale" in parts:
-        results["scale"] = run_scale(scale_policy, scale_jobs, scale_nodes, scale_load_factor, base)
+        results["scale"] = run_scale(scale_policy, scale_jobs, scale_nodes, scale_load_factor, base, scale_hours)
     results["wall_s"] = time.perf_counter() - t0
     console.print(f"bench sim finished in {results['wall_s']:.0f}s on {workers} worker(s)")
     if out is not None:

@@ -124,6 +124,9 @@ def sim(
     scale_jobs: Annotated[int, typer.Option(min=1, help="Philly jobs in the scale run.")] = 20_000,
     scale_nodes: Annotated[int, typer.Option(min=1, help="Nodes (8 GPUs each) in the scale run.")] = 5_000,
     scale_load_factor: Annotated[float, typer.Option(help="Arrival compression of the Philly window.")] = 10.0,
+    scale_hours: Annotated[
+        float | None, typer.Option(help="Stop the scale run after this many virtual hours (default: run to the end).")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """Every policy in the simulator: the eight Pollux workloads at four loads beside the published
@@ -155,5 +158,6 @@ def sim(
         scale_jobs=scale_jobs,
         scale_nodes=scale_nodes,
         scale_load_factor=scale_load_factor,
+        scale_hours=scale_hours,
         out=out,
     )
