@@ -55,7 +55,8 @@ class RayNodeAgent:
 
         # The control plane's settings travel with the call: this process runs on another
         # machine whose environment knows nothing of them. The node's size is Ray's.
-        conf = Settings.model_validate({**(settings or {}), "node_cpus": cpu})
+        size = {"node_cpus": cpu} if cpu > 0 else {}  # a head with no job CPU still gets an agent
+        conf = Settings.model_validate({**(settings or {}), **size})
         self.node_name = node_name
         self.labels = {"engine": "ray", **(labels or {})}
         self._agent = NodeAgent(
