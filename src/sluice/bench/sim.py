@@ -206,9 +206,10 @@ def run_scale(
         "makespan_h": res.makespan_s / 3600,
     }
     t = Table(title="Scale")
-    for k in summary:
-        t.add_column(k, justify="right")
-    t.add_row(*[f"{v:.1f}" if isinstance(v, float) else str(v) for v in summary.values()])
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    for k, v in summary.items():
+        t.add_row(k, f"{v:.1f}" if isinstance(v, float) else str(v))
     console.print(t)
     return summary
 
