@@ -20,7 +20,7 @@ def test_profile_measures_throughput_per_cpu_limit(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
     out = tmp_path / "mlp.profile.json"
     r = CliRunner().invoke(
-        app, ["sim", "profile", str(EXAMPLE), "--cores", "0.5,2", "--seconds", "3", "--out", str(out)]
+        app, ["sim", "profile", str(EXAMPLE), "--cores", "0.5,2", "--seconds", "2", "--out", str(out)]
     )
     assert r.exit_code == 0, r.output
     curve = load_curve(out)
