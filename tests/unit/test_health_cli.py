@@ -40,8 +40,8 @@ def test_eval_prints_every_detector_and_writes_json(tmp_path: Path) -> None:
 
 
 def test_eval_names_the_problem_with_a_bad_folder_or_file(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["health", "eval", str(tmp_path / "nope")])
+    res = CliRunner().invoke(app, ["health", "eval", str(tmp_path / "nope")], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "not a folder" in res.output
     np.savez(tmp_path / "bad.npz", train=np.zeros((10, 2)), test=np.zeros((5, 2)))
-    res = CliRunner().invoke(app, ["health", "eval", str(tmp_path)])
+    res = CliRunner().invoke(app, ["health", "eval", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "bad.npz" in res.output and "test_label" in res.output
