@@ -64,6 +64,7 @@ def demo(
         console=console,
     )
     tasks: dict[str, TaskID] = {}
+    totals: dict[str, int] = {}  # the tracker goes when a job ends; keep its total for the bar
 
     def tick(plane: ControlPlane, jobs: list[JobRecord], now: float) -> None:
         for job in jobs:
@@ -73,7 +74,9 @@ def demo(
                 )
             with plane.controller.lock:
                 tr = plane.controller.trackers.get(job.id)
-                total = tr.total_steps if tr else None
+                total = tr.total_steps if tr and tr.total_steps else totals.get(job.id)
+            if total:
+                totals[job.id] = total
             limit, used = _cpu_text(plane, job)
             done = job.phase == Phase.SUCCEEDED
             progress.update(
