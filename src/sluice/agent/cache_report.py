@@ -1,8 +1,13 @@
-"""What the node's dataset cache holds, reported to the control plane for data-aware placement.
+"""The node's dataset cache, as the agent sees it: reported for placement, sized to demand.
 
-The cache itself lives in `sluice.data`; jobs fill it. The agent only looks: every
-`interval_s` it reads the cache index and emits a NodeCache event. A node whose cache was
-never used has no index yet and reports nothing (and costs nothing).
+The cache itself lives in `sluice.data`; jobs fill it. The agent:
+- every `interval_s` reads the cache index and emits a NodeCache event, so data-aware
+  placement knows which node holds which dataset;
+- follows the `data_bytes` metric jobs report (bytes read through the cache) and resizes the
+  memory tier with `sluice.data.elastic.memory_tier_target` — Fluid's autoscaler on one node:
+  enough for the horizon of consumption, never past the memory watermark. An operator's fixed
+  size (SLUICE_CACHE_MEMORY_BYTES) turns this off.
+A node whose cache was never used has no index yet, reports nothing and costs nothing.
 """
 
 from __future__ import annotations
@@ -10,11 +15,42 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import psutil
+
+from sluice.data.cache import MEMORY
 from sluice.data.cache import NodeCache as DatasetCache
+from sluice.data.elastic import ElasticInputs, memory_tier_target
 from sluice.data.settings import CacheSettings
-from sluice.model import NodeCache
+from sluice.model import Event, JobExited, JobProgress, NodeCache
 
 log = logging.getLogger("sluice.agent")
+
+RESIZE_THRESHOLD = 0.10
+"""Resize the memory tier only when the target moves by more than this fraction."""
+
+
+class ConsumptionMeter:
+    """Bytes per second the node's jobs read through the cache, from their `data_bytes` reports."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}
+        self._rate: dict[str, float] = {}
+
+    def observe(self, events: list[Event]) -> None:
+        for e in events:
+            if isinstance(e, JobProgress) and "data_bytes" in e.metrics:
+                seen = e.metrics["data_bytes"]
+                prev = self._last.get(e.job_id)
+                if prev is not None and e.time > prev[0] and seen >= prev[1]:
+                    self._rate[e.job_id] = (seen - prev[1]) / (e.time - prev[0])
+                self._last[e.job_id] = (e.time, seen)
+            elif isinstance(e, JobExited):
+                self._last.pop(e.job_id, None)
+                self._rate.pop(e.job_id, None)
+
+    @property
+    def bytes_per_s(self) -> float:
+        return sum(self._rate.values())
 
 
 class CacheReporter:
@@ -22,6 +58,7 @@ class CacheReporter:
         self.node = node
         self.settings = CacheSettings.for_home(home)
         self.interval_s = interval_s
+        self.meter = ConsumptionMeter()
         self._cache: DatasetCache | None = None
         self._next = 0.0
 
@@ -38,7 +75,8 @@ class CacheReporter:
             if report.problems or report.temp_files_removed or report.entries_dropped:
                 log.warning("dataset cache recovered on %s: %s", self.node, report)
 
-    def poll(self, now: float) -> NodeCache | None:
+    def poll(self, now: float, events: list[Event]) -> NodeCache | None:
+        self.meter.observe(events)
         if now < self._next:
             return None
         self._next = now + self.interval_s
@@ -46,8 +84,33 @@ class CacheReporter:
         if cache is None:
             return None
         try:
+            self._autoscale(cache)
             datasets, free = cache.state()
         except Exception as err:  # a busy or damaged index must not stop the agent
             log.warning("cannot read the dataset cache on %s: %s", self.node, err)
             return None
         return NodeCache(self.node, now, datasets, free)
+
+    def _autoscale(self, cache: DatasetCache) -> int | None:
+        """Set the memory tier to what consumption asks; returns the new capacity if changed."""
+        if self.settings.memory_bytes is not None or self.meter.bytes_per_s <= 0:
+            return None
+        mem = psutil.virtual_memory()
+        current = cache.capacity(MEMORY)
+        target = memory_tier_target(
+            ElasticInputs(
+                consume_bytes_per_s=self.meter.bytes_per_s,
+                dataset_bytes=sum(total for *_, total in cache.index.datasets()),
+                mem_total=mem.total,
+                mem_available=mem.available,
+                current=current,
+            ),
+            watermark=self.settings.memory_watermark,
+        )
+        if current and abs(target - current) / current <= RESIZE_THRESHOLD:
+            return None
+        cache.set_capacity(MEMORY, target)
+        log.info(
+            "memory tier on %s: %d -> %d bytes (%.0f B/s consumed)", self.node, current, target, self.meter.bytes_per_s
+        )
+        return target

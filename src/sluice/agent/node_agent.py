@@ -387,7 +387,7 @@ class NodeAgent:
                     values = self._kpis.sample()
                     values["jobs"] = float(len(self._watched))
                     events.append(NodeKPIs(self.name, now, values))
-            cache = self._cache.poll(now)
+            cache = self._cache.poll(now, events)
             if cache is not None:
                 events.append(cache)
             return events

@@ -84,8 +84,11 @@ def dataset(
 def data_metrics() -> dict[str, float]:
     """Summed over the datasets this process opened: what `sdk.report()` adds to each record."""
     stall = 0.0
+    read = 0
     for ds in list(_OPEN):
         reader = ds.handle._reader
         if reader is not None:
             stall += reader.stall_s
-    return {"stall_s": round(stall, 4)} if _OPEN else {}
+            read += reader.bytes_read
+    # data_bytes lets the node agent size the cache's memory tier to what jobs consume
+    return {"stall_s": round(stall, 4), "data_bytes": float(read)} if _OPEN else {}
