@@ -54,9 +54,10 @@ def train(
     total = steps_from_cli(default_steps)
     # About 400 reports per run: enough for progress curves, few enough to stay cheap to tail.
     report_every = report_every or max(10, total // 400)
-    threads = os.environ.get("SLUICE_CPU_MAX")
-    if threads:
-        torch.set_num_threads(int(threads))
+    # One intra-op thread unless asked: models this small gain nothing from more, and on a node
+    # shared by several jobs extra threads spin at barriers waiting for descheduled peers
+    # (measured: an LSTM 200x slower with 2 threads per job, six jobs on two cores).
+    torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
     torch.manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     start = 0

@@ -193,6 +193,11 @@ def _cancel_all(plane: ControlPlane, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and any(not j.phase.terminal for j in plane.list_jobs(admin)):
             time.sleep(0.2)
+        for j in plane.list_jobs(admin):  # still there after the grace: kill, leave nothing behind
+            if not j.phase.terminal:
+                plane.engine.stop(j.id, j.attempt, checkpoint=False)
+        time.sleep(0.5)
+        plane.step()
 
 
 def run_workload(
