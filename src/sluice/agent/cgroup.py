@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -343,13 +344,21 @@ class CpuController:
         """Remove the attempt's cgroups (they must be empty: call after the processes exit)."""
         self.ledger.release(self.name)
         for d in (self.cpu_dir, self.acct_dir):
-            if d is not None:
+            if d is None:
+                continue
+            # The kernel drops a dead task from its cgroup a moment after the exit is seen
+            # (EBUSY until then): retry briefly rather than leave the cgroup behind.
+            for attempt in range(20):
                 try:
                     d.rmdir()
+                    break
                 except FileNotFoundError:
-                    pass
+                    break
                 except OSError as err:
-                    log.debug("cgroup %s not removed: %s", d, err)
+                    if attempt == 19:
+                        log.debug("cgroup %s not removed: %s", d, err)
+                    else:
+                        time.sleep(0.05)
 
 
 def node_cpuset(layout: CgroupLayout, node: str, cpus: Sequence[int]) -> Path | None:
