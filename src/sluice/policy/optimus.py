@@ -9,11 +9,10 @@ paying the restart each time — which is what the published comparison measured
 
 from __future__ import annotations
 
-import heapq
-
 from sluice.model import ClusterView, Decision, JobView, Phase
 from sluice.policy.parts.elastic import Speedups, apply_targets, remaining_ref_s
 from sluice.policy.parts.gpu import GpuLedger, max_gpus, uses_gpus
+from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
 
 
@@ -40,15 +39,7 @@ class OptimusPolicy:
                 return 0.0
             return rem[j.id] / sp(j, k) - rem[j.id] / sp(j, k + 1)
 
-        heap = [(-gain(j), i, j) for i, j in enumerate(jobs) if gain(j) > 0]
-        heapq.heapify(heap)
-        while free > 0 and heap:
-            _, i, j = heapq.heappop(heap)
-            n[j.id] += 1
-            free -= 1
-            g = gain(j)
-            if g > 0:
-                heapq.heappush(heap, (-g, i, j))
+        hand_out(jobs, n, free, gain)
 
         def why(j: JobView, k: int) -> str:
             if k == 0:

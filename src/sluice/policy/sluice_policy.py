@@ -18,14 +18,13 @@ The design and its measurements are in docs/policies.md.
 
 from __future__ import annotations
 
-import heapq
-
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Resize
 from sluice.policy.dqoes import time_to_target
 from sluice.policy.kube import place_queued
 from sluice.policy.parts.capacity import Ledger
 from sluice.policy.parts.elastic import Speedups, apply_targets, remaining_ref_s, restart_s
 from sluice.policy.parts.gpu import GpuLedger, held_gpus, max_gpus, uses_gpus
+from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
 from sluice.policy.parts.placement import spread
 
@@ -135,15 +134,7 @@ class SluicePolicy:
             g = (t0 - t1) - price * max(cost, 0.0)
             return g / t0**self.alpha
 
-        heap = [(-g, i, j) for i, j in enumerate(order) if (g := gain(j)) > 0]
-        heapq.heapify(heap)
-        while free > 0 and heap:
-            _, i, j = heapq.heappop(heap)
-            n[j.id] += 1
-            free -= 1
-            g = gain(j)
-            if g > 0:
-                heapq.heappush(heap, (-g, i, j))
+        hand_out(order, n, free, gain)
 
         def why(j: JobView, k: int) -> str:
             if k == 0:

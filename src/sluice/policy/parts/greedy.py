@@ -1,0 +1,28 @@
+"""Handing out units (GPUs) one at a time to whoever gains most from the next one.
+
+Optimus, Pollux-style goodput and sluice's own policy differ only in what a unit is worth
+(`gain`); the hand-out is the same marginal-gain greedy, kept here once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+
+from sluice.model import JobView
+
+
+def hand_out(jobs: Sequence[JobView], counts: dict[str, int], free: int, gain: Callable[[JobView], float]) -> int:
+    """Give `free` units one by one to the job whose next unit gains most, updating `counts`
+    in place (`gain` reads `counts`, so it is re-asked after each unit). Returns what is left;
+    ties go to the earlier job in `jobs`."""
+    heap = [(-g, i, j) for i, j in enumerate(jobs) if (g := gain(j)) > 0]
+    heapq.heapify(heap)
+    while free > 0 and heap:
+        _, i, j = heapq.heappop(heap)
+        counts[j.id] += 1
+        free -= 1
+        g = gain(j)
+        if g > 0:
+            heapq.heappush(heap, (-g, i, j))
+    return free
