@@ -16,7 +16,6 @@ the round in flight; `recover()` rebuilds the rest from the store and the engine
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
@@ -28,7 +27,6 @@ from typing import Any
 from sluice.control.intents import StopIntent, get_intent, set_intent
 from sluice.engine.base import Engine
 from sluice.model import (
-    TERMINAL,
     Allocation,
     ClusterView,
     Decision,
@@ -606,8 +604,4 @@ _EMPTY_PROGRESS = ProgressTracker().snapshot()
 _NO_SIZES: MappingProxyType[str, int] = MappingProxyType({})
 
 
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
-
-
-__all__ = ["TERMINAL", "Controller", "NodeState"]
+__all__ = ["Controller", "NodeState"]
