@@ -7,9 +7,11 @@
 5. a compute-bound training loop: cost of the whole data path vs data already in memory;
 6. placement simulation over the real policies: local data hit rate and JCT, data-aware vs binpack.
 
-The remote source is a real HTTP server on loopback (sluice.data.httpserve) with the latency
-added in the server. Remote contenders read a subset of the small-file set (so one run stays
-within minutes at 20 ms a request); every ratio printed compares equal work.
+The remote source is a real server on loopback with the latency added by sluice (this machine
+has no netem): by default sluice's HTTP file server (sluice.data.httpserve), or with
+`remote="s3"` moto in server mode behind sluice's shaping proxy (sluice.data.s3proxy).
+Remote contenders read a subset of the small-file set (so one run stays within minutes at
+20 ms a request); every ratio printed compares equal work.
 """
 
 from __future__ import annotations
@@ -22,12 +24,18 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +43,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from sluice.data.blocks import Layout
 from sluice.data.cache import NodeCache
 from sluice.data.httpserve import DataServer
 from sluice.data.manifest import MANIFEST_NAME
 from sluice.data.reader import Reader
+from sluice.data.s3proxy import ShapingProxy
 from sluice.data.source import Source
 
 console = Console()
@@ -100,6 +110,106 @@ def subset(src: Path, dst: Path, n: int) -> None:
     (dst / MANIFEST_NAME).write_text(json.dumps({"version": 1, "items": items}))
 
 
+# -- the remote source -------------------------------------------------------------------------
+REMOTES = ("http", "s3")
+
+
+@dataclass
+class RemoteSource:
+    """Where the remote contenders read from: an fsspec URL and its storage options."""
+
+    kind: str
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+    describe: str = ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def moto_server(timeout_s: float = 60.0) -> Iterator[str]:
+    """moto's S3 server in a process of its own (not a thread of the benchmark, whose readers
+    would then compete with it for the GIL); yields its endpoint URL."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                urllib.request.urlopen(endpoint + "/moto-api/", timeout=5).close()
+                break
+            except (urllib.error.URLError, OSError):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not start on {endpoint}") from None
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+S3_CREDENTIALS = {"key": "bench", "secret": "bench", "client_kwargs": {"region_name": "us-east-1"}}
+
+
+def upload_tree(endpoint: str, root: Path, bucket: str, prefix: str, workers: int = 8) -> int:
+    """Put every file under `root` into s3://bucket/prefix/ (what the S3 contenders read)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_CREDENTIALS["key"],
+        aws_secret_access_key=S3_CREDENTIALS["secret"],
+        region_name="us-east-1",
+    )
+    s3.create_bucket(Bucket=bucket)
+    files = [p for p in root.rglob("*") if p.is_file()]
+    with ThreadPoolExecutor(workers) as pool:
+        list(
+            pool.map(
+                lambda p: s3.put_object(
+                    Bucket=bucket, Key=f"{prefix}/{p.relative_to(root).as_posix()}", Body=p.read_bytes()
+                ),
+                files,
+            )
+        )
+    return len(files)
+
+
+@contextmanager
+def remote_source(kind: str, root: Path, latency_s: float) -> Iterator[RemoteSource]:
+    """The files under `root` served on loopback with `latency_s` added to every request."""
+    if kind == "http":
+        with DataServer(root, latency_s=latency_s) as srv:
+            yield RemoteSource("http", srv.url, {}, f"sluice's HTTP file server {srv.url}")
+    elif kind == "s3":
+        with moto_server() as endpoint:
+            n = upload_tree(endpoint, root, "bench", "sub")
+            with ShapingProxy(endpoint, latency_s=latency_s) as proxy:
+                yield RemoteSource(
+                    "s3",
+                    "s3://bench/sub",
+                    {"endpoint_url": proxy.url, **S3_CREDENTIALS},
+                    f"moto S3 server {endpoint} ({n} objects) behind the shaping proxy {proxy.url}",
+                )
+    else:
+        raise ValueError(f"remote: unknown remote {kind!r}; choose one of {', '.join(REMOTES)}")
+
+
 # -- helpers --------------------------------------------------------------------------------
 def read_plain(path: str, size: int) -> bytes:
     fd = os.open(path, os.O_RDONLY)
@@ -125,7 +235,9 @@ def cache_at(work: Path, tag: str, memory_bytes: int = 8 * 1024 * MB) -> NodeCac
 
 
 # -- 1 and 2: warm cache vs tmpfs, vs remote -----------------------------------------------
-def scenario_warm(work: Path, small: Path, large: Path, remote_url: str, remote_n: int, workers: int) -> list[Row]:
+def scenario_warm(
+    work: Path, small: Path, large: Path, remote_src: RemoteSource, remote_n: int, workers: int
+) -> list[Row]:
     rows: list[Row] = []
     cache = cache_at(work, "warm")
     for label, src in (("small files", small), ("large files", large)):
@@ -162,7 +274,7 @@ def scenario_warm(work: Path, small: Path, large: Path, remote_url: str, remote_
     cd = cache.open("small-files", str(small))
     n = min(remote_n, len(cd))
     order = list(range(n))
-    remote = Source(remote_url)
+    remote = Source(remote_src.url, remote_src.options)
     keys, sizes = cd.keys, cd.sizes
     nbytes = sum(sizes[:n])
 
@@ -176,7 +288,7 @@ def scenario_warm(work: Path, small: Path, large: Path, remote_url: str, remote_
         Row(
             f"2 warm cache vs remote ({n} small files)",
             "node cache (warm)",
-            f"remote, {workers} parallel requests",
+            f"remote ({remote_src.kind}), {workers} parallel requests",
             nbytes / t_cache / MB,
             nbytes / t_remote / MB,
             "MiB/s",
@@ -187,15 +299,22 @@ def scenario_warm(work: Path, small: Path, large: Path, remote_url: str, remote_
 
 
 # -- 3: merged vs unmerged, cold, from the remote ------------------------------------------
-def scenario_merge(work: Path, sub: Path, remote_url: str, block_bytes: int) -> tuple[list[Row], str]:
-    prep = cache_at(work, "merge-prep")
-    local = prep.open("sub-local", str(sub))
+def publish_blocks(work: Path, sub: Path, block_bytes: int) -> tuple[Layout, int, int]:
+    """Merge the remote subset into blocks next to its files — what online merging leaves next
+    to a writable source — before the remote serves it. Returns (layout, files, bytes)."""
+    local = cache_at(work, "merge-prep").open("sub-local", str(sub))
     lay = local.layout(block_bytes)
-    local.publish_blocks(lay)  # what online merging leaves next to a writable source
-    n, total = len(local), local.manifest.total_bytes
+    local.publish_blocks(lay)
+    return lay, len(local), local.manifest.total_bytes
+
+
+def scenario_merge(
+    work: Path, remote: RemoteSource, block_bytes: int, published: tuple[Layout, int, int]
+) -> tuple[list[Row], str]:
+    lay, n, total = published
 
     def cold(tag: str, merge: str | int) -> tuple[float, Reader]:
-        cd = cache_at(work, f"merge-{tag}").open("sub", remote_url)
+        cd = cache_at(work, f"merge-{tag}").open("sub", remote.url, remote.options)
         reader = Reader(cd, merge=merge, probe_items=128)
         t = timed(lambda: sum(1 for _ in reader.epoch(seed=1)))
         return t, reader
@@ -205,7 +324,7 @@ def scenario_merge(work: Path, sub: Path, remote_url: str, block_bytes: int) -> 
     t_auto, auto = cold("auto", "auto")
     rows = [
         Row(
-            f"3 merged vs unmerged, cold from remote ({n} files, {lay.count} blocks)",
+            f"3 merged vs unmerged, cold from remote ({remote.kind}, {n} files, {lay.count} blocks)",
             f"merged {block_bytes // MB} MiB blocks",
             "one request per file",
             total / t_merged / MB,
@@ -214,7 +333,7 @@ def scenario_merge(work: Path, sub: Path, remote_url: str, block_bytes: int) -> 
             ">= 2x",
         ),
         Row(
-            f"3 merged vs unmerged, cold from remote ({n} files, {lay.count} blocks)",
+            f"3 merged vs unmerged, cold from remote ({remote.kind}, {n} files, {lay.count} blocks)",
             "auto (probe, then decide)",
             "one request per file",
             total / t_auto / MB,
@@ -227,37 +346,66 @@ def scenario_merge(work: Path, sub: Path, remote_url: str, block_bytes: int) -> 
 
 
 # -- 4: two jobs on one node ------------------------------------------------------------------
-def _job(mode: str, url: str, work: str, seed: int, workers: int, ready: Any, start: Any, done: Any) -> None:
+def epoch_order(n: int, job: int, epoch: int) -> list[int]:
+    """The order one job reads the dataset in one epoch: its own shuffle, new every epoch."""
+    order = list(range(n))
+    random.Random(job * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def _job(
+    mode: str,
+    url: str,
+    opts: dict[str, Any],
+    work: str,
+    job: int,
+    epochs: int,
+    workers: int,
+    ready: Any,
+    start: Any,
+    done: Any,
+) -> None:
     """One 'job' process: gets ready (imports, manifest), waits for the common start, reads the
-    whole dataset once, and reports the wall-clock time it finished."""
+    whole dataset `epochs` times, each epoch in its own shuffled order, with `workers` reads in
+    flight, and reports the wall-clock time it finished.
+
+    Both modes run this same loop; the only difference is what one read is: `cache` reads
+    through the node cache the two jobs share (a miss fetches from the remote in the reading
+    thread, once per node), `nocache` fetches from the remote every time."""
     if mode == "cache":
         cache = NodeCache(disk_dir=Path(work) / "disk-two", memory_dir=Path(work) / "mem-two")
-        reader = Reader(cache.open("two", url), merge="off")
-        ready.put(1)
-        start.wait()
-        for _ in reader.epoch(seed=seed):
-            pass
+        cd = cache.open("two", url, opts)
+        n, read = len(cd), cd.read
     else:
-        src = Source(url)
+        src = Source(url, opts)
         manifest = src.list()
-        order = list(range(len(manifest)))
-        random.Random(seed).shuffle(order)
-        ready.put(1)
-        start.wait()
-        with ThreadPoolExecutor(workers) as pool:
-            for _ in pool.map(lambda i: src.fetch(manifest.keys[i], manifest.sizes[i]), order):
+        keys, sizes = manifest.keys, manifest.sizes
+        n = len(manifest)
+
+        def read(i: int) -> bytes:
+            return src.fetch(keys[i], sizes[i])
+
+    ready.put(1)
+    start.wait()
+    with ThreadPoolExecutor(workers) as pool:
+        for e in range(epochs):
+            for _ in pool.map(read, epoch_order(n, job, e)):
                 pass
     done.put(time.time())
 
 
-def scenario_two_jobs(work: Path, remote_url: str, workers: int) -> list[Row]:
+def scenario_two_jobs(work: Path, remote: RemoteSource, workers: int, epochs: int) -> list[Row]:
     NodeCache(disk_dir=work / "disk-two", memory_dir=work / "mem-two", memory_bytes=8 * 1024 * MB)
     ctx = mp.get_context("spawn")
     out = {}
     for mode in ("nocache", "cache"):
         ready, done, start = ctx.Queue(), ctx.Queue(), ctx.Event()
         procs = [
-            ctx.Process(target=_job, args=(mode, remote_url, str(work), s, workers, ready, start, done)) for s in (1, 2)
+            ctx.Process(
+                target=_job,
+                args=(mode, remote.url, remote.options, str(work), job, epochs, workers, ready, start, done),
+            )
+            for job in (1, 2)
         ]
         for p in procs:
             p.start()
@@ -265,15 +413,15 @@ def scenario_two_jobs(work: Path, remote_url: str, workers: int) -> list[Row]:
             ready.get(timeout=300)
         t0 = time.time()
         start.set()
-        finished = [done.get(timeout=1800) for _ in procs]
+        finished = [done.get(timeout=3600) for _ in procs]
         for p in procs:
             p.join(60)
         out[mode] = max(finished) - t0
     return [
         Row(
-            "4 two jobs, one node, same dataset (wall time, both jobs)",
+            f"4 two jobs, one node, same dataset, {epochs} epochs each, own shuffle (wall time, both jobs)",
             "shared node cache",
-            "no cache (each job fetches)",
+            f"no cache (each job fetches, {workers} in flight)",
             out["cache"],
             out["nocache"],
             "s",
@@ -520,7 +668,13 @@ def run(
     sim_jobs: int = 400,
     scenarios: str = "1,2,3,4,5,6",
     out: Path | None = None,
+    two_jobs_epochs: int = 3,
+    remote: str = "http",
 ) -> list[Row]:
+    if remote not in REMOTES:
+        raise ValueError(f"remote: unknown remote {remote!r}; choose one of {', '.join(REMOTES)}")
+    if two_jobs_epochs < 1:
+        raise ValueError(f"two_jobs_epochs: must be at least 1, got {two_jobs_epochs}")
     want = {s.strip() for s in scenarios.split(",")}
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     work = Path(tempfile.mkdtemp(prefix="sluice-bench-data-", dir=base))
@@ -534,19 +688,20 @@ def run(
             make_small_files(small, files)
             make_large_files(large, large_files, large_mb * MB)
             subset(small, sub, remote_files)
-        with DataServer(sub, latency_s=latency_ms / 1000) as srv:
-            console.print(f"remote source: {srv.url} ({latency_ms:g} ms per request), {remote_files} files")
+        published = publish_blocks(work, sub, block_mb * MB) if "3" in want else None
+        with remote_source(remote, sub, latency_ms / 1000) as src:
+            console.print(f"remote source: {src.describe} ({latency_ms:g} ms per request), {remote_files} files")
             if want & {"1", "2"}:
                 with console.status("1-2 warm cache vs tmpfs and vs remote"):
-                    rows += scenario_warm(work, small, large, srv.url, remote_files, workers)
-            if "3" in want:
+                    rows += scenario_warm(work, small, large, src, remote_files, workers)
+            if published is not None:
                 with console.status("3 merged vs unmerged, cold"):
-                    r3, reason = scenario_merge(work, sub, srv.url, block_mb * MB)
+                    r3, reason = scenario_merge(work, src, block_mb * MB, published)
                     rows += r3
                     notes.append(f"auto merging: {reason or 'still probing when the epoch ended'}")
             if "4" in want:
-                with console.status("4 two jobs on one node"):
-                    rows += scenario_two_jobs(work, srv.url, workers)
+                with console.status(f"4 two jobs on one node, {two_jobs_epochs} epochs each"):
+                    rows += scenario_two_jobs(work, src, workers, two_jobs_epochs)
         if "5" in want:
             with console.status("5 compute-bound job"):
                 rows += scenario_compute_bound(work, small, 4096)

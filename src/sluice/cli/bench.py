@@ -38,12 +38,22 @@ def data(
     large_mb: Annotated[int, typer.Option(help="Size of each large file (MiB).")] = 64,
     scenarios: Annotated[str, typer.Option(help="Which scenarios to run (1-6, comma-separated).")] = "1,2,3,4,5,6",
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+    two_jobs_epochs: Annotated[
+        int, typer.Option(min=1, help="Scenario 4: epochs each of the two jobs reads, in its own order.")
+    ] = 3,
+    remote: Annotated[
+        str, typer.Option(help="Remote source: http (sluice's file server) or s3 (moto behind a shaping proxy).")
+    ] = "http",
 ) -> None:
     """The data path vs its baselines: warm cache vs tmpfs and vs remote, merged vs unmerged,
     two jobs sharing a cache, a compute-bound job's overhead, and data-aware placement (sim)."""
     from sluice.bench import data as bench_data
 
+    if remote not in bench_data.REMOTES:
+        raise typer.BadParameter(f"{remote!r} is not one of: {', '.join(bench_data.REMOTES)}", param_hint="--remote")
     bench_data.run(
+        two_jobs_epochs=two_jobs_epochs,
+        remote=remote,
         files=files,
         remote_files=remote_files,
         latency_ms=latency_ms,

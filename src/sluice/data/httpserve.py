@@ -18,9 +18,12 @@ from pathlib import Path
 from aiohttp import web
 
 from sluice.data.errors import UnsafePath
+from sluice.data.loopback import LoopbackServer, Shaping, one_chunk
 
 
-class DataServer:
+class DataServer(LoopbackServer):
+    thread_name = "sluice-dataserver"
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -28,21 +31,15 @@ class DataServer:
         bandwidth_bps: float | None = None,
         host: str = "127.0.0.1",
     ) -> None:
+        super().__init__(host)
         self.root = Path(root).resolve()
-        self.latency_s = latency_s
-        self.bandwidth_bps = bandwidth_bps
-        self.host = host
-        self.port = 0
+        self.shaping = Shaping(latency_s, bandwidth_bps)
         self.requests: Counter[str] = Counter()
         self._faults: dict[str, list[int]] = {}
         self._mu = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def routes(self, app: web.Application) -> None:
+        app.router.add_route("GET", "/{tail:.*}", self._handle)
 
     def cut_after(self, rel_path: str, after_bytes: int, times: int = 1) -> None:
         """The next `times` GETs of `rel_path` send `after_bytes` of the body, then drop the connection."""
@@ -60,8 +57,7 @@ class DataServer:
         if request.method == "GET":
             with self._mu:
                 self.requests[rel] += 1
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+        await self.shaping.delay()
         try:
             path = self._resolve(rel)
         except UnsafePath:
@@ -93,57 +89,15 @@ class DataServer:
                 if request.transport is not None:
                     request.transport.close()
                 return resp
-            chunk = 256 * 1024
-            for off in range(0, len(data), chunk):
-                part = data[off : off + chunk]
-                await resp.write(part)
-                if self.bandwidth_bps:
-                    await asyncio.sleep(len(part) / self.bandwidth_bps)
+            await self.shaping.send(resp, one_chunk(data))
             await resp.write_eof()
         except ConnectionError:
             pass  # the client went away (a cancelled prefetch); nothing to report
         return resp
 
     def start(self) -> DataServer:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_route("GET", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None)
-            try:
-                loop.run_until_complete(self._runner.setup())
-                site = web.TCPSite(self._runner, self.host, 0, backlog=1024)
-                loop.run_until_complete(site.start())
-                server = site._server
-                assert server is not None
-                self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-            except BaseException as err:
-                errors.append(err)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="sluice-dataserver", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        if errors:
-            raise errors[0]
+        super().start()
         return self
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-        self._loop = None
-        self._thread = None
 
     def __enter__(self) -> DataServer:
         return self.start()
