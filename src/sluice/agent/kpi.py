@@ -10,6 +10,7 @@ machine-wide (virtual nodes share them, as containers on one host do).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections import deque
@@ -49,9 +50,19 @@ def _gpu_reader() -> Callable[[], dict[str, float]] | None:
     return read
 
 
+def per_job_throughput(steps_ps: float, jobs: int) -> float:
+    """log(1 + steps/s per running job): the node's job throughput in a form the detector can
+    model across job mixes. Raw steps/s jumps by orders of magnitude when the scheduler starts
+    a fast job (an MLP) next to a slow one (a CNN) — a change the control plane made, not a
+    sick node — while a hog that halves every job's speed moves the log by the same amount
+    whatever the mix. No job: 0."""
+    return math.log1p(max(steps_ps, 0.0) / jobs) if jobs > 0 else 0.0
+
+
 class KpiSampler:
     """`sample()` returns one dict of KPIs (rates are per second since the previous sample;
-    the first sample's rates are 0) and appends it to `window` (the newest `window_size`)."""
+    the first sample's rates are 0) and appends it to `window` (the newest `window_size`).
+    `sample(jobs=n)` also reports `jobs` and the per-job throughput `job_steps_log_per_job`."""
 
     def __init__(
         self,
@@ -142,6 +153,7 @@ class KpiSampler:
         values["job_steps_ps"] = self._steps / dt
         if jobs is not None:
             values["jobs"] = float(jobs)
+            values["job_steps_log_per_job"] = per_job_throughput(self._steps / dt, jobs)
         if self._gpu is not None:
             values.update(self._gpu())
         self._steps = 0

@@ -384,8 +384,7 @@ class NodeAgent:
                     self._kpis = KpiSampler(self.cpus)
                 else:
                     self._kpis.observe(events)
-                    values = self._kpis.sample()
-                    values["jobs"] = float(len(self._watched))
+                    values = self._kpis.sample(jobs=len(self._watched))
                     events.append(NodeKPIs(self.name, now, values))
             cache = self._cache.poll(now, events)
             if cache is not None:

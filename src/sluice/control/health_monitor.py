@@ -9,6 +9,18 @@ unschedulable when Cordoned and moves its jobs off through checkpoints.
 
 Runs as a controller observer (called each reconcile round with that round's events), so
 it adds no thread of its own except, optionally, the one fitting a node's model.
+
+Two things keep it from crying wolf on a busy cluster (issue 5: false cordons of a healthy
+node under the demo workload):
+- **Scheduling changes are known, not anomalies.** Each round the monitor compares what the
+  controller has placed on every node (jobs and their CPU limits) with the last round, and
+  sees the agents' job start/exit/checkpoint events. After such a change the node's alarms
+  are *held* for `change_grace_s`: scored and shown, but not counted towards Suspect or
+  Cordoned. A fault that outlasts the grace is still caught when it ends.
+- **It keeps learning.** A node's first model is fitted on a few minutes of samples, which
+  rarely show every job mix the scheduler will make. While the node is Healthy its samples
+  are kept (up to `history_samples`), and the model is refitted on the longer history each
+  time it has grown by `retrain_growth`, then as a sliding window.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from sluice.health.attribution import describe
 from sluice.health.detector import DetectorConfig, FlowDetector
 from sluice.health.spot import Spot
 from sluice.health.state import HealthRules, NodeHealthMachine, Transition
-from sluice.model import Event, NodeHealth, NodeKPIs
+from sluice.model import Event, JobCheckpointed, JobExited, JobStarted, NodeHealth, NodeKPIs
 
 log = logging.getLogger("sluice.health")
 
@@ -67,6 +79,11 @@ MACHINE_WIDE: tuple[str, ...] = (
 )
 """KPIs of the whole machine rather than of one (virtual) node's cores and jobs."""
 
+NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
+"""Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
+the scheduler (an MLP makes 100x the steps of a CNN), not by the node's health. The agent's
+`job_steps_log_per_job` carries the throughput signal in a mix-independent form."""
+
 
 @dataclass
 class MonitorConfig:
@@ -85,6 +102,20 @@ class MonitorConfig:
     models_dir: Path | None = None
     background: bool = True
     top_n: int = 3
+    change_grace_s: float = 20.0
+    """Seconds after a scheduling change on a node (a job placed, stopped, moved or resized
+    there; a checkpoint written) during which its alarms are held: its KPIs move because
+    the control plane moved them. A real fault still alarms once the grace ends."""
+    resize_min_cores: float = 0.25
+    """A change of the node's total job CPU limit counts as a scheduling change from this
+    many cores on (cores); smaller trims do not move the node's KPIs."""
+    retrain_growth: float = 2.0
+    """Refit a node's model when its healthy history has grown to this multiple of what the
+    current model learned from (2.0: at 2x, 4x, ... the first training samples); once
+    `history_samples` is reached, after that many new samples again (a sliding window).
+    0 = never refit."""
+    history_samples: int = 1800
+    """Healthy samples kept per node for refits (samples; 1800 = 30 min at 1 Hz)."""
     max_cordoned_fraction: float = 0.5
     """At most this share of the nodes may be cordoned by the detector at once (as the
     Kubernetes node controller stops evicting when a whole zone looks unhealthy): when many
@@ -100,6 +131,18 @@ class NodeTrack:
     machine: NodeHealthMachine
     keys: list[str] | None = None
     rows: deque[np.ndarray] = field(default_factory=deque)
+    """The newest samples (enough for one scoring window)."""
+    healthy: deque[np.ndarray] = field(default_factory=deque)
+    """Samples seen while the node was Healthy: what its model learns from."""
+    fresh: int = 0
+    """Healthy samples added since the current model's data was taken."""
+    trained_on: int = 0
+    """Samples the current model learned from (0: none yet, or a loaded model)."""
+    fits: int = 0
+    changed_at: float | None = None
+    """Time of the last scheduling change on the node (the grace starts there)."""
+    held: int = 0
+    """Alarms held because a scheduling change explains them."""
     detector: FlowDetector | None = None
     spot: Spot | None = None
     training: threading.Thread | None = None
@@ -125,6 +168,7 @@ class HealthMonitor:
         self.nodes: dict[str, NodeTrack] = {}
         self.transitions: list[Transition] = []
         self._lock = threading.Lock()
+        self._placed: dict[str, tuple[frozenset[str], float]] = {}
         for node, (health, reason, by) in (saved or {}).items():
             m = self._track(node).machine
             m.state, m.reason, m.cordoned_by = health, reason, by
@@ -141,6 +185,12 @@ class HealthMonitor:
 
     def __call__(self, controller: Any, events: Sequence[Event]) -> None:
         nodes = getattr(controller, "nodes", {})
+        kpi_times = [e.time for e in events if isinstance(e, NodeKPIs)]
+        clock = getattr(getattr(controller, "engine", None), "clock", None)
+        now = max(kpi_times) if kpi_times else (float(clock()) if callable(clock) else None)
+        if now is not None:
+            for node, why in self._scheduling_changes(controller, events).items():
+                self.note_change(node, now, why)
         last = None
         for e in events:
             if isinstance(e, NodeKPIs):
@@ -150,12 +200,61 @@ class HealthMonitor:
         if last is not None:
             self._settle(last)
 
+    # ------------------------------------------------------------------ scheduling changes
+    def note_change(self, node: str, time: float, why: str = "") -> None:
+        """The control plane changed what runs on `node` at `time`: hold its alarms for
+        `change_grace_s` (callers without a Controller, and tests, call this directly)."""
+        tr = self._track(node)
+        tr.changed_at = time if tr.changed_at is None else max(tr.changed_at, time)
+        log.debug("node %s: scheduling change (%s); alarms held for %gs", node, why, self.config.change_grace_s)
+
+    def in_grace(self, node: str, time: float) -> bool:
+        tr = self.nodes.get(node)
+        return tr is not None and tr.changed_at is not None and time - tr.changed_at < self.config.change_grace_s
+
+    def _scheduling_changes(self, controller: Any, events: Sequence[Event]) -> dict[str, str]:
+        """Nodes whose placement changed since the last round (jobs and total CPU limit, from
+        the controller's records) or whose jobs started, exited or checkpointed (events)."""
+        jobs: Mapping[str, Any] = getattr(controller, "jobs", {})
+        placed: dict[str, tuple[set[str], float]] = {}
+        for jid in list(getattr(controller, "active_ids", ())):
+            job = jobs.get(jid)
+            alloc = getattr(job, "allocation", None)
+            if job is None or alloc is None or not job.phase.active:
+                continue
+            for a in alloc.assignments:
+                ids, cores = placed.setdefault(a.node, (set(), 0.0))
+                limit = a.cpu_limit if a.cpu_limit is not None else a.cpu_request
+                placed[a.node] = (ids | {f"{jid}.{job.attempt}"}, cores + float(limit))
+        changed: dict[str, str] = {}
+        for node in set(placed) | set(self._placed):
+            ids, cores = placed.get(node, (set(), 0.0))
+            old_ids, old_cores = self._placed.get(node, (frozenset(), 0.0))
+            if ids != old_ids:
+                changed[node] = "jobs placed or removed"
+            elif abs(cores - old_cores) >= self.config.resize_min_cores:
+                changed[node] = f"CPU limits {old_cores:.2f} -> {cores:.2f} cores"
+        self._placed = {n: (frozenset(i), c) for n, (i, c) in placed.items()}
+        for e in events:
+            if isinstance(e, JobStarted):
+                changed.setdefault(e.node, "job started")
+            elif isinstance(e, JobExited | JobCheckpointed):
+                alloc = getattr(jobs.get(e.job_id), "allocation", None)
+                for node in alloc.nodes if alloc is not None else ():
+                    changed.setdefault(node, "job exited" if isinstance(e, JobExited) else "checkpoint")
+        return changed
+
     # ------------------------------------------------------------------ per sample
     def _track(self, node: str) -> NodeTrack:
         tr = self.nodes.get(node)
         if tr is None:
-            keep = max(self.config.train_samples, self.config.detector.history + self.config.detector.target) + 1
-            tr = NodeTrack(NodeHealthMachine(node, self.config.rules), rows=deque(maxlen=keep))
+            cfg = self.config
+            keep = max(cfg.train_samples, cfg.detector.history + cfg.detector.target + cfg.detector.smooth) + 1
+            tr = NodeTrack(
+                NodeHealthMachine(node, cfg.rules),
+                rows=deque(maxlen=keep),
+                healthy=deque(maxlen=max(cfg.history_samples, cfg.train_samples)),
+            )
             self.nodes[node] = tr
             self._load(node, tr)
         return tr
@@ -168,13 +267,14 @@ class HealthMonitor:
         tr = self._track(e.node)
         self._sync(tr, current, e.time)
         if tr.keys is None:
-            tr.keys = sorted(k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in self.config.ignore))
-        tr.rows.append(np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32))
+            skip = (*NOT_MODELLED, *self.config.ignore)
+            tr.keys = sorted(k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in skip))
+        row = np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32)
+        tr.rows.append(row)
+        self._learn(e.node, tr, row)
         with self._lock:
             det, spot = tr.detector, tr.spot
-        if det is None or spot is None:
-            if tr.training is None and len(tr.rows) >= self.config.train_samples:
-                self._fit(e.node, tr)
+        if det is None or spot is None or len(tr.rows) < det.config.history + det.config.target:
             return None
         need = det.config.history + det.config.target + det.config.smooth - 1
         window = np.stack(list(tr.rows)[-need:])
@@ -182,6 +282,9 @@ class HealthMonitor:
         tr.last_score, tr.scored = score, tr.scored + 1
         alarm = spot.step(score)
         why = ""
+        if alarm and self.in_grace(e.node, e.time):
+            tr.held += 1
+            alarm = False  # explained by the scheduling change: scored, not counted
         if alarm:
             tr.alarms += 1
             tr.severity.append(score / max(abs(spot.threshold), 1e-9))
@@ -223,6 +326,8 @@ class HealthMonitor:
 
     def _apply(self, t: Transition) -> None:
         self.transitions.append(t)
+        if t.old == NodeHealth.HEALTHY and t.new != NodeHealth.HEALTHY and t.node in self.nodes:
+            self._leave_healthy(self.nodes[t.node])
         log.info("node %s: %s -> %s (%s)", t.node, t.old, t.new, t.reason)
         try:
             self.target.set_node_health(t.node, t.new, t.reason, by="detector")
@@ -230,19 +335,52 @@ class HealthMonitor:
             log.warning("node %s is unknown to the controller; health %s not applied", t.node, t.new)
 
     # ------------------------------------------------------------------ models
+    def _learn(self, node: str, tr: NodeTrack, row: np.ndarray) -> None:
+        """Keep healthy samples and (re)fit the node's model when it is due."""
+        if tr.machine.state != NodeHealth.HEALTHY:
+            return
+        tr.healthy.append(row)
+        tr.fresh += 1
+        if tr.training is not None and tr.training.is_alive():
+            return
+        cfg = self.config
+        if tr.detector is None:
+            due = len(tr.healthy) >= cfg.train_samples
+        elif cfg.retrain_growth <= 0:
+            due = False
+        else:
+            # Loaded models start the count from the samples seen since (trained_on = 0).
+            base = max(tr.trained_on, cfg.train_samples)
+            due = tr.fresh >= min(base * (cfg.retrain_growth - 1.0), cfg.history_samples)
+        if due:
+            self._fit(node, tr)
+
+    def _leave_healthy(self, tr: NodeTrack) -> None:
+        """The samples that led up to an alarm are not healthy history: drop them."""
+        drop = min(int(self.config.rules.cordon_window_s) + self.config.detector.smooth, len(tr.healthy))
+        for _ in range(drop):
+            tr.healthy.pop()
+        tr.fresh = max(0, tr.fresh - drop)
+
     def _fit(self, node: str, tr: NodeTrack) -> None:
-        data = np.stack(list(tr.rows))
+        data = np.stack(list(tr.healthy))
         keys = list(tr.keys or [])
+        tr.fresh = 0
 
         def work() -> None:
             det = FlowDetector(self.config.detector)
-            det.fit(data, keys)
+            try:
+                det.fit(data, keys)
+            except Exception:  # a refit that fails keeps the model that works
+                log.exception("node %s: fitting on %d samples failed", node, len(data))
+                return
             spot = _spot(self.config.q, det.calibration)
             if self.config.models_dir is not None:
                 self.config.models_dir.mkdir(parents=True, exist_ok=True)
                 det.save(self.config.models_dir / f"{node}.pt")
             with self._lock:
-                tr.detector, tr.spot = det, spot
+                tr.detector, tr.spot, tr.trained_on = det, spot, len(data)
+                tr.fits += 1
             log.info("node %s: model fitted on %d samples, threshold %.2f", node, len(data), spot.threshold)
 
         if self.config.background:
@@ -250,7 +388,6 @@ class HealthMonitor:
             thread.start()  # started before it is published, so wait_ready() never joins an unstarted thread
             tr.training = thread
         else:
-            tr.training = threading.current_thread()
             work()
 
     def _load(self, node: str, tr: NodeTrack) -> None:
@@ -270,7 +407,7 @@ class HealthMonitor:
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait for every node's model fitting to finish (tests, `sluice demo`)."""
         for tr in self.nodes.values():
-            if tr.training is not None and tr.training is not threading.current_thread():
+            if tr.training is not None:
                 tr.training.join(timeout)
         return all(tr.detector is not None for tr in self.nodes.values())
 
@@ -285,7 +422,10 @@ class HealthMonitor:
                 "score": tr.last_score,
                 "threshold": tr.spot.threshold if tr.spot else float("nan"),
                 "alarms": tr.alarms,
+                "held": tr.held,
                 "scored": tr.scored,
+                "fits": tr.fits,
+                "trained_on": tr.trained_on,
             }
             for n, tr in self.nodes.items()
         }
