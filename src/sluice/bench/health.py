@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sluice.control.health_monitor import HealthMonitor
 from sluice.health.detector import DetectorConfig
 from sluice.health.evaluation import average, contenders, evaluate_entity, load_folder
 
@@ -60,39 +61,88 @@ def run(folder: Path, entities: list[str] | None = None, out: Path | None = None
 def false_alarms(minutes: float, train_samples: int = 120, virtual_nodes: int = 2, home: Path | None = None) -> int:
     """Run the demo's mixed workload back to back for `minutes` on the local engine with the
     health monitor on (no fault injected) and count the cordons it makes: each is a false
-    alarm. Prints every health transition with its reason."""
+    alarm. Prints every health transition as it happens and, however the run ends (time up
+    mid-round, a failed round, Ctrl-C), the counts of cordons and Suspect episodes with
+    their reasons. Returns the number of cordons."""
     import tempfile
     import time
 
     from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
-    from sluice.model import NodeHealth
+    from sluice.control.health_monitor import HealthMonitor
 
     console = Console()
     where = home or Path(tempfile.mkdtemp(prefix="sluice-health-fa-"))
-    end = time.monotonic() + 60 * minutes
+    t0 = time.monotonic()
+    end = t0 + 60 * minutes
     rounds = 0
-    with embedded_plane(
-        where, "flowcon", health_enabled=True, health_train_samples=train_samples, virtual_nodes=virtual_nodes
-    ) as plane:
-        mon = getattr(plane, "health", None)
-        if mon is None:  # a control plane that does not wire the monitor from settings
-            from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+    mon: HealthMonitor | None = None
+    shown = 0
 
-            ignore = ("jobs", *MACHINE_WIDE) if virtual_nodes > 1 else ("jobs",)
-            mon = HealthMonitor.attach(plane.controller, MonitorConfig(train_samples=train_samples, ignore=ignore))
-        while time.monotonic() < end:
-            try:
-                run_workload(plane, mixed_workload(10.0, 0.5), timeout_s=max(60.0, end - time.monotonic()))
-            except TimeoutError:
-                break  # the run's time is up mid-round; what counts is the cordons so far
-            rounds += 1
-        transitions = list(getattr(mon, "transitions", []))
-        status = mon.status()
-    for t in transitions:
-        console.print(f"{t.node}: {t.old} -> {t.new}: {t.reason}")
-    cordons = sum(1 for t in transitions if t.new == NodeHealth.CORDONED)
-    console.print(f"fault-free run: {minutes:g} min, {rounds} workload round(s), {virtual_nodes} virtual nodes")
-    for node, st in status.items():
-        console.print(f"  {node}: {st['health']}, scored {st['scored']} samples, {st['alarms']} alarms")
-    console.print(f"cordons (false alarms): {cordons}")
-    return cordons
+    def show_new(*_: object) -> None:
+        nonlocal shown
+        for t in mon.transitions[shown:] if mon is not None else []:
+            console.print(f"[{time.monotonic() - t0:6.0f}s] {t.node}: {t.old} -> {t.new}: {t.reason}")
+            shown += 1
+
+    try:
+        with embedded_plane(
+            where, "flowcon", health_enabled=True, health_train_samples=train_samples, virtual_nodes=virtual_nodes
+        ) as plane:
+            mon = (
+                plane.health
+                if isinstance(plane.health, HealthMonitor)
+                else _attach(plane, train_samples, virtual_nodes)
+            )
+            while time.monotonic() < end:
+                try:
+                    run_workload(
+                        plane,
+                        mixed_workload(10.0, 0.5),
+                        timeout_s=max(60.0, end - time.monotonic()),
+                        on_tick=show_new,
+                        tick_s=1.0,
+                    )
+                except TimeoutError:
+                    break  # the run's time is up mid-round; what counts is the alarms so far
+                except Exception as err:  # report what was seen rather than lose the run
+                    console.print(f"workload round {rounds + 1} failed: {err!r}; stopping the run")
+                    break
+                rounds += 1
+    finally:
+        show_new()
+        if mon is not None:
+            _summary(console, mon, (time.monotonic() - t0) / 60.0, rounds, virtual_nodes)
+    return _cordons(mon)
+
+
+def _attach(plane: object, train_samples: int, virtual_nodes: int) -> HealthMonitor:
+    """For a control plane that does not wire the monitor from settings."""
+    from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+
+    ignore = ("jobs", *MACHINE_WIDE) if virtual_nodes > 1 else ("jobs",)
+    return HealthMonitor.attach(plane.controller, MonitorConfig(train_samples=train_samples, ignore=ignore))  # type: ignore[attr-defined]
+
+
+def _cordons(mon: HealthMonitor | None) -> int:
+    from sluice.model import NodeHealth
+
+    return 0 if mon is None else sum(1 for t in mon.transitions if t.new == NodeHealth.CORDONED)
+
+
+def _summary(console: Console, mon: HealthMonitor, minutes: float, rounds: int, virtual_nodes: int) -> None:
+    import time
+
+    from sluice.model import NodeHealth
+
+    suspects = [t for t in mon.transitions if t.new == NodeHealth.SUSPECT]
+    cordons = [t for t in mon.transitions if t.new == NodeHealth.CORDONED]
+    console.print(f"fault-free run: {minutes:.1f} min, {rounds} workload round(s), {virtual_nodes} virtual nodes")
+    for node, st in mon.status().items():
+        console.print(
+            f"  {node}: {st['health']}, scored {st['scored']} samples, {st['alarms']} alarms counted, "
+            f"{st['held']} held (scheduling changes), {st['fits']} fits (last on {st['trained_on']} samples)"
+        )
+    for t in (*suspects, *cordons):
+        console.print(f"  {t.new} {t.node} at {time.strftime('%H:%M:%S', time.localtime(t.time))}: {t.reason}")
+    console.print(f"suspect episodes: {len(suspects)}")
+    console.print(f"cordons (false alarms): {len(cordons)}")
