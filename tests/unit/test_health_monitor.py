@@ -5,6 +5,7 @@ scores, keeps hands off an operator's cordon, and reuses a saved model after a r
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from sluice.control.health_monitor import HealthMonitor, MonitorConfig
 from sluice.health.detector import DetectorConfig
 from sluice.health.state import HealthRules
-from sluice.model import NodeHealth, NodeKPIs
+from sluice.model import Allocation, JobCheckpointed, NodeHealth, NodeKPIs, Phase
 
 
 class FakeController:
@@ -131,3 +132,78 @@ def test_when_several_nodes_qualify_in_a_round_the_sickest_is_cordoned() -> None
         mon(ctl, [NodeKPIs("a", float(t), mild), NodeKPIs("b", float(t), sample(rng, t, fault=True))])
     cordoned = [c[0] for c in ctl.calls if c[1] == NodeHealth.CORDONED]
     assert cordoned == ["b"]
+
+
+class FakePlacingController(FakeController):
+    """Also shows the controller's job records (what the monitor diffs each round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[str, SimpleNamespace] = {}
+        self.active_ids: set[str] = set()
+
+    def place(self, job_id: str, node: str, limit: float) -> None:
+        self.jobs[job_id] = SimpleNamespace(
+            phase=Phase.RUNNING, attempt=1, allocation=Allocation.single(node, 0.25, limit)
+        )
+        self.active_ids.add(job_id)
+
+
+def test_scheduling_changes_seen_in_the_controller_records_start_a_grace() -> None:
+    ctl = FakePlacingController()
+    mon = HealthMonitor(ctl, MonitorConfig(train_samples=10_000, change_grace_s=20, resize_min_cores=0.25))
+    rng = np.random.default_rng(6)
+
+    def round_at(t: float, *extra: object) -> None:
+        mon(ctl, [NodeKPIs(n, t, sample(rng, int(t))) for n in ("node-0", "node-1")] + list(extra))  # type: ignore[arg-type]
+
+    round_at(0.0)
+    assert not mon.in_grace("node-1", 0.0)
+    ctl.place("j1", "node-1", 1.0)
+    round_at(100.0)
+    assert mon.in_grace("node-1", 110.0) and not mon.in_grace("node-1", 121.0)
+    assert not mon.in_grace("node-0", 110.0)
+    ctl.place("j1", "node-1", 1.1)  # a small trim is not a change
+    round_at(200.0)
+    assert not mon.in_grace("node-1", 201.0)
+    ctl.place("j1", "node-1", 1.6)  # a resize is
+    round_at(300.0)
+    assert mon.in_grace("node-1", 301.0)
+    round_at(400.0, JobCheckpointed("j1", 1, 400.0, 10, "/ckpt"))  # so is a checkpoint
+    assert mon.in_grace("node-1", 401.0)
+    del ctl.jobs["j1"]
+    ctl.active_ids.clear()
+    round_at(500.0)  # and a job leaving
+    assert mon.in_grace("node-1", 501.0)
+
+
+def test_alarms_during_the_grace_are_held_and_a_fault_that_outlasts_it_is_cordoned() -> None:
+    ctl = FakeController()
+    cfg = config(None)
+    cfg.change_grace_s = 15.0
+    mon = HealthMonitor(ctl, cfg)
+    rng = np.random.default_rng(7)
+    feed(mon, rng, 0, 240)
+    assert mon.wait_ready()
+    mon.note_change("node-1", 300.0, "job started")
+    feed(mon, rng, 300, 15, fault=True)  # the KPIs jump right after the control plane acted
+    assert ctl.calls == [], "a change the control plane made must not make the node Suspect"
+    assert mon.status()["node-1"]["held"] >= 3
+    feed(mon, rng, 315, 10, fault=True)  # still sick after the grace: a real fault
+    assert [c[1] for c in ctl.calls] == [NodeHealth.SUSPECT, NodeHealth.CORDONED]
+
+
+def test_keeps_learning_on_a_longer_healthy_history_but_not_while_suspect() -> None:
+    cfg = config(None)
+    cfg.train_samples, cfg.retrain_growth, cfg.history_samples = 120, 2.0, 400
+    mon = HealthMonitor(FakeController(), cfg)
+    rng = np.random.default_rng(8)
+    feed(mon, rng, 0, 120)
+    assert mon.wait_ready() and mon.status()["node-1"]["trained_on"] == 120
+    feed(mon, rng, 120, 120)  # 2x the first history: refitted on all of it
+    st = mon.status()["node-1"]
+    assert st["fits"] == 2 and st["trained_on"] == 240
+    kept = len(mon.nodes["node-1"].healthy)
+    feed(mon, rng, 240, 5, fault=True)
+    assert mon.nodes["node-1"].machine.state != NodeHealth.HEALTHY
+    assert len(mon.nodes["node-1"].healthy) < kept + 5, "the run-up to an alarm is not healthy history"
