@@ -75,6 +75,25 @@ class Settings(BaseSettings):
     health_q: Annotated[
         float, Field(gt=0, lt=0.5, description="SPOT risk: chance a healthy score passes the threshold. Default 1e-3.")
     ] = 1e-3
+    health_change_grace_s: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="Seconds a node's health alarms are held after the control plane changes what runs there "
+            "(job placed, stopped, moved, resized; checkpoint). Default 20.",
+        ),
+    ] = 20.0
+    health_retrain_growth: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="Refit a node's health model when its healthy history has grown by this factor "
+            "(0 = never). Default 2.",
+        ),
+    ] = 2.0
+    health_history_samples: Annotated[
+        int, Field(ge=20, description="Healthy KPI samples kept per node for refits. Default 1800 (30 min).")
+    ] = 1800
     max_body_bytes: Annotated[int, Field(gt=0, description="Largest API request body in bytes. Default 1 MiB.")] = (
         1024 * 1024
     )

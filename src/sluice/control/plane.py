@@ -88,6 +88,9 @@ class ControlPlane:
         cfg = MonitorConfig(
             train_samples=settings.health_train_samples,
             q=settings.health_q,
+            change_grace_s=settings.health_change_grace_s,
+            retrain_growth=settings.health_retrain_growth,
+            history_samples=settings.health_history_samples,
             ignore=ignore,
             models_dir=settings.home / "health",
         )
