@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -51,6 +52,16 @@ def test_job_throughput_counts_reported_steps() -> None:
     k.observe([JobProgress("j", 1, 0.5, 60)])
     assert k.sample()["job_steps_ps"] > 0
     assert k.sample()["job_steps_ps"] == 0  # counted once
+
+
+def test_job_throughput_per_job_is_logged_so_the_job_mix_does_not_dominate() -> None:
+    k = KpiSampler(CORE, gpus=False)
+    k.observe([JobProgress("fast", 1, 0.0, 0), JobProgress("slow", 1, 0.0, 0)])
+    k.observe([JobProgress("fast", 1, 0.5, 1000), JobProgress("slow", 1, 0.5, 10)])
+    v = k.sample(jobs=2)
+    assert v["jobs"] == 2
+    assert v["job_steps_log_per_job"] == pytest.approx(math.log1p(v["job_steps_ps"] / 2))
+    assert k.sample(jobs=0)["job_steps_log_per_job"] == 0.0
 
 
 def test_cpu_fault_is_pinned_to_the_node_cores_and_killed_on_stop() -> None:
