@@ -111,6 +111,12 @@ def test_dataset_lifecycle_through_the_cli(live, monkeypatch: pytest.MonkeyPatch
         code, out, err = sluice("dataset", "warm", "imgs")
         assert code == 0, err
         assert "100% cached" in out and "fetched 40 files" in out
+        code, out, err = sluice("dataset", "warm", "imgs", "-o", "json")
+        assert code == 0, err
+        [again] = json.loads(out)["nodes"]  # the fake engine has no agents: the plane's node
+        assert again["files_fetched"] == 0 and again["already_cached"] == 40 and again["error"] is None
+        code, _, err = sluice("dataset", "warm", "imgs", "--node", "elsewhere")
+        assert code == 2 and "nodes" in err
         code, out, _ = sluice("dataset", "get", "imgs", "-o", "json")
         assert json.loads(out)["cached_fraction"] == 1.0
         monkeypatch.setenv("SLUICE_TOKEN", tokens["bob"])  # another tenant sees nothing

@@ -53,6 +53,8 @@ from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, write_json_atomic
 from sluice.agent.tail import JsonlTail
+from sluice.data.cache import NodeCache as DatasetCache
+from sluice.data.warm import WarmReport, warm_node
 from sluice.model import (
     Allocation,
     Event,
@@ -175,6 +177,9 @@ class NodeAgent:
         self._next_kpi = 0.0
         self._cache = CacheReporter(name, self.settings.home)
         self._cache.recover()
+        self._warm_cache: DatasetCache | None = None
+        """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
+        self._warm_mu = threading.Lock()
         self._adopt()
 
     # ------------------------------------------------------------------ facts
@@ -496,6 +501,17 @@ class NodeAgent:
     def alive(self) -> dict[str, int]:
         with self._lock:
             return {a.job_id: a.attempt for a in self._watched.values() if a.alive()}
+
+    def warm_dataset(
+        self, name: str, source: str, storage_options: dict[str, Any] | None = None, workers: int = 16
+    ) -> WarmReport:
+        """Fetch a whole dataset into this node's cache (`sluice dataset warm`): runs here
+        because the cache is a folder on this node. Blocks until done; errors are in the report."""
+        with self._warm_mu:
+            if self._warm_cache is None:
+                self._warm_cache = DatasetCache(self._cache.settings)
+            cache = self._warm_cache
+        return warm_node(cache, self.name, name, source, storage_options, workers)
 
     def close(self) -> None:
         """Forget the attempts; their processes keep running for the next agent to adopt."""

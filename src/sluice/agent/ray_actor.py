@@ -26,9 +26,13 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
+from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event, LaunchRequest, NodeInfo
 
 FENCE_INTERVAL_S = 0.2
@@ -70,6 +74,9 @@ class RayNodeAgent:
         self._raylet_pid = os.getppid()
         """Ray starts workers from the raylet: a changed parent means the raylet died."""
         self._fence: subprocess.Popen[bytes] | None = start_fence(self._raylet_pid, os.getpid()) if fence else None
+        self._warms: dict[str, Future[WarmReport]] = {}
+        """Dataset warms under way on this node, by ticket (see warm_start)."""
+        self._warm_pool: ThreadPoolExecutor | None = None
 
     def _node_alive(self) -> bool:
         return os.getppid() == self._raylet_pid
@@ -122,6 +129,34 @@ class RayNodeAgent:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("", 0))
             return int(s.getsockname()[1])
+
+    def warm_start(
+        self, name: str, source: str, storage_options: dict[str, Any] | None = None, workers: int = 16
+    ) -> str:
+        """Start warming a dataset into this node's cache; returns a ticket for warm_result.
+
+        Runs in a thread of the actor: a warm can take hours and the actor answers one call at
+        a time, so a blocking call would hold up the engine's poll() of this node."""
+        self._require_node()
+        if self._warm_pool is None:
+            self._warm_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sluice-warm")
+        ticket = uuid.uuid4().hex
+        self._warms[ticket] = self._warm_pool.submit(self._agent.warm_dataset, name, source, storage_options, workers)
+        return ticket
+
+    def warm_result(self, ticket: str, wait_s: float = 1.0) -> WarmReport | None:
+        """The warm's report once it is done (None while it runs, waiting up to wait_s)."""
+        future = self._warms.get(ticket)
+        if future is None:
+            raise KeyError(f"no warm {ticket} on node {self.node_name}: its agent restarted while warming")
+        try:
+            report = future.result(timeout=wait_s)
+        except FutureTimeout:
+            return None
+        except Exception as err:  # a bug, not a source error (those are in the report): say so
+            report = WarmReport(self.node_name, 0, 0, 0, 0.0, 0.0, f"{type(err).__name__}: {err}")
+        del self._warms[ticket]
+        return report
 
     def fence_pid(self) -> int | None:
         return self._fence.pid if self._fence is not None else None

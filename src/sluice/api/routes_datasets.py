@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from sluice.api.auth import CallerDep, PlaneDep
@@ -92,17 +92,32 @@ def delete_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: s
     return Response(status_code=204)
 
 
+class NodeWarmOut(BaseModel):
+    node: str
+    files_fetched: int
+    bytes_fetched: int
+    already_cached: int
+    seconds: float
+    cached_fraction: float
+    """Share of the dataset's bytes that node's cache holds after the warm."""
+    error: str | None = None
+
+
 class WarmOut(BaseModel):
     name: str
-    counters: dict[str, float]
-    cached_fraction: float
+    nodes: list[NodeWarmOut]
 
 
 @router.post("/{name}/warm", response_model=WarmOut)
-def warm_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> WarmOut:
-    """Fetch the whole dataset into the cache of the control plane's node (local engine); returns
-    when it is warm."""
-    svc = service(request, plane)
-    counters = svc.warm(caller, name)
-    cached = _cached(svc) or {}
-    return WarmOut(name=name, counters=counters, cached_fraction=cached.get(name, 0.0))
+def warm_dataset(
+    request: Request,
+    plane: PlaneDep,
+    caller: CallerDep,
+    name: str,
+    node: list[str] = Query(default=[], description="Warm only these nodes (repeatable); default every node."),
+) -> WarmOut:
+    """Fetch the whole dataset into the cache of every node (or the named ones) through each
+    node's agent; returns when all are done, with what each fetched and how long it took. A
+    node that failed has its error in its entry; an unknown node name is a 422."""
+    reports = service(request, plane).warm(caller, name, nodes=node or None)
+    return WarmOut(name=name, nodes=[NodeWarmOut(**r.as_dict()) for r in reports])

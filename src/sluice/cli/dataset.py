@@ -94,21 +94,31 @@ def get(name: Name, output: OutputOpt = Output.table) -> None:
     emit(d, output, lambda x: table(COLUMNS, _rows([x])))
 
 
-@app.command()
-def warm(name: Name, output: OutputOpt = Output.table) -> None:
-    """Fetch the whole dataset into this node's cache now, so the first epoch reads it warm."""
-    with errors_reported(), Client.from_env() as client, console.status(f"warming {name} ..."):
-        res = client.call("POST", f"/v1/datasets/{name}/warm", timeout=24 * 3600)
-    c = res["counters"]
-    emit(
-        res,
-        output,
-        lambda r: console.print(
-            f"{name}: {r['cached_fraction']:.0%} cached on this node — fetched {int(c['misses'])} files "
-            f"({_size(int(c['fetched_bytes']))}), {int(c['hits_memory'] + c['hits_disk'])} already cached",
-            markup=False,
-        ),
+def _warm_line(name: str, n: dict[str, Any]) -> str:
+    if n.get("error"):
+        return f"{n['node']}: warming {name} failed after {n['seconds']:.1f} s: {n['error']}"
+    return (
+        f"{n['node']}: {n['cached_fraction']:.0%} cached — fetched {n['files_fetched']} files "
+        f"({_size(n['bytes_fetched'])}) in {n['seconds']:.1f} s, {n['already_cached']} already cached"
     )
+
+
+@app.command()
+def warm(
+    name: Name,
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="Warm only this node (repeatable). Default: every node.")
+    ] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Fetch the whole dataset into the cache of every node now (or the --node ones), so the
+    first epoch reads it warm there. Prints, per node, what was fetched and how long it took."""
+    with errors_reported(), Client.from_env() as client, console.status(f"warming {name} ..."):
+        res = client.call("POST", f"/v1/datasets/{name}/warm", params={"node": list(node or [])}, timeout=24 * 3600)
+    emit(res, output, lambda r: console.print("\n".join(_warm_line(name, n) for n in r["nodes"]), markup=False))
+    failed = [n["node"] for n in res["nodes"] if n.get("error")]
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("rm")

@@ -9,6 +9,7 @@ a clear 422 at `create` time rather than a job that dies on its first batch.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any, Protocol
 
@@ -17,6 +18,8 @@ from sluice.data.cache import NodeCache
 from sluice.data.errors import DataError
 from sluice.data.settings import CacheSettings
 from sluice.data.source import Source
+from sluice.data.warm import WarmReport, warm_node
+from sluice.engine.base import CacheWarmer
 from sluice.spec import DatasetSpec, SpecError
 from sluice.spec.errors import FieldProblem
 from sluice.store.base import DatasetRecord, DuplicateError, Store
@@ -28,9 +31,11 @@ class Caller(Protocol):
 
 
 class DatasetService:
-    def __init__(self, store: Store, cache_settings: CacheSettings | None = None) -> None:
+    def __init__(self, store: Store, cache_settings: CacheSettings | None = None, engine: object | None = None) -> None:
         self.store = store
         self.cache_settings = cache_settings or CacheSettings()
+        self.warmer = engine if isinstance(engine, CacheWarmer) else None
+        """The engine, when its nodes' agents can warm their caches (local, Ray)."""
 
     def _owner(self, caller: Caller, tenant: str | None) -> str:
         owner = tenant or caller.name
@@ -77,11 +82,22 @@ class DatasetService:
     def node_cache(self) -> NodeCache:
         return NodeCache(self.cache_settings)
 
-    def warm(self, caller: Caller, name: str, workers: int = 16) -> dict[str, float]:
-        """Fetch the whole dataset into this node's cache (the local engine's node)."""
+    def warm(self, caller: Caller, name: str, nodes: list[str] | None = None, workers: int = 16) -> list[WarmReport]:
+        """Fetch the whole dataset into the cache of every node (or `nodes`), through each
+        node's agent; one report per node. An engine without node agents (the simulator, a
+        test's fake) warms the control plane's own node instead."""
         rec = self.get(caller, name)
-        cached = self.node_cache().open(rec.name, rec.spec.source, rec.spec.storage_options)
-        return cached.warm(workers).as_dict()
+        src, opts = rec.spec.source, dict(rec.spec.storage_options)
+        if self.warmer is not None:
+            try:
+                return self.warmer.warm_dataset(rec.name, src, opts, nodes or None, workers)
+            except ValueError as err:
+                raise SpecError([FieldProblem("nodes", str(err))]) from None
+        if nodes:
+            raise SpecError(
+                [FieldProblem("nodes", "this engine has no node agents to warm; warm without naming nodes")]
+            )
+        return [warm_node(self.node_cache(), socket.gethostname(), rec.name, src, opts, workers)]
 
     # -- what the controller gives jobs and policies ----------------------------------------
     def launch_env(self, tenant: str, names: list[str]) -> dict[str, str]:

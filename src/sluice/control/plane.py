@@ -62,7 +62,7 @@ class ControlPlane:
         self.settings = settings
         self.store = store
         self.engine = engine
-        self.datasets = DatasetService(store, CacheSettings.for_home(settings.home))
+        self.datasets = DatasetService(store, CacheSettings.for_home(settings.home), engine=engine)
         self.controller = Controller(
             store,
             engine,

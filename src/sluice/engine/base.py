@@ -7,8 +7,10 @@ Every call is asynchronous in effect: `launch` and `stop` return at once and the
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
+from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event
 from sluice.model.launch import LaunchRequest, NodeInfo
 
@@ -56,4 +58,24 @@ class Engine(Protocol):
         ...
 
 
-__all__ = ["Engine", "LaunchRequest", "NodeInfo"]
+@runtime_checkable
+class CacheWarmer(Protocol):
+    """An engine whose nodes each run an agent holding a dataset cache: it can fill the cache of
+    every node (or some) before jobs read from it. Optional: an engine without node caches (the
+    simulator) does not implement it."""
+
+    def warm_dataset(
+        self,
+        name: str,
+        source: str,
+        storage_options: Mapping[str, Any] | None = None,
+        nodes: list[str] | None = None,
+        workers: int = 16,
+    ) -> list[WarmReport]:
+        """Warm the dataset on `nodes` (None: every node) through each node's agent, all nodes
+        at once; returns when every node is done, one report per node. An unknown node name
+        raises ValueError before anything starts."""
+        ...
+
+
+__all__ = ["CacheWarmer", "Engine", "LaunchRequest", "NodeInfo"]

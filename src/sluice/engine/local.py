@@ -14,11 +14,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent, default_node_name
+from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event, JobExited, LaunchRequest, NodeInfo
 from sluice.settings import Settings
 
@@ -116,6 +119,23 @@ class LocalEngine:
         except LaunchError:
             return None
         return str(path) if path.exists() else None
+
+    def warm_dataset(
+        self,
+        name: str,
+        source: str,
+        storage_options: Mapping[str, Any] | None = None,
+        nodes: list[str] | None = None,
+        workers: int = 16,
+    ) -> list[WarmReport]:
+        """Warm through each named agent, one after another: virtual nodes share this
+        machine's cache, so the first warms it and the others find it warm."""
+        names = list(self.agents) if not nodes else list(dict.fromkeys(nodes))
+        unknown = [n for n in names if n not in self.agents]
+        if unknown:
+            raise ValueError(f"no node {', '.join(map(repr, unknown))} (nodes: {', '.join(self.agents)})")
+        opts = dict(storage_options or {})
+        return [self.agents[n].warm_dataset(name, source, opts, workers) for n in names]
 
     def close(self) -> None:
         for agent in self.agents.values():

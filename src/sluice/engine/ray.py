@@ -17,10 +17,11 @@ from __future__ import annotations
 import glob
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.data.warm import WarmReport
 from sluice.engine.ray_gang import GangBook, Stop
 from sluice.engine.ray_membership import Membership, RayNode
 from sluice.model import Allocation, Event, JobExited, JobProgress, JobStarted, LaunchRequest, NodeInfo, NodeLost
@@ -287,6 +288,48 @@ class RayEngine:
         if self._ray.is_initialized():
             self._ray.shutdown()
 
+    # ----------------------------------------------------------------- dataset caches
+
+    def warm_dataset(
+        self,
+        name: str,
+        source: str,
+        storage_options: Mapping[str, Any] | None = None,
+        nodes: list[str] | None = None,
+        workers: int = 16,
+        check_s: float = 1.0,
+    ) -> list[WarmReport]:
+        """Warm the dataset in the cache of every node (or `nodes`) through its agent actor,
+        all nodes at once. Each actor warms in a thread of its own and is asked every
+        `check_s` whether it is done, so its poll() answers stay prompt meanwhile. A node lost
+        or an actor restarted mid-warm is reported as that node's error."""
+        agents = dict(self._agents)  # a snapshot: the control loop may change the map meanwhile
+        names = list(agents) if not nodes else list(dict.fromkeys(nodes))
+        unknown = [n for n in names if n not in agents]
+        if unknown:
+            raise ValueError(f"no live node {', '.join(map(repr, unknown))} (nodes: {', '.join(agents)})")
+        opts = dict(storage_options or {})
+        reports: dict[str, WarmReport] = {}
+        tickets: dict[str, str] = {}
+        for n in names:
+            try:
+                tickets[n] = self._get(agents[n].warm_start.remote(name, source, opts, workers))
+            except Exception as err:
+                reports[n] = _failed(n, f"could not start the warm: {err}")
+        while tickets:
+            refs = {n: agents[n].warm_result.remote(t, check_s) for n, t in tickets.items()}
+            for n, ref in refs.items():
+                try:
+                    done = self._get(ref)
+                except Exception as err:  # actor restarting or its node dying
+                    reports[n] = _failed(n, f"the node's agent stopped answering: {err}")
+                    tickets.pop(n)
+                    continue
+                if done is not None:
+                    reports[n] = done
+                    tickets.pop(n)
+        return [reports[n] for n in names]
+
     # ----------------------------------------------------------------- extras the controller reads
 
     def job_hints(self, job_id: str) -> dict[str, Any]:
@@ -331,6 +374,10 @@ class RayEngine:
                     t["last_recovery_s"] = round(e.time - t.pop("lost_at"), 3)
             elif isinstance(e, JobExited):
                 self._log_paths.pop(e.job_id, None)
+
+
+def _failed(node: str, why: str) -> WarmReport:
+    return WarmReport(node, 0, 0, 0, 0.0, 0.0, why)
 
 
 AGENT_SETTINGS = ("stop_grace_s", "usage_sample_s", "kpi_sample_s", "cgroup_root")
