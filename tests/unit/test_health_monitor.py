@@ -151,7 +151,8 @@ class FakePlacingController(FakeController):
 
 def test_scheduling_changes_seen_in_the_controller_records_start_a_grace() -> None:
     ctl = FakePlacingController()
-    mon = HealthMonitor(ctl, MonitorConfig(train_samples=10_000, change_grace_s=20, resize_min_cores=0.25))
+    cfg = MonitorConfig(train_samples=10_000, change_grace_s=20, checkpoint_grace_s=5, resize_min_cores=0.25)
+    mon = HealthMonitor(ctl, cfg)
     rng = np.random.default_rng(6)
 
     def round_at(t: float, *extra: object) -> None:
@@ -169,8 +170,8 @@ def test_scheduling_changes_seen_in_the_controller_records_start_a_grace() -> No
     ctl.place("j1", "node-1", 1.6)  # a resize is
     round_at(300.0)
     assert mon.in_grace("node-1", 301.0)
-    round_at(400.0, JobCheckpointed("j1", 1, 400.0, 10, "/ckpt"))  # so is a checkpoint
-    assert mon.in_grace("node-1", 401.0)
+    round_at(400.0, JobCheckpointed("j1", 1, 400.0, 10, "/ckpt"))  # so is a checkpoint, briefly
+    assert mon.in_grace("node-1", 401.0) and not mon.in_grace("node-1", 406.0)
     del ctl.jobs["j1"]
     ctl.active_ids.clear()
     round_at(500.0)  # and a job leaving

@@ -70,7 +70,7 @@ def false_alarms(minutes: float, train_samples: int = 120, virtual_nodes: int = 
     from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
     from sluice.control.health_monitor import HealthMonitor
 
-    console = Console()
+    console = Console(soft_wrap=True)  # one line per transition, also in a log file
     where = home or Path(tempfile.mkdtemp(prefix="sluice-health-fa-"))
     t0 = time.monotonic()
     end = t0 + 60 * minutes

@@ -106,6 +106,10 @@ class MonitorConfig:
     """Seconds after a scheduling change on a node (a job placed, stopped, moved or resized
     there; a checkpoint written) during which its alarms are held: its KPIs move because
     the control plane moved them. A real fault still alarms once the grace ends."""
+    checkpoint_grace_s: float = 5.0
+    """The (shorter) hold after a job on the node writes a checkpoint (seconds): a save is a
+    burst of a few seconds, and jobs save every `checkpoint.interval_s` (30 s by default),
+    so a full `change_grace_s` after each would leave a busy node never judged."""
     resize_min_cores: float = 0.25
     """A change of the node's total job CPU limit counts as a scheduling change from this
     many cores on (cores); smaller trims do not move the node's KPIs."""
@@ -139,8 +143,8 @@ class NodeTrack:
     trained_on: int = 0
     """Samples the current model learned from (0: none yet, or a loaded model)."""
     fits: int = 0
-    changed_at: float | None = None
-    """Time of the last scheduling change on the node (the grace starts there)."""
+    grace_until: float = float("-inf")
+    """Alarms before this time are held (the end of the latest scheduling change's grace)."""
     held: int = 0
     """Alarms held because a scheduling change explains them."""
     detector: FlowDetector | None = None
@@ -190,7 +194,8 @@ class HealthMonitor:
         now = max(kpi_times) if kpi_times else (float(clock()) if callable(clock) else None)
         if now is not None:
             for node, why in self._scheduling_changes(controller, events).items():
-                self.note_change(node, now, why)
+                grace = self.config.checkpoint_grace_s if why == "checkpoint" else None
+                self.note_change(node, now, why, grace)
         last = None
         for e in events:
             if isinstance(e, NodeKPIs):
@@ -201,16 +206,18 @@ class HealthMonitor:
             self._settle(last)
 
     # ------------------------------------------------------------------ scheduling changes
-    def note_change(self, node: str, time: float, why: str = "") -> None:
+    def note_change(self, node: str, time: float, why: str = "", grace_s: float | None = None) -> None:
         """The control plane changed what runs on `node` at `time`: hold its alarms for
-        `change_grace_s` (callers without a Controller, and tests, call this directly)."""
+        `grace_s` (default `change_grace_s`). Callers without a Controller, and tests, call
+        this directly."""
+        grace = self.config.change_grace_s if grace_s is None else grace_s
         tr = self._track(node)
-        tr.changed_at = time if tr.changed_at is None else max(tr.changed_at, time)
-        log.debug("node %s: scheduling change (%s); alarms held for %gs", node, why, self.config.change_grace_s)
+        tr.grace_until = max(tr.grace_until, time + grace)
+        log.debug("node %s: scheduling change (%s); alarms held for %gs", node, why, grace)
 
     def in_grace(self, node: str, time: float) -> bool:
         tr = self.nodes.get(node)
-        return tr is not None and tr.changed_at is not None and time - tr.changed_at < self.config.change_grace_s
+        return tr is not None and time < tr.grace_until
 
     def _scheduling_changes(self, controller: Any, events: Sequence[Event]) -> dict[str, str]:
         """Nodes whose placement changed since the last round (jobs and total CPU limit, from
