@@ -58,5 +58,12 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
                 break
             time.sleep(0.5)
         assert cached.get("blobs", 0) >= 0.99
+        # warming goes through the local engine's agent, into the same cache the job filled
+        [report] = plane.datasets.warm(caller, "blobs")
+        assert report.node == plane.engine.nodes()[0].name and report.error is None
+        assert (report.files_fetched, report.already_cached, report.cached_fraction) == (0, 20, 1.0)
+        with pytest.raises(SpecError) as err:
+            plane.datasets.warm(caller, "blobs", nodes=["elsewhere"])
+        assert err.value.problems[0].field == "nodes"
     finally:
         plane.stop()
