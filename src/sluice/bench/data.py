@@ -3,7 +3,7 @@
 1. warm node cache vs the same bytes read straight from local tmpfs (the physical limit);
 2. warm node cache vs the remote source with a per-request latency (default 20 ms);
 3. merged blocks vs single small files, cold, from the remote source (and what `auto` picks);
-4. two jobs on one node reading the same dataset: node cache vs no cache;
+4. two jobs on one node reading the same dataset for several epochs: shared node cache vs no cache;
 5. a compute-bound training loop: cost of the whole data path vs data already in memory;
 6. placement simulation over the real policies: local data hit rate and JCT, data-aware vs binpack.
 
