@@ -6,6 +6,7 @@ import math
 import os
 import shutil
 import time
+from collections import namedtuple
 from pathlib import Path
 
 import psutil
@@ -105,3 +106,25 @@ def test_stress_ng_fault_runs_with_taskset_and_stops() -> None:
 def test_unknown_fault_kind_is_named() -> None:
     with pytest.raises(ValueError, match="'fire' is not one of cpu, memory, io"):
         inject("fire", CORE)
+
+
+def test_peer_excess_is_what_the_node_cores_do_beyond_the_other_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake of psutil's per-core counters: a lasting asymmetry between the cores of a shared
+    machine cannot be made to order while other work runs on it."""
+    Times = namedtuple("Times", "user nice system idle iowait steal")
+    state = {"t": 0}
+
+    def cpu_times(percpu: bool = False) -> list[Times]:
+        n = state["t"]
+        # core 0 (a peer): 20% system; core 1 (the node): 50% system, per 100 ticks.
+        return [Times(0, 0, 20 * n, 80 * n, 0, 0), Times(0, 0, 50 * n, 50 * n, 0, 0)]
+
+    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    k = KpiSampler([1], gpus=False)
+    state["t"] = 1
+    v = k.sample()
+    assert v["cpu_system_pct"] == pytest.approx(50) and v["peer_excess_cpu_system_pct"] == pytest.approx(30)
+    assert v["peer_excess_cpu_busy_pct"] == pytest.approx(30)
+    peer = KpiSampler([0], gpus=False)  # the quieter core sees no excess, not a negative one
+    state["t"] = 2
+    assert peer.sample()["peer_excess_cpu_system_pct"] == 0.0

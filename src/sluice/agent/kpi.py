@@ -3,8 +3,14 @@
 Why per-core deltas computed here rather than `psutil.cpu_percent`: psutil keeps one
 "since last call" state per process, so two virtual nodes sampled in the same agent process
 would steal each other's intervals. Each sampler keeps its own previous counters and reads
-only its node's cores (its cpuset); memory, swap, disk, network and context switches are
+its node's cores (its cpuset); memory, swap, disk, network and context switches are
 machine-wide (virtual nodes share them, as containers on one host do).
+
+A node that holds only some of the machine's cores (a virtual node) also reports
+`peer_excess_cpu_*_pct`: how much more busy/user/nice/system/iowait/steal time its cores show
+than the machine's other cores. Load that floats over every core — unpinned processes, other
+tenants of a shared machine — moves both sides alike and cancels; a fault on the node's own
+cores does not (peer comparison, as fleets compare a node with its peers).
 """
 
 from __future__ import annotations
@@ -50,6 +56,26 @@ def _gpu_reader() -> Callable[[], dict[str, float]] | None:
     return read
 
 
+_CORE_KEYS = ("busy", "user", "nice", "system", "iowait", "steal")
+
+
+def _core_pcts(a: Any, b: Any) -> dict[str, float]:
+    """One core's shares of the interval (percent) from two psutil cpu_times readings."""
+    total = max(sum(a) - sum(b), 1e-9)
+
+    def pct(field: str) -> float:
+        return max(0.0, 100.0 * (getattr(a, field, 0.0) - getattr(b, field, 0.0)) / total)
+
+    idle = pct("idle") + pct("iowait")
+    out = {k: pct(k) for k in _CORE_KEYS if k != "busy"}
+    out["busy"] = max(0.0, 100.0 - idle)
+    return out
+
+
+def _mean(rows: list[dict[str, float]], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows) if rows else 0.0
+
+
 def per_job_throughput(steps_ps: float, jobs: int) -> float:
     """log(1 + steps/s per running job): the node's job throughput in a form the detector can
     model across job mixes. Raw steps/s jumps by orders of magnitude when the scheduler starts
@@ -83,8 +109,8 @@ class KpiSampler:
 
     # -------------------------------------------------------------- raw counters
     def _cpu_times(self) -> list[Any]:
-        per = psutil.cpu_times(percpu=True)
-        return [per[c] for c in self.cpus if c < len(per)]
+        """Every core's times: the node's cores first-class, the others as its peers."""
+        return list(psutil.cpu_times(percpu=True))
 
     @staticmethod
     def _counters() -> dict[str, float]:
@@ -128,20 +154,21 @@ class KpiSampler:
         dt = max(now - self._prev_t, 1e-6)
         cpu = self._cpu_times()
         values: dict[str, float] = {}
-        sums = {"busy": 0.0, "user": 0.0, "system": 0.0, "iowait": 0.0, "steal": 0.0}
-        for j, (a, b) in enumerate(zip(cpu, self._prev_cpu, strict=False)):
-            total = max(sum(a) - sum(b), 1e-9)
-            idle = (a.idle - b.idle) + (getattr(a, "iowait", 0.0) - getattr(b, "iowait", 0.0))
-            busy = 100.0 * max(0.0, 1.0 - idle / total)
-            values[f"cpu{j}_busy_pct"] = busy
-            sums["busy"] += busy
-            sums["user"] += 100.0 * (a.user - b.user) / total
-            sums["system"] += 100.0 * (a.system - b.system) / total
-            sums["iowait"] += 100.0 * (getattr(a, "iowait", 0.0) - getattr(b, "iowait", 0.0)) / total
-            sums["steal"] += 100.0 * (getattr(a, "steal", 0.0) - getattr(b, "steal", 0.0)) / total
-        ncpu = max(len(cpu), 1)
-        for key, v in sums.items():
-            values[f"cpu_{key}_pct"] = max(0.0, v / ncpu)
+        per = [_core_pcts(a, b) for a, b in zip(cpu, self._prev_cpu, strict=False)]
+        mine = set(self.cpus)
+        own = [p for c, p in enumerate(per) if c in mine]
+        peers = [p for c, p in enumerate(per) if c not in mine]
+        for j, p in enumerate(own):
+            values[f"cpu{j}_busy_pct"] = p["busy"]
+        for key in _CORE_KEYS:
+            level = _mean(own, key)
+            values[f"cpu_{key}_pct"] = level
+            if peers:
+                # How much more this node's cores do than the machine's other cores: load that
+                # floats over every core (unpinned processes, other tenants) cancels out, a
+                # fault on this node's cores does not. One-sided, so a sick sibling does not
+                # make this node look odd by comparison.
+                values[f"peer_excess_cpu_{key}_pct"] = max(0.0, level - _mean(peers, key))
         counters = self._counters()
         for key, v in counters.items():
             values[key] = max(0.0, (v - self._prev_counters.get(key, v)) / dt)

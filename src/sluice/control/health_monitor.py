@@ -76,8 +76,14 @@ MACHINE_WIDE: tuple[str, ...] = (
     "net_*",
     "ctx_switches_ps",
     "interrupts_ps",
+    "cpu*",
+    "job_steps_log_per_job",
 )
-"""KPIs of the whole machine rather than of one (virtual) node's cores and jobs."""
+"""KPIs driven by the whole machine rather than by one virtual node: the machine-wide
+counters, and with virtual nodes of one machine also the absolute core times (`cpu*`) and
+job speed, which follow the machine's load (unpinned processes and other tenants float over
+every core; a busy neighbour slows every job). Such nodes are judged on
+`peer_excess_cpu_*_pct`, their cores' excess over the machine's other cores."""
 
 NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
 """Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
