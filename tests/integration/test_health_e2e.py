@@ -131,6 +131,8 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
         late = plane.submit(caller, spec("late", cpu=0.2))  # type: ignore[arg-type]
         assert wait_until(lambda: node_of(late.id), 60, "late job placed") == "node-0"
         assert plane.controller.nodes["node-1"].health == NodeHealth.CORDONED
+        on_cordoned = [j.id for j in plane.list_jobs(caller) if not j.phase.terminal and node_of(j.id) == "node-1"]
+        assert on_cordoned == [], "nothing runs on a cordoned node"
         nodes = {r.name: r for r in plane.store.list_nodes()}
         assert nodes["node-1"].health == NodeHealth.CORDONED and nodes["node-1"].cordoned_by == "detector"
     finally:
