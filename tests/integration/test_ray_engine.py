@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from sluice.control.controller import Controller  # noqa: E402
 from sluice.engine.ray import RayEngine  # noqa: E402
-from sluice.model import Allocation, ClusterView, Decision, Migrate, NodeHealth, Phase  # noqa: E402
+from sluice.model import Allocation, ClusterView, Decision, Migrate, NodeHealth, Phase, Preempt  # noqa: E402
 from sluice.policy.kube import KubePolicy  # noqa: E402
 from sluice.spec import JobSpec  # noqa: E402
 from sluice.store.memory import MemoryStore  # noqa: E402
@@ -172,9 +172,15 @@ class Scripted(KubePolicy):
 
     def __init__(self) -> None:
         self.moves: dict[str, str] = {}
+        self.preempts: set[str] = set()
 
     def decide(self, view: ClusterView) -> list[Decision]:
         out = super().decide(view)
+        for job_id in list(self.preempts):
+            job = view.jobs.get(job_id)
+            if job is not None and job.phase == Phase.RUNNING:
+                self.preempts.discard(job_id)
+                out.append(Preempt(job_id, "test asks to preempt it for a higher-priority job"))
         for job_id, node in list(self.moves.items()):
             job = view.jobs.get(job_id)
             if job is not None and job.phase == Phase.RUNNING and job.allocation is not None:
@@ -325,6 +331,43 @@ def test_migration_resumes_on_another_node_from_the_checkpoint(
     assert max(t for a, _, t in rows if a == 1) < min(t for a, _, t in rows if a == 2)
     hints = engine.job_hints(job)
     assert hints["ray_node"] == dst and hints["last_move_s"] > 0
+
+
+def test_preempted_job_yields_its_node_and_resumes_from_its_checkpoint_on_another(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    """The cluster is full (four 1-CPU nodes, four jobs); a high-priority job arrives and the
+    policy preempts a low-priority one. The urgent job takes the freed node; the preempted
+    job waits in the queue and resumes from its checkpoint on the node that frees up next."""
+    ctl, engine, policy = plane
+    long_ = [ctl.submit("t", toy(ray_cluster, 400, 0.05, 0.5, name=f"long{i}")).id for i in range(2)]
+    victim = ctl.submit("t", toy(ray_cluster, 200, 0.05, 0.5, name="victim")).id
+    short = ctl.submit("t", toy(ray_cluster, 100, 0.05, 0.5, name="short")).id
+    everyone = [*long_, victim, short]
+    run_until(ctl, lambda: all(ctl.jobs[j].phase == Phase.RUNNING and ctl.jobs[j].step >= 20 for j in everyone), 90)
+    assert len({node_of(ctl, j) for j in everyone}) == 4  # one per node: the cluster is full
+    victim_node, short_node = node_of(ctl, victim), node_of(ctl, short)
+
+    policy.preempts.add(victim)
+    # long enough to hold the victim's node until the short job has finished elsewhere
+    urgent = ctl.submit("t", toy(ray_cluster, 400, 0.05, 0.5, name="urgent").model_copy(update={"priority": 10})).id
+    run_until(ctl, lambda: ctl.jobs[urgent].phase in (Phase.RUNNING, Phase.SUCCEEDED), 60)
+    assert node_of_last_place(ctl, urgent) == victim_node
+    run_until(ctl, lambda: ctl.jobs[victim].phase.terminal, 120)
+
+    assert ctl.jobs[victim].phase == Phase.SUCCEEDED
+    assert ctl.jobs[short].phase == Phase.SUCCEEDED  # the victim could only resume once a node freed up
+    assert node_of_last_place(ctl, victim) == short_node != victim_node
+    rows = steps_log(engine, victim)
+    first = [s for a, s, _ in rows if a == 1]
+    second = [s for a, s, _ in rows if a == 2]
+    assert first[-1] < 200  # stopped mid-run
+    assert second[0] == first[-1] + 1  # SIGTERM made it checkpoint its last step; nothing redone
+    assert second[-1] == 200
+    assert max(t for a, _, t in rows if a == 1) < min(t for a, _, t in rows if a == 2)
+    # the time the move took is recorded for the job
+    assert ctl.jobs[victim].extra["last_stop_s"] > 0
+    assert engine.job_hints(victim)["last_move_s"] > 0
 
 
 def test_node_loss_requeues_its_jobs_elsewhere_and_the_node_is_used_again(
