@@ -96,7 +96,7 @@ def cached_files(cache_dirs: list[Path], ds: str) -> dict[str, str]:
     return out
 
 
-def test_warm_fills_every_ray_nodes_cache_through_its_agent(warm_cluster: WarmCluster, tmp_path: Path) -> None:
+def test_warm_fills_every_ray_nodes_cache_and_rm_empties_it_through_each_agent(warm_cluster: WarmCluster, tmp_path: Path) -> None:
     src = tmp_path / "imgs"
     want: dict[str, str] = {}
     for i in range(24):
@@ -138,5 +138,11 @@ def test_warm_fills_every_ray_nodes_cache_through_its_agent(warm_cluster: WarmCl
             second = svc.warm(Caller(), "imgs")
             assert all(r.error is None and r.files_fetched == 0 and r.already_cached == 24 for r in second)
             assert sum(srv.requests.values()) == gets_after_first
+
+            # deleting the dataset drops it from every node's cache, through each agent
+            purged = svc.delete(Caller(), "imgs")
+            assert purged == {n: "removed" for n in nodes}
+            for n in nodes:
+                assert cached_files(warm_cluster.tiers[label[n]], ds) == {}
     finally:
         engine.close()

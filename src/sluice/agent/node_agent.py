@@ -513,6 +513,15 @@ class NodeAgent:
             cache = self._warm_cache
         return warm_node(cache, self.name, name, source, storage_options, workers)
 
+    def drop_dataset(self, name: str) -> int:
+        """Remove every cached copy of a dataset from this node (`sluice dataset rm`); returns
+        how many cached copies (one per source) were removed."""
+        with self._warm_mu:
+            if self._warm_cache is None:
+                self._warm_cache = DatasetCache(self._cache.settings)
+            cache = self._warm_cache
+        return cache.remove(name)
+
     def close(self) -> None:
         """Forget the attempts; their processes keep running for the next agent to adopt."""
         with self._lock:

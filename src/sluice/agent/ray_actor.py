@@ -158,6 +158,10 @@ class RayNodeAgent:
         del self._warms[ticket]
         return report
 
+    def drop_dataset(self, name: str) -> int:
+        self._require_node()
+        return self._agent.drop_dataset(name)
+
     def fence_pid(self) -> int | None:
         return self._fence.pid if self._fence is not None else None
 

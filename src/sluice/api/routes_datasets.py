@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from sluice.api.auth import CallerDep, PlaneDep
@@ -86,10 +86,15 @@ def get_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str)
     return DatasetOut.of(svc.get(caller, name), _cached(svc))
 
 
-@router.delete("/{name}", status_code=204)
-def delete_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> Response:
-    service(request, plane).delete(caller, name)
-    return Response(status_code=204)
+class DeletedOut(BaseModel):
+    name: str
+    nodes: dict[str, str]
+    """Per node, what dropping the dataset from its cache did ("removed", "not cached", or an error)."""
+
+
+@router.delete("/{name}", response_model=DeletedOut)
+def delete_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> DeletedOut:
+    return DeletedOut(name=name, nodes=service(request, plane).delete(caller, name))
 
 
 class NodeWarmOut(BaseModel):

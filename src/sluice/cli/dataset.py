@@ -123,7 +123,9 @@ def warm(
 
 @app.command("rm")
 def rm(name: Name) -> None:
-    """Delete a dataset and drop it from this node's cache (its source is not touched)."""
+    """Delete a dataset and drop it from every node's cache (its source is not touched)."""
     with errors_reported(), Client.from_env() as client:
-        client.call("DELETE", f"/v1/datasets/{name}")
+        out = client.call("DELETE", f"/v1/datasets/{name}")
     console.print(f"deleted dataset {name}", markup=False)
+    for node, what in sorted((out or {}).get("nodes", {}).items()):
+        console.print(f"  {node}: {what}", markup=False)

@@ -73,11 +73,17 @@ class DatasetService:
             raise NotFound(f"no dataset {name!r}")
         return rec
 
-    def delete(self, caller: Caller, name: str, tenant: str | None = None, purge_cache: bool = True) -> None:
+    def delete(self, caller: Caller, name: str, tenant: str | None = None, purge_cache: bool = True) -> dict[str, str]:
+        """Unregister the dataset and, with `purge_cache`, drop it from every node's cache
+        (through each node's agent); per node, what the purge did."""
         rec = self.get(caller, name, tenant)
         self.store.delete_dataset(rec.tenant, rec.name)
-        if purge_cache:
-            self.node_cache().remove(rec.name)
+        if not purge_cache:
+            return {}
+        if self.warmer is not None:
+            return self.warmer.drop_dataset(rec.name)
+        removed = self.node_cache().remove(rec.name)
+        return {socket.gethostname(): "removed" if removed else "not cached"}
 
     def node_cache(self) -> NodeCache:
         return NodeCache(self.cache_settings)

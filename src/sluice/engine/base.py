@@ -77,5 +77,11 @@ class CacheWarmer(Protocol):
         raises ValueError before anything starts."""
         ...
 
+    def drop_dataset(self, name: str) -> dict[str, str]:
+        """Remove every cached copy of the dataset from every node's cache (`sluice dataset rm`);
+        per node, what happened ("removed", "not cached" or the error), so one unreachable
+        node does not hide what the others did."""
+        ...
+
 
 __all__ = ["CacheWarmer", "Engine", "LaunchRequest", "NodeInfo"]

@@ -137,6 +137,15 @@ class LocalEngine:
         opts = dict(storage_options or {})
         return [self.agents[n].warm_dataset(name, source, opts, workers) for n in names]
 
+    def drop_dataset(self, name: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for node, agent in self.agents.items():
+            try:
+                out[node] = "removed" if agent.drop_dataset(name) else "not cached"
+            except OSError as err:
+                out[node] = f"{type(err).__name__}: {err}"
+        return out
+
     def close(self) -> None:
         for agent in self.agents.values():
             agent.close()

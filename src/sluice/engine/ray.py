@@ -330,6 +330,17 @@ class RayEngine:
                     tickets.pop(n)
         return [reports[n] for n in names]
 
+    def drop_dataset(self, name: str) -> dict[str, str]:
+        agents = dict(self._agents)
+        refs = {n: a.drop_dataset.remote(name) for n, a in agents.items()}
+        out: dict[str, str] = {}
+        for n, ref in refs.items():
+            try:
+                out[n] = "removed" if self._get(ref) else "not cached"
+            except Exception as err:  # a node dying or its actor restarting: say so, go on
+                out[n] = f"the node's agent did not answer: {err}"
+        return out
+
     # ----------------------------------------------------------------- extras the controller reads
 
     def job_hints(self, job_id: str) -> dict[str, Any]:
