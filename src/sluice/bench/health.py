@@ -58,7 +58,9 @@ def run(folder: Path, entities: list[str] | None = None, out: Path | None = None
     return avg
 
 
-def false_alarms(minutes: float, train_samples: int = 120, virtual_nodes: int = 2, home: Path | None = None) -> int:
+def false_alarms(
+    minutes: float, train_samples: int | None = None, virtual_nodes: int = 2, home: Path | None = None
+) -> int:
     """Run the demo's mixed workload back to back for `minutes` on the local engine with the
     health monitor on (no fault injected) and count the cordons it makes: each is a false
     alarm. Prints every health transition as it happens and, however the run ends (time up
@@ -85,13 +87,14 @@ def false_alarms(minutes: float, train_samples: int = 120, virtual_nodes: int = 
             shown += 1
 
     try:
-        with embedded_plane(
-            where, "flowcon", health_enabled=True, health_train_samples=train_samples, virtual_nodes=virtual_nodes
-        ) as plane:
+        # The plane's own health settings (SLUICE_HEALTH_*; default 300 learning samples)
+        # unless the caller names a learning period: the run measures what ships.
+        extra: dict[str, object] = {} if train_samples is None else {"health_train_samples": train_samples}
+        with embedded_plane(where, "flowcon", health_enabled=True, virtual_nodes=virtual_nodes, **extra) as plane:
             mon = (
                 plane.health
                 if isinstance(plane.health, HealthMonitor)
-                else _attach(plane, train_samples, virtual_nodes)
+                else _attach(plane, train_samples or 300, virtual_nodes)
             )
             while time.monotonic() < end:
                 try:

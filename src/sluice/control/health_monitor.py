@@ -25,8 +25,10 @@ node under the demo workload):
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -78,12 +80,20 @@ MACHINE_WIDE: tuple[str, ...] = (
     "interrupts_ps",
     "cpu*",
     "job_steps_log_per_job",
+    "peer_excess_cpu_busy_pct",
+    "peer_excess_cpu_user_pct",
+    "peer_excess_cpu_nice_pct",
+    "peer_excess_cpu_steal_pct",
 )
-"""KPIs driven by the whole machine rather than by one virtual node: the machine-wide
-counters, and with virtual nodes of one machine also the absolute core times (`cpu*`) and
-job speed, which follow the machine's load (unpinned processes and other tenants float over
-every core; a busy neighbour slows every job). Such nodes are judged on
-`peer_excess_cpu_*_pct`, their cores' excess over the machine's other cores."""
+"""What virtual nodes of one machine are *not* judged on (pass as `ignore`). The machine-wide
+counters; the absolute core times and job speed, which follow the whole machine's load
+(unpinned processes and other tenants float over every core); and the peer excess of
+busy/user/nice time, which is where the scheduler put more jobs (placement, not health), and
+of steal, which is the hypervisor's choice of vCPU. What is left — the node's cores' excess of
+kernel time and I/O wait over the other cores (`peer_excess_cpu_system_pct`,
+`peer_excess_cpu_iowait_pct`) — is what training jobs do not make and an I/O storm, memory
+pressure or a leaking, syscall-heavy process on the node do. A pure CPU hog on a virtual
+node is not told from "more jobs here"; on a whole machine it is (`cpu_*` is judged there)."""
 
 NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
 """Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
@@ -381,6 +391,10 @@ class HealthMonitor:
         tr.fresh = 0
 
         def work() -> None:
+            # Learning is background work: at the lowest priority (this thread only), so it
+            # takes idle time rather than disturbing the node KPIs it learns or the rounds.
+            with contextlib.suppress(OSError, AttributeError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
             det = FlowDetector(self.config.detector)
             try:
                 det.fit(data, keys)
