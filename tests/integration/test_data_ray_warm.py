@@ -96,7 +96,9 @@ def cached_files(cache_dirs: list[Path], ds: str) -> dict[str, str]:
     return out
 
 
-def test_warm_fills_every_ray_nodes_cache_and_rm_empties_it_through_each_agent(warm_cluster: WarmCluster, tmp_path: Path) -> None:
+def test_warm_fills_every_ray_nodes_cache_and_rm_empties_it_through_each_agent(
+    warm_cluster: WarmCluster, tmp_path: Path
+) -> None:
     src = tmp_path / "imgs"
     want: dict[str, str] = {}
     for i in range(24):
