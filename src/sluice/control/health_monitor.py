@@ -64,6 +64,7 @@ def _online_detector() -> DetectorConfig:
         max_train_s=30.0,
         val_fraction=0.3,
         smooth=5,
+        decay=0.0,  # equal weights, as before DetectorConfig.decay existed (live loop unchanged)
         min_scale=0.1,
         threads=1,
         noise=0.1,
