@@ -1,17 +1,22 @@
-"""The flow detector on small synthetic KPI series: it learns healthy behaviour, scores a
-fault higher, names the faulty KPI, and survives save/load unchanged."""
+"""The flow detector on tiny synthetic KPI series: it learns healthy behaviour, scores a
+fault higher, names the faulty KPI, survives save/load unchanged, and weights its score
+towards the newest window. The model is deliberately small (one module-scoped fit of a few
+seconds) — the behaviour under test does not need a big one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from sluice.health.detector import DetectorConfig, FlowDetector
 from sluice.health.features import Scaler, per_step, windows
 
 KPIS = ["cpu", "mem", "disk", "net"]
+SMALL = DetectorConfig(history=6, hidden=16, transforms=2, epochs=8, batch=128, max_train_s=60, threads=1)
 
 
 def healthy(n: int, seed: int) -> np.ndarray:
@@ -28,8 +33,8 @@ def healthy(n: int, seed: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def fitted() -> FlowDetector:
-    det = FlowDetector(DetectorConfig(history=8, hidden=32, transforms=3, epochs=15, max_train_s=60, threads=1))
-    det.fit(healthy(1500, 0), KPIS)
+    det = FlowDetector(SMALL)
+    det.fit(healthy(800, 0), KPIS)
     return det
 
 
@@ -54,16 +59,18 @@ def test_scaler_floors_the_spread_of_constant_kpis() -> None:
 
 
 def test_fault_scores_higher_than_healthy(fitted: FlowDetector) -> None:
-    test = healthy(600, 1)
-    test[300:340, 2] += 0.6  # disk storm
+    test = healthy(400, 1)
+    test[200:240, 2] += 0.6  # disk storm
     s = fitted.score(test)
-    assert s.shape == (600,)
-    assert np.median(s[305:340]) > np.quantile(np.r_[s[:290], s[350:]], 0.99)
-    assert fitted.report is not None and fitted.report.epochs >= 1
+    assert s.shape == (400,)
+    assert np.median(s[205:240]) > np.quantile(np.r_[s[:190], s[250:]], 0.99)
+    # Calibration scores come from held-out healthy data and look like healthy test scores.
+    assert np.median(fitted.calibration) < np.median(s[205:240])
+    assert fitted.report is not None and fitted.report.epochs == SMALL.epochs
 
 
 def test_attribution_names_the_faulty_kpi(fitted: FlowDetector) -> None:
-    test = healthy(200, 2)
+    test = healthy(100, 2)
     test[-1, 2] += 0.8
     shares = fitted.attribute(test)
     assert set(shares) == set(KPIS)
@@ -76,9 +83,42 @@ def test_save_load_gives_identical_scores(fitted: FlowDetector, tmp_path: Path) 
     fitted.save(path)
     back = FlowDetector.load(path)
     x = healthy(100, 3)
-    assert np.allclose(back.score(x), fitted.score(x), atol=1e-4)
+    assert np.allclose(back.score(x), fitted.score(x), atol=1e-5)
     assert back.kpis == KPIS
+    assert back.config == fitted.config
     assert np.allclose(back.calibration, fitted.calibration)
+
+
+def test_model_saved_before_decay_existed_keeps_equal_weights(fitted: FlowDetector, tmp_path: Path) -> None:
+    path = tmp_path / "old.pt"
+    fitted.save(path)
+    blob = torch.load(str(path), weights_only=True)
+    meta = json.loads(blob["meta"])
+    del meta["config"]["decay"]
+    blob["meta"] = json.dumps(meta)
+    torch.save(blob, str(path))
+    assert FlowDetector.load(path).config.decay == 0.0
+
+
+def test_smoothing_weights_the_newest_window_by_decay() -> None:
+    nll = np.array([0, 0, 0, 0, 0, 0, 10, 10, 10, 0, 0], dtype=np.float32)
+    flat = FlowDetector(DetectorConfig(smooth=5, decay=0.0))._smooth(nll)
+    # Equal weights: the mean of the newest 5 (fewer at the start).
+    assert flat[6] == pytest.approx(2.0) and flat[8] == pytest.approx(6.0) and flat[0] == 0.0
+    newest = FlowDetector(DetectorConfig(smooth=5, decay=0.7))._smooth(nll)
+    w = 0.7 * 0.3 ** np.arange(5)
+    assert newest[6] == pytest.approx(10 * w[0] / w.sum(), rel=1e-5)
+    # The first step of a fault shows almost at full height, and fades as fast after it.
+    assert newest[6] > 6.5 > flat[6]
+    assert newest[10] < flat[10]
+    assert np.array_equal(FlowDetector(DetectorConfig(smooth=1))._smooth(nll), nll)
+
+
+def test_config_rejects_bad_smoothing() -> None:
+    with pytest.raises(ValueError, match="decay"):
+        DetectorConfig(decay=1.5)
+    with pytest.raises(ValueError, match="smooth"):
+        DetectorConfig(smooth=0)
 
 
 def test_unfitted_detector_says_so() -> None:

@@ -36,6 +36,10 @@ def eval_cmd(
     epochs: Annotated[int, typer.Option(min=1, help="Training epochs of the flow detector.")] = 12,
     max_train_s: Annotated[float, typer.Option(min=1, help="Cap on the flow's training seconds per entity.")] = 100.0,
     q: Annotated[float, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability.")] = 1e-3,
+    smooth: Annotated[int, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows.")] = 5,
+    decay: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights).")
+    ] = 0.7,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every row to this JSON file.")] = None,
 ) -> None:
     """Score the flow detector and baselines on every entity; print per entity and averaged.
@@ -48,7 +52,9 @@ def eval_cmd(
 
     console = Console()
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
-    makers = contenders(DetectorConfig(epochs=epochs, max_train_s=max_train_s), baselines=baselines)
+    makers = contenders(
+        DetectorConfig(epochs=epochs, max_train_s=max_train_s, smooth=smooth, decay=decay), baselines=baselines
+    )
     rows = []
     try:
         ents = list(load_folder(folder, only))
