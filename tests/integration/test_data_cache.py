@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,6 +249,9 @@ def test_s3_source_in_moto_server(tmp_path: Path, dirs) -> None:
         s3 = boto3.client(
             "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
         )
+        # moto keeps its buckets in process-wide state, shared by every server in this
+        # process: start from an empty store, whatever another test left
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
         s3.create_bucket(Bucket="data")
         rng = random.Random(1)
         want = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import shutil
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,9 @@ def moto() -> Iterator[tuple[str, dict[str, bytes]]]:
         s3 = boto3.client(
             "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
         )
+        # moto keeps its buckets in process-wide state, shared by every server in this
+        # process: start from an empty store, whatever another test left
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
         s3.create_bucket(Bucket="data")
         rng = random.Random(7)
         objects = {f"c{i % 3}/x{i:03d}.bin": rng.randbytes(rng.randint(100, 6000)) for i in range(20)}
