@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from sluice.agent.faults import Fault, FaultKind
 from sluice.control.health_monitor import HealthMonitor
 from sluice.health.detector import DetectorConfig
 from sluice.health.evaluation import average, contenders, evaluate_entity, load_folder
+from sluice.health.state import Transition
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "anomaly" / "asd"
 QUALITY = ("f1_best", "f1_spot", "f1_pa", "f1_pak", "auroc", "auprc")
@@ -59,18 +62,26 @@ def run(folder: Path, entities: list[str] | None = None, out: Path | None = None
 
 
 def false_alarms(
-    minutes: float, train_samples: int | None = None, virtual_nodes: int = 2, home: Path | None = None
+    minutes: float,
+    train_samples: int | None = None,
+    virtual_nodes: int = 2,
+    home: Path | None = None,
+    inject_io_at_min: float | None = None,
+    fault_s: float = 90.0,
 ) -> int:
     """Run the demo's mixed workload back to back for `minutes` on the local engine with the
     health monitor on (no fault injected) and count the cordons it makes: each is a false
     alarm. Prints every health transition as it happens and, however the run ends (time up
     mid-round, a failed round, Ctrl-C), the counts of cordons and Suspect episodes with
-    their reasons. Returns the number of cordons."""
+    their reasons. Returns the number of cordons.
+
+    `inject_io_at_min`: instead, at that minute start a real I/O storm on the last node for
+    `fault_s` seconds and also report how long the monitor took to make that node Suspect
+    and Cordoned (detection with the model a long run has learned, not a fresh one)."""
     import tempfile
     import time
 
     from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
-    from sluice.control.health_monitor import HealthMonitor
 
     console = Console(soft_wrap=True)  # one line per transition, also in a log file
     where = home or Path(tempfile.mkdtemp(prefix="sluice-health-fa-"))
@@ -79,6 +90,23 @@ def false_alarms(
     rounds = 0
     mon: HealthMonitor | None = None
     shown = 0
+    fault: Fault | None = None
+    fault_at: float | None = None
+    fault_node = f"node-{virtual_nodes - 1}"
+
+    def tick(plane: Any, *_: object) -> None:
+        nonlocal fault, fault_at
+        show_new()
+        since = time.monotonic() - t0
+        if inject_io_at_min is not None and fault_at is None and since >= 60 * inject_io_at_min:
+            cores = [int(c) for c in plane.controller.nodes[fault_node].labels["cores"].split(",")]
+            fault = Fault(FaultKind.IO, cores, workers=2).start()
+            fault_at = time.time()
+            console.print(f"[{since:6.0f}s] injected an I/O storm on {fault_node} (cores {cores}) for {fault_s:g}s")
+        if fault is not None and fault_at is not None and time.time() - fault_at >= fault_s:
+            fault.stop()
+            fault = None
+            console.print(f"[{since:6.0f}s] I/O storm on {fault_node} stopped")
 
     def show_new(*_: object) -> None:
         nonlocal shown
@@ -102,7 +130,7 @@ def false_alarms(
                         plane,
                         mixed_workload(10.0, 0.5),
                         timeout_s=max(60.0, end - time.monotonic()),
-                        on_tick=show_new,
+                        on_tick=tick,
                         tick_s=1.0,
                     )
                 except TimeoutError:
@@ -112,10 +140,12 @@ def false_alarms(
                     break
                 rounds += 1
     finally:
+        if fault is not None:
+            fault.stop()
         show_new()
         if mon is not None:
-            _summary(console, mon, (time.monotonic() - t0) / 60.0, rounds, virtual_nodes)
-    return _cordons(mon)
+            _summary(console, mon, (time.monotonic() - t0) / 60.0, rounds, virtual_nodes, fault_node, fault_at)
+    return _cordons(mon, fault_node, fault_at)
 
 
 def _attach(plane: object, train_samples: int, virtual_nodes: int) -> HealthMonitor:
@@ -126,19 +156,39 @@ def _attach(plane: object, train_samples: int, virtual_nodes: int) -> HealthMoni
     return HealthMonitor.attach(plane.controller, MonitorConfig(train_samples=train_samples, ignore=ignore))  # type: ignore[attr-defined]
 
 
-def _cordons(mon: HealthMonitor | None) -> int:
+def _false(mon: HealthMonitor, fault_node: str, fault_at: float | None) -> list[Transition]:
+    """Transitions not explained by the injected fault (any, when none was injected)."""
+    return [t for t in mon.transitions if fault_at is None or t.node != fault_node or t.time < fault_at]
+
+
+def _cordons(mon: HealthMonitor | None, fault_node: str = "", fault_at: float | None = None) -> int:
     from sluice.model import NodeHealth
 
-    return 0 if mon is None else sum(1 for t in mon.transitions if t.new == NodeHealth.CORDONED)
+    return 0 if mon is None else sum(1 for t in _false(mon, fault_node, fault_at) if t.new == NodeHealth.CORDONED)
 
 
-def _summary(console: Console, mon: HealthMonitor, minutes: float, rounds: int, virtual_nodes: int) -> None:
+def _summary(
+    console: Console,
+    mon: HealthMonitor,
+    minutes: float,
+    rounds: int,
+    virtual_nodes: int,
+    fault_node: str = "",
+    fault_at: float | None = None,
+) -> None:
     import time
 
     from sluice.model import NodeHealth
 
-    suspects = [t for t in mon.transitions if t.new == NodeHealth.SUSPECT]
-    cordons = [t for t in mon.transitions if t.new == NodeHealth.CORDONED]
+    if fault_at is not None:
+        caught = [t for t in mon.transitions if t.node == fault_node and t.time >= fault_at]
+        for state in (NodeHealth.SUSPECT, NodeHealth.CORDONED):
+            first = next((t for t in caught if t.new == state), None)
+            took = "not reached" if first is None else f"after {first.time - fault_at:.0f}s: {first.reason}"
+            console.print(f"injected fault on {fault_node}: {state} {took}")
+    false = _false(mon, fault_node, fault_at)
+    suspects = [t for t in false if t.new == NodeHealth.SUSPECT]
+    cordons = [t for t in false if t.new == NodeHealth.CORDONED]
     console.print(f"fault-free run: {minutes:.1f} min, {rounds} workload round(s), {virtual_nodes} virtual nodes")
     for node, st in mon.status().items():
         console.print(

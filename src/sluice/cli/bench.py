@@ -111,12 +111,16 @@ def health(
     fault_free_minutes: Annotated[
         float, typer.Option(min=0, help="Instead: run the demo workload this long with no fault; count cordons.")
     ] = 0.0,
+    inject_io_at_minute: Annotated[
+        float | None,
+        typer.Option(min=0, help="With --fault-free-minutes: start a 90 s I/O storm on the last node at this minute."),
+    ] = None,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
     from sluice.bench import health as bench_health
 
     if fault_free_minutes > 0:
-        bench_health.false_alarms(fault_free_minutes)
+        bench_health.false_alarms(fault_free_minutes, inject_io_at_min=inject_io_at_minute)
         return
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
     bench_health.run(folder or bench_health.DEFAULT_DIR, only, out)
