@@ -134,7 +134,7 @@ class MonitorConfig:
     """Refit a node's model when its healthy history has grown to this multiple of what the
     current model learned from (2.0: at 2x, 4x, ... the first training samples); once
     `history_samples` is reached, after that many new samples again (a sliding window).
-    0 = never refit."""
+    1 or less (e.g. 0) = never refit."""
     history_samples: int = 1800
     """Healthy samples kept per node for refits (samples; 1800 = 30 min at 1 Hz)."""
     max_cordoned_fraction: float = 0.5
@@ -370,7 +370,7 @@ class HealthMonitor:
         cfg = self.config
         if tr.detector is None:
             due = len(tr.healthy) >= cfg.train_samples
-        elif cfg.retrain_growth <= 0:
+        elif cfg.retrain_growth <= 1.0:
             due = False
         else:
             # Loaded models start the count from the samples seen since (trained_on = 0).
@@ -380,7 +380,8 @@ class HealthMonitor:
             self._fit(node, tr)
 
     def _leave_healthy(self, tr: NodeTrack) -> None:
-        """The samples that led up to an alarm are not healthy history: drop them."""
+        """The samples that led up to an alarm are not healthy history: drop them (the cordon
+        window's worth at one sample a second, plus the score smoothing)."""
         drop = min(int(self.config.rules.cordon_window_s) + self.config.detector.smooth, len(tr.healthy))
         for _ in range(drop):
             tr.healthy.pop()
