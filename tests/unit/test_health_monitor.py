@@ -208,3 +208,21 @@ def test_keeps_learning_on_a_longer_healthy_history_but_not_while_suspect() -> N
     feed(mon, rng, 240, 5, fault=True)
     assert mon.nodes["node-1"].machine.state != NodeHealth.HEALTHY
     assert len(mon.nodes["node-1"].healthy) < kept + 5, "the run-up to an alarm is not healthy history"
+
+
+def test_a_change_does_not_explain_alarms_that_began_before_it() -> None:
+    """On a busy node changes come every few seconds; a fault already alarming must keep
+    counting through them rather than hide behind the next one."""
+    ctl = FakeController()
+    cfg = config(None)
+    cfg.change_grace_s = 15.0
+    mon = HealthMonitor(ctl, cfg)
+    rng = np.random.default_rng(9)
+    feed(mon, rng, 0, 240)
+    assert mon.wait_ready()
+    feed(mon, rng, 300, 2, fault=True)  # the fault starts; no change explains it
+    assert ctl.calls and ctl.calls[0][1] == NodeHealth.SUSPECT
+    mon.note_change("node-1", 302.0, "checkpoint")  # a change during the run of alarms
+    feed(mon, rng, 302, 6, fault=True)
+    assert NodeHealth.CORDONED in [c[1] for c in ctl.calls]
+    assert mon.status()["node-1"]["held"] == 0

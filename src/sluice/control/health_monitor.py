@@ -16,7 +16,10 @@ node under the demo workload):
   controller has placed on every node (jobs and their CPU limits) with the last round, and
   sees the agents' job start/exit/checkpoint events. After such a change the node's alarms
   are *held* for `change_grace_s`: scored and shown, but not counted towards Suspect or
-  Cordoned. A fault that outlasts the grace is still caught when it ends.
+  Cordoned. Only an anomaly that *began after* the change is explained by it: a run of
+  alarms that started before a change keeps counting through that change's grace, so on a
+  busy node (FlowCon resizes every 30 s, every job checkpoints every 30 s) a fault is
+  delayed by at most one grace, not hidden behind the next change and the next.
 - **It keeps learning.** A node's first model is fitted on a few minutes of samples, which
   rarely show every job mix the scheduler will make. While the node is Healthy its samples
   are kept (up to `history_samples`), and the model is refitted on the longer history each
@@ -127,6 +130,9 @@ class MonitorConfig:
     """The (shorter) hold after a job on the node writes a checkpoint (seconds): a save is a
     burst of a few seconds, and jobs save every `checkpoint.interval_s` (30 s by default),
     so a full `change_grace_s` after each would leave a busy node never judged."""
+    run_gap_s: float = 10.0
+    """Alarms closer than this (seconds) form one run; a change explains a run only if it was
+    made before the run's first alarm."""
     resize_min_cores: float = 0.25
     """A change of the node's total job CPU limit counts as a scheduling change from this
     many cores on (cores); smaller trims do not move the node's KPIs."""
@@ -161,7 +167,12 @@ class NodeTrack:
     """Samples the current model learned from (0: none yet, or a loaded model)."""
     fits: int = 0
     grace_until: float = float("-inf")
-    """Alarms before this time are held (the end of the latest scheduling change's grace)."""
+    """The end of the latest scheduling change's grace."""
+    explained_until: float = float("-inf")
+    """The current run of alarms is held until this time: the grace of the changes made
+    before the run began (changes made during it explain nothing)."""
+    last_alarm_at: float | None = None
+    """Time of the newest over-threshold score (held or not): ends a run after `run_gap_s`."""
     held: int = 0
     """Alarms held because a scheduling change explains them."""
     detector: FlowDetector | None = None
@@ -306,7 +317,11 @@ class HealthMonitor:
         tr.last_score, tr.scored = score, tr.scored + 1
         alarm = spot.step(score)
         why = ""
-        if alarm and self.in_grace(e.node, e.time):
+        if alarm:
+            if tr.last_alarm_at is None or e.time - tr.last_alarm_at > self.config.run_gap_s:
+                tr.explained_until = tr.grace_until  # a new run of alarms: which changes came before it
+            tr.last_alarm_at = e.time
+        if alarm and e.time < tr.explained_until:
             tr.held += 1
             alarm = False  # explained by the scheduling change: scored, not counted
         if alarm:
