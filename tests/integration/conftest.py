@@ -13,9 +13,11 @@ import json
 import os
 import signal
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -79,3 +81,26 @@ def sluice_settings(tmp_path: Path) -> Iterator[Settings]:
     yield settings
     kill_runs(settings.runs_dir)
     remove_cgroups(cgroup_root)
+
+
+@pytest.fixture
+def moto_s3() -> Iterator[tuple[str, Any]]:
+    """A moto S3 server on loopback with an empty bucket `data`: (endpoint URL, boto3 client).
+
+    moto keeps its buckets in process-wide state, shared by every server in this process, so
+    the store is reset first, whatever another test left."""
+    boto3 = pytest.importorskip("boto3")
+    moto_server = pytest.importorskip("moto.server")
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    try:
+        host, port = srv.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
+        s3 = boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+        )
+        s3.create_bucket(Bucket="data")
+        yield endpoint, s3
+    finally:
+        srv.stop()

@@ -13,10 +13,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,35 +238,20 @@ def test_dataset_paths_cannot_escape(tmp_path: Path, dirs) -> None:
         fresh.read(0)
 
 
-def test_s3_source_in_moto_server(tmp_path: Path, dirs) -> None:
-    boto3 = pytest.importorskip("boto3")
-    moto_server = pytest.importorskip("moto.server")
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    try:
-        host, port = srv.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-        )
-        # moto keeps its buckets in process-wide state, shared by every server in this
-        # process: start from an empty store, whatever another test left
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
-        s3.create_bucket(Bucket="data")
-        rng = random.Random(1)
-        want = {}
-        for i in range(30):
-            body = rng.randbytes(rng.randint(100, 5000))
-            s3.put_object(Bucket="data", Key=f"set/x{i:03d}.bin", Body=body)
-            want[f"x{i:03d}.bin"] = body
-        opts = {"endpoint_url": endpoint, "key": "k", "secret": "s"}
-        cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=1 << 20)
-        ds = cache.open("s3set", "s3://data/set", opts)
-        assert list(ds.keys) == sorted(want)
-        assert all(ds.read(i) == want[k] for i, k in enumerate(ds.keys))
-        assert ds.counters.misses == 30
-    finally:
-        srv.stop()
+def test_s3_source_in_moto_server(moto_s3: tuple[str, Any], dirs) -> None:
+    endpoint, s3 = moto_s3
+    rng = random.Random(1)
+    want = {}
+    for i in range(30):
+        body = rng.randbytes(rng.randint(100, 5000))
+        s3.put_object(Bucket="data", Key=f"set/x{i:03d}.bin", Body=body)
+        want[f"x{i:03d}.bin"] = body
+    opts = {"endpoint_url": endpoint, "key": "k", "secret": "s"}
+    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=1 << 20)
+    ds = cache.open("s3set", "s3://data/set", opts)
+    assert list(ds.keys) == sorted(want)
+    assert all(ds.read(i) == want[k] for i, k in enumerate(ds.keys))
+    assert ds.counters.misses == 30
 
 
 def test_sdk_dataset_with_dataloader_workers_reports_stall(server: DataServer, src, dirs, monkeypatch) -> None:

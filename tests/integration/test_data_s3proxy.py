@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 import shutil
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,30 +29,15 @@ BANDWIDTH_BPS = 1_000_000.0
 
 
 @pytest.fixture
-def moto() -> Iterator[tuple[str, dict[str, bytes]]]:
-    """A moto S3 server on loopback holding bucket `data` with 20 small objects and one of 200 kB."""
-    boto3 = pytest.importorskip("boto3")
-    moto_server = pytest.importorskip("moto.server")
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    try:
-        host, port = srv.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-        )
-        # moto keeps its buckets in process-wide state, shared by every server in this
-        # process: start from an empty store, whatever another test left
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
-        s3.create_bucket(Bucket="data")
-        rng = random.Random(7)
-        objects = {f"c{i % 3}/x{i:03d}.bin": rng.randbytes(rng.randint(100, 6000)) for i in range(20)}
-        objects["big/blob.bin"] = rng.randbytes(200_000)
-        for key, body in objects.items():
-            s3.put_object(Bucket="data", Key=f"set/{key}", Body=body)
-        yield endpoint, objects
-    finally:
-        srv.stop()
+def moto(moto_s3: tuple[str, Any]) -> tuple[str, dict[str, bytes]]:
+    """Bucket `data` of the loopback moto server with 20 small objects and one of 200 kB."""
+    endpoint, s3 = moto_s3
+    rng = random.Random(7)
+    objects = {f"c{i % 3}/x{i:03d}.bin": rng.randbytes(rng.randint(100, 6000)) for i in range(20)}
+    objects["big/blob.bin"] = rng.randbytes(200_000)
+    for key, body in objects.items():
+        s3.put_object(Bucket="data", Key=f"set/{key}", Body=body)
+    return endpoint, objects
 
 
 @pytest.fixture

@@ -507,20 +507,19 @@ class NodeAgent:
     ) -> WarmReport:
         """Fetch a whole dataset into this node's cache (`sluice dataset warm`): runs here
         because the cache is a folder on this node. Blocks until done; errors are in the report."""
-        with self._warm_mu:
-            if self._warm_cache is None:
-                self._warm_cache = DatasetCache(self._cache.settings)
-            cache = self._warm_cache
-        return warm_node(cache, self.name, name, source, storage_options, workers)
+        return warm_node(self._dataset_cache(), self.name, name, source, storage_options, workers)
 
     def drop_dataset(self, name: str) -> int:
         """Remove every cached copy of a dataset from this node (`sluice dataset rm`); returns
         how many cached copies (one per source) were removed."""
+        return self._dataset_cache().remove(name)
+
+    def _dataset_cache(self) -> DatasetCache:
+        """The node cache that warm and drop work on: opened on first use, then kept."""
         with self._warm_mu:
             if self._warm_cache is None:
                 self._warm_cache = DatasetCache(self._cache.settings)
-            cache = self._warm_cache
-        return cache.remove(name)
+            return self._warm_cache
 
     def close(self) -> None:
         """Forget the attempts; their processes keep running for the next agent to adopt."""

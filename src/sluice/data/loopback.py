@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -50,7 +51,7 @@ async def one_chunk(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-class LoopbackServer:
+class LoopbackServer(ABC):
     """An aiohttp application served on 127.0.0.1 from a thread of its own.
 
     Subclasses add their routes in `routes`. Start it with `start()` or a `with` block; `url`
@@ -69,11 +70,13 @@ class LoopbackServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @abstractmethod
     def routes(self, app: web.Application) -> None:
-        raise NotImplementedError
+        """Add this server's handlers to `app` (called once, on start)."""
 
     async def on_cleanup(self) -> None:
-        """Release what the subclass opened on the loop (client sessions)."""
+        """Release what the subclass opened on the loop (client sessions); nothing by default."""
+        return None
 
     def start(self) -> LoopbackServer:
         ready = threading.Event()
