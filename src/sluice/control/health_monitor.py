@@ -50,6 +50,10 @@ from sluice.model import Event, JobCheckpointed, JobExited, JobStarted, NodeHeal
 log = logging.getLogger("sluice.health")
 
 
+FIT_NICENESS = 5
+"""How far below the control plane's priority a node model is fitted (nice increment)."""
+
+
 class HealthTarget(Protocol):
     """What the monitor drives: the Controller satisfies it."""
 
@@ -408,10 +412,13 @@ class HealthMonitor:
         tr.fresh = 0
 
         def work() -> None:
-            # Learning is background work: at the lowest priority (this thread only), so it
-            # takes idle time rather than disturbing the node KPIs it learns or the rounds.
+            # Learning is background work, so this thread runs a little below the control
+            # plane (nice +FIT_NICENESS, this thread only). Not at the lowest priority: on a
+            # machine whose cores are all busy a nice-19 thread gets ~1.5 % of a core, and
+            # while it holds the GIL every other thread of the control plane waits for it
+            # (CI saw a node model still unfitted after 150 s; the rounds stalled with it).
             with contextlib.suppress(OSError, AttributeError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FIT_NICENESS)
             det = FlowDetector(self.config.detector)
             try:
                 det.fit(data, keys)
@@ -425,7 +432,15 @@ class HealthMonitor:
             with self._lock:
                 tr.detector, tr.spot, tr.trained_on = det, spot, len(data)
                 tr.fits += 1
-            log.info("node %s: model fitted on %d samples, threshold %.2f", node, len(data), spot.threshold)
+            rep = det.report
+            log.info(
+                "node %s: model fitted on %d samples in %.1fs (%d epochs), threshold %.2f",
+                node,
+                len(data),
+                rep.seconds if rep else float("nan"),
+                rep.epochs if rep else 0,
+                spot.threshold,
+            )
 
         if self.config.background:
             thread = threading.Thread(target=work, name=f"health-fit-{node}", daemon=True)
