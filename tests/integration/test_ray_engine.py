@@ -5,8 +5,9 @@ of this module; jobs are real processes started by each node's agent actor. The 
 live on this machine, so a test can read the cgroup files of a remote node's job — but the
 agent in that node's actor is the one that wrote them.
 
-Losing a node: `Cluster.remove_node` kills the node's raylet; the agent's fence (see
-sluice/agent/ray_actor.py) then SIGKILLs that node's job processes, as a dead machine would.
+Losing a node: `Cluster.remove_node` kills the node's raylet; every job's shim on that node
+has the raylet as its guard (see sluice/agent/shim.py) and SIGKILLs its job, as a dead
+machine would.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class RayTestCluster:
         self.cluster.wait_for_nodes()
 
     def lose(self, name: str) -> None:
-        """Lose a node: its raylet dies (and with it, through the fence, its job processes)."""
+        """Lose a node: its raylet dies (and with it, through their shims' guard, its job processes)."""
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
 
     def raylet_pid(self, name: str) -> int:
@@ -370,11 +371,6 @@ def test_preempted_job_yields_its_node_and_resumes_from_its_checkpoint_on_anothe
     assert engine.job_hints(victim)["last_move_s"] > 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 6): on some runs the lost node's job process is not stopped by the fence "
-    "and runs to its end before Ray declares the node dead; under investigation",
-)
 def test_node_loss_requeues_its_jobs_elsewhere_and_the_node_is_used_again(
     ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
 ) -> None:
@@ -388,6 +384,7 @@ def test_node_loss_requeues_its_jobs_elsewhere_and_the_node_is_used_again(
     run_until(ctl, lambda: all(ctl.jobs[j].phase == Phase.RUNNING and ctl.jobs[j].step >= 20 for j in jobs), 90)
     victim_node = next(node_of(ctl, j) for j in jobs if node_of(ctl, j) != "n0")
     victims = [j for j in jobs if node_of(ctl, j) == victim_node]
+    lost_at = time.time()
     ray_cluster.lose(victim_node)
     run_until(ctl, lambda: ctl.nodes[victim_node].health == NodeHealth.LOST, 60)
     run_until(ctl, lambda: all(ctl.jobs[j].phase.terminal for j in jobs), 120)
@@ -405,6 +402,8 @@ def test_node_loss_requeues_its_jobs_elsewhere_and_the_node_is_used_again(
         redone = old[-1][0] - new[0][0] + 1
         assert 0 <= redone <= int(interval / step_s) + 2
         assert old[-1][0] < total  # it was lost mid-run, not after it had finished
+        # it died with its node (its shim's guard), not when Ray declared the node dead
+        assert old[-1][1] < lost_at + 3.0, f"the lost node's job ran {old[-1][1] - lost_at:.1f}s after the loss"
         assert new[-1][0] == total
         assert node_of_last_place(ctl, j) != victim_node
 

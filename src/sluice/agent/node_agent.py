@@ -51,7 +51,7 @@ from sluice.agent.cgroup import (
 )
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
-from sluice.agent.shim import CHILD_FILE, EXIT_FILE, write_json_atomic
+from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
 from sluice.data.cache import NodeCache as DatasetCache
 from sluice.data.warm import WarmReport, warm_node
@@ -149,10 +149,13 @@ class NodeAgent:
         memory_mb: int | None = None,
         labels: dict[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        guard_pid: int | None = None,
     ) -> None:
         """`cpus`: the cores this node's jobs may run on (default: all of this machine's);
         `cpu`: cores offered to the scheduler (default settings.node_cpus, else len(cpus));
-        `gpus`: GPU ids (or a count) handed out through CUDA_VISIBLE_DEVICES."""
+        `gpus`: GPU ids (or a count) handed out through CUDA_VISIBLE_DEVICES;
+        `guard_pid`: a process whose life is this node's (the raylet on Ray): every job's
+        shim kills its job when that process is gone (see sluice.agent.shim)."""
         self.settings = settings or Settings()
         self.name = name
         self.runs_dir = Path(runs_dir)
@@ -163,6 +166,12 @@ class NodeAgent:
         self.gpus = [str(g) for g in range(gpus)] if isinstance(gpus, int) else list(gpus)
         self.labels = dict(labels or {})
         self.clock = clock
+        self.guard: tuple[int, int] | None = None
+        if guard_pid is not None:
+            start = process_start_ticks(guard_pid)
+            if start is None:
+                raise LaunchError(f"guard process {guard_pid} does not exist: this node is already gone")
+            self.guard = (guard_pid, start)
         self.layout = layout or detect_cgroups(root=self.settings.cgroup_root, cpuset=len(self.cpus) < machine)
         warn_once(self.layout)
         self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
@@ -262,6 +271,7 @@ class NodeAgent:
                 "--header",
                 header,
                 *ctrl.join_spec().to_argv(),
+                *(["--guard", f"{self.guard[0]}:{self.guard[1]}"] if self.guard else []),
                 "--",
                 *argv,
             ]

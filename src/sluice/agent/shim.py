@@ -10,11 +10,22 @@ A later agent reads that file to report an exit that happened while nobody watch
 It ignores SIGTERM/SIGINT/SIGHUP through a no-op handler (not SIG_IGN, which the job would
 inherit across exec), so a `killpg(SIGTERM)` reaches the job while the shim waits to record
 how it ended. Stdlib only: it starts in milliseconds and cannot break on a missing package.
+
+Two rules keep a job from outliving the node it was placed on (issue 6: a job of a lost Ray
+node must not run beside its requeued attempt):
+- **The job dies with its shim** (`PR_SET_PDEATHSIG`): whatever kills the shim — Ray's
+  worker killing its child processes as it exits, an operator — takes the job with it, so
+  no job is ever orphaned and unsupervised.
+- **`--guard PID:START`**: the shim watches a process whose life is the node's (on Ray, the
+  raylet). When it is gone, the shim records "node lost" and SIGKILLs its process group (the
+  job, the job's children and itself). START is the guard's start time in clock ticks since
+  boot (`/proc/PID/stat`), so a reused pid is never mistaken for the guard.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -26,6 +37,33 @@ from typing import Any
 
 EXIT_FILE = "exit_code"
 CHILD_FILE = "child.json"
+GUARD_POLL_S = 0.2
+"""How often the shim checks that its guard process is still there (seconds)."""
+_PR_SET_PDEATHSIG = 1
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or
+    None when it does not exist: with the pid, this names one process for its whole life."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def parse_guard(text: str) -> tuple[int, int]:
+    pid, _, start = text.partition(":")
+    return int(pid), int(start)
+
+
+def _die_with_parent(libc: ctypes.CDLL, parent: int) -> None:
+    """In the job, between fork and exec: SIGKILL this process when the shim dies."""
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the shim died before the line above took effect
+        os._exit(137)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -65,6 +103,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--join", action="append", default=[], help="cgroup.procs file to write our pid to")
     p.add_argument("--cpus", default=None, help="comma-separated cores to pin to")
     p.add_argument("--header", default="", help="line written to the log before the job starts")
+    p.add_argument("--guard", default=None, type=parse_guard, help="PID:START of the process the node lives by")
     p.add_argument("command", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
     if ns.command and ns.command[0] == "--":
@@ -84,9 +123,18 @@ def main(argv: list[str] | None = None) -> int:
             log.write(ns.header.encode() + b"\n")
         for problem in _join(ns.join, ns.cpus):
             log.write(f"[sluice] warning: {problem}\n".encode())
+        if ns.guard is not None and process_start_ticks(ns.guard[0]) != ns.guard[1]:
+            _node_lost(attempt_dir, log, ns.guard[0], started=False)
+        me, libc = os.getpid(), ctypes.CDLL(None, use_errno=True)
         try:
             child = subprocess.Popen(
-                ns.command, cwd=ns.cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True
+                ns.command,
+                cwd=ns.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+                preexec_fn=lambda: _die_with_parent(libc, me),  # the shim has one thread: fork is safe
             )
         except OSError as err:
             reason = f"could not start {ns.command[0]!r}: {err.strerror or err}"
@@ -94,16 +142,33 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": 127, "time": time.time(), "reason": reason})
             return 127
         write_json_atomic(attempt_dir / CHILD_FILE, {"pid": child.pid, "started": time.time()})
-        while True:
-            try:
-                code = child.wait()
-                break
-            except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
-                continue
+        code = _wait(child, ns.guard, attempt_dir, log)
         reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         log.write(f"[sluice] attempt ended: {reason}\n".encode())
     write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": code, "time": time.time(), "reason": reason})
     return 0
+
+
+def _wait(child: subprocess.Popen[bytes], guard: tuple[int, int] | None, attempt_dir: Path, log: Any) -> int:
+    """The job's exit code; with a guard, checked every GUARD_POLL_S until the job ends."""
+    if guard is None:
+        return child.wait()
+    while True:
+        try:
+            return child.wait(timeout=GUARD_POLL_S)
+        except subprocess.TimeoutExpired:
+            if process_start_ticks(guard[0]) != guard[1]:
+                _node_lost(attempt_dir, log, guard[0], started=True)
+
+
+def _node_lost(attempt_dir: Path, log: Any, guard_pid: int, started: bool) -> None:
+    """The node this job was placed on is gone: record it, then kill the whole group
+    (the job, its children, this shim). Does not return."""
+    reason = f"node lost: guard process {guard_pid} is gone" + ("; job killed" if started else "; job not started")
+    log.write(f"[sluice] {reason}\n".encode())
+    write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": -signal.SIGKILL, "time": time.time(), "reason": reason})
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+    os._exit(137)  # not reached: the group's SIGKILL includes this process
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ class RayEngine:
         membership_interval_s: float = 1.0,
         call_timeout_s: float = 30.0,
         poll_wait_s: float = 1.0,
-        fence: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Join the Ray cluster at `address` (None: start a local one owned by this process).
@@ -86,7 +85,6 @@ class RayEngine:
         """Longest wait for an agent's answer where the engine cannot go on without it (s)."""
         self.poll_wait_s = poll_wait_s
         """Longest wait for the agents' poll answers in one round; late ones come next round (s)."""
-        self.fence = fence
         self._clock = clock
         self._membership = Membership()
         self._agents: dict[str, Any] = {}
@@ -148,7 +146,6 @@ class RayEngine:
             memory_mb=node.memory_mb,
             labels=node.labels,
             settings=self.agent_settings,
-            fence=self.fence,
         )
 
     def _get(self, ref: Any) -> Any:
