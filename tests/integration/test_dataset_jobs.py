@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
 from sluice.model import Phase
 from sluice.settings import Settings
@@ -24,7 +26,7 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
     for i in range(20):
         (src / f"item-{i:03d}.bin").write_bytes(bytes([i]) * (1000 + i))
     plane = ControlPlane.from_settings(Settings(home=tmp_path / "home", policy="data-aware", reconcile_interval_s=0.1))
-    plane.bootstrap_tenants()
+    tokens = plane.bootstrap_tenants()
     plane.start()
     try:
         caller = plane.store.get_tenant("default")
@@ -58,6 +60,13 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
                 break
             time.sleep(0.5)
         assert cached.get("blobs", 0) >= 0.99
+        # ... and `sluice dataset list` shows it per node (the API's cached_on)
+        node = plane.engine.nodes()[0].name
+        with TestClient(create_app(plane)) as http:
+            listed = http.get("/v1/datasets", headers={"Authorization": f"Bearer {tokens['default']}"})
+        assert listed.status_code == 200, listed.text
+        [row] = listed.json()
+        assert row["cached_on"][node] >= 0.99
         # warming goes through the local engine's agent, into the same cache the job filled
         [report] = plane.datasets.warm(caller, "blobs")
         assert report.node == plane.engine.nodes()[0].name and report.error is None

@@ -308,6 +308,34 @@ def test_jobs_spread_over_nodes_and_cpu_limit_changes_live_on_a_remote_node(
     assert psutil.pid_exists(child)
 
 
+def test_a_fault_is_injected_on_the_named_ray_node_by_its_agent_and_stops_by_itself(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
+) -> None:
+    import psutil
+
+    _, engine, _ = plane
+    report = engine.inject_fault("n1", "cpu", 2.0, workers=1)
+    assert report.node == "n1" and report.kind == "cpu" and report.pids
+    worker = psutil.Process(report.pids[0]).ppid()  # started by n1's agent actor...
+    assert psutil.Process(worker).ppid() == ray_cluster.raylet_pid("n1")  # ...a worker of n1's raylet
+
+    def gone() -> bool:
+        for pid in report.pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    return False
+            except psutil.NoSuchProcess:
+                pass
+        return True
+
+    deadline = time.monotonic() + 20
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert gone(), "the fault did not stop after its duration"
+    with pytest.raises(KeyError):
+        engine.inject_fault("no-such-node", "cpu", 1.0)
+
+
 def test_migration_resumes_on_another_node_from_the_checkpoint(
     ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
 ) -> None:

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -138,3 +139,61 @@ def inject(kind: str, cores: Sequence[int], **kwargs: object) -> Fault:
     except ValueError:
         raise ValueError(f"fault kind {kind!r} is not one of {', '.join(f.value for f in FaultKind)}") from None
     return Fault(k, cores, **kwargs).start()  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class FaultReport:
+    """What `sluice node fault` started: on which node and cores, for how long, which processes."""
+
+    node: str
+    kind: str
+    seconds: float
+    cores: list[int]
+    pids: list[int]
+    command: str
+
+
+class FaultBoard:
+    """The faults an agent runs on its node (`sluice node fault`), each stopped by a timer
+    after its duration, all stopped by `stop_all` or when the agent closes: an operator's
+    fault must never outlive what they asked for."""
+
+    MAX_SECONDS = 3600.0
+
+    def __init__(self, node: str, cores: Sequence[int]) -> None:
+        self.node = node
+        self.cores = sorted(cores)
+        self._lock = threading.Lock()
+        self._running: list[tuple[Fault, threading.Timer]] = []
+
+    def inject(self, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512) -> FaultReport:
+        if not 0 < seconds <= self.MAX_SECONDS:
+            raise ValueError(f"seconds must be in (0, {self.MAX_SECONDS:g}], got {seconds:g}")
+        fault = inject(kind, self.cores, workers=workers, memory_mb=memory_mb)
+        timer = threading.Timer(seconds, self._expire, args=(fault,))
+        timer.daemon = True
+        with self._lock:
+            self._running.append((fault, timer))
+        timer.start()
+        argv = fault.argvs()[0]
+        return FaultReport(
+            self.node, str(fault.kind), seconds, self.cores, [p.pid for p in fault.procs], " ".join(argv[:6])
+        )
+
+    def _expire(self, fault: Fault) -> None:
+        fault.stop()
+        with self._lock:
+            self._running = [(f, t) for f, t in self._running if f is not fault]
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(1 for f, _ in self._running if f.running)
+
+    def stop_all(self) -> int:
+        """Stop every fault now; returns how many were running."""
+        with self._lock:
+            running, self._running = self._running, []
+        for fault, timer in running:
+            timer.cancel()
+            fault.stop()
+        return len(running)

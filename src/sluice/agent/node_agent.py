@@ -49,6 +49,7 @@ from sluice.agent.cgroup import (
     node_cpuset,
     warn_once,
 )
+from sluice.agent.faults import FaultBoard, FaultReport
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
@@ -189,6 +190,8 @@ class NodeAgent:
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
         self._warm_mu = threading.Lock()
+        self.faults = FaultBoard(name, self.cpus)
+        """Faults an operator injected here (`sluice node fault`); stopped on close."""
         self._adopt()
 
     # ------------------------------------------------------------------ facts
@@ -531,8 +534,20 @@ class NodeAgent:
                 self._warm_cache = DatasetCache(self._cache.settings)
             return self._warm_cache
 
+    # ------------------------------------------------------------------ faults
+    def inject_fault(self, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512) -> FaultReport:
+        """Make this node sick for `seconds` (`sluice node fault`): a CPU hog, memory pressure
+        or an I/O storm pinned to this node's cores. ValueError names a bad kind or duration."""
+        return self.faults.inject(kind, seconds, workers, memory_mb)
+
+    def stop_faults(self) -> int:
+        """Stop every fault injected here; returns how many were running."""
+        return self.faults.stop_all()
+
     def close(self) -> None:
-        """Forget the attempts; their processes keep running for the next agent to adopt."""
+        """Forget the attempts; their processes keep running for the next agent to adopt.
+        Injected faults are stopped: they belong to this agent, not to a job."""
+        self.faults.stop_all()
         with self._lock:
             for att in self._watched.values():
                 if att.popen is not None and att.popen.poll() is not None:

@@ -28,6 +28,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
+from sluice.agent.faults import FaultReport
 from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event, LaunchRequest, NodeInfo
 
@@ -153,6 +154,13 @@ class RayNodeAgent:
     def drop_dataset(self, name: str) -> int:
         self._require_node()
         return self._agent.drop_dataset(name)
+
+    def inject_fault(self, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512) -> FaultReport:
+        self._require_node()
+        return self._agent.inject_fault(kind, seconds, workers, memory_mb)
+
+    def stop_faults(self) -> int:
+        return self._agent.stop_faults()
 
     def close(self) -> None:
         self._agent.close()

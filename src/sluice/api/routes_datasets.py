@@ -30,9 +30,14 @@ class DatasetOut(BaseModel):
     total_bytes: int | None
     cached_fraction: float | None = None
     """Share of the dataset's bytes held by this node's cache (the control plane's node)."""
+    cached_on: dict[str, float] = {}
+    """Per node of the cluster (as its agent last reported, every few seconds): share of the
+    dataset's bytes in that node's cache; nodes holding none are left out."""
 
     @staticmethod
-    def of(rec: Any, cached: dict[str, float] | None = None) -> DatasetOut:
+    def of(
+        rec: Any, cached: dict[str, float] | None = None, by_node: dict[str, dict[str, float]] | None = None
+    ) -> DatasetOut:
         return DatasetOut(
             tenant=rec.tenant,
             name=rec.name,
@@ -44,6 +49,7 @@ class DatasetOut(BaseModel):
             items=rec.items,
             total_bytes=rec.total_bytes,
             cached_fraction=None if cached is None else cached.get(rec.name, 0.0),
+            cached_on={n: d[rec.name] for n, d in sorted((by_node or {}).items()) if d.get(rec.name, 0.0) > 0},
         )
 
 
@@ -65,11 +71,17 @@ def _cached(svc: DatasetService) -> dict[str, float] | None:
         return None
 
 
+def _by_node(plane: Any) -> dict[str, dict[str, float]]:
+    """Every node's cache as its agent reported it (empty for a plane that does not know)."""
+    report = getattr(plane, "cached_by_node", None)
+    return report() if callable(report) else {}
+
+
 @router.get("", response_model=list[DatasetOut])
 def list_datasets(request: Request, plane: PlaneDep, caller: CallerDep) -> list[DatasetOut]:
     svc = service(request, plane)
-    cached = _cached(svc)
-    return [DatasetOut.of(r, cached) for r in svc.list_datasets(caller)]
+    cached, by_node = _cached(svc), _by_node(plane)
+    return [DatasetOut.of(r, cached, by_node) for r in svc.list_datasets(caller)]
 
 
 @router.post("", status_code=201, response_model=DatasetOut)
@@ -83,7 +95,7 @@ def create_dataset(
 @router.get("/{name}", response_model=DatasetOut)
 def get_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> DatasetOut:
     svc = service(request, plane)
-    return DatasetOut.of(svc.get(caller, name), _cached(svc))
+    return DatasetOut.of(svc.get(caller, name), _cached(svc), _by_node(plane))
 
 
 class DeletedOut(BaseModel):

@@ -10,9 +10,9 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.model import JobRecord
 
@@ -138,6 +138,22 @@ class NewTenantOut(TenantOut):
 
 class CordonIn(BaseModel):
     reason: str = Field(min_length=1, max_length=1000, description="Why the node is taken out of service.")
+
+
+class FaultIn(BaseModel):
+    """A fault to inject on a node (`sluice node fault`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["cpu", "memory", "io"] = Field(
+        description="cpu: busy loops on every core of the node; memory: hold and keep touching "
+        "memory_mb of RAM; io: a write + fsync storm."
+    )
+    seconds: float = Field(gt=0, le=3600, description="How long the fault runs (seconds); it stops by itself.")
+    workers: int | None = Field(
+        default=None, ge=1, le=64, description="cpu/io worker processes (default: one per core of the node)."
+    )
+    memory_mb: int = Field(default=512, ge=1, le=1 << 20, description="RAM a memory fault holds (MiB).")
 
 
 class ProblemOut(BaseModel):

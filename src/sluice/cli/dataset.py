@@ -40,13 +40,14 @@ def _rows(items: list[dict[str, Any]]) -> list[list[Any]]:
             d["items"],
             _size(d["total_bytes"]),
             _pct(d.get("cached_fraction")),
+            ", ".join(f"{n} {_pct(f)}" for n, f in (d.get("cached_on") or {}).items()) or "-",
             when(d["created_at"]),
         ]
         for d in items
     ]
 
 
-COLUMNS = ("NAME", "TENANT", "SOURCE", "FILES", "SIZE", "CACHED HERE", "CREATED")
+COLUMNS = ("NAME", "TENANT", "SOURCE", "FILES", "SIZE", "CACHED HERE", "CACHED ON NODES", "CREATED")
 
 
 @app.command()

@@ -1,7 +1,8 @@
-"""`sluice node ...`: Nodes: list, cordon, uncordon."""
+"""`sluice node ...`: Nodes: list, cordon, uncordon, fault."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -9,7 +10,7 @@ import typer
 from sluice.cli.client import Client
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, number, table
 
-app = typer.Typer(help="Nodes: list, cordon, uncordon.", no_args_is_help=True)
+app = typer.Typer(help="Nodes: list, cordon, uncordon, inject faults.", no_args_is_help=True)
 
 NodeName = Annotated[str, typer.Argument(help="Node name (as `sluice node list` shows it).")]
 
@@ -59,3 +60,51 @@ def uncordon(name: NodeName, output: OutputOpt = Output.table) -> None:
     with errors_reported(), Client.from_env(admin=True) as client:
         node = client.call("POST", f"/v1/nodes/{name}/uncordon")
     emit(node, output, lambda n: console.print(f"{name}: {n.get('health', 'Healthy')}", markup=False))
+
+
+class FaultKindOpt(StrEnum):
+    cpu = "cpu"
+    memory = "memory"
+    io = "io"
+
+
+@app.command()
+def fault(
+    name: NodeName,
+    kind: Annotated[
+        FaultKindOpt | None,
+        typer.Argument(help="cpu (busy loops), memory (hold RAM), io (write + fsync storm). Omit with --stop."),
+    ] = None,
+    seconds: Annotated[
+        float, typer.Option("--seconds", "-s", min=0.1, max=3600, help="How long (it stops by itself).")
+    ] = 60.0,
+    workers: Annotated[int | None, typer.Option(min=1, max=64, help="cpu/io workers (default: one per core).")] = None,
+    memory_mb: Annotated[int, typer.Option(min=1, help="RAM a memory fault holds (MiB).")] = 512,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop every fault running on the node now.")] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Make a node sick on purpose, pinned to its cores, for a while (admin): to watch the
+    health loop flag it, cordon it and move its jobs (`sluice node list`, `sluice job why`)."""
+    if stop == (kind is not None):
+        console.print("give a fault KIND (cpu, memory, io), or --stop to stop the node's faults", markup=False)
+        raise typer.Exit(2)
+    with errors_reported(), Client.from_env(admin=True) as client:
+        if stop:
+            out = client.call("DELETE", f"/v1/nodes/{name}/faults")
+            emit(out, output, lambda o: console.print(f"{name}: {o.get('stopped', 0)} fault(s) stopped", markup=False))
+            return
+        assert kind is not None
+        body: dict[str, Any] = {"kind": kind.value, "seconds": seconds, "memory_mb": memory_mb}
+        if workers is not None:
+            body["workers"] = workers
+        out = client.call("POST", f"/v1/nodes/{name}/faults", json=body)
+
+    def render(o: dict[str, Any]) -> None:
+        cores = ",".join(map(str, o.get("cores", [])))
+        console.print(
+            f"{name}: {o.get('kind')} fault for {number(o.get('seconds'), 3)}s on cores {cores} "
+            f"(pids {', '.join(map(str, o.get('pids', [])))}): {o.get('command', '')}",
+            markup=False,
+        )
+
+    emit(out, output, render)

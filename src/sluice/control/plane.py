@@ -13,14 +13,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
+from sluice.agent.faults import FaultReport
 from sluice.control.auth import hash_token, new_token
 from sluice.control.controller import Controller
 from sluice.control.datasets import DatasetService
 from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
 from sluice.control.recovery import RecoveryReport, recover
 from sluice.data.settings import CacheSettings
-from sluice.engine.base import Engine
+from sluice.engine.base import Engine, FaultInjector
 from sluice.model import JobRecord, NodeHealth, Phase, ProgressSignals
 from sluice.policy import Policy, make_policy
 from sluice.settings import Settings
@@ -293,6 +295,11 @@ class ControlPlane:
                 )
             return out
 
+    def cached_by_node(self) -> dict[str, dict[str, float]]:
+        """node -> dataset -> share of its bytes in that node's cache (from the agents' reports)."""
+        with self.controller.lock:
+            return {n.name: dict(n.cached_datasets) for n in self.controller.view().nodes.values()}
+
     def cordon(self, caller: TenantRecord, node: str, reason: str) -> None:
         self._require_admin(caller)
         try:
@@ -306,3 +313,46 @@ class ControlPlane:
             self.controller.set_node_health(node, NodeHealth.HEALTHY, "uncordoned by operator", by="operator")
         except KeyError:
             raise NotFound(f"node {node!r} not found") from None
+
+    def inject_fault(
+        self,
+        caller: TenantRecord,
+        node: str,
+        kind: str,
+        seconds: float,
+        workers: int | None = None,
+        memory_mb: int = 512,
+    ) -> FaultReport:
+        """Make a node sick on purpose for `seconds` (admin): how an operator checks that the
+        health loop cordons a sick node and moves its jobs. Recorded in the event log."""
+        self._require_admin(caller)
+        injector = self._fault_injector(node)
+        try:
+            report = injector.inject_fault(node, kind, seconds, workers, memory_mb)
+        except KeyError:
+            raise NotFound(f"node {node!r} has no live agent") from None
+        self.store.append_event(
+            time.time(),
+            "node",
+            f"{node}: {report.kind} fault injected by {caller.name} for {report.seconds:g}s",
+            node=node,
+            data={"fault": report.kind, "seconds": report.seconds, "pids": report.pids},
+        )
+        return report
+
+    def stop_faults(self, caller: TenantRecord, node: str) -> int:
+        """Stop every fault injected on the node (admin); how many were running."""
+        self._require_admin(caller)
+        try:
+            stopped = self._fault_injector(node).stop_faults(node)
+        except KeyError:
+            raise NotFound(f"node {node!r} has no live agent") from None
+        self.store.append_event(time.time(), "node", f"{node}: {stopped} fault(s) stopped by {caller.name}", node=node)
+        return stopped
+
+    def _fault_injector(self, node: str) -> FaultInjector:
+        if node not in self.controller.nodes:
+            raise NotFound(f"node {node!r} not found")
+        if not callable(getattr(self.engine, "inject_fault", None)):
+            raise Conflict(f"the {self.engine.name} engine cannot inject faults")
+        return cast(FaultInjector, self.engine)

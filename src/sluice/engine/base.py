@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from sluice.agent.faults import FaultReport
 from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event
 from sluice.model.launch import LaunchRequest, NodeInfo
@@ -84,4 +85,21 @@ class CacheWarmer(Protocol):
         ...
 
 
-__all__ = ["CacheWarmer", "Engine", "LaunchRequest", "NodeInfo"]
+class FaultInjector(Protocol):
+    """An engine whose node agents can make their node sick on purpose (`sluice node fault`):
+    how operators test that the health loop cordons a sick node and moves its jobs. Optional:
+    the simulator injects failures its own way."""
+
+    def inject_fault(
+        self, node: str, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512
+    ) -> FaultReport:
+        """Start a `kind` fault (cpu, memory, io) pinned to the node's cores, stopped after
+        `seconds`. KeyError for an unknown node, ValueError for a bad kind or duration."""
+        ...
+
+    def stop_faults(self, node: str) -> int:
+        """Stop every fault running on the node now; how many were running."""
+        ...
+
+
+__all__ = ["CacheWarmer", "Engine", "FaultInjector", "LaunchRequest", "NodeInfo"]

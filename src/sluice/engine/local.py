@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
+from sluice.agent.faults import FaultReport
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
@@ -145,6 +146,14 @@ class LocalEngine:
             except OSError as err:
                 out[node] = f"{type(err).__name__}: {err}"
         return out
+
+    def inject_fault(
+        self, node: str, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512
+    ) -> FaultReport:
+        return self.agents[node].inject_fault(kind, seconds, workers, memory_mb)
+
+    def stop_faults(self, node: str) -> int:
+        return self.agents[node].stop_faults()
 
     def close(self) -> None:
         for agent in self.agents.values():

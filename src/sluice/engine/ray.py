@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.agent.faults import FaultReport
 from sluice.data.warm import WarmReport
 from sluice.engine.ray_gang import GangBook, Stop
 from sluice.engine.ray_membership import Membership, RayNode
@@ -337,6 +338,17 @@ class RayEngine:
             except Exception as err:  # a node dying or its actor restarting: say so, go on
                 out[n] = f"the node's agent did not answer: {err}"
         return out
+
+    def inject_fault(
+        self, node: str, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512
+    ) -> FaultReport:
+        """Through the node's agent actor: the fault runs on that Ray node, pinned to its cores."""
+        agent = self._agents[node]
+        report: FaultReport = self._get(agent.inject_fault.remote(kind, seconds, workers, memory_mb))
+        return report
+
+    def stop_faults(self, node: str) -> int:
+        return int(self._get(self._agents[node].stop_faults.remote()))
 
     # ----------------------------------------------------------------- extras the controller reads
 

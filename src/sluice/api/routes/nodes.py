@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.contract import Plane
-from sluice.api.schemas import CordonIn, ErrorOut, jsonable
+from sluice.api.schemas import CordonIn, ErrorOut, FaultIn, jsonable
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -46,3 +46,26 @@ def uncordon(plane: PlaneDep, caller: CallerDep, name: str) -> dict[str, Any]:
     """Put the node back in service."""
     plane.uncordon(caller, name)
     return _node_out(plane, name)
+
+
+_FAULT_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut},
+    403: {"model": ErrorOut, "description": "Only admins inject faults."},
+    404: {"model": ErrorOut, "description": "No such node, or no live agent on it."},
+    409: {"model": ErrorOut, "description": "This engine cannot inject faults."},
+}
+
+
+@router.post("/{name}/faults", responses=_FAULT_ERRORS, status_code=201)
+def inject_fault(plane: PlaneDep, caller: CallerDep, name: str, body: FaultIn) -> dict[str, Any]:
+    """Make the node sick on purpose for a while (CPU hog, memory pressure or I/O storm pinned
+    to its cores): to check that the health loop cordons it and moves its jobs."""
+    report = plane.inject_fault(caller, name, body.kind, body.seconds, body.workers, body.memory_mb)
+    out = jsonable(report)
+    return out if isinstance(out, dict) else {"node": name}
+
+
+@router.delete("/{name}/faults", responses=_FAULT_ERRORS)
+def stop_faults(plane: PlaneDep, caller: CallerDep, name: str) -> dict[str, Any]:
+    """Stop every fault injected on the node now."""
+    return {"node": name, "stopped": plane.stop_faults(caller, name)}

@@ -1,0 +1,143 @@
+"""`sluice node fault` end to end: the CLI against a live API server on loopback, a real
+ControlPlane with the local engine split into two virtual nodes; the fault processes are
+real, pinned to the node's cores, and stop by themselves or on `--stop`."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import psutil
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from sluice.api.app import create_app
+from sluice.cli.main import app
+from sluice.control.plane import ControlPlane
+from sluice.control.server import write_secret
+from sluice.settings import Settings
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split into 2 virtual nodes"),
+]
+runner = CliRunner()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 20.0) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def live(
+    sluice_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[ControlPlane, str, dict[str, str]]]:
+    settings = sluice_settings.model_copy(update={"virtual_nodes": 2, "policy": "kube"})
+    plane = ControlPlane.from_settings(settings)
+    tokens = plane.bootstrap_tenants()
+    plane.start()
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    home = settings.home
+    url = f"http://127.0.0.1:{port}"
+    (home / "server.json").write_text(json.dumps({"pid": 0, "url": url}))
+    write_secret(home / "token", tokens["default"])
+    write_secret(home / "admin.token", tokens["admin"])
+    for var in ("SLUICE_URL", "SLUICE_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    monkeypatch.setenv("COLUMNS", "250")
+    try:
+        wait_for(lambda: len(plane.nodes()) == 2)
+        yield plane, url, tokens
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        plane.stop()
+
+
+def sluice(*args: str) -> tuple[int, str]:
+    r = runner.invoke(app, list(args))
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout + r.stderr
+
+
+def gone(pids: list[int]) -> bool:
+    def dead(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    return all(dead(p) for p in pids)
+
+
+def test_fault_runs_pinned_to_the_node_and_stops_by_itself_or_on_stop(
+    live: tuple[ControlPlane, str, dict[str, str]],
+) -> None:
+    plane, _, _ = live
+    cores = sorted(int(c) for c in plane.controller.nodes["node-1"].labels["cores"].split(","))
+
+    code, out = sluice("node", "fault", "node-1", "cpu", "--seconds", "3", "--workers", "1", "-o", "json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["kind"] == "cpu" and report["cores"] == cores and report["pids"]
+    for pid in report["pids"]:
+        assert sorted(psutil.Process(pid).cpu_affinity()) == cores  # node-1's cores, not the machine's
+    assert wait_for(lambda: gone(report["pids"]), 20), "the fault did not stop after its duration"
+
+    code, out = sluice("node", "fault", "node-1", "io", "--seconds", "600", "-o", "json")
+    assert code == 0, out
+    io = json.loads(out)
+    assert not gone(io["pids"])
+    code, out = sluice("node", "fault", "node-1", "--stop")
+    assert code == 0 and "1 fault(s) stopped" in out, out
+    assert wait_for(lambda: gone(io["pids"]), 10)
+
+    history = [e.message for e in plane.store.events(node="node-1")]
+    assert any("cpu fault injected by admin for 3s" in m for m in history), history
+    assert any("1 fault(s) stopped by admin" in m for m in history), history
+
+
+def test_bad_fault_requests_are_refused_with_the_field_named(live: tuple[ControlPlane, str, dict[str, str]]) -> None:
+    _, url, tokens = live
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with httpx.Client(base_url=url, timeout=10) as http:
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "disk", "seconds": 5}, headers=admin)
+        assert r.status_code == 422 and r.json()["problems"][0]["field"] == "kind"
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "cpu", "seconds": 0}, headers=admin)
+        assert r.status_code == 422 and r.json()["problems"][0]["field"] == "seconds"
+        r = http.post("/v1/nodes/node-9/faults", json={"kind": "cpu", "seconds": 5}, headers=admin)
+        assert r.status_code == 404 and "node-9" in r.json()["detail"]
+        user = {"Authorization": f"Bearer {tokens['default']}"}
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "cpu", "seconds": 5}, headers=user)
+        assert r.status_code == 403
+    code, out = sluice("node", "fault", "node-1")
+    assert code == 2 and "--stop" in out
+    code, out = sluice("node", "fault", "node-1", "disk")
+    assert code == 2 and "disk" in out
