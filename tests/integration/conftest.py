@@ -38,6 +38,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, every: float 
     return predicate()
 
 
+def process_gone(pid: int) -> bool:
+    """The process has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def kill_runs(runs_dir: Path) -> None:
     """SIGKILL the process group of every attempt under runs_dir whose shim still runs."""
     for state_file in runs_dir.glob("*/attempt-*/state.json"):

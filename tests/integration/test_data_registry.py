@@ -7,38 +7,27 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
-from sluice.api.app import create_app
 from sluice.cli.main import app
 from sluice.control.datasets import DatasetService
 from sluice.control.plane import ControlPlane
-from sluice.control.server import write_secret
 from sluice.data.httpserve import DataServer
 from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import TenantSpec
 from sluice.store.sql import SqlStore
 
+from ..live_api import serve_for_cli
 from ..unit.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.integration
 runner = CliRunner()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -53,26 +42,10 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cont
     plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("data-aware"))
     tokens = plane.bootstrap_tenants()
     _, tokens["bob"] = plane.create_tenant(plane.authenticate(tokens["admin"]), TenantSpec(name="bob"))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    (home / "server.json").write_text(json.dumps({"pid": 0, "url": f"http://127.0.0.1:{port}"}))
-    write_secret(home / "token", tokens["default"])
-    write_secret(home / "admin.token", tokens["admin"])
-    for var in ("SLUICE_URL", "SLUICE_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SLUICE_HOME", str(home))
-    monkeypatch.setenv("COLUMNS", "250")
     try:
-        yield plane, tmp_path, tokens
+        with serve_for_cli(plane, home, tokens, monkeypatch):
+            yield plane, tmp_path, tokens
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         plane.store.close()
         shutil.rmtree(mem, ignore_errors=True)
 

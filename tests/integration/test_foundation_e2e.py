@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from sluice.control.plane import ControlPlane
 from sluice.model import Phase
 from sluice.settings import Settings
 from sluice.spec import parse_job_spec
+from tests.live_api import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -180,12 +180,6 @@ def test_flowcon_limit_is_the_kernel_limit_and_changes_live(plane_factory, tmp_p
 # ------------------------------------------------------------------ kill -9 of the control plane
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -216,7 +210,7 @@ def _start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
 def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    port = _free_port()
+    port = free_port()
     server = _start_server(home, port)
     token = (home / "token").read_text().strip()
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", headers={"Authorization": f"Bearer {token}"})
@@ -279,7 +273,7 @@ def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:
 def test_server_json_points_at_live_server(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    port = _free_port()
+    port = free_port()
     server = _start_server(home, port)
     try:
         info = json.loads((home / "server.json").read_text())

@@ -6,44 +6,25 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import psutil
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
-from sluice.api.app import create_app
 from sluice.cli.main import app
 from sluice.control.plane import ControlPlane
-from sluice.control.server import write_secret
 from sluice.settings import Settings
+from tests.integration.conftest import process_gone, wait_for
+
+from ..live_api import serve_for_cli
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split into 2 virtual nodes"),
 ]
 runner = CliRunner()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(cond: Callable[[], object], timeout: float = 20.0) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture
@@ -54,29 +35,11 @@ def live(
     plane = ControlPlane.from_settings(settings)
     tokens = plane.bootstrap_tenants()
     plane.start()
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    home = settings.home
-    url = f"http://127.0.0.1:{port}"
-    (home / "server.json").write_text(json.dumps({"pid": 0, "url": url}))
-    write_secret(home / "token", tokens["default"])
-    write_secret(home / "admin.token", tokens["admin"])
-    for var in ("SLUICE_URL", "SLUICE_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SLUICE_HOME", str(home))
-    monkeypatch.setenv("COLUMNS", "250")
     try:
-        wait_for(lambda: len(plane.nodes()) == 2)
-        yield plane, url, tokens
+        with serve_for_cli(plane, settings.home, tokens, monkeypatch) as url:
+            assert wait_for(lambda: len(plane.nodes()) == 2)
+            yield plane, url, tokens
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         plane.stop()
 
 
@@ -88,13 +51,7 @@ def sluice(*args: str) -> tuple[int, str]:
 
 
 def gone(pids: list[int]) -> bool:
-    def dead(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    return all(dead(p) for p in pids)
+    return all(process_gone(p) for p in pids)
 
 
 def test_fault_runs_pinned_to_the_node_and_stops_by_itself_or_on_stop(

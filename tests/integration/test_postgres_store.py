@@ -12,7 +12,6 @@ import importlib.util
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from sluice.store.sql import SqlStore
+from tests.live_api import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +39,6 @@ def _pg_bin() -> Path | None:
         return Path(found).resolve().parent
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     return Path(candidates[-1]).parent if candidates else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +60,7 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     else:
         base = tmp_path_factory.mktemp("pg")
     data, sock = base / "data", base
-    port = _free_port()
+    port = free_port()
     run = lambda *argv: subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)  # noqa: E731
     try:
         run(str(bindir / "initdb"), "-D", str(data), "-U", "sluice", "--auth=trust", "-E", "UTF8", "--no-sync")

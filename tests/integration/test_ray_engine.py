@@ -34,6 +34,7 @@ from sluice.model import Allocation, ClusterView, Decision, Migrate, NodeHealth,
 from sluice.policy.kube import KubePolicy  # noqa: E402
 from sluice.spec import JobSpec  # noqa: E402
 from sluice.store.memory import MemoryStore  # noqa: E402
+from tests.integration.conftest import process_gone, wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -319,19 +320,8 @@ def test_a_fault_is_injected_on_the_named_ray_node_by_its_agent_and_stops_by_its
     worker = psutil.Process(report.pids[0]).ppid()  # started by n1's agent actor...
     assert psutil.Process(worker).ppid() == ray_cluster.raylet_pid("n1")  # ...a worker of n1's raylet
 
-    def gone() -> bool:
-        for pid in report.pids:
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    return False
-            except psutil.NoSuchProcess:
-                pass
-        return True
-
-    deadline = time.monotonic() + 20
-    while not gone() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert gone(), "the fault did not stop after its duration"
+    stopped = wait_for(lambda: all(process_gone(p) for p in report.pids), 20)
+    assert stopped, "the fault did not stop after its duration"
     with pytest.raises(KeyError):
         engine.inject_fault("no-such-node", "cpu", 1.0)
 

@@ -9,27 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, parse_guard, process_start_ticks
+from tests.integration.conftest import process_gone, wait_for
 
 pytestmark = pytest.mark.integration
 
 SLEEPER = [sys.executable, "-c", "import time; print('job up', flush=True); time.sleep(120)"]
-
-
-def wait_for(cond: Callable[[], object], timeout: float = 20.0) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def start_shim(tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -39,15 +28,8 @@ def start_shim(tmp_path: Path, *extra: str) -> subprocess.Popen[bytes]:
 
 
 def job_pid(tmp_path: Path) -> int:
-    wait_for(lambda: (tmp_path / CHILD_FILE).exists() and "job up" in (tmp_path / "log").read_text())
+    assert wait_for(lambda: (tmp_path / CHILD_FILE).exists() and "job up" in (tmp_path / "log").read_text())
     return int(json.loads((tmp_path / CHILD_FILE).read_text())["pid"])
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_start_ticks_name_one_process() -> None:
@@ -62,7 +44,7 @@ def test_job_dies_when_its_shim_is_killed(tmp_path: Path) -> None:
     job = job_pid(tmp_path)
     shim.kill()  # SIGKILL the shim alone, as Ray does to a dying worker's children
     shim.wait()
-    assert wait_for(lambda: gone(job)), "the job outlived its shim"
+    assert wait_for(lambda: process_gone(job)), "the job outlived its shim"
 
 
 def test_shim_kills_its_job_when_the_guard_is_gone(tmp_path: Path) -> None:
@@ -71,11 +53,11 @@ def test_shim_kills_its_job_when_the_guard_is_gone(tmp_path: Path) -> None:
     shim = start_shim(tmp_path, "--guard", f"{guard.pid}:{start}")
     job = job_pid(tmp_path)
     time.sleep(0.5)
-    assert not gone(job), "the guard is alive: the job must run"
+    assert not process_gone(job), "the guard is alive: the job must run"
     guard.kill()
     guard.wait()
     assert shim.wait(timeout=10) == -signal.SIGKILL
-    assert wait_for(lambda: gone(job))
+    assert wait_for(lambda: process_gone(job))
     exit_info = json.loads((tmp_path / EXIT_FILE).read_text())
     assert exit_info["reason"].startswith("node lost")
     assert "node lost" in (tmp_path / "log").read_text()

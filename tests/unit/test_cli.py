@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
-from sluice.api.app import create_app
 from sluice.cli.main import app
 from sluice.control.plane import ControlPlane
-from sluice.control.server import write_secret
 from sluice.model import JobExited, JobStarted, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import TenantSpec
 from sluice.store.sql import SqlStore
 
+from ..live_api import free_port, serve_for_cli
 from .fake_engine import FakeEngine
 
 
@@ -51,12 +46,6 @@ class Live:
     tokens: dict[str, str]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
     home = tmp_path / "home"
@@ -66,27 +55,10 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
     plane = ControlPlane(settings, SqlStore(settings.db_url), engine, make_policy("kube"))
     tokens = plane.bootstrap_tenants()
     _, tokens["bob"] = plane.create_tenant(plane.authenticate(tokens["admin"]), TenantSpec(name="bob"))
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:  # readiness, not a timing assertion
-        if not thread.is_alive():
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    url = f"http://127.0.0.1:{port}"
-    (home / "server.json").write_text(json.dumps({"pid": 0, "url": url}))
-    write_secret(home / "token", tokens["default"])
-    write_secret(home / "admin.token", tokens["admin"])
-    for var in ("SLUICE_URL", "SLUICE_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SLUICE_HOME", str(home))
-    monkeypatch.setenv("COLUMNS", "250")
     try:
-        yield Live(plane, engine, home, url, tokens)
+        with serve_for_cli(plane, home, tokens, monkeypatch) as url:
+            yield Live(plane, engine, home, url, tokens)
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
         plane.store.close()
 
 
@@ -178,7 +150,7 @@ def test_bad_argument_exits_2(live: Live) -> None:
 
 
 def test_unreachable_server_exits_1_with_a_clear_message(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SLUICE_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("SLUICE_URL", f"http://127.0.0.1:{free_port()}")
     code, _, err = sluice("job", "list")
     assert code == 1 and "cannot reach the sluice server" in err and "sluice up" in err
 

@@ -185,10 +185,6 @@ class FaultBoard:
         with self._lock:
             self._running = [(f, t) for f, t in self._running if f is not fault]
 
-    def running(self) -> int:
-        with self._lock:
-            return sum(1 for f, _ in self._running if f.running)
-
     def stop_all(self) -> int:
         """Stop every fault now; returns how many were running."""
         with self._lock:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.control.datasets import DatasetService
 from sluice.control.errors import NotFound
+from sluice.data.warm import WarmReport
 from sluice.spec import DatasetSpec
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -109,20 +110,9 @@ def delete_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: s
     return DeletedOut(name=name, nodes=service(request, plane).delete(caller, name))
 
 
-class NodeWarmOut(BaseModel):
-    node: str
-    files_fetched: int
-    bytes_fetched: int
-    already_cached: int
-    seconds: float
-    cached_fraction: float
-    """Share of the dataset's bytes that node's cache holds after the warm."""
-    error: str | None = None
-
-
 class WarmOut(BaseModel):
     name: str
-    nodes: list[NodeWarmOut]
+    nodes: list[WarmReport]
 
 
 @router.post("/{name}/warm", response_model=WarmOut)
@@ -137,4 +127,4 @@ def warm_dataset(
     node's agent; returns when all are done, with what each fetched and how long it took. A
     node that failed has its error in its entry; an unknown node name is a 422."""
     reports = service(request, plane).warm(caller, name, nodes=node or None)
-    return WarmOut(name=name, nodes=[NodeWarmOut(**r.as_dict()) for r in reports])
+    return WarmOut(name=name, nodes=reports)

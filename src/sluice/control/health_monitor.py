@@ -421,7 +421,7 @@ class HealthMonitor:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FIT_NICENESS)
             det = FlowDetector(self.config.detector)
             try:
-                det.fit(data, keys)
+                report = det.fit(data, keys)
             except Exception:  # a refit that fails keeps the model that works
                 log.exception("node %s: fitting on %d samples failed", node, len(data))
                 return
@@ -432,13 +432,12 @@ class HealthMonitor:
             with self._lock:
                 tr.detector, tr.spot, tr.trained_on = det, spot, len(data)
                 tr.fits += 1
-            rep = det.report
             log.info(
                 "node %s: model fitted on %d samples in %.1fs (%d epochs), threshold %.2f",
                 node,
                 len(data),
-                rep.seconds if rep else float("nan"),
-                rep.epochs if rep else 0,
+                report.seconds,
+                report.epochs,
                 spot.threshold,
             )
 

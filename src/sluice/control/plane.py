@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from sluice.agent.faults import FaultReport
 from sluice.control.auth import hash_token, new_token
@@ -353,6 +352,6 @@ class ControlPlane:
     def _fault_injector(self, node: str) -> FaultInjector:
         if node not in self.controller.nodes:
             raise NotFound(f"node {node!r} not found")
-        if not callable(getattr(self.engine, "inject_fault", None)):
+        if not isinstance(self.engine, FaultInjector):
             raise Conflict(f"the {self.engine.name} engine cannot inject faults")
-        return cast(FaultInjector, self.engine)
+        return self.engine

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.data.cache import Counters, NodeCache
@@ -31,9 +31,6 @@ class WarmReport:
     cached_fraction: float
     """Share of the dataset's bytes the node holds after the warm."""
     error: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def warm_node(

@@ -7,7 +7,7 @@ Every call is asynchronous in effect: `launch` and `stop` return at once and the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from sluice.agent.faults import FaultReport
@@ -85,6 +85,7 @@ class CacheWarmer(Protocol):
         ...
 
 
+@runtime_checkable
 class FaultInjector(Protocol):
     """An engine whose node agents can make their node sick on purpose (`sluice node fault`):
     how operators test that the health loop cordons a sick node and moves its jobs. Optional:
@@ -102,4 +103,15 @@ class FaultInjector(Protocol):
         ...
 
 
-__all__ = ["CacheWarmer", "Engine", "FaultInjector", "LaunchRequest", "NodeInfo"]
+def pick_nodes(requested: list[str] | None, known: Iterable[str]) -> list[str]:
+    """The nodes a per-node call targets: `requested` (in order, each once), or every known
+    node when none is named. ValueError naming the unknown ones, before anything starts."""
+    live = list(known)
+    names = list(dict.fromkeys(requested)) if requested else live
+    unknown = [n for n in names if n not in live]
+    if unknown:
+        raise ValueError(f"no live node {', '.join(map(repr, unknown))} (nodes: {', '.join(live)})")
+    return names
+
+
+__all__ = ["CacheWarmer", "Engine", "FaultInjector", "LaunchRequest", "NodeInfo", "pick_nodes"]

@@ -23,6 +23,7 @@ from sluice.agent.faults import FaultReport
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
+from sluice.engine.base import pick_nodes
 from sluice.model import Allocation, Event, JobExited, LaunchRequest, NodeInfo
 from sluice.settings import Settings
 
@@ -131,10 +132,7 @@ class LocalEngine:
     ) -> list[WarmReport]:
         """Warm through each named agent, one after another: virtual nodes share this
         machine's cache, so the first warms it and the others find it warm."""
-        names = list(self.agents) if not nodes else list(dict.fromkeys(nodes))
-        unknown = [n for n in names if n not in self.agents]
-        if unknown:
-            raise ValueError(f"no node {', '.join(map(repr, unknown))} (nodes: {', '.join(self.agents)})")
+        names = pick_nodes(nodes, self.agents)
         opts = dict(storage_options or {})
         return [self.agents[n].warm_dataset(name, source, opts, workers) for n in names]
 

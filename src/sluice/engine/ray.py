@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.agent.faults import FaultReport
 from sluice.data.warm import WarmReport
+from sluice.engine.base import pick_nodes
 from sluice.engine.ray_gang import GangBook, Stop
 from sluice.engine.ray_membership import Membership, RayNode
 from sluice.model import Allocation, Event, JobExited, JobProgress, JobStarted, LaunchRequest, NodeInfo, NodeLost
@@ -302,10 +303,7 @@ class RayEngine:
         `check_s` whether it is done, so its poll() answers stay prompt meanwhile. A node lost
         or an actor restarted mid-warm is reported as that node's error."""
         agents = dict(self._agents)  # a snapshot: the control loop may change the map meanwhile
-        names = list(agents) if not nodes else list(dict.fromkeys(nodes))
-        unknown = [n for n in names if n not in agents]
-        if unknown:
-            raise ValueError(f"no live node {', '.join(map(repr, unknown))} (nodes: {', '.join(agents)})")
+        names = pick_nodes(nodes, agents)
         opts = dict(storage_options or {})
         reports: dict[str, WarmReport] = {}
         tickets: dict[str, str] = {}
