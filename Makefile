@@ -10,7 +10,8 @@ demo: setup
 test: setup
 	.venv/bin/ruff check src tests
 	.venv/bin/mypy
-	.venv/bin/python -m pytest -q -p no:cacheprovider tests
+	.venv/bin/lint-imports
+	.venv/bin/python -X faulthandler -m pytest -q -p no:cacheprovider tests
 
 lint: setup
 	.venv/bin/ruff check src tests

@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 
 from sluice.api.app import create_app
-from sluice.control.server import write_secret
+from sluice.server import write_secret
 
 
 def free_port() -> int:

@@ -1,16 +1,19 @@
 """Typed settings. Every field: meaning, unit, default. Set through SLUICE_* environment
 variables (e.g. SLUICE_POLICY=kube) or a `settings.yaml` in $SLUICE_HOME.
 
-This module imports nothing else of sluice, so every part may read it.
+This module imports nothing else of sluice but the cache's own settings (sluice.data.settings,
+which imports nothing of sluice), so every part may read it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sluice.data.settings import CacheSettings
 
 
 def _default_home() -> Path:
@@ -42,6 +45,14 @@ class Settings(BaseSettings):
             "under engine=ray. Default: home (right when all Ray nodes share this machine)."
         ),
     ] = None
+    allow_unschedulable: Annotated[
+        bool,
+        Field(
+            description="Accept jobs that no current node can hold; they wait with a reason starting "
+            "`Unschedulable:` until the cluster grows. Turn on for a Ray cluster with autoscaling (or KubeRay). "
+            "Default false: such jobs are refused at submit with the largest node's size."
+        ),
+    ] = False
     reconcile_interval_s: Annotated[
         float, Field(gt=0, description="Seconds between reconcile rounds (poll, decide, act). Default 0.5.")
     ] = 0.5
@@ -55,6 +66,14 @@ class Settings(BaseSettings):
     restart_backoff_s: Annotated[
         float, Field(ge=0, description="Base back-off before a failed job is retried; doubles per restart. Default 2.")
     ] = 2.0
+    preempt_min_runtime_s: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="Admission never preempts a job placed less than this many seconds ago "
+            "(no thrashing). Default 60.",
+        ),
+    ] = 60.0
     virtual_nodes: Annotated[
         int, Field(ge=1, le=64, description="Split this machine into N virtual nodes (cpusets). Default 1.")
     ] = 1
@@ -94,9 +113,127 @@ class Settings(BaseSettings):
     health_history_samples: Annotated[
         int, Field(ge=20, description="Healthy KPI samples kept per node for refits. Default 1800 (30 min).")
     ] = 1800
+    isolation: Annotated[
+        Literal["auto", "on", "off"],
+        Field(
+            description="Tenant isolation: run each tenant's jobs as its own unprivileged uid (see docs/security.md). "
+            "auto: on when the control plane may switch users (root, or CAP_SETUID/SETGID/CHOWN/DAC_OVERRIDE/"
+            "FOWNER/KILL), off otherwise; on: refuse to start without that privilege; off: jobs run as the plane's "
+            "own user and a second tenant needs `sluice tenant create --force`. Default auto.",
+        ),
+    ] = "auto"
+    job_uid_min: Annotated[
+        int,
+        Field(
+            ge=1000,
+            le=2**31 - 2,
+            description="First uid (and gid) sluice hands to a tenant's jobs; each tenant gets the next unused "
+            "number, never reused. No /etc/passwd entry is made: a bare numeric id with no login shell. Pick a "
+            "range no host user, group or container subuid range uses. Default 200000.",
+        ),
+    ] = 200_000
+    job_uid_max: Annotated[
+        int,
+        Field(
+            ge=1000,
+            le=2**31 - 2,
+            description="Last uid of the tenant range (inclusive); creating a tenant fails when it is spent. "
+            "Default 299999.",
+        ),
+    ] = 299_999
+    job_python: Annotated[
+        str | None,
+        Field(
+            description="Interpreter a job's leading `python`/`python3` runs. Default: the control plane's own. "
+            "With isolation on, every tenant uid must be able to execute it and read its libraries and sluice's "
+            "SDK, so it must not live under a private home folder (e.g. /root); a launch that cannot is failed "
+            "with that reason.",
+        ),
+    ] = None
+    job_max_open_files: Annotated[
+        int, Field(ge=64, description="RLIMIT_NOFILE of a job process (open files). Default 65536.")
+    ] = 65536
+    job_max_processes: Annotated[
+        int | None,
+        Field(
+            ge=16,
+            description="RLIMIT_NPROC of a job process: processes and threads its uid may own on the host, over all "
+            "of the tenant's jobs (isolation on only). Default 16384; None = unlimited.",
+        ),
+    ] = 16384
+    job_max_file_mb: Annotated[
+        int | None,
+        Field(ge=1, description="RLIMIT_FSIZE of a job process: largest file it may write, MiB. Default: unlimited."),
+    ] = None
+    job_core_dumps: Annotated[
+        bool, Field(description="Allow a job to write core dumps (RLIMIT_CORE). Default false.")
+    ] = False
+
+    net_interface: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[A-Za-z0-9_.-]{1,15}$",
+            description="Network interface multi-replica jobs bind their collective traffic to: sets "
+            "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME in every job's environment (a job's own env wins). "
+            "`sluice net recommend --apply --interface NAME` writes it. Default: unset (the libraries pick).",
+        ),
+    ] = None
+    checkpoint_roots: Annotated[
+        list[str],
+        Field(
+            description="Folders (or URL prefixes such as s3://bucket/ckpt) where a job's checkpoint.location may "
+            "point, besides a path relative to the job's own run folder. Symlinks are resolved before the check. "
+            "Env: JSON list, e.g. SLUICE_CHECKPOINT_ROOTS='[\"/mnt/ckpt\"]'. Default: none.",
+        ),
+    ] = []
+    dataset_roots: Annotated[
+        list[str],
+        Field(
+            description="Folders a local dataset source (a path or file:// URL) must lie under, symlinks resolved; "
+            "the plane and node agents read them with their own permissions. Env: JSON list. Default: none "
+            "(no local sources).",
+        ),
+    ] = []
+    allow_source_hosts: Annotated[
+        list[str],
+        Field(
+            description="Host names and IP networks (CIDR) that http(s)/S3 dataset sources may reach although they "
+            'are loopback, link-local or private (e.g. an in-cluster object store: ["10.0.0.0/8"]). Every other '
+            "non-public address is refused, after DNS resolution and on every redirect. Env: JSON list. Default: none.",
+        ),
+    ] = []
+    failpoints: Annotated[
+        str,
+        Field(
+            description="Testing only: arm the job book's named failure points, e.g. "
+            "`book.transition.after_write=exit@2` (see sluice/control/failpoints.py). Default: none.",
+        ),
+    ] = ""
     max_body_bytes: Annotated[int, Field(gt=0, description="Largest API request body in bytes. Default 1 MiB.")] = (
         1024 * 1024
     )
+    pollux_data: Annotated[
+        Path | None,
+        Field(
+            description="Folder holding the Pollux artifact's `workloads*/`, `traces/philly.csv` and "
+            "`results-jobload/` (not shipped with sluice: large). `sluice bench sim` and `sluice bench fairness` "
+            "read it. Default: `shared/data/pollux` beside the checkout, when there is one.",
+        ),
+    ] = None
+    pollux_traces: Annotated[
+        Path | None,
+        Field(
+            description="Folder of per-application job models (`<app>/placements.csv`, `scalability.csv`, "
+            "`validation-*.csv`) the simulator's GPU jobs use instead of the ones shipped in sluice "
+            "(sluice/sim/models). Default: the shipped models.",
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _uid_range(self) -> Settings:
+        if self.job_uid_max < self.job_uid_min:
+            raise ValueError(f"job_uid_max ({self.job_uid_max}) is below job_uid_min ({self.job_uid_min})")
+        return self
 
     @property
     def db_url(self) -> str:
@@ -105,6 +242,13 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return self.home / "runs"
+
+    @property
+    def cache(self) -> CacheSettings:
+        """This home's node dataset cache (SLUICE_CACHE_* knobs, folders filled in): what the
+        control plane tells jobs and what every node agent opens. The location rule itself is
+        `sluice.data.settings.cache_dirs`."""
+        return CacheSettings.for_home(self.home)
 
     @property
     def api_url(self) -> str:

@@ -20,6 +20,7 @@ from sluice.agent.node_agent import NodeAgent
 from sluice.model import Allocation, Event, JobCheckpointed, JobExited, JobProgress, JobStarted, JobUsage, LaunchRequest
 from sluice.settings import Settings
 from sluice.spec import JobSpec
+from tests.fake_clock import FakeClock
 from tests.integration.conftest import JOBS, wait_for
 
 pytestmark = pytest.mark.integration
@@ -223,22 +224,34 @@ def test_job_gets_the_sdk_environment_and_not_the_control_planes(
     assert env["MY_VAR"] == "x" and env["SLUICE_JOB_ID"] == "env" and env["SLUICE_ATTEMPT"] == "1"
     assert env["SLUICE_RUN_DIR"].endswith("env/attempt-1") and env["SLUICE_CHECKPOINT_DIR"] == str(tmp_path / "ck")
     assert env["OMP_NUM_THREADS"] == "2" and env["CUDA_VISIBLE_DEVICES"] == ""
-    assert sys.executable in _log(agent, "env"), "a leading 'python' runs the control plane's interpreter"
+    python = agent.settings.job_python or sys.executable  # settings.job_python, when set (tests/conftest.py)
+    assert python in _log(agent, "env"), "a leading 'python' runs the control plane's interpreter"
 
 
 def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(sluice_settings: Settings, tmp_path: Path) -> None:
-    agent = NodeAgent("n0", sluice_settings.runs_dir, settings=sluice_settings.model_copy(update={"stop_grace_s": 1.0}))
+    """The grace is the agent's clock (a FakeClock here): a stubborn job lives through all of
+    it and is SIGKILLed at the first poll after it — no waiting on wall time."""
+    clock = FakeClock()
+    settings = sluice_settings.model_copy(update={"stop_grace_s": 20.0})
+    agent = NodeAgent("n0", sluice_settings.runs_dir, settings=settings, clock=clock)
     try:
         c = Collector(agent)
         stubborn = (
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(120)"
+            "import signal, time\n"
+            "signal.signal(signal.SIGTERM, lambda *_: print('ignored SIGTERM', flush=True))\n"
+            "print('ready', flush=True)\n"
+            "while True: time.sleep(1)\n"
         )
         spec = JobSpec(command=["python", "-c", stubborn], workdir=str(tmp_path))
         agent.launch(LaunchRequest("stub", 1, "t1", spec, Allocation.single("n0"), str(tmp_path / "ck")))
         assert wait_for(lambda: "ready" in _log(agent, "stub"))
         agent.stop("stub", 1, checkpoint=True)
-        exited = c.wait(JobExited, "stub")[0]
+        assert wait_for(lambda: "ignored SIGTERM" in _log(agent, "stub")), "the SIGTERM never arrived"
+        clock.advance(19.9)  # still inside the grace: the job keeps running
+        c.poll()
+        assert agent.alive() == {"stub": 1} and not c.of(JobExited, "stub")
+        clock.advance(0.2)  # past it: the next poll kills (well before 20 s of wall time)
+        exited = c.wait(JobExited, "stub", timeout=10)[0]
         assert exited.exit_code == -9 and "SIGKILL after grace" in exited.reason
     finally:
         agent.close()

@@ -59,7 +59,8 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def run(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    # SLUICE_JOB_PYTHON stays: the interpreter a tenant uid can run (tests/conftest.py).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
     env["SLUICE_HOME"] = str(home)
     return subprocess.run([SLUICE, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -87,7 +88,7 @@ def test_up_submit_down_up_adopts_running_job(home: Path, tmp_path: Path) -> Non
     (tmp_path / "job.py").write_text(JOB)
     stop = tmp_path / "stop"
     (tmp_path / "job.yaml").write_text(
-        json.dumps({"name": "ticker", "command": [sys.executable, "job.py", str(stop)], "resources": {"cpu": 0.5}})
+        json.dumps({"name": "ticker", "command": ["python", "job.py", str(stop)], "resources": {"cpu": 0.5}})
     )
     up = run(home, "up", "--detach", "--port", "0", "--policy", "kube")
     assert up.returncode == 0, up.stdout + up.stderr
@@ -118,4 +119,49 @@ def test_up_submit_down_up_adopts_running_job(home: Path, tmp_path: Path) -> Non
     assert logs.returncode == 0 and "tick 0" in logs.stdout and "bye" in logs.stdout
     final = run(home, "job", "get", job_id, "-o", "json")
     assert final.returncode == 0 and json.loads(final.stdout)["phase"] == "Succeeded"
+    assert run(home, "down").returncode == 0
+
+
+def test_a_server_killed_between_recording_a_launch_and_making_it_recovers_the_job_once(
+    home: Path, tmp_path: Path
+) -> None:
+    """A real crash at a named failure point: the server process exits (status 86, no
+    clean-up) right after writing "Starting, attempt 1" and before starting the process. The
+    next `sluice up` finds no process of attempt 1, requeues the job without counting a
+    failure, and it runs exactly once, as attempt 2."""
+    (tmp_path / "job.py").write_text(JOB)
+    stop = tmp_path / "stop"
+    stop.touch()  # the job ends at once when it runs
+    (tmp_path / "job.yaml").write_text(
+        json.dumps({"name": "once", "command": ["python", "job.py", str(stop)], "resources": {"cpu": 0.5}})
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
+    env |= {"SLUICE_HOME": str(home), "SLUICE_FAILPOINTS": "book.transition.after_write=exit@2"}
+    up = subprocess.run(
+        [SLUICE, "up", "--detach", "--port", "0", "--policy", "kube"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    pid = int(json.loads((home / "server.json").read_text())["pid"])
+    # The round that crashes may run while the submit request is still being answered: the
+    # job is on disk either way (it is written before the round can see it).
+    run(home, "job", "submit", str(tmp_path / "job.yaml"))
+    deadline = time.monotonic() + WAIT_S
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the armed failure point never fired"
+        time.sleep(0.1)
+
+    again = run(home, "up", "--detach", "--port", "0", "--policy", "kube")
+    assert again.returncode == 0, again.stdout + again.stderr
+    listed = run(home, "job", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    [job_id] = [j["id"] for j in json.loads(listed.stdout) if j["name"] == "once"]
+    final = wait_for(home, job_id, {"Succeeded", "Failed", "Cancelled"})
+    assert final["phase"] == "Succeeded", final
+    assert final["attempt"] == 2 and final["restarts"] == 0
+    logs = run(home, "job", "logs", job_id)
+    assert logs.stdout.count("bye") == 1, "the job ran more than once"
     assert run(home, "down").returncode == 0

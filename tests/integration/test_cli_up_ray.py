@@ -58,7 +58,8 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def sluice(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    # SLUICE_JOB_PYTHON stays: the interpreter a tenant uid can run (tests/conftest.py).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
     env["SLUICE_HOME"] = str(home)
     return subprocess.run([SLUICE, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -95,7 +96,7 @@ def test_up_joins_a_ray_cluster_tracks_its_nodes_and_runs_a_job_there(
         done = tmp_path / "ran-on"
         script = "import os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text(os.environ['SLUICE_NODE'])"
         (tmp_path / "job.json").write_text(
-            json.dumps({"name": "hello", "command": [sys.executable, "-c", script, str(done)], "resources": {"cpu": 1}})
+            json.dumps({"name": "hello", "command": ["python", "-c", script, str(done)], "resources": {"cpu": 1}})
         )
         sub = sluice(home, "job", "submit", str(tmp_path / "job.json"))
         assert sub.returncode == 0, sub.stderr

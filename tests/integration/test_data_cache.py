@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from sluice.data.cache import DISK, MEMORY, NodeCache
+from sluice.data.cache import DISK, MEMORY, DatasetCache
 from sluice.data.errors import SourceError, UnsafePath
 from sluice.data.httpserve import DataServer
 from sluice.data.manifest import MANIFEST_NAME
@@ -67,14 +67,14 @@ def server(src: tuple[Path, dict[str, str]]) -> Iterator[DataServer]:
 
 def test_reads_through_the_tiers_and_a_second_reader_hits_memory(server: DataServer, src, dirs) -> None:
     _, digests = src
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
     ds = cache.open("toy", server.url)
     assert len(ds) == len(digests)
     for i, key in enumerate(ds.keys):
         assert hashlib.sha1(ds.read(i)).hexdigest() == digests[key]
     assert ds.counters.misses == len(digests)
     fetched = sum(server.requests[k] for k in digests)
-    again = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1]).open("toy", server.url)
+    again = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1]).open("toy", server.url)
     for i in range(len(again)):
         again.read(i)
     assert again.counters.hits_memory == len(digests) and again.counters.misses == 0
@@ -86,7 +86,7 @@ def test_reads_through_the_tiers_and_a_second_reader_hits_memory(server: DataSer
 
 
 def test_cost_aware_eviction_keeps_hot_items_and_demotes_to_disk(server: DataServer, src, dirs) -> None:
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=200_000)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=200_000)
     ds = cache.open("toy", server.url)
     hot = list(range(5))
     for _ in range(20):
@@ -109,9 +109,9 @@ def test_cost_aware_eviction_keeps_hot_items_and_demotes_to_disk(server: DataSer
 READER = textwrap.dedent(
     """
     import hashlib, json, random, sys
-    from sluice.data.cache import NodeCache
+    from sluice.data.cache import DatasetCache
     disk, mem, url, seed = sys.argv[1:5]
-    ds = NodeCache(disk_dir=disk, memory_dir=mem).open("toy", url)
+    ds = DatasetCache(disk_dir=disk, memory_dir=mem).open("toy", url)
     order = list(range(len(ds)))
     random.Random(int(seed)).shuffle(order)
     out = {ds.keys[i]: hashlib.sha1(ds.read(i)).hexdigest() for i in order}
@@ -122,7 +122,7 @@ READER = textwrap.dedent(
 
 def test_concurrent_reader_processes_fetch_each_item_once(server: DataServer, src, dirs) -> None:
     _, digests = src
-    NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20).open("toy", server.url)
+    DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20).open("toy", server.url)
     procs = [
         subprocess.Popen([sys.executable, "-c", READER, dirs[0], dirs[1], server.url, str(s)], stdout=subprocess.PIPE)
         for s in range(4)
@@ -142,7 +142,7 @@ WRITER = textwrap.dedent(
     """
     import os, sys, time
     import sluice.data.files as files
-    from sluice.data.cache import NodeCache
+    from sluice.data.cache import DatasetCache
     disk, mem, url = sys.argv[1:4]
     real_write = os.write
     def half_then_hang(fd, data):
@@ -151,14 +151,14 @@ WRITER = textwrap.dedent(
         time.sleep(3600)
         return n
     files.os.write = half_then_hang
-    NodeCache(disk_dir=disk, memory_dir=mem).open("toy", url).read(0)
+    DatasetCache(disk_dir=disk, memory_dir=mem).open("toy", url).read(0)
     """
 )
 
 
 def test_writer_killed_mid_write_leaves_no_torn_item(server: DataServer, src, dirs) -> None:
     _, digests = src
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
     ds = cache.open("toy", server.url)
     p = subprocess.Popen([sys.executable, "-c", WRITER, *dirs, server.url], stdout=subprocess.PIPE, text=True)
     try:
@@ -173,7 +173,7 @@ def test_writer_killed_mid_write_leaves_no_torn_item(server: DataServer, src, di
             p.kill()
             p.wait()
     assert not final.exists()
-    report = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1]).recover()
+    report = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1]).recover()
     assert report.temp_files_removed == 1
     assert hashlib.sha1(ds.read(0)).hexdigest() == digests[ds.keys[0]]
     ds.flush()  # commit the index entry (batched in the background otherwise)
@@ -182,7 +182,7 @@ def test_writer_killed_mid_write_leaves_no_torn_item(server: DataServer, src, di
     raw = bytearray(path.read_bytes())
     raw[0] ^= 0xFF
     path.write_bytes(bytes(raw))
-    report = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1]).recover(verify=True)
+    report = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1]).recover(verify=True)
     assert report.entries_dropped == 1 and not path.exists()
     # A truncated one is refused on the read path itself and fetched again.
     ds.read(1)
@@ -194,7 +194,7 @@ def test_writer_killed_mid_write_leaves_no_torn_item(server: DataServer, src, di
 
 def test_source_failing_mid_read_retries_then_fails_clearly_and_caches_nothing(server: DataServer, src, dirs) -> None:
     _, digests = src
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
     cache.settings.retry_backoff_s = 0.01
     ds = cache.open("toy", server.url)
     ds.source.backoff_s = 0.01
@@ -219,7 +219,7 @@ def test_dataset_paths_cannot_escape(tmp_path: Path, dirs) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("not yours")
     os.symlink(secret, root / "ok" / "leak.bin")
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=1 << 20)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=1 << 20)
     with pytest.raises(UnsafePath, match="outside the dataset source"):
         cache.open("evil", str(root))
     os.unlink(root / "ok" / "leak.bin")
@@ -233,7 +233,7 @@ def test_dataset_paths_cannot_escape(tmp_path: Path, dirs) -> None:
     # a symlinked folder planted in the memory tier is not followed
     shutil.rmtree(Path(dirs[1], ds.ds, "ok"))
     os.symlink(tmp_path, Path(dirs[1], ds.ds, "ok"))
-    fresh = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1]).open("evil", str(root))
+    fresh = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1]).open("evil", str(root))
     with pytest.raises(UnsafePath):
         fresh.read(0)
 
@@ -247,7 +247,7 @@ def test_s3_source_in_moto_server(moto_s3: tuple[str, Any], dirs) -> None:
         s3.put_object(Bucket="data", Key=f"set/x{i:03d}.bin", Body=body)
         want[f"x{i:03d}.bin"] = body
     opts = {"endpoint_url": endpoint, "key": "k", "secret": "s"}
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=1 << 20)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=1 << 20)
     ds = cache.open("s3set", "s3://data/set", opts)
     assert list(ds.keys) == sorted(want)
     assert all(ds.read(i) == want[k] for i, k in enumerate(ds.keys))
@@ -277,14 +277,14 @@ def test_sdk_dataset_with_dataloader_workers_reports_stall(server: DataServer, s
 
 def test_online_merging_then_cold_reads_fetch_blocks(server: DataServer, src, dirs, tmp_path: Path) -> None:
     root, digests = src
-    cache = NodeCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
+    cache = DatasetCache(disk_dir=dirs[0], memory_dir=dirs[1], memory_bytes=64 << 20)
     local = cache.open("toy-local", str(root))
     lay = local.layout(128 * 1024)
     assert lay.count < len(local) // 4
     local.publish_blocks(lay)  # a local source is writable: blocks go next to the files
     mem2 = dirs[1] + "-cold"
     try:
-        cold = NodeCache(disk_dir=str(tmp_path / "disk2"), memory_dir=mem2, memory_bytes=64 << 20)
+        cold = DatasetCache(disk_dir=str(tmp_path / "disk2"), memory_dir=mem2, memory_bytes=64 << 20)
         ds = cold.open("toy", server.url)
         from sluice.data.reader import Reader
 

@@ -22,9 +22,11 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from sluice.control.datasets import DatasetService  # noqa: E402
-from sluice.data.cache import dataset_id  # noqa: E402
+from sluice.data.cache import cache_key, dataset_id  # noqa: E402
+from sluice.data.guard import SourceGuard  # noqa: E402
 from sluice.data.httpserve import DataServer  # noqa: E402
 from sluice.engine.ray import RayEngine  # noqa: E402
+from sluice.settings import Settings  # noqa: E402
 from sluice.spec import DatasetSpec, SpecError  # noqa: E402
 from sluice.store.memory import MemoryStore  # noqa: E402
 
@@ -107,16 +109,21 @@ def test_warm_fills_every_ray_nodes_cache_and_rm_empties_it_through_each_agent(
         body = bytes([i]) * (500 + 37 * i)
         (src / key).write_bytes(body)
         want[key] = hashlib.sha1(body).hexdigest()
-    engine = RayEngine(shared_root=warm_cluster.shared, address=warm_cluster.cluster.address)
+    # The admin allow-lists the test's loopback server, for the plane and (through the agent
+    # settings) every node's agent; tests/security shows loopback is refused without it.
+    allow = ["127.0.0.1"]
+    engine = RayEngine(
+        Settings(allow_source_hosts=allow), shared_root=warm_cluster.shared, address=warm_cluster.cluster.address
+    )
     try:
         nodes = [n.name for n in engine.nodes()]
         assert len(nodes) == 3
         label = {n.name: n.labels.get("sluice.node") for n in engine.nodes()}
         with DataServer(src) as srv:
-            svc = DatasetService(MemoryStore(), engine=engine)
+            svc = DatasetService(MemoryStore(), engine=engine, guard=SourceGuard.of([], allow))
             assert svc.warmer is engine
             rec = svc.create(Caller(), DatasetSpec(name="imgs", source=srv.url))
-            ds = dataset_id("imgs", srv.url, {})
+            ds = dataset_id(cache_key("default", "imgs"), srv.url, {})
 
             # only the named node
             [one] = svc.warm(Caller(), "imgs", nodes=[nodes[1]])

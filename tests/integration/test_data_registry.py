@@ -38,7 +38,9 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cont
     monkeypatch.setenv("SLUICE_CACHE_DISK_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SLUICE_CACHE_MEMORY_DIR", mem)
     monkeypatch.setenv("SLUICE_CACHE_MEMORY_BYTES", str(64 << 20))
-    settings = Settings(home=home)
+    # The admin's allow-list lets the plane fetch from the test's loopback server and read
+    # local folders under tmp_path (tests/security shows both are refused without it).
+    settings = Settings(home=home, allow_source_hosts=["127.0.0.1"], dataset_roots=[str(tmp_path)])
     plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("data-aware"))
     tokens = plane.bootstrap_tenants()
     _, tokens["bob"] = plane.create_tenant(plane.authenticate(tokens["admin"]), TenantSpec(name="bob"))
@@ -100,8 +102,10 @@ def test_dataset_lifecycle_through_the_cli(live, monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv("SLUICE_TOKEN")
         svc = DatasetService(plane.store)
         env = svc.launch_env("default", ["imgs"])
-        assert json.loads(env["SLUICE_DATASETS"]) == {"imgs": {"source": srv.url, "storage_options": {}}}
-        assert svc.dataset_bytes("default", ["imgs"]) == {"imgs": sum(1000 + i for i in range(40))}
+        assert json.loads(env["SLUICE_DATASETS"]) == {
+            "imgs": {"source": srv.url, "storage_options": {}, "cache_key": "default/imgs"}
+        }
+        assert svc.dataset_bytes("default", ["imgs"]) == {"default/imgs": sum(1000 + i for i in range(40))}
         code, _, err = sluice("dataset", "rm", "imgs")
         assert code == 0, err
         assert sluice("dataset", "list", "-o", "json")[1].strip() == "[]"

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sluice.data.cache import NodeCache
+from sluice.data.cache import DatasetCache
 from sluice.data.s3proxy import ShapingProxy
 from sluice.data.source import Source
 
@@ -56,7 +56,7 @@ def opts(url: str) -> dict[str, object]:
 def test_s3_through_the_shaping_proxy_reads_correctly_and_pays_the_latency(moto, cache_dirs) -> None:
     endpoint, objects = moto
     with ShapingProxy(endpoint, latency_s=LATENCY_S, bandwidth_bps=BANDWIDTH_BPS) as proxy:
-        cache = NodeCache(disk_dir=cache_dirs[0], memory_dir=cache_dirs[1], memory_bytes=16 << 20)
+        cache = DatasetCache(disk_dir=cache_dirs[0], memory_dir=cache_dirs[1], memory_bytes=16 << 20)
         ds = cache.open("s3set", "s3://data/set", opts(proxy.url))
         assert list(ds.keys) == sorted(objects)
         assert proxy.requests["GET"] >= 1  # the listing went through the proxy, not around it

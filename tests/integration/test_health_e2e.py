@@ -25,8 +25,8 @@ import psutil
 import pytest
 
 from sluice.agent.faults import Fault, FaultKind
-from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
 from sluice.control.plane import ControlPlane
+from sluice.health.monitor import MACHINE_WIDE, MonitorConfig
 from sluice.health.state import HealthRules
 from sluice.model import NodeHealth, Phase
 from sluice.settings import Settings
@@ -75,8 +75,7 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
     )
     plane = ControlPlane.from_settings(settings)
     plane.bootstrap_tenants()
-    mon = HealthMonitor.attach(
-        plane.controller,
+    mon = plane.attach_health(
         MonitorConfig(
             train_samples=60,
             q=1e-4,
@@ -110,19 +109,19 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
         wait_until(lambda: len(mon.nodes) == 2 and mon.wait_ready(timeout=1), 150, "node models to be fitted")
         assert [t for t in mon.transitions if t.new == NodeHealth.CORDONED] == [], "false cordon while healthy"
 
-        cores = [int(c) for c in plane.controller.nodes["node-1"].labels["cores"].split(",")]  # type: ignore[index]
+        cores = [int(c) for c in plane.controller.node("node-1").labels["cores"].split(",")]  # type: ignore[index]
         fault = Fault(FaultKind.IO, cores, workers=2, workdir=str(storm)).start()
         time.sleep(1.0)
         assert fault.running, "the I/O storm did not start"
         for p in fault.procs:
             assert set(psutil.Process(p.pid).cpu_affinity()) == set(cores), "the storm is not pinned to node-1"
         try:
-            wait_until(lambda: plane.controller.nodes["node-1"].health == NodeHealth.CORDONED, 60, "node-1 cordon")
+            wait_until(lambda: plane.controller.node("node-1").health == NodeHealth.CORDONED, 60, "node-1 cordon")
         except AssertionError as err:
             raise AssertionError(f"{err}; monitor: {mon.status()}; transitions: {mon.transitions}") from None
-        reason = plane.controller.nodes["node-1"].reason
+        reason = plane.controller.node("node-1").reason
         assert "top KPIs" in reason and "cpu" in reason, reason
-        assert plane.controller.nodes["node-0"].health != NodeHealth.CORDONED
+        assert plane.controller.node("node-0").health != NodeHealth.CORDONED
         fault.stop()
 
         moved = wait_until(lambda: node_of(victim) == "node-0" and plane.get_job(caller, victim), 90, "job on node-0")
@@ -140,7 +139,7 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
         # node-0 holds 0.8 of its 1 core; a 0.2-core job fits there and only there.
         late = plane.submit(caller, spec("late", cpu=0.2))  # type: ignore[arg-type]
         assert wait_until(lambda: node_of(late.id), 60, "late job placed") == "node-0"
-        assert plane.controller.nodes["node-1"].health == NodeHealth.CORDONED
+        assert plane.controller.node("node-1").health == NodeHealth.CORDONED
         on_cordoned = [j.id for j in plane.list_jobs(caller) if not j.phase.terminal and node_of(j.id) == "node-1"]
         assert on_cordoned == [], "nothing runs on a cordoned node"
         nodes = {r.name: r for r in plane.store.list_nodes()}

@@ -15,6 +15,7 @@ import pytest
 from sluice.agent.faults import Fault, FaultKind, inject
 from sluice.agent.kpi import KpiSampler
 from sluice.model import JobProgress
+from tests.fake_clock import FakeClock
 
 pytestmark = pytest.mark.integration
 
@@ -22,10 +23,11 @@ CORE = [max(os.sched_getaffinity(0))]
 
 
 def test_kpi_sampler_reports_rates_per_core_and_keeps_a_bounded_window() -> None:
-    k = KpiSampler(CORE, window_size=3, gpus=False)
+    clock = FakeClock()
+    k = KpiSampler(CORE, window_size=3, gpus=False, clock=clock)
     k.observe([JobProgress("j", 1, 0.0, 10), JobProgress("j", 1, 0.1, 30)])
     for _ in range(5):
-        time.sleep(0.05)
+        clock.advance(1.0)
         values = k.sample(jobs=1)
     for key in (
         "cpu0_busy_pct",
@@ -45,23 +47,30 @@ def test_kpi_sampler_reports_rates_per_core_and_keeps_a_bounded_window() -> None
     assert 0 <= values["cpu_busy_pct"] <= 100
     assert "cpu1_busy_pct" not in values  # only this node's core
     assert len(k.window) == 3
+    assert [t for t, _ in k.window] == [clock.now - 2, clock.now - 1, clock.now]  # the newest three
 
 
 def test_job_throughput_counts_reported_steps() -> None:
-    k = KpiSampler(CORE, gpus=False)
+    clock = FakeClock()
+    k = KpiSampler(CORE, gpus=False, clock=clock)
     k.observe([JobProgress("j", 1, 0.0, 10)])
     k.observe([JobProgress("j", 1, 0.5, 60)])
-    assert k.sample()["job_steps_ps"] > 0
+    clock.advance(2.0)
+    assert k.sample()["job_steps_ps"] == pytest.approx(50 / 2.0)  # 50 steps in the 2 s since the last sample
+    clock.advance(2.0)
     assert k.sample()["job_steps_ps"] == 0  # counted once
 
 
 def test_job_throughput_per_job_is_logged_so_the_job_mix_does_not_dominate() -> None:
-    k = KpiSampler(CORE, gpus=False)
+    clock = FakeClock()
+    k = KpiSampler(CORE, gpus=False, clock=clock)
     k.observe([JobProgress("fast", 1, 0.0, 0), JobProgress("slow", 1, 0.0, 0)])
     k.observe([JobProgress("fast", 1, 0.5, 1000), JobProgress("slow", 1, 0.5, 10)])
+    clock.advance(1.0)
     v = k.sample(jobs=2)
     assert v["jobs"] == 2
-    assert v["job_steps_log_per_job"] == pytest.approx(math.log1p(v["job_steps_ps"] / 2))
+    assert v["job_steps_ps"] == pytest.approx(1010.0)
+    assert v["job_steps_log_per_job"] == pytest.approx(math.log1p(1010.0 / 2))
     assert k.sample(jobs=0)["job_steps_log_per_job"] == 0.0
 
 

@@ -58,7 +58,7 @@ def test_fault_runs_pinned_to_the_node_and_stops_by_itself_or_on_stop(
     live: tuple[ControlPlane, str, dict[str, str]],
 ) -> None:
     plane, _, _ = live
-    cores = sorted(int(c) for c in plane.controller.nodes["node-1"].labels["cores"].split(","))
+    cores = sorted(int(c) for c in plane.controller.node("node-1").labels["cores"].split(","))
 
     code, out = sluice("node", "fault", "node-1", "cpu", "--seconds", "3", "--workers", "1", "-o", "json")
     assert code == 0, out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.store.schema import SCHEMA_VERSION
 from sluice.store.sql import SqlStore
 from tests.live_api import free_port
 
@@ -103,6 +104,6 @@ def test_schema_survives_reconnect(pg_url: str) -> None:
     again = SqlStore(pg_url)
     try:
         assert "kept" in [e.message for e in again.events()]
-        assert again.schema_version == 1
+        assert again.schema_version == SCHEMA_VERSION
     finally:
         again.close()

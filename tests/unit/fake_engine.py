@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sluice.model import Allocation, Event, LaunchRequest, NodeInfo
+from sluice.model import Allocation, EngineCapabilities, Event, LaunchRequest, NodeInfo
 
 
 @dataclass
 class FakeEngine:
     name: str = "fake"
+    checkpoint_root: str | None = None
+    capabilities: EngineCapabilities = EngineCapabilities(
+        live_cpu_resize=True, gang_launch=True, migration=True, job_progress=True, max_replicas=8
+    )
     node_infos: list[NodeInfo] = field(default_factory=lambda: [NodeInfo("n0", 2.0), NodeInfo("n1", 2.0)])
     now: float = 1000.0
     launched: list[LaunchRequest] = field(default_factory=list)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +15,10 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
-from sluice.model import JobExited, JobStarted, Phase
+from sluice.model import JobExited, JobStarted, NodeInfo, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
+from sluice.spec import SpecError, parse_job_spec
 from sluice.store.sql import SqlStore
 
 from .fake_engine import FakeEngine
@@ -111,9 +112,9 @@ def test_another_tenants_job_is_indistinguishable_from_a_missing_one(env: Env) -
         assert theirs.status_code == missing.status_code == 404, suffix
         assert theirs.json() == {"error": "not found", "detail": f"job {job['id']} not found"}
         assert missing.json() == {"error": "not found", "detail": "job j-doesnotexist not found"}
-    assert [j["id"] for j in env.client.get("/v1/jobs", headers=env.bob).json()] == []
+    assert [j["id"] for j in env.client.get("/v1/jobs", headers=env.bob).json()["items"]] == []
     assert env.plane.store.get_job(job["id"]).phase == Phase.PENDING  # bob's cancel did nothing
-    assert [j["id"] for j in env.client.get("/v1/jobs", headers=env.admin).json()] == [job["id"]]
+    assert [j["id"] for j in env.client.get("/v1/jobs", headers=env.admin).json()["items"]] == [job["id"]]
 
 
 def test_submitting_as_another_tenant_is_forbidden(env: Env) -> None:
@@ -186,22 +187,22 @@ def test_submit_list_get_cancel_why(env: Env) -> None:
     env.plane.step()  # admitted and placed by the kube policy
     got = env.client.get(f"/v1/jobs/{job['id']}", headers=env.alice).json()
     assert got["phase"] == "Starting" and got["allocation"][0]["node"] in ("n0", "n1")
-    starting = env.client.get("/v1/jobs", params={"phase": "Starting"}, headers=env.alice).json()
+    starting = env.client.get("/v1/jobs", params={"phase": "Starting"}, headers=env.alice).json()["items"]
     assert [j["id"] for j in starting] == [job["id"]]
-    assert env.client.get("/v1/jobs", params={"phase": "Queued"}, headers=env.alice).json() == []
+    assert env.client.get("/v1/jobs", params={"phase": "Queued"}, headers=env.alice).json()["items"] == []
     bad_phase = env.client.get("/v1/jobs", params={"phase": "Sleeping"}, headers=env.alice)
     assert bad_phase.status_code == 422 and bad_phase.json()["problems"][0]["field"].startswith("phase")
 
     cancelled = env.client.post(f"/v1/jobs/{job['id']}/cancel", headers=env.alice)
     assert cancelled.status_code == 200
-    attempt = env.plane.controller.jobs[job["id"]].attempt
+    attempt = env.plane.controller.book.get(job["id"]).attempt
     env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, -15))
     env.plane.step()
     assert env.client.get(f"/v1/jobs/{job['id']}", headers=env.alice).json()["phase"] == "Cancelled"
     again = env.client.post(f"/v1/jobs/{job['id']}/cancel", headers=env.alice)
     assert again.status_code == 409 and again.json()["error"] == "conflict"
 
-    why = env.client.get(f"/v1/jobs/{job['id']}/why", headers=env.alice).json()
+    why = env.client.get(f"/v1/jobs/{job['id']}/why", headers=env.alice).json()["items"]
     seqs = [e["seq"] for e in why]
     assert seqs == sorted(seqs)
     text = " | ".join(e["message"] for e in why)
@@ -212,7 +213,7 @@ def test_submit_list_get_cancel_why(env: Env) -> None:
 def test_logs_plain_and_followed_until_the_job_ends(env: Env) -> None:
     job = submit(env, env.alice)
     env.plane.step()
-    attempt = env.plane.controller.jobs[job["id"]].attempt
+    attempt = env.plane.controller.book.get(job["id"]).attempt
     env.engine.pending.append(JobStarted(job["id"], attempt, "n0", env.engine.now, pid=1))
     env.plane.step()
     log = env.engine.log_dir / f"{job['id']}.log"
@@ -246,7 +247,7 @@ def test_progress_after_reports(env: Env) -> None:
     job = submit(env, env.alice)
     assert env.client.get(f"/v1/jobs/{job['id']}/progress", headers=env.alice).status_code == 200
     env.plane.step()
-    attempt = env.plane.controller.jobs[job["id"]].attempt
+    attempt = env.plane.controller.book.get(job["id"]).attempt
     env.engine.pending += [
         JobStarted(job["id"], attempt, "n0", env.engine.now),
         JobProgress(job["id"], attempt, env.engine.now + 1, step=10, loss=2.0),
@@ -262,7 +263,7 @@ def test_progress_after_reports(env: Env) -> None:
 
 
 def test_nodes_cordon_and_uncordon(env: Env) -> None:
-    names = [n["name"] for n in env.client.get("/v1/nodes", headers=env.alice).json()]
+    names = [n["name"] for n in env.client.get("/v1/nodes", headers=env.alice).json()["items"]]
     assert names == ["n0", "n1"]
     missing_reason = env.client.post("/v1/nodes/n0/cordon", json={}, headers=env.admin)
     assert missing_reason.status_code == 422 and missing_reason.json()["problems"][0]["field"] == "reason"
@@ -283,7 +284,7 @@ def test_tenants_create_list_delete(env: Env) -> None:
     token = r.json()["token"]
     stored = env.plane.store.get_tenant("carol")
     assert stored is not None and stored.max_running_jobs == 2 and token not in stored.token_hash
-    listed = env.client.get("/v1/tenants", headers=env.admin).json()
+    listed = env.client.get("/v1/tenants", headers=env.admin).json()["items"]
     assert [t["name"] for t in listed] == ["admin", "alice", "bob", "carol", "default"]
     assert all("token" not in t and "token_hash" not in t for t in listed)
     assert env.client.get("/v1/jobs", headers=bearer(token)).status_code == 200
@@ -308,3 +309,165 @@ def test_healthz_metrics_and_docs(env: Env) -> None:
     paths = env.client.get("/openapi.json").json()["paths"]
     assert {"/v1/jobs", "/v1/jobs/{job_id}/why", "/v1/nodes/{name}/cordon", "/v1/tenants"} <= set(paths)
     assert env.client.get("/docs").status_code == 200
+
+
+# --------------------------------------------------------------------------- pagination
+
+
+def walk(env: Env, path: str, who: dict[str, str], limit: int) -> list[dict[str, Any]]:
+    """Every item of a list endpoint, page by page, checking each page's size."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": limit, **({"cursor": cursor} if cursor else {})}
+        r = env.client.get(path, params=params, headers=who)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert len(page["items"]) <= limit
+        items += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return items
+        assert len(page["items"]) == limit  # only a full page promises more
+
+
+def test_every_list_endpoint_pages_with_limit_and_cursor(env: Env) -> None:
+    ids = [submit(env, env.alice)["id"] for _ in range(5)]
+    env.plane.step()  # some are now active in the controller, with phases the store may lag
+    one_page = env.client.get("/v1/jobs", headers=env.alice).json()
+    listed = [j["id"] for j in one_page["items"]]
+    assert sorted(listed) == sorted(ids) and one_page["next_cursor"] is None
+    assert [j["id"] for j in walk(env, "/v1/jobs", env.alice, 2)] == listed
+    assert [j["id"] for j in walk(env, "/v1/jobs", env.admin, 1)] == listed
+    events = walk(env, f"/v1/jobs/{ids[0]}/why", env.alice, 1)
+    assert [e["seq"] for e in events] == [e.seq for e in env.plane.store.events(job_id=ids[0])] and len(events) >= 2
+    names = [t["name"] for t in walk(env, "/v1/tenants", env.admin, 2)]
+    assert names == ["admin", "alice", "bob", "default"]
+    assert [n["name"] for n in walk(env, "/v1/nodes", env.alice, 1)] == ["n0", "n1"]
+    for name in ("q-b", "q-a"):
+        assert env.client.post("/v1/queues", json={"name": name}, headers=env.admin).status_code == 201
+    assert [q["name"] for q in walk(env, "/v1/queues", env.admin, 1)] == ["default", "q-a", "q-b"]
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 10**6}, "limit"),
+        ({"limit": 10**30}, "limit"),
+        ({"limit": "many"}, "limit"),
+        ({"cursor": "not-a-cursor!"}, "cursor"),
+        ({"cursor": "eyJrIjoidGVuYW50cyIsInYiOlsiYSJdfQ"}, "cursor"),  # a tenants cursor
+        ({"cursor": "W10"}, "cursor"),  # base64 of []
+        ({"cursor": "x" * 5000}, "cursor"),
+    ],
+)
+def test_bad_page_parameters_are_422_naming_them(env: Env, params: dict[str, Any], field: str) -> None:
+    for path, who in [("/v1/jobs", env.alice), ("/v1/nodes", env.alice), ("/v1/tenants", env.admin)]:
+        r = env.client.get(path, params=params, headers=who)
+        if path == "/v1/tenants" and params.get("cursor", "").startswith("eyJrIjoidGVuYW50cy"):
+            assert r.status_code == 200  # its own cursor
+            continue
+        assert r.status_code == 422, (path, r.text)
+        assert [p["field"] for p in r.json()["problems"]] == [field], r.text
+
+
+# --------------------------------------------------------------------------- capacity at submit
+
+
+@pytest.mark.parametrize(
+    ("resources", "field", "words"),
+    [
+        ({"cpu": 1000}, "resources.cpu.min", "largest node (n0) has 2"),
+        ({"gpus": 64}, "resources.gpus", "largest node (n0) has 0"),
+        ({"replicas": {"min": 9}}, "resources.replicas.min", "at most 8"),
+        ({"cpu": 2, "replicas": {"min": 3}}, "resources.replicas.min", "whole cluster has 4 CPU"),
+    ],
+)
+def test_a_job_no_node_can_ever_hold_is_refused_at_submit(
+    env: Env, resources: dict[str, Any], field: str, words: str
+) -> None:
+    r = env.client.post("/v1/jobs", json={"command": ["python", "x.py"], "resources": resources}, headers=env.alice)
+    assert r.status_code == 422, r.text
+    problems = r.json()["problems"]
+    assert any(p["field"] == field and words in p["problem"] for p in problems), problems
+    assert nothing_stored(env)
+
+
+def test_with_a_growable_cluster_it_waits_with_an_unschedulable_reason(env: Env) -> None:
+    env.plane.settings = env.plane.settings.model_copy(update={"allow_unschedulable": True})
+    job = submit(env, env.alice, {"command": ["python", "x.py"], "resources": {"cpu": 16}})
+    env.plane.step()
+    got = env.client.get(f"/v1/jobs/{job['id']}", headers=env.alice).json()
+    assert got["phase"] == "Queued" and got["reason"].startswith("Unschedulable: one replica needs 16 CPU"), got
+    assert "largest node has 2 CPU" in got["reason"]
+    why = env.client.get(f"/v1/jobs/{job['id']}/why", headers=env.alice).json()["items"]
+    assert any(e["message"].startswith("Unschedulable:") or "Unschedulable:" in e["message"] for e in why)
+    # the engine's replica limit is not something the cluster grows out of
+    r = env.client.post(
+        "/v1/jobs", json={"command": ["python", "x.py"], "resources": {"replicas": {"min": 9}}}, headers=env.alice
+    )
+    assert r.status_code == 422 and r.json()["problems"][0]["field"] == "resources.replicas.min"
+
+
+# --------------------------------------------------------------------------- hostile values (issue 10)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/tenants", '{"name": "x1", "max_running_jobs": 100000000000000000000}', "max_running_jobs"),
+        ("/v1/tenants", '{"name": "x2", "weight": NaN}', "weight"),
+        ("/v1/jobs", '{"command": ["x"], "resources": {"cpu": NaN}}', "resources.cpu.min"),
+        ("/v1/jobs", '{"command": ["x"], "resources": {"cpu": {"min": 1, "max": Infinity}}}', "resources.cpu.max"),
+        ("/v1/jobs", '{"command": ["x"], "qoe": {"loss": -Infinity}}', "qoe.loss"),
+        ("/v1/jobs", '{"command": ["x"], "qoe": {"deadline": "0001-01-01T00:00:00"}}', "qoe.deadline"),
+        ("/v1/jobs", '{"command": ["x"], "qoe": {"deadline": "0001-01-01T00:00:00Z"}}', "qoe.deadline"),
+        ("/v1/jobs", '{"command": ["x"], "qoe": {"deadline_s": 1e300}}', "qoe.deadline_s"),
+        ("/v1/jobs", '{"command": ["x"], "priority": 1e400}', "priority"),
+        ("/v1/jobs", '{"command": ["x"], "max_restarts": 100000000000000000000000}', "max_restarts"),
+        ("/v1/jobs", '{"command": ["x"], "labels": {"a": "\\ud800"}}', "labels.a"),
+        ("/v1/jobs", '{"command": ["x"], "workdir": "a\\u0000b"}', "workdir"),
+        ("/v1/jobs", '{"command": ["x"], "resources": {"gpus": 64}}', "resources.gpus"),
+    ],
+)
+def test_hostile_values_are_422_naming_the_field(env: Env, path: str, body: str, field: str) -> None:
+    r = env.client.post(path, content=body, headers={**env.admin, "Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert field in [p["field"] for p in r.json()["problems"]], r.text
+
+
+def test_memory_mb_the_engine_cannot_enforce_is_refused_at_submit(env: Env) -> None:
+    """The fake engine declares no memory controller (memory_limits off): never run unlimited."""
+    r = env.client.post(
+        "/v1/jobs", json={"command": ["python", "x.py"], "resources": {"memory_mb": 256}}, headers=env.alice
+    )
+    assert r.status_code == 422, r.text
+    problem = r.json()["problems"][0]
+    assert problem["field"] == "resources.memory_mb"
+    assert "256 MiB cannot be enforced" in problem["problem"] and "memory controller" in problem["problem"]
+    assert nothing_stored(env)
+
+
+@pytest.mark.parametrize(("kinds", "refused"), [(("none", "none"), True), (("none", "cgroup-v2"), False)])
+def test_memory_mb_is_refused_only_when_no_node_can_enforce_it(
+    tmp_path: Path, kinds: tuple[str, str], refused: bool
+) -> None:
+    """An engine that can enforce memory (Ray) on nodes that may not (labelled memory-limits=none)."""
+    nodes = [NodeInfo(f"n{i}", 2.0, labels={"memory-limits": k}) for i, k in enumerate(kinds)]
+    engine = FakeEngine(node_infos=nodes)
+    engine.capabilities = replace(engine.capabilities, memory_limits=True)
+    settings = Settings(home=tmp_path / "home")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), engine, make_policy("kube"))
+    try:
+        admin = plane.authenticate(plane.bootstrap_tenants()["admin"])
+        job = parse_job_spec({"command": ["python", "x.py"], "resources": {"memory_mb": 64}})
+        if not refused:
+            assert plane.submit(admin, job).spec.resources.memory_mb == 64
+            return
+        with pytest.raises(SpecError) as err:
+            plane.submit(admin, job)
+        assert err.value.problems[0].field == "resources.memory_mb"
+        assert "no node of the fake engine can enforce memory limits" in err.value.problems[0].problem
+    finally:
+        plane.store.close()

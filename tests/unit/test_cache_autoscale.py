@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from sluice.agent.cache_report import CacheReporter, ConsumptionMeter
-from sluice.data.cache import MEMORY
-from sluice.data.cache import NodeCache as DatasetCache
+from sluice.data.cache import MEMORY, DatasetCache
 from sluice.data.settings import CacheSettings
 from sluice.model import JobExited, JobProgress
 
@@ -34,8 +33,7 @@ def test_memory_tier_follows_consumption(tmp_path: Path, monkeypatch: pytest.Mon
     settings = CacheSettings.for_home(home).model_copy(update={"memory_dir": tmp_path / "shm"})
     cache = DatasetCache(settings, memory_bytes=64 * 1024**2)
     cache.index.register("ds-1", "big", "file:///x", 1000, 10 * 1024**3)  # a 10 GiB dataset
-    rep = CacheReporter("n0", home)
-    rep.settings = settings
+    rep = CacheReporter("n0", settings)
     rep._cache = cache
     # 1 MB/s of reads for a 600 s horizon asks for ~600 MB of memory tier
     events = [

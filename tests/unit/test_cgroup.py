@@ -8,16 +8,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sluice.agent.cgroup import (
     CgroupKind,
     CgroupLayout,
     CoreLedger,
     CpuController,
     JoinSpec,
+    MemoryController,
     cgroup_name,
     detect_cgroups,
+    detect_memory,
     split_cores,
 )
+from sluice.model import OomKill
 
 
 def fake_v2(root: Path, controllers: str = "cpuset cpu io memory pids") -> Path:
@@ -144,3 +149,105 @@ def test_join_spec_argv_and_core_splits() -> None:
     assert split_cores(2, [0, 1]) == [(0,), (1,)]
     assert split_cores(2, [0, 1, 2, 3, 4]) == [(0, 1, 2), (3, 4)]
     assert split_cores(3, [0, 1]) == [(0,), (1,), (0,)]
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def fake_v1_memory(sysfs: Path) -> Path:
+    """A v1 memory hierarchy (in sysfs the kernel makes a cgroup's files on mkdir; the fakes
+    below write the job cgroup's files themselves)."""
+    mem = sysfs / "memory"
+    mem.mkdir(parents=True)
+    (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    return mem
+
+
+def job_files(d: Path, files: dict[str, str]) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    for name, value in files.items():
+        (d / name).write_text(value)
+
+
+def test_memory_v2_is_detected_and_delegated(tmp_path: Path) -> None:
+    fake_v2(tmp_path)
+    layout = detect_cgroups(tmp_path, "sluice")
+    assert layout.memory_kind is CgroupKind.V2 and layout.memory_parent == tmp_path / "sluice"
+    # A fake file keeps only the last write (the kernel's adds): delegate memory alone to see it.
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    assert detect_memory(tmp_path, "other") == (CgroupKind.V2, tmp_path / "other", "")
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory"
+
+
+def test_memory_v1_beside_an_empty_v2_mount(tmp_path: Path) -> None:
+    fake_v2(tmp_path / "unified", controllers="")
+    fake_v1(tmp_path)
+    fake_v1_memory(tmp_path)
+    layout = detect_cgroups(tmp_path, "sluice-m")
+    assert layout.kind is CgroupKind.V1
+    assert layout.memory_kind is CgroupKind.V1 and layout.memory_parent == tmp_path / "memory" / "sluice-m"
+    assert (tmp_path / "memory" / "sluice-m").is_dir()
+
+
+def test_no_memory_controller_says_why(tmp_path: Path) -> None:
+    fake_v2(tmp_path / "unified", controllers="cpu")
+    fake_v1(tmp_path)
+    layout = detect_cgroups(tmp_path, "sluice")
+    assert layout.kind is CgroupKind.V2  # CPU limits still work
+    assert layout.memory_kind is None and layout.memory_parent is None
+    assert "without the memory controller" in layout.memory_reason
+    assert detect_cgroups(tmp_path / "empty", "sluice").memory_reason.startswith("no cgroup memory controller")
+
+
+def test_v1_memory_limit_covers_swap_and_reads_the_oom_kill(tmp_path: Path) -> None:
+    parent = tmp_path / "memory" / "sluice"
+    layout = CgroupLayout(CgroupKind.V1, memory_kind=CgroupKind.V1, memory_parent=parent)
+    d = parent / "j.1"
+    job_files(d, {"memory.limit_in_bytes": "", "memory.memsw.limit_in_bytes": ""})
+    mem = MemoryController(layout, "j.1", 64)
+    mem.create()
+    mem.apply()
+    assert (d / "memory.limit_in_bytes").read_text() == str(64 * 1024 * 1024)
+    assert (d / "memory.memsw.limit_in_bytes").read_text() == str(64 * 1024 * 1024)
+    assert mem.procs_files() == (str(d / "cgroup.procs"),)
+    job_files(d, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"})
+    assert mem.oom(-9) is None  # no kill in the cgroup: some other SIGKILL
+    job_files(
+        d,
+        {
+            "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+            "memory.max_usage_in_bytes": str(64 * 1024 * 1024),
+        },
+    )
+    oom = mem.oom(-9)
+    assert oom == OomKill(64, 64 * 1024 * 1024)
+    assert str(oom) == "OOMKilled: exceeded memory limit 64 MiB (peak 64 MiB)"
+    assert mem.oom(0) is None  # a job that exits 0 was not ended by a child's OOM kill
+
+
+def test_v1_without_an_oom_counter_needs_a_limit_hit_and_a_sigkill(tmp_path: Path) -> None:
+    parent = tmp_path / "memory" / "sluice"
+    layout = CgroupLayout(CgroupKind.V1, memory_kind=CgroupKind.V1, memory_parent=parent)
+    job_files(parent / "j.1", {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "3"})
+    mem = MemoryController(layout, "j.1", 32)
+    assert mem.oom(1) is None
+    assert mem.oom(-9) == OomKill(32, None)
+    assert str(OomKill(32, None)) == "OOMKilled: exceeded memory limit 32 MiB"
+
+
+def test_v2_memory_max_no_swap_and_events(tmp_path: Path) -> None:
+    parent = tmp_path / "sluice"
+    layout = CgroupLayout(CgroupKind.V2, cpu_parent=parent, memory_kind=CgroupKind.V2, memory_parent=parent)
+    d = parent / "j.2"
+    job_files(d, {"memory.max": "max", "memory.swap.max": "max"})
+    mem = MemoryController(layout, "j.2", 256)
+    mem.apply()
+    assert (d / "memory.max").read_text() == str(256 * 1024 * 1024)
+    assert (d / "memory.swap.max").read_text() == "0"
+    job_files(d, {"memory.events": "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n", "memory.peak": str(256 << 20)})
+    assert str(mem.oom(-9)) == "OOMKilled: exceeded memory limit 256 MiB (peak 256 MiB)"
+
+
+def test_a_memory_controller_needs_a_memory_layout() -> None:
+    with pytest.raises(ValueError, match=r"resources\.memory_mb"):
+        MemoryController(CgroupLayout(CgroupKind.AFFINITY), "j.1", 64)

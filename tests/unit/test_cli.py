@@ -111,7 +111,7 @@ def test_submit_list_get_why_cancel(live: Live, tmp_path: Path) -> None:
 
     code, out, _ = sluice("job", "cancel", job_id)
     assert code == 0 and "Stopping" in out and "cancelled by default" in out
-    live.engine.pending.append(JobExited(job_id, live.plane.controller.jobs[job_id].attempt, live.engine.now, -15))
+    live.engine.pending.append(JobExited(job_id, live.plane.controller.book.get(job_id).attempt, live.engine.now, -15))
     live.plane.step()
     assert live.plane.store.get_job(job_id).phase == Phase.CANCELLED  # type: ignore[union-attr]
     code, _, err = sluice("job", "cancel", job_id)
@@ -172,7 +172,7 @@ def test_logs(live: Live, tmp_path: Path) -> None:
     _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
     job_id = out.strip()
     live.plane.step()
-    attempt = live.plane.controller.jobs[job_id].attempt
+    attempt = live.plane.controller.book.get(job_id).attempt
     live.engine.pending.append(JobStarted(job_id, attempt, "n0", live.engine.now))
     live.plane.step()
     (tmp_path / f"{job_id}.log").write_text("step 1 loss 2.0\nstep 2 loss 1.5\n")
@@ -240,3 +240,86 @@ def test_up_and_down_read_server_json(tmp_path: Path, monkeypatch: pytest.Monkey
     (home / "server.json").write_text(json.dumps({"pid": 2**22 + 12345, "url": "http://127.0.0.1:1"}))
     code, out, _ = sluice("down")
     assert code == 0 and "no sluice server is running" in out
+
+
+# --------------------------------------------------------------------------- what a new user tripped on
+
+
+def _submitted_and_placed(live: Live, tmp_path: Path, n: int = 1) -> list[str]:
+    ids = [sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))[1].strip() for _ in range(n)]
+    live.plane.step()
+    return ids
+
+
+def test_job_list_phase_is_case_insensitive_and_an_unknown_one_lists_the_valid_ones(live: Live, tmp_path: Path) -> None:
+    [job_id] = _submitted_and_placed(live, tmp_path)
+    for spelling in ("starting", "STARTING", "sTaRtInG"):
+        code, out, err = sluice("job", "list", "--phase", spelling, "-o", "json")
+        assert code == 0, err
+        assert [j["id"] for j in json.loads(out)] == [job_id]
+    code, out, _ = sluice("job", "list", "-p", "running", "-o", "json")
+    assert code == 0 and json.loads(out) == []
+    r = runner.invoke(app, ["job", "list", "--phase", "runing"])
+    assert r.exit_code == 2 and "--phase" in r.output
+    assert all(f"{p.value.lower()!r}" in r.output.lower() for p in Phase)
+    assert "Traceback" not in r.output
+
+
+def test_job_logs_tail_prints_the_last_lines_and_bounds_n(live: Live, tmp_path: Path) -> None:
+    [job_id] = _submitted_and_placed(live, tmp_path)
+    (tmp_path / f"{job_id}.log").write_text("".join(f"step {i}\n" for i in range(1, 6)))
+    code, out, _ = sluice("job", "logs", job_id, "--tail", "2")
+    assert code == 0 and out == "step 4\nstep 5\n"
+    code, out, _ = sluice("job", "logs", job_id, "-n", "100")
+    assert code == 0 and out.count("\n") == 5
+    for bad in ("0", "-3", "100001", "many"):
+        r = runner.invoke(app, ["job", "logs", job_id, "--tail", bad])
+        assert r.exit_code == 2 and "--tail" in r.output, (bad, r.output)
+    # the API bounds it too, naming the parameter
+    import httpx
+
+    r = httpx.get(f"{live.url}/v1/jobs/{job_id}/logs", params={"tail": 0}, headers=_auth(live))
+    assert r.status_code == 422 and "tail" in r.text
+    # following starts from the tail, then returns once the job has ended
+    attempt = live.plane.controller.book.get(job_id).attempt
+    live.engine.pending.append(JobExited(job_id, attempt, live.engine.now, 0))
+    live.plane.step()
+    code, out, _ = sluice("job", "logs", job_id, "-f", "--tail", "1")
+    assert code == 0 and out == "step 5\n"
+
+
+def _auth(live: Live) -> dict[str, str]:
+    return {"Authorization": f"Bearer {live.tokens['default']}"}
+
+
+def test_job_times_read_as_dates_and_ages_while_json_keeps_seconds(live: Live, tmp_path: Path) -> None:
+    import re
+    import time
+
+    live.engine.now = time.time() - 185  # submitted about three minutes ago
+    [job_id] = _submitted_and_placed(live, tmp_path)
+    code, out, _ = sluice("job", "get", job_id)
+    assert code == 0
+    submitted = next(line for line in out.splitlines() if line.strip().startswith("submitted"))
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(3m ago\)", submitted), submitted
+    code, out, _ = sluice("job", "list")
+    assert code == 0 and re.search(rf"{job_id}\s.*\s3m\s", out), out
+    _, out, _ = sluice("job", "get", job_id, "-o", "json")
+    assert isinstance(json.loads(out)["submitted_at"], float)
+
+
+def test_job_list_keeps_one_line_per_job_at_80_columns(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = _submitted_and_placed(live, tmp_path, n=3)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = sluice("job", "list")
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert all(len(line) <= 80 for line in lines), out
+    assert len(lines) == 2 + len(ids), out  # header, rule, one line per job
+    assert "REASON" in lines[0] and all("kube: fits on" in line and "…" in line for line in lines[2:])
+    assert all(any(line.split()[0] == job_id and "mnist" in line for line in lines) for job_id in ids)
+    monkeypatch.setenv("COLUMNS", "250")  # wide: every column and the whole reason
+    _, out, _ = sluice("job", "list")
+    assert "TENANT" in out and "CPU req/lim" in out and "shares only)" in out and "…" not in out

@@ -18,6 +18,7 @@ from sluice.model import (
     Migrate,
     NodeHealth,
     NodeLost,
+    OomKill,
     Phase,
     Preempt,
 )
@@ -26,6 +27,7 @@ from sluice.spec import parse_job_spec
 from sluice.store import MemoryStore
 
 from .fake_engine import FakeEngine
+from .scripted_policy import Scripted
 
 
 def spec(**kw: object):
@@ -35,13 +37,21 @@ def spec(**kw: object):
 @pytest.fixture
 def setup() -> tuple[Controller, FakeEngine, MemoryStore]:
     store, engine = MemoryStore(), FakeEngine()
-    ctl = Controller(store, engine, make_policy("kube"), checkpoint_root="/ckpt", restart_backoff_s=2.0)
+    ctl = Controller(store, engine, Scripted(), checkpoint_root="/ckpt", restart_backoff_s=2.0)
     return ctl, engine, store
+
+
+def push(ctl: Controller, *ds: Decision) -> None:
+    """Have the policy return `ds` in the next round, and run it."""
+    pol = ctl.policy
+    assert isinstance(pol, Scripted)
+    pol.push(*ds)
+    ctl.step()
 
 
 def start(ctl: Controller, engine: FakeEngine, job_id: str) -> int:
     ctl.step()
-    attempt = ctl.jobs[job_id].attempt
+    attempt = ctl.book.get(job_id).attempt
     engine.pending.append(JobStarted(job_id, attempt, "n0", engine.now, pid=42))
     ctl.step()
     return attempt
@@ -52,7 +62,7 @@ def test_submit_place_run_succeed(setup) -> None:
     job = ctl.submit("t", spec())
     assert store.get_job(job.id).phase == Phase.PENDING  # durable before anything runs
     start(ctl, engine, job.id)
-    assert ctl.jobs[job.id].phase == Phase.RUNNING
+    assert ctl.book.get(job.id).phase == Phase.RUNNING
     req = engine.launched[0]
     assert req.checkpoint_dir == f"/ckpt/{job.id}/checkpoints"
     assert req.allocation.assignments[0].cpu_limit is None  # kube: shares only
@@ -70,7 +80,7 @@ def test_stale_attempt_events_are_ignored(setup) -> None:
     engine.pending.append(JobExited(job.id, 0, engine.now, 1))  # attempt 0 never existed
     engine.pending.append(JobProgress(job.id, 7, engine.now, 5, 0.1))
     ctl.step()
-    assert ctl.jobs[job.id].phase == Phase.RUNNING and ctl.jobs[job.id].step == 0
+    assert ctl.book.get(job.id).phase == Phase.RUNNING and ctl.book.get(job.id).step == 0
 
 
 def test_crash_is_retried_with_backoff_then_fails(setup) -> None:
@@ -82,7 +92,7 @@ def test_crash_is_retried_with_backoff_then_fails(setup) -> None:
         engine.pending.append(JobExited(job.id, attempt, engine.now, 3))
         ctl.step()
         if n <= 2:
-            rec = ctl.jobs[job.id]
+            rec = ctl.book.get(job.id)
             assert rec.phase == Phase.QUEUED and rec.restarts == n
             assert rec.not_before == engine.now + 2.0 * 2 ** (n - 1)
             ctl.step()
@@ -97,13 +107,13 @@ def test_preempt_requeues_and_resumes(setup) -> None:
     ctl, engine, _ = setup
     job = ctl.submit("t", spec())
     start(ctl, engine, job.id)
-    ctl._execute(Preempt(job.id, "make room"), engine.now)
-    assert ctl.jobs[job.id].phase == Phase.STOPPING and engine.stopped == [(job.id, 1, True)]
+    push(ctl, Preempt(job.id, "make room"))
+    assert ctl.book.get(job.id).phase == Phase.STOPPING and engine.stopped == [(job.id, 1, True)]
     engine.pending.append(JobCheckpointed(job.id, 1, engine.now, 10, "/ckpt/x"))
     engine.pending.append(JobExited(job.id, 1, engine.now + 1, 0))
     ctl.step()  # exit 0 after a stop request without finishing = checkpointed, requeued and placed again
-    assert ctl.jobs[job.id].attempt == 2 and ctl.jobs[job.id].phase == Phase.STARTING
-    assert ctl.jobs[job.id].checkpoint == "/ckpt/x"
+    assert ctl.book.get(job.id).attempt == 2 and ctl.book.get(job.id).phase == Phase.STARTING
+    assert ctl.book.get(job.id).checkpoint == "/ckpt/x"
 
 
 def test_migrate_relaunches_on_target(setup) -> None:
@@ -111,12 +121,12 @@ def test_migrate_relaunches_on_target(setup) -> None:
     job = ctl.submit("t", spec())
     start(ctl, engine, job.id)
     target = Allocation.single("n1", 1.0)
-    ctl._execute(Migrate(job.id, target, "speculative"), engine.now)
+    push(ctl, Migrate(job.id, target, "speculative"))
     engine.now += 3
     engine.pending.append(JobExited(job.id, 1, engine.now, 0))
     ctl.step()
     assert engine.launched[-1].allocation == target and engine.launched[-1].attempt == 2
-    assert ctl.jobs[job.id].extra["last_stop_s"] == pytest.approx(3.0)
+    assert ctl.book.get(job.id).last_stop_s == pytest.approx(3.0)
 
 
 def test_cancel_running_job(setup) -> None:
@@ -133,8 +143,8 @@ def test_wait_reason_when_nothing_fits(setup) -> None:
     ctl, _engine, store = setup
     job = ctl.submit("t", spec(resources={"cpu": 8}))
     ctl.step()
-    assert ctl.jobs[job.id].phase == Phase.QUEUED
-    assert "no node is big enough" in ctl.jobs[job.id].reason
+    assert ctl.book.get(job.id).phase == Phase.QUEUED
+    assert ctl.book.get(job.id).reason.startswith("Unschedulable: one replica needs 8 CPU")
     ctl.step()
     waits = [e for e in store.events(job_id=job.id) if e.kind == "wait"]
     assert len(waits) == 1  # the same reason is not logged every round
@@ -144,11 +154,11 @@ def test_node_lost_requeues_its_jobs(setup) -> None:
     ctl, engine, _ = setup
     job = ctl.submit("t", spec())
     start(ctl, engine, job.id)
-    node = ctl.jobs[job.id].allocation.primary_node
+    node = ctl.book.get(job.id).allocation.primary_node
     engine.pending.append(NodeLost(node, engine.now, "raylet died"))
     engine.node_infos = [n for n in engine.node_infos if n.name != node]
     ctl.step()
-    rec = ctl.jobs[job.id]
+    rec = ctl.book.get(job.id)
     assert rec.attempt == 2 and rec.allocation.primary_node != node and rec.restarts == 0
 
 
@@ -156,12 +166,12 @@ def test_cordon_moves_jobs_off(setup) -> None:
     ctl, engine, _ = setup
     a = ctl.submit("t", spec())
     start(ctl, engine, a.id)
-    node = ctl.jobs[a.id].allocation.primary_node
+    node = ctl.book.get(a.id).allocation.primary_node
     ctl.set_node_health(node, NodeHealth.CORDONED, "cpu_iowait high")
-    assert ctl.jobs[a.id].phase == Phase.STOPPING
+    assert ctl.book.get(a.id).phase == Phase.STOPPING
     engine.pending.append(JobExited(a.id, 1, engine.now, 0))
     ctl.step()
-    assert ctl.jobs[a.id].allocation.primary_node != node
+    assert ctl.book.get(a.id).allocation.primary_node != node
 
 
 def test_recovery_adopts_requeues_and_kills_strays() -> None:
@@ -180,9 +190,9 @@ def test_recovery_adopts_requeues_and_kills_strays() -> None:
     assert report.requeued == [gone.id]
     assert queued.id in report.queued
     assert ("j-unknown", 3, False) in engine.stopped
-    assert ctl2.jobs[running.id].phase == Phase.RUNNING
+    assert ctl2.book.get(running.id).phase == Phase.RUNNING
     ctl2.step()
-    assert ctl2.jobs[gone.id].attempt == 2  # relaunched exactly once
+    assert ctl2.book.get(gone.id).attempt == 2  # relaunched exactly once
     assert sum(1 for r in engine.launched if r.job_id == running.id) == 1
 
 
@@ -202,10 +212,26 @@ def test_view_carries_progress_signals() -> None:
     ctl = Controller(store, engine, pol, checkpoint_root="/c")
     job = ctl.submit("t", spec())
     ctl.step()
-    ctl.jobs[job.id].phase = Phase.RUNNING
     for i in range(5):
         engine.pending.append(JobProgress(job.id, 0, engine.now + i, i * 10, 1.0 / (i + 1), {"total_steps": 100}))
     ctl.step()
     pr = pol.views[-1].jobs[job.id].progress
     assert pr.step == 40 and pr.total_steps == 100 and pr.throughput == pytest.approx(10.0)
     assert pr.predicted_remaining_s == pytest.approx(6.0)
+
+
+def test_an_oom_kill_is_a_typed_failure_retried_then_failed(setup) -> None:
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_restarts=1, resources={"cpu": 1, "memory_mb": 256}))
+    oom = OomKill(256, 256 * 1024 * 1024)
+    for expected in (1, 2):
+        attempt = start(ctl, engine, job.id)
+        assert attempt == expected
+        engine.pending.append(JobExited(job.id, attempt, engine.now, -9, "killed by signal 9", oom=oom))
+        ctl.step()
+        engine.now = ctl.book.get(job.id).not_before
+    final = store.get_job(job.id)
+    assert final.phase == Phase.FAILED and final.restarts == 1
+    assert final.reason.startswith("OOMKilled: exceeded memory limit 256 MiB (peak 256 MiB); exit code -9")
+    assert "gave up after 1 restart" in final.reason
+    assert any("OOMKilled" in e.message and "retry 1/1" in e.message for e in store.events(job_id=job.id))

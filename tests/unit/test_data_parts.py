@@ -123,3 +123,32 @@ def test_elastic_memory_tier_follows_consumption_and_free_memory() -> None:
     )
     assert tight < fast
     assert tight <= int(64 * gib * 0.9) - (64 * gib - 6 * gib - 4 * gib)
+
+
+def test_cheap_fetches_stay_in_the_consumers_thread_slow_ones_go_to_threads_in_order() -> None:
+    """A warm read costs less than a hand-off to a thread: done inline. A slow (remote-like)
+    fetch goes to the pool, and items still come back in the order asked."""
+    import threading
+    import time
+
+    from sluice.data.prefetch import Prefetcher
+
+    seen: list[str] = []
+
+    def cheap(i: int) -> int:
+        seen.append(threading.current_thread().name)
+        return i
+
+    assert list(Prefetcher(cheap, range(200))) == list(range(200))
+    assert set(seen) == {threading.current_thread().name}
+
+    seen.clear()
+
+    def slow(i: int) -> int:
+        seen.append(threading.current_thread().name)
+        time.sleep(0.005)
+        return i
+
+    order = [5, 3, 9, 1, *range(10, 60)]
+    assert list(Prefetcher(slow, order)) == order
+    assert any(name.startswith("sluice-prefetch") for name in seen)

@@ -5,25 +5,41 @@ scores, keeps hands off an operator's cordon, and reuses a saved model after a r
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 import numpy as np
 import pytest
 
-from sluice.control.health_monitor import HealthMonitor, MonitorConfig
 from sluice.health.detector import DetectorConfig
+from sluice.health.monitor import HealthMonitor, MonitorConfig
 from sluice.health.state import HealthRules
-from sluice.model import Allocation, JobCheckpointed, NodeHealth, NodeKPIs, Phase
+from sluice.model import Allocation, ClusterView, Event, JobCheckpointed, JobView, NodeHealth, NodeKPIs, Phase
 
 
 class FakeController:
-    """Records set_node_health calls (stands in for the Controller's node bookkeeping)."""
+    """Collects the node decisions the monitor returns, as (node, health, reason, by), the way
+    the controller would take them each round; and the jobs a view shows."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, NodeHealth, str, str]] = []
+        self.mon: HealthMonitor | None = None
+        self._calls: list[tuple[str, NodeHealth, str, str]] = []
+        self.jobs: dict[str, JobView] = {}
 
-    def set_node_health(self, node: str, health: NodeHealth, reason: str, by: str = "detector") -> None:
-        self.calls.append((node, health, reason, by))
+    @property
+    def calls(self) -> list[tuple[str, NodeHealth, str, str]]:
+        if self.mon is not None:
+            self._calls.extend((d.node, d.health, d.reason, d.by) for d in self.mon.decisions())
+        return self._calls
+
+    def round(self, t: float, events: list[Event]) -> None:
+        assert self.mon is not None
+        view = ClusterView(now=t, nodes=MappingProxyType({}), jobs=MappingProxyType(dict(self.jobs)))
+        self._calls.extend((d.node, d.health, d.reason, d.by) for d in self.mon.observe(view, events))
+
+
+def make(ctl: FakeController, cfg: MonitorConfig, saved: list[SimpleNamespace] | None = None) -> HealthMonitor:
+    ctl.mon = HealthMonitor(cfg, saved=saved or [])
+    return ctl.mon
 
 
 def sample(rng: np.random.Generator, t: int, fault: bool = False) -> dict[str, float]:
@@ -49,12 +65,12 @@ def config(tmp_path: Path | None = None) -> MonitorConfig:
 
 def feed(mon: HealthMonitor, rng: np.random.Generator, start: int, n: int, fault: bool = False) -> None:
     for t in range(start, start + n):
-        mon.observe(NodeKPIs("node-1", float(t), sample(rng, t, fault)))
+        mon.score(NodeKPIs("node-1", float(t), sample(rng, t, fault)))
 
 
 def test_learns_cordons_with_kpi_reason_and_readmits(tmp_path: Path) -> None:
     ctl = FakeController()
-    mon = HealthMonitor(ctl, config(tmp_path))
+    mon = make(ctl, config(tmp_path))
     rng = np.random.default_rng(0)
     feed(mon, rng, 0, 240)
     assert mon.wait_ready()
@@ -74,46 +90,52 @@ def test_learns_cordons_with_kpi_reason_and_readmits(tmp_path: Path) -> None:
 
 def test_operator_cordon_is_honoured_and_model_reloads_after_restart(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    first = HealthMonitor(FakeController(), config(tmp_path))
+    first = make(FakeController(), config(tmp_path))
     feed(first, rng, 0, 240)
     assert first.wait_ready()
 
     ctl = FakeController()
-    mon = HealthMonitor(ctl, config(tmp_path), saved={"node-1": (NodeHealth.CORDONED, "maintenance", "operator")})
+    mon = make(
+        ctl,
+        config(tmp_path),
+        saved=[
+            SimpleNamespace(name="node-1", health=NodeHealth.CORDONED, reason="maintenance", cordoned_by="operator")
+        ],
+    )
     # The saved model is used at once: no new learning period.
-    mon.observe(NodeKPIs("node-1", 1000.0, sample(rng, 1000)))
+    mon.score(NodeKPIs("node-1", 1000.0, sample(rng, 1000)))
     assert mon.nodes["node-1"].detector is not None
     for t in range(1001, 1100):
-        mon.observe(NodeKPIs("node-1", float(t), sample(rng, t)), current=NodeHealth.CORDONED)
+        mon.score(NodeKPIs("node-1", float(t), sample(rng, t)), current=NodeHealth.CORDONED)
     assert ctl.calls == [], "the detector must not lift an operator's cordon"
     # The operator uncordons (the controller now says Healthy): the monitor follows.
-    mon.observe(NodeKPIs("node-1", 1100.0, sample(rng, 1100)), current=NodeHealth.HEALTHY)
+    mon.score(NodeKPIs("node-1", 1100.0, sample(rng, 1100)), current=NodeHealth.HEALTHY)
     assert mon.nodes["node-1"].machine.state == NodeHealth.HEALTHY
 
 
 @pytest.mark.parametrize("missing", ["cpu_busy_pct"])
 def test_a_sample_missing_a_kpi_is_scored_not_dropped(tmp_path: Path, missing: str) -> None:
     rng = np.random.default_rng(2)
-    mon = HealthMonitor(FakeController(), config(None))
+    mon = make(FakeController(), config(None))
     feed(mon, rng, 0, 240)
     values = sample(rng, 240)
     del values[missing]
-    mon.observe(NodeKPIs("node-1", 240.0, values))
+    mon.score(NodeKPIs("node-1", 240.0, values))
     assert np.isfinite(mon.nodes["node-1"].last_score)
 
 
 def test_detector_never_cordons_more_than_the_cap(tmp_path: Path) -> None:
     """Two nodes sick at once: with the default cap (half the nodes) only one is cordoned."""
     ctl = FakeController()
-    mon = HealthMonitor(ctl, config(tmp_path))
+    mon = make(ctl, config(tmp_path))
     rng = np.random.default_rng(4)
     for t in range(240):
         for node in ("a", "b"):
-            mon.observe(NodeKPIs(node, float(t), sample(rng, t)))
+            mon.score(NodeKPIs(node, float(t), sample(rng, t)))
     assert mon.wait_ready()
     for t in range(240, 260):
         for node in ("a", "b"):
-            mon.observe(NodeKPIs(node, float(t), sample(rng, t, fault=True)))
+            mon.score(NodeKPIs(node, float(t), sample(rng, t, fault=True)))
     cordoned = {c[0] for c in ctl.calls if c[1] == NodeHealth.CORDONED}
     assert len(cordoned) == 1
     assert {mon.nodes[n].machine.state for n in ("a", "b")} == {NodeHealth.CORDONED, NodeHealth.SUSPECT}
@@ -121,42 +143,42 @@ def test_detector_never_cordons_more_than_the_cap(tmp_path: Path) -> None:
 
 def test_when_several_nodes_qualify_in_a_round_the_sickest_is_cordoned() -> None:
     ctl = FakeController()
-    mon = HealthMonitor(ctl, config(None))
+    mon = make(ctl, config(None))
     rng = np.random.default_rng(5)
     for t in range(240):
-        mon(ctl, [NodeKPIs(n, float(t), sample(rng, t)) for n in ("a", "b")])
+        ctl.round(float(t), [NodeKPIs(n, float(t), sample(rng, t)) for n in ("a", "b")])
     assert mon.wait_ready()
     for t in range(240, 260):
         mild = sample(rng, t)
         mild["cpu_busy_pct"] += 25  # "a" is a little off
-        mon(ctl, [NodeKPIs("a", float(t), mild), NodeKPIs("b", float(t), sample(rng, t, fault=True))])
+        ctl.round(float(t), [NodeKPIs("a", float(t), mild), NodeKPIs("b", float(t), sample(rng, t, fault=True))])
     cordoned = [c[0] for c in ctl.calls if c[1] == NodeHealth.CORDONED]
     assert cordoned == ["b"]
 
 
 class FakePlacingController(FakeController):
-    """Also shows the controller's job records (what the monitor diffs each round)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.jobs: dict[str, SimpleNamespace] = {}
-        self.active_ids: set[str] = set()
+    """Also places jobs in the view (what the monitor diffs each round)."""
 
     def place(self, job_id: str, node: str, limit: float) -> None:
-        self.jobs[job_id] = SimpleNamespace(
-            phase=Phase.RUNNING, attempt=1, allocation=Allocation.single(node, 0.25, limit)
+        self.jobs[job_id] = JobView(
+            id=job_id,
+            tenant="t",
+            name=job_id,
+            phase=Phase.RUNNING,
+            submitted_at=0.0,
+            attempt=1,
+            allocation=Allocation.single(node, 0.25, limit),
         )
-        self.active_ids.add(job_id)
 
 
 def test_scheduling_changes_seen_in_the_controller_records_start_a_grace() -> None:
     ctl = FakePlacingController()
     cfg = MonitorConfig(train_samples=10_000, change_grace_s=20, checkpoint_grace_s=5, resize_min_cores=0.25)
-    mon = HealthMonitor(ctl, cfg)
+    mon = make(ctl, cfg)
     rng = np.random.default_rng(6)
 
     def round_at(t: float, *extra: object) -> None:
-        mon(ctl, [NodeKPIs(n, t, sample(rng, int(t))) for n in ("node-0", "node-1")] + list(extra))  # type: ignore[arg-type]
+        ctl.round(t, [NodeKPIs(n, t, sample(rng, int(t))) for n in ("node-0", "node-1")] + list(extra))  # type: ignore[arg-type]
 
     round_at(0.0)
     assert not mon.in_grace("node-1", 0.0)
@@ -173,7 +195,6 @@ def test_scheduling_changes_seen_in_the_controller_records_start_a_grace() -> No
     round_at(400.0, JobCheckpointed("j1", 1, 400.0, 10, "/ckpt"))  # so is a checkpoint, briefly
     assert mon.in_grace("node-1", 401.0) and not mon.in_grace("node-1", 406.0)
     del ctl.jobs["j1"]
-    ctl.active_ids.clear()
     round_at(500.0)  # and a job leaving
     assert mon.in_grace("node-1", 501.0)
 
@@ -182,7 +203,7 @@ def test_alarms_during_the_grace_are_held_and_a_fault_that_outlasts_it_is_cordon
     ctl = FakeController()
     cfg = config(None)
     cfg.change_grace_s = 15.0
-    mon = HealthMonitor(ctl, cfg)
+    mon = make(ctl, cfg)
     rng = np.random.default_rng(7)
     feed(mon, rng, 0, 240)
     assert mon.wait_ready()
@@ -197,7 +218,7 @@ def test_alarms_during_the_grace_are_held_and_a_fault_that_outlasts_it_is_cordon
 def test_keeps_learning_on_a_longer_healthy_history_but_not_while_suspect() -> None:
     cfg = config(None)
     cfg.train_samples, cfg.retrain_growth, cfg.history_samples = 120, 2.0, 400
-    mon = HealthMonitor(FakeController(), cfg)
+    mon = make(FakeController(), cfg)
     rng = np.random.default_rng(8)
     feed(mon, rng, 0, 120)
     assert mon.wait_ready() and mon.status()["node-1"]["trained_on"] == 120
@@ -216,7 +237,7 @@ def test_a_change_does_not_explain_alarms_that_began_before_it() -> None:
     ctl = FakeController()
     cfg = config(None)
     cfg.change_grace_s = 15.0
-    mon = HealthMonitor(ctl, cfg)
+    mon = make(ctl, cfg)
     rng = np.random.default_rng(9)
     feed(mon, rng, 0, 240)
     assert mon.wait_ready()

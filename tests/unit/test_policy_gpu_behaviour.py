@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
+
+import pytest
 
 from sluice.model import (
     Allocation,
@@ -14,10 +17,20 @@ from sluice.model import (
     JobView,
     NodeHealth,
     NodeView,
+    OracleInfo,
     Phase,
     Place,
     Preempt,
+    ProgressSignals,
     Wait,
+)
+from sluice.policy.parts.elastic import (
+    DEFAULT_REMAINING_S,
+    DEFAULT_RESTART_S,
+    SCALING_EXPONENT,
+    Speedups,
+    remaining_ref_s,
+    restart_s,
 )
 from sluice.policy.registry import make_policy
 
@@ -52,9 +65,8 @@ def job(
         replicas_max=max(want, 8),
         allocation=alloc,
         attained_service=service,
-        speedup=speedup,
         qoe_deadline=deadline,
-        hints=MappingProxyType({"requested_gpus": want, "max_gpus": 8, "remaining_ref_s": rem}),
+        oracle=OracleInfo(rem, 1, speedup),
     )
 
 
@@ -140,3 +152,26 @@ def test_pollux_gives_every_job_a_gpu_before_growing_one() -> None:
     v = view(nodes(1, gpus=2), job("a", 1, 0.0, speedup=_linear), job("b", 1, 1.0, speedup=_linear))
     d = by_job(make_policy("pollux").decide(v))
     assert d["a"].allocation.total_gpus == 1 and d["b"].allocation.total_gpus == 1
+
+
+def observed(jid: str, t: float, *, on: dict[str, int] | None = None, predicted: float | None = None) -> JobView:
+    """A job as a real engine shows it: no oracle, only what it reported."""
+    base = job(jid, 1, t, on=on)
+    progress = ProgressSignals(step=10, total_steps=1000, throughput=1.0, predicted_remaining_s=predicted)
+    return replace(base, oracle=None, progress=progress if predicted is not None else ProgressSignals())
+
+
+def test_sluice_without_an_oracle_orders_by_the_remaining_time_jobs_report() -> None:
+    running = observed("run", 0.0, on={"n0": 1}, predicted=5_000.0)
+    unknown = observed("q", 1.0)  # never ran: no estimate, assumed DEFAULT_REMAINING_S
+    assert "run" not in by_job(make_policy("sluice").decide(view(nodes(1, gpus=1), running, unknown)))
+    reported_short = observed("q", 1.0, predicted=100.0)  # ran before and reported it is nearly done
+    d = by_job(make_policy("sluice").decide(view(nodes(1, gpus=1), running, reported_short)))
+    assert isinstance(d["run"], Preempt)
+
+
+def test_without_an_oracle_speedup_is_the_default_sublinear_model() -> None:
+    j = observed("a", 0.0)
+    sp = Speedups(per_node=4)
+    assert sp(j, 1) == pytest.approx(1.0) and sp(j, 4) == pytest.approx(4**SCALING_EXPONENT)
+    assert restart_s(j) == DEFAULT_RESTART_S and remaining_ref_s(j) == DEFAULT_REMAINING_S

@@ -20,9 +20,11 @@ from sluice.model import (
     Migrate,
     NodeHealth,
     NodeView,
+    OracleInfo,
     Phase,
     Place,
     Preempt,
+    ProgressSignals,
     Resize,
 )
 from sluice.policy.registry import make_policy
@@ -64,6 +66,8 @@ def clusters(draw: st.DrawFn) -> ClusterView:
                     free[node] += g
         rem = draw(st.floats(60, 50_000))
         scale = draw(st.floats(0.3, 1.0))
+        with_oracle = draw(st.booleans())  # half the jobs as in an oracle study, half as observed
+        observed = draw(st.one_of(st.none(), st.floats(0, 50_000)))
         jobs[f"j{k}"] = JobView(
             id=f"j{k}",
             tenant="t",
@@ -75,8 +79,8 @@ def clusters(draw: st.DrawFn) -> ClusterView:
             replicas_max=2 * want,
             allocation=alloc,
             attained_service=draw(st.floats(0, 100_000)),
-            speedup=_power(scale),
-            hints=MappingProxyType({"requested_gpus": want, "max_gpus": 2 * want, "remaining_ref_s": rem}),
+            progress=ProgressSignals(predicted_remaining_s=observed),
+            oracle=OracleInfo(rem, 1, _power(scale)) if with_oracle else None,
         )
     return ClusterView(now=1000.0, nodes=MappingProxyType(nodes), jobs=MappingProxyType(jobs))
 

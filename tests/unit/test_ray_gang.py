@@ -59,7 +59,7 @@ def test_node_loss_exits_the_jobs_on_it_as_node_lost_and_kills_their_other_repli
     out, stops = book.node_lost("a", 9.0)
     exits = {e.job_id: e for e in out if isinstance(e, JobExited)}
     assert set(exits) == {"solo", "gang"}
-    assert all(e.reason == "node lost: a" and e.exit_code == -9 for e in exits.values())
+    assert all(e.reason == "node lost: a" and e.exit_code == -9 and e.node_lost for e in exits.values())
     assert stops == [("b", g0, 2)]
     # the killed replica's later exit does not exit the job a second time
     assert book.translate(JobExited(g0, 2, 10.0, -9), "b")[0] == []

@@ -1,21 +1,17 @@
-"""The measured Pollux application models (needs ../shared/data/pollux)."""
+"""The measured Pollux application models (the set shipped in the package: runs on a fresh clone)."""
 
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
 
-from sluice.sim.apps import RESTART_PENALTY_S, Application, load_applications
-
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
-pytestmark = pytest.mark.skipif(not (DATA / "traces").is_dir(), reason=f"Pollux data not found at {DATA}")
+from sluice.sim.apps import RESTART_PENALTY_S, SHIPPED_MODELS, Application, load_applications
 
 
 @pytest.fixture(scope="module")
 def apps() -> dict[str, Application]:
-    return load_applications(str(DATA / "traces"))
+    return load_applications(str(SHIPPED_MODELS))
 
 
 def test_epochs_and_batch_limits_follow_the_artifact(apps: dict[str, Application]) -> None:
@@ -32,7 +28,7 @@ def test_epochs_and_batch_limits_follow_the_artifact(apps: dict[str, Application
 
 
 def test_measured_step_times_are_returned_exactly(apps: dict[str, Application]) -> None:
-    with (DATA / "traces" / "cifar10" / "placements.csv").open() as f:
+    with (SHIPPED_MODELS / "cifar10" / "placements.csv").open() as f:
         row = next(r for r in csv.DictReader(f) if r["placement"] == "44")
     st, sy = apps["cifar10"].step_time((4, 4), int(row["local_bsz"]))
     assert st == pytest.approx(float(row["step_time"])) and sy == pytest.approx(float(row["sync_time"]))

@@ -9,9 +9,22 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app
-from sluice.control.simulate import FailurePlan, SimConfig, WorkloadJob, cpu_workload, run_simulation
+from sluice.cli.sim import _gpus_per_node
+from sluice.control.simulate import (
+    FailurePlan,
+    SimConfig,
+    WorkloadJob,
+    cpu_workload,
+    pollux_data_dir,
+    run_simulation,
+)
+from sluice.model import ORACLE_LABEL, ClusterView, Decision, JobView, NodeInfo
+from sluice.policy.registry import make_policy
+from sluice.sim.engine import SimEngine
+from sluice.sim.jobs import TraceJob
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pollux"
+DATA = pollux_data_dir()
+"""The Pollux workloads (SLUICE_POLLUX_DATA): not shipped, so the test reproducing published JCTs skips without them."""
 
 
 def trace(n: int) -> list[WorkloadJob]:
@@ -100,3 +113,83 @@ def test_tiresias_reproduces_the_published_jct_on_workload_1() -> None:
     res = run_simulation(load_workload(DATA / "workloads" / "workload-1.csv"), "tiresias", SimConfig())
     assert len(res.finished) == 160
     assert abs(res.avg_jct_s / ref - 1.0) < 0.10
+
+
+class _Recorder:
+    """A policy that places every queued job at its request and records what it was shown."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[JobView] = []
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        self.seen.extend(view.jobs.values())
+        return make_policy("binpack").decide(view)
+
+
+def test_without_oracle_policies_see_no_ground_truth_only_reports() -> None:
+    rec = _Recorder()
+    res = run_simulation(trace(3), rec, SimConfig(nodes=1, gpus_per_node=4))
+    assert len(res.finished) == 3 and not res.oracle and res.mode == "observed"
+    assert rec.seen and all(j.oracle is None for j in rec.seen)
+    # What a real engine would see: the steps and total the job reports, hence a prediction.
+    running = [j for j in rec.seen if j.progress.step > 0]
+    assert running and all(j.progress.total_steps for j in running)
+    assert any(j.progress.predicted_remaining_s is not None for j in running)
+
+
+def test_with_oracle_policies_see_the_simulators_ground_truth_and_results_say_so() -> None:
+    rec = _Recorder()
+    res = run_simulation(trace(3), rec, SimConfig(nodes=1, gpus_per_node=4, oracle=True))
+    assert res.oracle and res.mode == ORACLE_LABEL and res.summary()["mode"] == ORACLE_LABEL
+    assert all(row["mode"] == ORACLE_LABEL for row in res.rows())
+    truths = [j.oracle for j in rec.seen]
+    assert truths and all(t is not None for t in truths)
+    first = next(j for j in rec.seen if j.name == "j0")
+    assert first.oracle is not None and first.oracle.remaining_ref_s == pytest.approx(600.0)
+    assert first.oracle.ref_gpus == 1 and first.oracle.speedup is not None
+
+
+def test_the_engine_offers_ground_truth_only_when_built_with_oracle() -> None:
+    nodes = [NodeInfo("n0", 8.0, 4)]
+    assert SimEngine(nodes).oracle_source is None
+    engine = SimEngine(nodes, oracle=True)
+    engine.add_job("a", TraceJob(100.0, 2))
+    assert engine.oracle_source is not None
+    info = engine.oracle_source.oracle("a")
+    assert info is not None and info.remaining_ref_s == 100.0 and info.ref_gpus == 2
+    assert engine.oracle_source.oracle("unknown") is None
+
+
+def test_oracle_and_observed_runs_differ_only_for_policies_that_estimate() -> None:
+    """Rigid policies read only the spec: the oracle changes nothing for them."""
+    jobs = trace(6)
+    a = run_simulation(jobs, "tiresias", SimConfig(nodes=2, gpus_per_node=4))
+    b = run_simulation(jobs, "tiresias", SimConfig(nodes=2, gpus_per_node=4, oracle=True))
+    assert [j.finish_s for j in a.jobs] == [j.finish_s for j in b.jobs]
+
+
+def test_cli_cpu_workload_gets_no_gpus_unless_asked_and_gpu_jobs_need_gpus(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["sim", "run", "--workload", "cpu:3:5", "--policy", "kube", "--nodes", "1"])
+    assert r.exit_code == 0, r.output
+    assert _gpus_per_node(cpu_workload(2), None) == 0
+    assert _gpus_per_node(cpu_workload(2), 2) == 2  # asked for: given
+    assert _gpus_per_node(trace(2), None) == 4
+    wl = tmp_path / "trace.csv"
+    wl.write_text("job_id,submit_time,duration,gpu_num,user\na,0,600,2,u\n")
+    r = CliRunner().invoke(app, ["sim", "run", "--workload", str(wl), "--gpus-per-node", "0"])
+    assert r.exit_code == 2 and "--gpus-per-node 0" in r.output
+
+
+def test_cli_oracle_runs_are_labelled_upper_bounds(tmp_path: Path) -> None:
+    wl = tmp_path / "trace.csv"
+    wl.write_text("job_id,submit_time,duration,gpu_num,user\na,0,600,2,u\nb,10,1200,4,u\n")
+    out = tmp_path / "r.json"
+    args = ["sim", "run", "--workload", str(wl), "--policy", "sluice", "--nodes", "1", "--out", str(out)]
+    r = CliRunner().invoke(app, [*args, "--oracle"])
+    assert r.exit_code == 0, r.output
+    assert ORACLE_LABEL in r.output and all(row["mode"] == ORACLE_LABEL for row in json.loads(out.read_text()))
+    r = CliRunner().invoke(app, [*args, "--output", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mode"] == "observed" and ORACLE_LABEL not in r.output

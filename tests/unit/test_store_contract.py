@@ -6,13 +6,17 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from sluice.model import Allocation, Assignment, JobRecord, NodeHealth, Phase
-from sluice.spec import JobSpec
-from sluice.store import DuplicateError, NodeRecord, TenantRecord
+from sluice.model import Allocation, Assignment, JobRecord, NodeHealth, Phase, StopIntent, StopKind
+from sluice.model.queue import Limits, QueueConfig, Reclaim, WithinQueue
+from sluice.spec import DatasetSpec, JobSpec
+from sluice.store import DuplicateError, NewEvent, NodeRecord, TenantRecord
+from sluice.store.base import DatasetRecord, QueueRecord, Store
+from sluice.store.memory import MemoryStore
 from sluice.store.sql import SqlStore
 
 
@@ -34,39 +38,93 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def check_paging(store: Store) -> None:
+    """Keyset pagination: walking pages with `after` = the last key seen yields every
+    record once, in order, even where sort keys tie (same submitted_at)."""
+    for i, t in enumerate([3.0, 1.0, 2.0, 2.0, 2.0, 5.0]):
+        store.create_job(make_job(f"j{i}", submitted_at=t, tenant="alice" if i % 2 else "bob"))
+    every = [j.id for j in store.list_jobs()]
+    seen: list[str] = []
+    after: tuple[float, str] | None = None
+    while page := store.list_jobs(limit=2, after=after):
+        seen += [j.id for j in page]
+        after = (page[-1].submitted_at, page[-1].id)
+    assert seen == every and len(every) == 6
+    assert [j.id for j in store.list_jobs(tenant="alice", after=(2.0, "j2"))] == ["j3", "j5"]
+    for i in range(5):
+        store.append_event(float(i), "decision", f"e{i}", job_id="j0")
+    first = store.events(job_id="j0", limit=2)
+    assert [e.message for e in first] == ["e0", "e1"]
+    assert [e.message for e in store.events(job_id="j0", since_seq=first[-1].seq, limit=2)] == ["e2", "e3"]
+    for name in ["carol", "alice", "bob"]:
+        store.create_tenant(TenantRecord(name, hash_token(name)))
+    assert [t.name for t in store.list_tenants(limit=2)] == ["alice", "bob"]
+    assert [t.name for t in store.list_tenants(after="bob", limit=2)] == ["carol"]
+    for owner, name in [("bob", "b"), ("alice", "z"), ("alice", "a")]:
+        store.create_dataset(DatasetRecord(owner, name, DatasetSpec(name=name, source="/data")))
+    assert [(d.tenant, d.name) for d in store.list_datasets(after=("alice", "a"), limit=2)] == [
+        ("alice", "z"),
+        ("bob", "b"),
+    ]
+    assert [d.name for d in store.list_datasets(tenant="alice", after=("alice", "a"))] == ["z"]
+
+
 class StoreContract:
     """Checks every Store must pass; subclasses provide the `store` fixture."""
 
     def test_job_round_trips_exactly(self, store: SqlStore) -> None:
-        job = make_job("j1")
-        job.phase = Phase.RUNNING
-        job.reason = "placed on n0: most free CPU"
-        job.started_at = 2.5
-        job.attempt = 3
-        job.restarts = 2
-        job.allocation = Allocation(
-            (Assignment("n0", 1.5, 2.0, 0), Assignment("n1", 0.25, None, 1)),
+        target = Allocation((Assignment("n2", 2.0, None, 0),))
+        job = replace(
+            make_job("j1"),
+            phase=Phase.STOPPING,
+            reason="placed on n0: most free CPU",
+            started_at=2.5,
+            attempt=3,
+            restarts=2,
+            allocation=Allocation((Assignment("n0", 1.5, 2.0, 0), Assignment("n1", 0.25, None, 1))),
+            exit_code=-15,
+            checkpoint="/tmp/ck/step-40",
+            checkpoint_step=40,
+            step=40,
+            loss=0.123456789012345,
+            not_before=9.75,
+            attained_service=123.5,
+            stop_intent=StopIntent(StopKind.MIGRATE, "faster node", target, asked_at=7.5),
+            requeues=4,
+            last_stop_s=1.25,
+            qoe_met_at=99.5,
         )
-        job.exit_code = -15
-        job.checkpoint = "/tmp/ck/step-40"
-        job.step = 40
-        job.loss = 0.123456789012345
-        job.not_before = 9.75
-        job.attained_service = 123.5
-        job.extra = {"pid": 4242, "hints": {"a": [1, 2.5, "x"]}}
         store.create_job(job)
         assert store.get_job("j1") == job
 
-    def test_save_job_updates_and_get_returns_a_copy(self, store: SqlStore) -> None:
+    def test_queue_round_trips_exactly(self, store: SqlStore) -> None:
+        config = QueueConfig(
+            "research",
+            cohort="lab",
+            nominal=Limits(cores=8.5, gpus=4, jobs=10),
+            borrowing_limit=Limits(cores=2),
+            lending_limit=Limits(gpus=1),
+            weight=2.5,
+            reclaim_within_cohort=Reclaim.LOWER_PRIORITY,
+            within_queue=WithinQueue.NEVER,
+        )
+        store.save_queue(QueueRecord(config, 12.5))
+        assert store.get_queue("research") == QueueRecord(config, 12.5)
+        store.save_queue(QueueRecord(replace(config, reclaim_within_cohort=Reclaim.NEVER), 12.5))
+        got = store.get_queue("research")
+        assert got is not None and got.config.reclaim_within_cohort == Reclaim.NEVER
+
+    def test_save_job_updates_with_its_events(self, store: SqlStore) -> None:
         job = make_job("j1")
-        store.create_job(job)
-        job.move(Phase.QUEUED, "admitted")
-        job.finished_at = None
-        store.save_job(job)
+        store.create_job(job, [NewEvent(1.0, "phase", "Pending: submitted", job_id="j1")])
+        store.save_job(
+            replace(job, phase=Phase.QUEUED, reason="admitted"),
+            [NewEvent(2.0, "phase", "Pending -> Queued: admitted", job_id="j1", data={"to": "Queued"})],
+        )
         got = store.get_job("j1")
         assert got is not None and got.phase == Phase.QUEUED and got.reason == "admitted"
-        got.step = 99
-        assert store.get_job("j1").step == 0  # type: ignore[union-attr]
+        assert [e.message for e in store.events(job_id="j1")] == ["Pending: submitted", "Pending -> Queued: admitted"]
+        assert store.count_jobs() == {"Queued": 1}
 
     def test_duplicate_job_is_refused(self, store: SqlStore) -> None:
         store.create_job(make_job("j1"))
@@ -80,9 +138,7 @@ class StoreContract:
         for i, (tenant, phase) in enumerate(
             [("alice", Phase.QUEUED), ("bob", Phase.QUEUED), ("alice", Phase.SUCCEEDED), ("alice", Phase.QUEUED)]
         ):
-            job = make_job(f"j{i}", tenant=tenant, submitted_at=10.0 - i)
-            job.phase = phase
-            store.create_job(job)
+            store.create_job(replace(make_job(f"j{i}", tenant=tenant, submitted_at=10.0 - i), phase=phase))
         assert [j.id for j in store.list_jobs()] == ["j3", "j2", "j1", "j0"]
         assert [j.id for j in store.list_jobs(tenant="alice", phases=[Phase.QUEUED])] == ["j3", "j0"]
         assert [j.id for j in store.list_jobs(phases=[Phase.SUCCEEDED, Phase.QUEUED], limit=2)] == ["j3", "j2"]
@@ -141,6 +197,9 @@ class StoreContract:
         store.save_node(NodeRecord("n1", NodeHealth.HEALTHY, "", None, 5.0))
         assert store.list_nodes() == [NodeRecord("n0"), NodeRecord("n1", NodeHealth.HEALTHY, "", None, 5.0)]
 
+    def test_lists_page_by_key(self, store: SqlStore) -> None:
+        check_paging(store)
+
 
 class TestSqliteStore(StoreContract):
     @pytest.fixture
@@ -148,6 +207,10 @@ class TestSqliteStore(StoreContract):
         s = SqlStore(f"sqlite:///{tmp_path / 'home' / 'sluice.db'}")
         yield s
         s.close()
+
+
+def test_memory_store_pages_the_same_way() -> None:
+    check_paging(MemoryStore())
 
 
 def test_sqlite_state_survives_reopen_and_uses_wal(tmp_path: Path) -> None:
@@ -175,3 +238,44 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         conn.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
     with pytest.raises(RuntimeError, match="newer than this sluice"):
         SqlStore(url)
+
+
+def test_a_version_1_database_is_migrated_with_its_jobs_typed_fields(tmp_path: Path) -> None:
+    """Version 1 kept a job's stop intent, checkpoint step and counters in a free-form JSON
+    column; version 2 moves them into typed columns without losing a job."""
+    import sqlite3
+
+    db = tmp_path / "v1.db"
+    con = sqlite3.connect(db)
+    con.executescript(
+        """
+        CREATE TABLE meta (key VARCHAR(64) PRIMARY KEY, value VARCHAR(256) NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, tenant VARCHAR(64) NOT NULL, name VARCHAR(64) NOT NULL,
+          phase VARCHAR(16) NOT NULL, spec JSON NOT NULL, reason TEXT NOT NULL, submitted_at FLOAT NOT NULL,
+          started_at FLOAT, finished_at FLOAT, attempt INTEGER NOT NULL, restarts INTEGER NOT NULL,
+          allocation JSON, exit_code INTEGER, checkpoint TEXT, step BIGINT NOT NULL, loss FLOAT,
+          not_before FLOAT NOT NULL, attained_service FLOAT NOT NULL, extra JSON NOT NULL);
+        """
+    )
+    spec = make_job("x").spec.model_dump_json()
+    extra = (
+        '{"stop_intent": {"kind": "cancel", "reason": "cancelled by alice", "target": null, "asked_at": 4.0},'
+        ' "checkpoint_step": 30, "requeues": 2, "last_stop_s": 1.5, "qoe_met_at": 8.0}'
+    )
+    con.execute(
+        "INSERT INTO jobs VALUES ('j1','alice','train-mnist','Stopping',?,'cancel',1.0,2.0,NULL,2,0,"
+        '\'[{"node": "n0", "cpu_request": 1.0, "cpu_limit": null, "gpus": 0}]\',NULL,\'/ck\',30,0.5,0.0,3.0,?)',
+        (spec, extra),
+    )
+    con.commit()
+    con.close()
+    store = SqlStore(f"sqlite:///{db}")
+    assert store.schema_version == 2
+    job = store.get_job("j1")
+    assert job is not None and job.phase == Phase.STOPPING
+    assert job.stop_intent == StopIntent(StopKind.CANCEL, "cancelled by alice", None, 4.0)
+    assert (job.checkpoint_step, job.requeues, job.last_stop_s, job.qoe_met_at) == (30, 2, 1.5, 8.0)
+    store.save_job(replace(job, requeues=3))
+    assert store.get_job("j1").requeues == 3  # type: ignore[union-attr]
+    store.close()

@@ -13,12 +13,10 @@ A node whose cache was never used has no index yet, reports nothing and costs no
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import psutil
 
-from sluice.data.cache import MEMORY
-from sluice.data.cache import NodeCache as DatasetCache
+from sluice.data.cache import MEMORY, DatasetCache
 from sluice.data.elastic import ElasticInputs, memory_tier_target
 from sluice.data.settings import CacheSettings
 from sluice.model import Event, JobExited, JobProgress, NodeCache
@@ -54,9 +52,10 @@ class ConsumptionMeter:
 
 
 class CacheReporter:
-    def __init__(self, node: str, home: Path, interval_s: float = 10.0) -> None:
+    def __init__(self, node: str, settings: CacheSettings, interval_s: float = 10.0) -> None:
+        """`settings`: the node's cache (`sluice.settings.Settings.cache`)."""
         self.node = node
-        self.settings = CacheSettings.for_home(home)
+        self.settings = settings
         self.interval_s = interval_s
         self.meter = ConsumptionMeter()
         self._cache: DatasetCache | None = None

@@ -8,6 +8,14 @@ of x cores pins the job to ceil(x) cores. That is coarser than a CFS quota but s
 kernel-enforced ceiling, so FlowCon's re-allocation keeps meaning something.
 
 Live resize is just writing the files again: the job's processes stay the same.
+
+Memory is detected beside CPU, on its own (a hybrid host may have v2 cpu and v1 memory): a job
+that sets `resources.memory_mb` gets a `MemoryController` — a hard ceiling in the kernel
+(v2 `memory.max` with `memory.swap.max` 0; v1 `memory.limit_in_bytes` and, where swap is
+accounted, `memory.memsw.limit_in_bytes`, so swapping cannot dodge it). Over it the kernel's
+OOM killer ends the job inside its cgroup and the agent reports `OOMKilled` with the peak.
+Without a memory controller there is no fallback that would mean anything: the plane refuses
+such jobs at submit (and an agent refuses to launch one) instead of running them unlimited.
 """
 
 from __future__ import annotations
@@ -15,13 +23,16 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
 import psutil
+
+from sluice.model import OomKill
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +62,21 @@ class CgroupLayout:
     cpuacct_parent: Path | None = None
     cpuset_parent: Path | None = None
     reason: str = ""
+    memory_kind: CgroupKind | None = None
+    """V1 or V2 where a writable memory controller was found; None: memory_mb cannot be enforced."""
+    memory_parent: Path | None = None
+    memory_reason: str = ""
+    """Why there is no memory controller (empty when there is one)."""
 
 
 def _writable_dir(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK)
 
 
-def _v2_has_cpu(mount: Path) -> bool:
+def _v2_has(mount: Path, controller: str) -> bool:
     controllers = mount / "cgroup.controllers"
     try:
-        return "cpu" in controllers.read_text().split()
+        return controller in controllers.read_text().split()
     except OSError:
         return False
 
@@ -90,36 +106,69 @@ def _words(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def _enable_v2_cpu(mount: Path, parent: Path) -> bool:
+def _enable_v2(mount: Path, parent: Path, controller: str) -> bool:
     """cgroup v2 only delegates a controller to children when every ancestor lists it in
     cgroup.subtree_control."""
     chain = [parent, *[p for p in parent.parents if p == mount or mount in p.parents]]
     for directory in reversed(chain):
         ctl = directory / "cgroup.subtree_control"
         try:
-            if "cpu" not in _words(ctl):
-                ctl.write_text("+cpu")
+            if controller not in _words(ctl):
+                ctl.write_text(f"+{controller}")
         except OSError:
             return False
     return True
 
 
 def detect_cgroups(sysfs: Path = SYSFS_CGROUP, root: str | None = None, *, cpuset: bool = False) -> CgroupLayout:
-    """Decide, once, how job CPU limits are enforced on this machine.
+    """Decide, once, how job CPU and memory limits are enforced on this machine.
 
     `sysfs` is where cgroup hierarchies are mounted (tests pass a fake tree); `root` is the
     parent of all job cgroups (settings.cgroup_root, default "sluice").
     """
     root = root or "sluice"
+    mem_kind, mem_parent, mem_reason = detect_memory(sysfs, root)
+    return replace(
+        _detect_cpu(sysfs, root, cpuset), memory_kind=mem_kind, memory_parent=mem_parent, memory_reason=mem_reason
+    )
+
+
+def detect_memory(sysfs: Path, root: str) -> tuple[CgroupKind | None, Path | None, str]:
+    """(kind, parent of job memory cgroups, why not): v2 `memory` first, then v1 `memory`.
+
+    Separate from the CPU side because hosts mix them (v2 mounted but empty beside v1)."""
     problems: list[str] = []
     for v2 in (sysfs, sysfs / "unified"):
         if not (v2 / "cgroup.controllers").exists():
             continue
-        if not _v2_has_cpu(v2):
+        if not _v2_has(v2, "memory"):
+            problems.append(f"{v2} is cgroup v2 without the memory controller")
+            continue
+        parent = _parent_under(v2, root)
+        if _ensure_dir(parent) and _enable_v2(v2, parent, "memory"):
+            return CgroupKind.V2, parent, ""
+        problems.append(f"cannot create or delegate {parent} for memory")
+    v1 = sysfs / "memory"
+    if (v1 / "memory.limit_in_bytes").exists():
+        parent = _parent_under(v1, root)
+        if _ensure_dir(parent):
+            return CgroupKind.V1, parent, ""
+        problems.append(f"{parent} is not writable")
+    if not problems:
+        problems.append(f"no cgroup memory controller mounted under {sysfs}")
+    return None, None, "; ".join(problems)
+
+
+def _detect_cpu(sysfs: Path, root: str, cpuset: bool) -> CgroupLayout:
+    problems: list[str] = []
+    for v2 in (sysfs, sysfs / "unified"):
+        if not (v2 / "cgroup.controllers").exists():
+            continue
+        if not _v2_has(v2, "cpu"):
             problems.append(f"{v2} is cgroup v2 without the cpu controller")
             continue
         parent = _parent_under(v2, root)
-        if _ensure_dir(parent) and _enable_v2_cpu(v2, parent):
+        if _ensure_dir(parent) and _enable_v2(v2, parent, "cpu"):
             return CgroupLayout(CgroupKind.V2, cpu_parent=parent)
         problems.append(f"cannot create or delegate {parent}")
     for name in ("cpu", "cpu,cpuacct"):
@@ -164,15 +213,32 @@ _warned = False
 
 
 def warn_once(layout: CgroupLayout) -> None:
-    """One clear line the operator can act on, not one per job."""
+    """One clear line the operator can act on, not one per job: how CPU limits are enforced
+    when they cannot use a cgroup, and always how (or whether) memory limits are."""
     global _warned
-    if layout.kind is CgroupKind.AFFINITY and not _warned:
-        _warned = True
+    if _warned:
+        return
+    _warned = True
+    if layout.kind is CgroupKind.AFFINITY:
         log.warning(
             "no writable cgroup cpu controller (%s): CPU limits fall back to CPU affinity "
             "(a limit of x cores pins a job to ceil(x) cores)",
             layout.reason,
         )
+    log.log(*memory_status(layout))
+
+
+def memory_status(layout: CgroupLayout) -> tuple[int, str]:
+    """(log level, sentence) saying whether resources.memory_mb is enforced here, and how."""
+    if layout.memory_kind is None:
+        return logging.WARNING, (
+            f"no writable cgroup memory controller ({layout.memory_reason}): jobs that set "
+            "resources.memory_mb are refused at submit"
+        )
+    return logging.INFO, (
+        f"memory limits: resources.memory_mb is enforced by the {layout.memory_kind} memory controller "
+        f"under {layout.memory_parent} (swap included); a job over it is OOM-killed and reported OOMKilled"
+    )
 
 
 def cgroup_name(job_id: str, attempt: int) -> str:
@@ -333,7 +399,7 @@ class CpuController:
         return total if self.pid is not None else None
 
     def limits(self) -> dict[str, str]:
-        """The kernel's view of this attempt's limits, for tests and `sluice node` detail."""
+        """The kernel's view of this attempt's limits (diagnostics; the tests check a limit took)."""
         d = self.cpu_dir
         if d is None:
             return {"cpus": ",".join(map(str, self._pinned or self.node_cpus))}
@@ -359,6 +425,106 @@ class CpuController:
                         log.debug("cgroup %s not removed: %s", d, err)
                     else:
                         time.sleep(0.05)
+
+
+MIB = 1024 * 1024
+
+
+def _counter(path: Path, key: str) -> int | None:
+    """`key N` from a flat-keyed cgroup file (memory.events, memory.oom_control); None if absent."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _number(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class MemoryController:
+    """The hard memory ceiling of one job attempt, and whether the OOM killer ended it.
+
+    Lifecycle as CpuController's: create() → apply(limit) → (shim joins procs_files()) →
+    oom(exit_code) once the job has exited → cleanup(). Only made for a layout with a memory
+    controller (layout.memory_kind set).
+    """
+
+    def __init__(self, layout: CgroupLayout, name: str, limit_mb: int) -> None:
+        if layout.memory_parent is None or layout.memory_kind is None:
+            raise ValueError("resources.memory_mb: no cgroup memory controller on this node")
+        self.kind = layout.memory_kind
+        self.dir = layout.memory_parent / name
+        self.limit_mb = limit_mb
+
+    def create(self) -> None:
+        self.dir.mkdir(exist_ok=True)
+
+    def apply(self) -> None:
+        """Write the ceiling, swap included: memory + swap may not exceed it either."""
+        limit = str(self.limit_mb * MIB)
+        if self.kind is CgroupKind.V2:
+            (self.dir / "memory.max").write_text(limit)
+            if (self.dir / "memory.swap.max").exists():
+                (self.dir / "memory.swap.max").write_text("0")
+            return
+        (self.dir / "memory.limit_in_bytes").write_text(limit)  # first: memsw may not be below it
+        if (self.dir / "memory.memsw.limit_in_bytes").exists():
+            (self.dir / "memory.memsw.limit_in_bytes").write_text(limit)
+        elif (self.dir / "memory.swappiness").exists():
+            (self.dir / "memory.swappiness").write_text("0")  # no swap accounting: keep it in RAM
+
+    def procs_files(self) -> tuple[str, ...]:
+        return (str(self.dir / "cgroup.procs"),)
+
+    def oom_kills(self) -> int | None:
+        """How many processes the OOM killer killed in this cgroup; None where the kernel
+        keeps no such counter (v1 before Linux 4.13)."""
+        if self.kind is CgroupKind.V2:
+            return _counter(self.dir / "memory.events", "oom_kill")
+        return _counter(self.dir / "memory.oom_control", "oom_kill")
+
+    def peak_bytes(self) -> int | None:
+        """The most the attempt's processes held at once (None where the kernel keeps no peak)."""
+        if self.kind is CgroupKind.V2:
+            return _number(self.dir / "memory.peak")
+        peaks = [_number(self.dir / f) for f in ("memory.max_usage_in_bytes", "memory.memsw.max_usage_in_bytes")]
+        known = [p for p in peaks if p is not None]
+        return max(known) if known else None
+
+    def oom(self, exit_code: int) -> OomKill | None:
+        """The OOM kill that ended the job, if one did: a kill in the cgroup and a failed exit
+        (a job that survives the loss of one child and exits 0 was not ended by it)."""
+        if exit_code == 0:
+            return None
+        kills = self.oom_kills()
+        if kills is None:  # no counter: a limit hit plus a SIGKILL is the OOM killer's mark
+            killed = exit_code == -signal.SIGKILL and (_number(self.dir / "memory.failcnt") or 0) > 0
+        else:
+            killed = kills > 0
+        return OomKill(self.limit_mb, self.peak_bytes()) if killed else None
+
+    def cleanup(self) -> None:
+        """Remove the cgroup (shared with the CPU one on v2, where whichever goes second finds
+        it gone)."""
+        for attempt in range(20):
+            try:
+                self.dir.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as err:
+                if attempt == 19:
+                    log.debug("cgroup %s not removed: %s", self.dir, err)
+                else:
+                    time.sleep(0.05)
 
 
 def node_cpuset(layout: CgroupLayout, node: str, cpus: Sequence[int]) -> Path | None:

@@ -5,9 +5,13 @@ harmless variables (PATH, HOME, locale, ...) passes, then the spec's env, then t
 contract of `sluice.sdk`. So a token or database URL in the control plane never reaches
 tenant code (FfDL's learner isolation).
 
-A leading "python"/"python3" is replaced by the interpreter the agent runs under, so a spec
-written as ["python", "train.py"] gets the same Python (and the same installed sluice SDK)
-as the control plane, not whatever `python` happens to be first on PATH.
+A leading "python"/"python3" is replaced by the interpreter the agent runs under (or the
+one settings.job_python names), so a spec written as ["python", "train.py"] gets the same
+Python (and the same installed sluice SDK) as the control plane, not whatever `python`
+happens to be first on PATH.
+
+Under tenant isolation the job's HOME is its own work folder, and USER/LOGNAME (the plane's
+user) are not passed: the job is not that user.
 """
 
 from __future__ import annotations
@@ -54,10 +58,10 @@ def resolve_workdir(req: LaunchRequest, default: Path) -> Path:
     return wd
 
 
-def resolve_argv(argv: list[str], cwd: Path, path_var: str | None) -> list[str]:
+def resolve_argv(argv: list[str], cwd: Path, path_var: str | None, python: str | None = None) -> list[str]:
     prog = argv[0]
     if prog in PYTHON_ALIASES:
-        return [sys.executable, *argv[1:]]
+        return [python or sys.executable, *argv[1:]]
     if "/" in prog:
         full = (cwd / prog) if not os.path.isabs(prog) else Path(prog)
         if not full.is_file():
@@ -78,6 +82,15 @@ def job_cpu_max(req: LaunchRequest, node_cpus: float) -> int:
     return max(1, math.ceil(min(cap, node_cpus) - 1e-9))
 
 
+def net_env(interface: str | None) -> dict[str, str]:
+    """Pin a job's collective traffic to the node's chosen interface (setting `net_interface`,
+    from `sluice net recommend --apply`): gloo and NCCL otherwise bind to whatever interface
+    the host name resolves to, which on a multi-homed node may be the slow or encrypted one."""
+    if not interface:
+        return {}
+    return {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
+
+
 def build_env(
     req: LaunchRequest,
     *,
@@ -87,13 +100,21 @@ def build_env(
     gpus: list[str],
     base: Mapping[str, str] | None = None,
     home: Path | None = None,
+    job_home: Path | None = None,
+    net_interface: str | None = None,
 ) -> dict[str, str]:
+    """`job_home`: the job's HOME when it runs as a tenant uid of its own (isolation)."""
     src = os.environ if base is None else base
     env = {k: v for k, v in src.items() if k in PASS_THROUGH or k.startswith(PASS_PREFIXES)}
+    if job_home is not None:
+        env["HOME"] = str(job_home)
+        env.pop("USER", None)
+        env.pop("LOGNAME", None)
     if home is not None:
         env["SLUICE_HOME"] = str(home)  # the node's dataset cache lives under it
     threads = str(job_cpu_max(req, node_cpus))
     env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+    env.update(net_env(net_interface))  # before the spec's env: a job may name its own interface
     env.update(req.spec.env)
     env.update(req.env)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)

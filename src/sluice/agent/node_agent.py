@@ -44,17 +44,21 @@ from sluice.agent.cgroup import (
     CgroupLayout,
     CoreLedger,
     CpuController,
+    JoinSpec,
+    MemoryController,
     cgroup_name,
     detect_cgroups,
     node_cpuset,
     warn_once,
 )
 from sluice.agent.faults import FaultBoard, FaultReport
+from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, launch_problem, own_dir, own_file, plane_dirs
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
-from sluice.data.cache import NodeCache as DatasetCache
+from sluice.data.cache import DatasetCache
+from sluice.data.guard import guard_from
 from sluice.data.warm import WarmReport, warm_node
 from sluice.model import (
     Allocation,
@@ -64,6 +68,7 @@ from sluice.model import (
     JobProgress,
     JobStarted,
     JobUsage,
+    JobUser,
     LaunchRequest,
     NodeInfo,
     NodeKPIs,
@@ -75,6 +80,9 @@ log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 STOP_FILE = "stop.json"
 REPORTED_FILE = "exit_reported"
+PROGRESS_FILE = "progress.jsonl"
+WORK_DIR = "work"
+"""The job's default working folder (and HOME under isolation), inside its run folder."""
 CREATE_TIME_TOLERANCE_S = 1.0
 """psutil's create time has clock-tick resolution; a recycled pid starts much later."""
 
@@ -88,6 +96,7 @@ class _Attempt:
     shim_create: float
     ctrl: CpuController
     tail: JsonlTail
+    mem: MemoryController | None = None
     popen: subprocess.Popen[bytes] | None = None
     proc: psutil.Process | None = None
     child: psutil.Process | None = None
@@ -130,12 +139,24 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _join_both(ctrl: CpuController, mem: MemoryController | None) -> JoinSpec:
+    """What the shim joins: the CPU side's cgroups (or cores) plus the memory cgroup, each
+    procs file once (on v2 both controllers live in the same directory)."""
+    spec = ctrl.join_spec()
+    if mem is None:
+        return spec
+    files = tuple(dict.fromkeys((*spec.procs_files, *mem.procs_files())))
+    return JoinSpec(files, spec.cpus)
+
+
 def default_node_name() -> str:
     return socket.gethostname().split(".")[0] or "local"
 
 
 class NodeAgent:
-    """The per-node mechanism behind `sluice.agent.base.NodeAgentAPI`."""
+    """The per-node mechanism: the local engine holds one per (virtual) node in process, the
+    Ray engine wraps one in an actor on every Ray node (agent/ray_actor.py). Same class, same
+    calls."""
 
     def __init__(
         self,
@@ -159,8 +180,7 @@ class NodeAgent:
         shim kills its job when that process is gone (see sluice.agent.shim)."""
         self.settings = settings or Settings()
         self.name = name
-        self.runs_dir = Path(runs_dir)
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.runs_dir = own_dir(plane_dirs(Path(runs_dir)), PLANE_DIR_MODE)  # job ids are not for listing
         machine = len(os.sched_getaffinity(0))
         self.cpus = tuple(sorted(cpus if cpus is not None else os.sched_getaffinity(0)))
         self.offered_cpu = float(cpu or self.settings.node_cpus or len(self.cpus))
@@ -185,7 +205,7 @@ class NodeAgent:
         self._gpu_holders: dict[str, tuple[str, int]] = {}
         self._kpis: KpiSampler | None = None
         self._next_kpi = 0.0
-        self._cache = CacheReporter(name, self.settings.home)
+        self._cache = CacheReporter(name, self.settings.cache)
         self._cache.recover()
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
@@ -196,7 +216,12 @@ class NodeAgent:
 
     # ------------------------------------------------------------------ facts
     def info(self) -> NodeInfo:
-        labels = {"cpu-limits": str(self.layout.kind), "cores": ",".join(map(str, self.cpus)), **self.labels}
+        labels = {
+            "cpu-limits": str(self.layout.kind),
+            "memory-limits": str(self.layout.memory_kind or "none"),
+            "cores": ",".join(map(str, self.cpus)),
+            **self.labels,
+        }
         return NodeInfo(
             name=self.name, cpu=self.offered_cpu, gpus=len(self.gpus), memory_mb=self.memory_mb, labels=labels
         )
@@ -228,11 +253,13 @@ class NodeAgent:
             adir = self.attempt_dir(req.job_id, req.attempt)
             if key in self._watched or (adir / STATE_FILE).exists():
                 raise LaunchError(f"attempt {req.attempt} of {req.job_id} was already launched")
-            adir.mkdir(parents=True, exist_ok=True)
-            log_file = Path(self.log_path(req.job_id))
-            log_file.touch()
+            user = req.run_as
+            jdir = plane_dirs(self.job_dir(req.job_id), stop=self.runs_dir)
+            own_dir(adir, PLANE_DIR_MODE)
+            log_file = own_file(Path(self.log_path(req.job_id)), None)
             try:
-                cwd = resolve_workdir(req, self.job_dir(req.job_id))
+                own_file(adir / PROGRESS_FILE, user)  # the one file of the attempt folder the job writes
+                cwd = resolve_workdir(req, own_dir(jdir / WORK_DIR, PRIVATE_DIR_MODE, user))
                 gpus = self._take_gpus(req)
                 env = build_env(
                     req,
@@ -241,12 +268,22 @@ class NodeAgent:
                     node_cpus=min(self.offered_cpu, len(self.cpus)),
                     gpus=gpus,
                     home=self.settings.home,
+                    job_home=jdir / WORK_DIR if user is not None else None,
+                    net_interface=self.settings.net_interface,
                 )
-                argv = resolve_argv(list(req.spec.command), cwd, env.get("PATH"))
-            except LaunchError as err:
+                python = self.settings.job_python or sys.executable
+                argv = resolve_argv(list(req.spec.command), cwd, env.get("PATH"), python=python)
+                if user is not None:
+                    problem = launch_problem(argv[0], cwd, user, python)
+                    if problem is not None:
+                        raise LaunchError(problem)
+                    self._tenant_cache_dirs(env, user)
+                self._prepare_checkpoint_dir(req.checkpoint_dir, user)
+                mem = self._memory_limit(req)
+            except (LaunchError, OSError) as err:
+                self._release_gpus(req.job_id, req.attempt)
                 self._fail_launch(req, adir, log_file, str(err))
-                raise
-            self._prepare_checkpoint_dir(req.checkpoint_dir)
+                raise LaunchError(str(err)) from None
             a = req.allocation.assignments[0]
             ctrl = CpuController(
                 self.layout,
@@ -257,6 +294,7 @@ class NodeAgent:
             )
             ctrl.create()
             ctrl.apply(a.cpu_limit, a.cpu_request)
+            join = _join_both(ctrl, mem)
             header = (
                 f"===== sluice: attempt {req.attempt} of {req.job_id} on {self.name} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
@@ -273,8 +311,10 @@ class NodeAgent:
                 str(cwd),
                 "--header",
                 header,
-                *ctrl.join_spec().to_argv(),
+                *join.to_argv(),
                 *(["--guard", f"{self.guard[0]}:{self.guard[1]}"] if self.guard else []),
+                *(["--uid", str(user.uid), "--gid", str(user.gid)] if user is not None else []),
+                *(arg for name, value in self._rlimits(user).items() for arg in ("--rlimit", f"{name}={value}")),
                 "--",
                 *argv,
             ]
@@ -292,25 +332,79 @@ class NodeAgent:
             proc = psutil.Process(popen.pid)
             now = self.clock()
             att = _Attempt(
-                req.job_id, req.attempt, adir, popen.pid, proc.create_time(), ctrl, JsonlTail(adir / "progress.jsonl")
+                req.job_id, req.attempt, adir, popen.pid, proc.create_time(), ctrl, JsonlTail(adir / PROGRESS_FILE), mem
             )
             att.popen, att.proc = popen, proc
             att.next_usage = now + self.settings.usage_sample_s
-            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now)
+            memory = {"memory_mb": mem.limit_mb} if mem is not None else {}
+            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, **memory)
             self._watched[key] = att
             self._pending.append(JobStarted(req.job_id, req.attempt, self.name, now, pid=popen.pid))
+
+    def _memory_limit(self, req: LaunchRequest) -> MemoryController | None:
+        """The attempt's memory cgroup, made and limited, when the job sets memory_mb.
+
+        A node without a memory controller refuses the launch (the plane refuses such jobs at
+        submit already; this is for a node that differs from the others): never run unlimited."""
+        limit_mb = req.spec.resources.memory_mb
+        if not limit_mb:
+            return None
+        if self.layout.memory_kind is None:
+            raise LaunchError(
+                f"resources.memory_mb: node {self.name} cannot enforce a memory limit ({self.layout.memory_reason})"
+            )
+        mem = MemoryController(self.layout, cgroup_name(req.job_id, req.attempt), limit_mb)
+        try:
+            mem.create()
+            mem.apply()
+        except OSError as err:
+            mem.cleanup()
+            raise LaunchError(f"resources.memory_mb: could not set a {limit_mb} MiB limit: {err}") from None
+        return mem
 
     def _fail_launch(self, req: LaunchRequest, adir: Path, log_file: Path, reason: str) -> None:
         with open(log_file, "a") as f:
             f.write(f"===== sluice: attempt {req.attempt} of {req.job_id} could not start: {reason}\n")
         write_json_atomic(adir / EXIT_FILE, {"exit_code": 127, "time": self.clock(), "reason": reason})
-        (adir / REPORTED_FILE).touch()
+        own_file(adir / REPORTED_FILE, None)
         self._pending.append(JobExited(req.job_id, req.attempt, self.clock(), 127, reason=f"launch failed: {reason}"))
 
+    def _prepare_checkpoint_dir(self, location: str, user: JobUser | None) -> None:
+        """The checkpoint folder is the job's (0700, its uid); the folders above it that sluice
+        makes are the plane's (0711: passable, not listable)."""
+        if not location or "://" in location:
+            return
+        path = Path(location)
+        plane_dirs(path.parent)
+        own_dir(path, PRIVATE_DIR_MODE, user)
+
+    def _rlimits(self, user: JobUser | None) -> dict[str, int]:
+        """The job's rlimits (settings job_max_*); a process count only for a job uid of its own."""
+        s = self.settings
+        limits = {"nofile": s.job_max_open_files}
+        if user is not None and s.job_max_processes is not None:
+            limits["nproc"] = s.job_max_processes
+        if s.job_max_file_mb is not None:
+            limits["fsize"] = s.job_max_file_mb * 1024 * 1024
+        if not s.job_core_dumps:
+            limits["core"] = 0
+        return limits
+
     @staticmethod
-    def _prepare_checkpoint_dir(location: str) -> None:
-        if location and "://" not in location:
-            Path(location).mkdir(parents=True, exist_ok=True)
+    def _tenant_cache_dirs(env: dict[str, str], user: JobUser) -> None:
+        """A job that reads datasets writes into the node cache; under isolation each tenant uid
+        gets its own cache folders (0700) inside the node's, so no tenant reads or poisons
+        another's cached bytes."""
+        for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
+            base = env.get(var)
+            if base:
+                plane_dirs(Path(base))
+                env[var] = str(own_dir(Path(base) / f"uid-{user.uid}", PRIVATE_DIR_MODE, user))
+
+    def _release_gpus(self, job_id: str, attempt: int) -> None:
+        for g, holder in list(self._gpu_holders.items()):
+            if holder == (job_id, attempt):
+                del self._gpu_holders[g]
 
     def _take_gpus(self, req: LaunchRequest) -> list[str]:
         want = req.allocation.gpus_per_node().get(self.name, 0)
@@ -457,21 +551,34 @@ class NodeAgent:
         rec = _read_json(att.dir / EXIT_FILE)
         stop = _read_json(att.dir / STOP_FILE)
         stop_sig = att.stop_signal or (stop or {}).get("signal")
+        node_lost = False
         if rec is not None:
             code, reason = int(rec.get("exit_code", -9)), str(rec.get("reason", ""))
             when = float(rec.get("time", now))
+            node_lost = rec.get("node_lost") is True
         elif stop_sig is not None and "SIGKILL" in stop_sig:
             code, reason, when = -int(signal.SIGKILL), "killed", now
         else:
             code, reason, when = -int(signal.SIGKILL), "job and its supervisor vanished without an exit record", now
         if stop_sig is not None:
             reason = f"stopped by sluice ({stop_sig}): {reason}"
+        oom = None if att.mem is None or node_lost else att.mem.oom(code)
+        if oom is not None:
+            self._note_in_log(att.job_id, f"[sluice] {oom}")
         att.ctrl.cleanup()
-        for g, holder in list(self._gpu_holders.items()):
-            if holder == (att.job_id, att.attempt):
-                del self._gpu_holders[g]
-        (att.dir / REPORTED_FILE).touch()
-        return JobExited(att.job_id, att.attempt, when, code, reason)
+        if att.mem is not None:
+            att.mem.cleanup()
+        self._release_gpus(att.job_id, att.attempt)
+        own_file(att.dir / REPORTED_FILE, None)
+        return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom)
+
+    def _note_in_log(self, job_id: str, line: str) -> None:
+        """A line of the plane's in the job's log (the user reads why their job ended there)."""
+        try:
+            with open(self.log_path(job_id), "a") as f:
+                f.write(line + "\n")
+        except OSError as err:
+            log.debug("could not note %r in the log of %s: %s", line, job_id, err)
 
     # ------------------------------------------------------------------ adoption
     def _adopt(self) -> None:
@@ -484,6 +591,10 @@ class NodeAgent:
             ctrl = CpuController(
                 self.layout, str(state["cgroup"]), self.cpus, node_cpuset=self.cpuset, ledger=self.ledger
             )
+            limit_mb = state.get("memory_mb")
+            mem = None
+            if isinstance(limit_mb, int) and self.layout.memory_kind is not None:
+                mem = MemoryController(self.layout, str(state["cgroup"]), limit_mb)
             att = _Attempt(
                 job_id,
                 attempt,
@@ -491,9 +602,10 @@ class NodeAgent:
                 int(state["shim_pid"]),
                 float(state["shim_create_time"]),
                 ctrl,
-                JsonlTail(adir / "progress.jsonl"),
+                JsonlTail(adir / PROGRESS_FILE),
+                mem,
             )
-            att.extra = {k: v for k, v in state.items() if k == "launched_at"}
+            att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb")}
             att.proc = _same_process(att.shim_pid, att.shim_create)
             if att.proc is None and not (adir / EXIT_FILE).exists():
                 child = _read_json(adir / CHILD_FILE)
@@ -519,8 +631,11 @@ class NodeAgent:
         self, name: str, source: str, storage_options: dict[str, Any] | None = None, workers: int = 16
     ) -> WarmReport:
         """Fetch a whole dataset into this node's cache (`sluice dataset warm`): runs here
-        because the cache is a folder on this node. Blocks until done; errors are in the report."""
-        return warm_node(self._dataset_cache(), self.name, name, source, storage_options, workers)
+        because the cache is a folder on this node. Blocks until done; errors are in the report.
+        The agent fetches on a tenant's behalf, so the admin's source policy applies here too
+        (checked again at connect time: the name may resolve differently than at `create`)."""
+        guard = guard_from(self.settings)
+        return warm_node(self._dataset_cache(), self.name, name, source, storage_options, workers, guard=guard)
 
     def drop_dataset(self, name: str) -> int:
         """Remove every cached copy of a dataset from this node (`sluice dataset rm`); returns

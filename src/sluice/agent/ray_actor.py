@@ -78,7 +78,7 @@ class RayNodeAgent:
         if not self._node_alive():
             raise RuntimeError(f"node {self.node_name} is dead (its raylet is gone); not starting anything here")
 
-    # -- the NodeAgentAPI, forwarded ------------------------------------------------------
+    # -- the NodeAgent's calls, forwarded ----------------------------------------------------
 
     def info(self) -> NodeInfo:
         base = self._agent.info()
@@ -107,9 +107,6 @@ class RayNodeAgent:
         return str(self._agent.log_path(job_id))
 
     # -- what only the Ray engine needs ----------------------------------------------------
-
-    def ping(self) -> str:
-        return self.node_name
 
     def address(self) -> str:
         """The node's IP as Ray knows it: what other replicas of a gang connect to."""

@@ -20,14 +20,23 @@ node must not run beside its requeued attempt):
   raylet). When it is gone, the shim records "node lost" and SIGKILLs its process group (the
   job, the job's children and itself). START is the guard's start time in clock ticks since
   boot (`/proc/PID/stat`), so a reused pid is never mistaken for the guard.
+
+Tenant isolation (`--uid/--gid`, docs/security.md): the shim stays the agent's user (it
+writes the plane's files and joins cgroups), and only the job drops to the tenant's uid/gid
+with no supplementary groups, between fork and exec. There, after the switch (a credential
+change clears the parent-death signal, so that comes after it), the job also gets
+`PR_SET_NO_NEW_PRIVS` (no set-uid binary or file capability gives it back any privilege),
+its rlimits (`--rlimit`) and umask 077.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -40,6 +49,14 @@ CHILD_FILE = "child.json"
 GUARD_POLL_S = 0.2
 """How often the shim checks that its guard process is still there (seconds)."""
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+RLIMITS = {
+    "nofile": resource.RLIMIT_NOFILE,
+    "nproc": resource.RLIMIT_NPROC,
+    "fsize": resource.RLIMIT_FSIZE,
+    "core": resource.RLIMIT_CORE,
+}
+"""The rlimits `--rlimit NAME=VALUE` may set on the job (soft = hard = VALUE)."""
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -66,10 +83,33 @@ def _die_with_parent(libc: ctypes.CDLL, parent: int) -> None:
         os._exit(137)
 
 
+def _confine(libc: ctypes.CDLL, limits: dict[str, int], no_new_privs: bool) -> None:
+    """In the job, between fork and exec (after the user switch): rlimits, then no_new_privs.
+    A limit above the current hard one is clamped to it (an unprivileged job cannot raise it)."""
+    for name, value in limits.items():
+        which = RLIMITS[name]
+        _, hard = resource.getrlimit(which)
+        cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (cap, cap))
+    if no_new_privs and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        os._exit(126)
+
+
+def parse_rlimit(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if name not in RLIMITS:
+        raise argparse.ArgumentTypeError(f"unknown rlimit {name!r}; one of {', '.join(RLIMITS)}")
+    return name, int(value)
+
+
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """tmp + fsync + rename: a reader sees the old file or the whole new one, never half."""
+    """tmp + fsync + rename: a reader sees the old file or the whole new one, never half.
+    The file is the plane's: 0600, and never a symlink planted in its place."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(tmp, flags, 0o600), "w") as f:
         json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())
@@ -104,12 +144,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cpus", default=None, help="comma-separated cores to pin to")
     p.add_argument("--header", default="", help="line written to the log before the job starts")
     p.add_argument("--guard", default=None, type=parse_guard, help="PID:START of the process the node lives by")
+    p.add_argument("--uid", default=None, type=int, help="run the job as this uid (tenant isolation)")
+    p.add_argument("--gid", default=None, type=int, help="... and this gid, with no supplementary groups")
+    p.add_argument("--rlimit", action="append", default=[], type=parse_rlimit, help="NAME=VALUE, e.g. nofile=1024")
     p.add_argument("command", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
     if ns.command and ns.command[0] == "--":
         ns.command = ns.command[1:]
     if not ns.command:
         p.error("no command given after --")
+    if (ns.uid is None) != (ns.gid is None):
+        p.error("--uid and --gid go together")
     return ns
 
 
@@ -118,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
     attempt_dir: Path = ns.attempt_dir
-    with open(ns.log, "ab", buffering=0) as log:
+    log_fd = os.open(ns.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(log_fd, "ab", buffering=0) as log:
         if ns.header:
             log.write(ns.header.encode() + b"\n")
         for problem in _join(ns.join, ns.cpus):
@@ -126,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         if ns.guard is not None and process_start_ticks(ns.guard[0]) != ns.guard[1]:
             _node_lost(attempt_dir, log, ns.guard[0], started=False)
         me, libc = os.getpid(), ctypes.CDLL(None, use_errno=True)
+        limits, isolated = dict(ns.rlimit), ns.uid is not None
+
+        def in_child() -> None:  # the shim has one thread: running Python between fork and exec is safe
+            _die_with_parent(libc, me)
+            _confine(libc, limits, no_new_privs=isolated)
+
+        user: dict[str, Any] = {"user": ns.uid, "group": ns.gid, "extra_groups": [], "umask": 0o077} if isolated else {}
         try:
             child = subprocess.Popen(
                 ns.command,
@@ -134,10 +187,12 @@ def main(argv: list[str] | None = None) -> int:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
-                preexec_fn=lambda: _die_with_parent(libc, me),  # the shim has one thread: fork is safe
+                preexec_fn=in_child,
+                **user,
             )
-        except OSError as err:
-            reason = f"could not start {ns.command[0]!r}: {err.strerror or err}"
+        except (OSError, subprocess.SubprocessError) as err:
+            who = f" as uid {ns.uid}" if isolated else ""
+            reason = f"could not start {ns.command[0]!r}{who}: {getattr(err, 'strerror', None) or err}"
             log.write(f"[sluice] {reason}\n".encode())
             write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": 127, "time": time.time(), "reason": reason})
             return 127
@@ -166,7 +221,10 @@ def _node_lost(attempt_dir: Path, log: Any, guard_pid: int, started: bool) -> No
     (the job, its children, this shim). Does not return."""
     reason = f"node lost: guard process {guard_pid} is gone" + ("; job killed" if started else "; job not started")
     log.write(f"[sluice] {reason}\n".encode())
-    write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": -signal.SIGKILL, "time": time.time(), "reason": reason})
+    write_json_atomic(
+        attempt_dir / EXIT_FILE,
+        {"exit_code": -signal.SIGKILL, "time": time.time(), "reason": reason, "node_lost": True},
+    )
     os.killpg(os.getpgrp(), signal.SIGKILL)
     os._exit(137)  # not reached: the group's SIGKILL includes this process
 

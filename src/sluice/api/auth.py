@@ -7,14 +7,14 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sluice.api.contract import Plane
 from sluice.control.errors import Unauthorized
+from sluice.control.plane import ControlPlane
 
 _bearer = HTTPBearer(auto_error=False, description="A tenant's API token (see `sluice tenant create`).")
 
 
-def plane_of(request: Request) -> Plane:
-    plane: Plane = request.app.state.plane
+def plane_of(request: Request) -> ControlPlane:
+    plane: ControlPlane = request.app.state.plane
     return plane
 
 
@@ -25,5 +25,5 @@ def caller(request: Request, creds: Annotated[HTTPAuthorizationCredentials | Non
     return plane_of(request).authenticate(creds.credentials)
 
 
-PlaneDep = Annotated[Plane, Depends(plane_of)]
+PlaneDep = Annotated[ControlPlane, Depends(plane_of)]
 CallerDep = Annotated[Any, Depends(caller)]

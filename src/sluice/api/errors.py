@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sluice.control.errors import Conflict, ControlError, Forbidden, NotFound, Unauthorized
+from sluice.control.errors import Conflict, ControlError, Forbidden, NotFound, Unauthorized, Unavailable
 from sluice.spec import SpecError
 
 _STATUS: list[tuple[type[ControlError], int, str]] = [
@@ -74,6 +74,11 @@ def install(app: FastAPI) -> None:
                 headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
                 return JSONResponse(error_body(kind, str(exc) or kind), status_code=status, headers=headers)
         return JSONResponse(error_body("error", str(exc)), status_code=400)
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(_: Request, exc: Unavailable) -> JSONResponse:
+        # Nothing of the request was kept; reads still work. Clients may retry later.
+        return JSONResponse(error_body("unavailable", str(exc)), status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,5 +1,7 @@
-"""/v1/datasets: register, list, inspect and delete datasets (per-tenant visibility).
+"""/v1/datasets: register, list, inspect, warm, publish and delete datasets (per tenant).
 
+A tenant sees its own datasets and those an admin published; caches are per tenant (a
+dataset's cache key is `owner/name`). An admin names another tenant's dataset with `?tenant=`.
 Storage options can hold credentials, so only their names are ever returned.
 """
 
@@ -11,8 +13,10 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from sluice.api.auth import CallerDep, PlaneDep
+from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.control.datasets import DatasetService
-from sluice.control.errors import NotFound
+from sluice.control.plane import ControlPlane
+from sluice.data.cache import cache_key
 from sluice.data.warm import WarmReport
 from sluice.spec import DatasetSpec
 
@@ -34,11 +38,17 @@ class DatasetOut(BaseModel):
     cached_on: dict[str, float] = {}
     """Per node of the cluster (as its agent last reported, every few seconds): share of the
     dataset's bytes in that node's cache; nodes holding none are left out."""
+    published: bool = False
+    """Published by an admin to every tenant: any tenant may read and mount it by name."""
 
     @staticmethod
     def of(
-        rec: Any, cached: dict[str, float] | None = None, by_node: dict[str, dict[str, float]] | None = None
+        rec: Any,
+        cached: dict[str, float] | None = None,
+        by_node: dict[str, dict[str, float]] | None = None,
+        published: dict[str, str] | None = None,
     ) -> DatasetOut:
+        key = cache_key(rec.tenant, rec.name)
         return DatasetOut(
             tenant=rec.tenant,
             name=rec.name,
@@ -49,20 +59,14 @@ class DatasetOut(BaseModel):
             created_at=rec.created_at,
             items=rec.items,
             total_bytes=rec.total_bytes,
-            cached_fraction=None if cached is None else cached.get(rec.name, 0.0),
-            cached_on={n: d[rec.name] for n, d in sorted((by_node or {}).items()) if d.get(rec.name, 0.0) > 0},
+            cached_fraction=None if cached is None else cached.get(key, 0.0),
+            cached_on={n: d[key] for n, d in sorted((by_node or {}).items()) if d.get(key, 0.0) > 0},
+            published=(published or {}).get(rec.name) == rec.tenant,
         )
 
 
-def service(request: Request, plane: Any) -> DatasetService:
-    svc: DatasetService | None = getattr(plane, "datasets", None) or getattr(request.app.state, "datasets", None)
-    if svc is None:
-        store = getattr(plane, "store", None)
-        if store is None:
-            raise NotFound("this control plane has no dataset registry")
-        svc = DatasetService(store)
-        request.app.state.datasets = svc
-    return svc
+def service(request: Request, plane: ControlPlane) -> DatasetService:
+    return plane.datasets
 
 
 def _cached(svc: DatasetService) -> dict[str, float] | None:
@@ -72,17 +76,22 @@ def _cached(svc: DatasetService) -> dict[str, float] | None:
         return None
 
 
-def _by_node(plane: Any) -> dict[str, dict[str, float]]:
-    """Every node's cache as its agent reported it (empty for a plane that does not know)."""
-    report = getattr(plane, "cached_by_node", None)
-    return report() if callable(report) else {}
+def _by_node(plane: ControlPlane) -> dict[str, dict[str, float]]:
+    """Every node's cache as its agent reported it."""
+    return plane.cached_by_node()
 
 
-@router.get("", response_model=list[DatasetOut])
-def list_datasets(request: Request, plane: PlaneDep, caller: CallerDep) -> list[DatasetOut]:
+@router.get("", response_model=Page[DatasetOut])
+def list_datasets(
+    request: Request, plane: PlaneDep, caller: CallerDep, limit: LimitQ = DEFAULT_LIMIT, cursor: CursorQ = None
+) -> Page[DatasetOut]:
+    """The caller's datasets (every tenant's for an admin), by tenant and name, a page at a time."""
+    after = decode_cursor("datasets", cursor, (str, str))
     svc = service(request, plane)
-    cached, by_node = _cached(svc), _by_node(plane)
-    return [DatasetOut.of(r, cached, by_node) for r in svc.list_datasets(caller)]
+    records = svc.list_datasets(caller, after=after, limit=limit + 1)
+    page, nxt = page_of(records, limit, "datasets", lambda r: (r.tenant, r.name))
+    cached, by_node, pub = _cached(svc), _by_node(plane), svc.published()
+    return Page[DatasetOut](items=[DatasetOut.of(r, cached, by_node, pub) for r in page], next_cursor=nxt)
 
 
 @router.post("", status_code=201, response_model=DatasetOut)
@@ -93,10 +102,16 @@ def create_dataset(
     return DatasetOut.of(service(request, plane).create(caller, spec, probe=probe))
 
 
+Owner = Query(default=None, description="The owning tenant (admin: any; others: their own or a publisher).")
+
+
 @router.get("/{name}", response_model=DatasetOut)
-def get_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> DatasetOut:
+def get_dataset(
+    request: Request, plane: PlaneDep, caller: CallerDep, name: str, tenant: str | None = Owner
+) -> DatasetOut:
+    """One dataset the caller may read: its own, else a published one of that name."""
     svc = service(request, plane)
-    return DatasetOut.of(svc.get(caller, name), _cached(svc), _by_node(plane))
+    return DatasetOut.of(svc.get(caller, name, tenant), _cached(svc), _by_node(plane), svc.published())
 
 
 class DeletedOut(BaseModel):
@@ -106,8 +121,31 @@ class DeletedOut(BaseModel):
 
 
 @router.delete("/{name}", response_model=DeletedOut)
-def delete_dataset(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> DeletedOut:
-    return DeletedOut(name=name, nodes=service(request, plane).delete(caller, name))
+def delete_dataset(
+    request: Request, plane: PlaneDep, caller: CallerDep, name: str, tenant: str | None = Owner
+) -> DeletedOut:
+    """Delete the caller's dataset (an admin: any tenant's) and drop its own cache entry from
+    every node. A published dataset of another tenant is a 403: readable, not deletable."""
+    return DeletedOut(name=name, nodes=service(request, plane).delete(caller, name, tenant))
+
+
+@router.post("/{name}/publish", response_model=DatasetOut)
+def publish_dataset(
+    request: Request, plane: PlaneDep, caller: CallerDep, name: str, tenant: str | None = Owner
+) -> DatasetOut:
+    """Admin only: make the dataset readable and mountable by every tenant (not deletable by
+    them). A second published dataset of the same name is a 409."""
+    svc = service(request, plane)
+    return DatasetOut.of(svc.publish(caller, name, tenant), published=svc.published())
+
+
+@router.delete("/{name}/publish", response_model=DatasetOut)
+def withdraw_dataset(
+    request: Request, plane: PlaneDep, caller: CallerDep, name: str, tenant: str | None = Owner
+) -> DatasetOut:
+    """Admin only: withdraw a published dataset; it is its owner's alone again."""
+    svc = service(request, plane)
+    return DatasetOut.of(svc.publish(caller, name, tenant, published=False), published=svc.published())
 
 
 class WarmOut(BaseModel):
@@ -122,9 +160,10 @@ def warm_dataset(
     caller: CallerDep,
     name: str,
     node: list[str] = Query(default=[], description="Warm only these nodes (repeatable); default every node."),
+    tenant: str | None = Owner,
 ) -> WarmOut:
     """Fetch the whole dataset into the cache of every node (or the named ones) through each
     node's agent; returns when all are done, with what each fetched and how long it took. A
     node that failed has its error in its entry; an unknown node name is a 422."""
-    reports = service(request, plane).warm(caller, name, nodes=node or None)
+    reports = service(request, plane).warm(caller, name, nodes=node or None, tenant=tenant)
     return WarmOut(name=name, nodes=reports)

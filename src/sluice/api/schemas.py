@@ -48,6 +48,10 @@ class AssignmentOut(BaseModel):
     gpus: int
 
 
+REDACTED = "<redacted>"
+"""What another tenant (an admin) sees in place of a job's env value."""
+
+
 class JobOut(BaseModel):
     id: str
     tenant: str
@@ -68,7 +72,12 @@ class JobOut(BaseModel):
     spec: dict[str, Any]
 
     @staticmethod
-    def of(job: JobRecord) -> JobOut:
+    def of(job: JobRecord, viewer: str) -> JobOut:
+        """The job as `viewer` (a tenant name) may see it: its env values are secrets of the
+        job's own tenant, so anyone else (an admin) sees the names with the values redacted."""
+        spec = job.spec.model_dump(mode="json")
+        if viewer != job.tenant and spec.get("env"):
+            spec["env"] = dict.fromkeys(spec["env"], REDACTED)
         return JobOut(
             id=job.id,
             tenant=job.tenant,
@@ -86,7 +95,7 @@ class JobOut(BaseModel):
             step=job.step,
             loss=job.loss if job.loss is None or math.isfinite(job.loss) else None,
             attained_service=job.attained_service,
-            spec=job.spec.model_dump(mode="json"),
+            spec=spec,
         )
 
 

@@ -12,9 +12,10 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.agent.faults import Fault, FaultKind
-from sluice.control.health_monitor import HealthMonitor
+from sluice.control.plane import ControlPlane
 from sluice.health.detector import DetectorConfig
 from sluice.health.evaluation import average, contenders, evaluate_entity, load_folder
+from sluice.health.monitor import HealthMonitor
 from sluice.health.state import Transition
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "anomaly" / "asd"
@@ -99,7 +100,8 @@ def false_alarms(
         show_new()
         since = time.monotonic() - t0
         if inject_io_at_min is not None and fault_at is None and since >= 60 * inject_io_at_min:
-            cores = [int(c) for c in plane.controller.nodes[fault_node].labels["cores"].split(",")]
+            node = plane.controller.node(fault_node)
+            cores = [int(c) for c in node.labels["cores"].split(",")]
             fault = Fault(FaultKind.IO, cores, workers=2).start()
             fault_at = time.time()
             console.print(f"[{since:6.0f}s] injected an I/O storm on {fault_node} (cores {cores}) for {fault_s:g}s")
@@ -148,12 +150,12 @@ def false_alarms(
     return _cordons(mon, fault_node, fault_at)
 
 
-def _attach(plane: object, train_samples: int, virtual_nodes: int) -> HealthMonitor:
+def _attach(plane: ControlPlane, train_samples: int, virtual_nodes: int) -> HealthMonitor:
     """For a control plane that does not wire the monitor from settings."""
-    from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+    from sluice.health.monitor import MACHINE_WIDE, MonitorConfig
 
     ignore = ("jobs", *MACHINE_WIDE) if virtual_nodes > 1 else ("jobs",)
-    return HealthMonitor.attach(plane.controller, MonitorConfig(train_samples=train_samples, ignore=ignore))  # type: ignore[attr-defined]
+    return plane.attach_health(MonitorConfig(train_samples=train_samples, ignore=ignore))
 
 
 def _false(mon: HealthMonitor, fault_node: str, fault_at: float | None) -> list[Transition]:

@@ -31,7 +31,7 @@ from rich.table import Table
 from sluice.bench.local import print_report
 from sluice.bench.scenario import RunResult, embedded_plane, example_spec, mixed_workload, run_workload
 from sluice.control.plane import ControlPlane
-from sluice.model import Allocation, ClusterView, Decision, Migrate, Phase
+from sluice.model import Allocation, ClusterView, Decision, JobRecord, Migrate, Phase
 from sluice.policy.base import Policy
 
 OBJECT_STORE = 80 * 1024 * 1024
@@ -121,13 +121,15 @@ def _admin(plane: ControlPlane) -> Any:
 
 def _resumed_at(plane: ControlPlane, job_id: str, attempt: int) -> tuple[float, int]:
     """Time and step of the first report of `attempt`, as the Ray engine saw it."""
-    hints = getattr(plane.controller.engine, "job_hints", None)
-    if hints is None:
-        raise RuntimeError("the engine gives no job hints; is this the Ray engine?")
+    from sluice.engine.ray import RayEngine
+
+    engine = plane.controller.engine
+    if not isinstance(engine, RayEngine):
+        raise RuntimeError(f"this part needs the Ray engine, not {engine.name!r}")
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        h = hints(job_id)
-        job = plane.controller.jobs[job_id]
+        h = engine.job_hints(job_id)
+        job = _job(plane, job_id)
         if h.get("reporting_attempt") == attempt:
             return float(h["resumed_at"]), job.step
         time.sleep(0.05)
@@ -147,8 +149,15 @@ def _launch_to_running_s(plane: ControlPlane, job_id: str, attempt: int) -> floa
     return None if placed is None or running is None else running - placed
 
 
+def _job(plane: ControlPlane, job_id: str) -> JobRecord:
+    job = plane.controller.book.get(job_id)
+    if job is None:
+        raise RuntimeError(f"job {job_id} is unknown")
+    return job
+
+
 def _node(plane: ControlPlane, job_id: str) -> str:
-    alloc = plane.controller.jobs[job_id].allocation
+    alloc = _job(plane, job_id).allocation
     return alloc.primary_node if alloc else "?"
 
 
@@ -173,9 +182,9 @@ def measure_migrations(
             mover.moves[job.id] = dst
             _wait(plane, job.id, lambda j: j.attempt == 2)
             t_exit = time.time()
-            step_before = plane.controller.jobs[job.id].step
+            step_before = _job(plane, job.id).step
             t_first, step_after = _resumed_at(plane, job.id, 2)
-            recorded = plane.controller.jobs[job.id].extra.get("last_stop_s")
+            recorded = _job(plane, job.id).last_stop_s
             stop_s = float(recorded) if isinstance(recorded, int | float) else t_exit - t0
             rows.append(
                 {
@@ -213,12 +222,12 @@ def measure_node_loss(rc: RayBenchCluster, home: Path, shared: Path, scale: floa
         first_step = int(_wait(plane, job.id, lambda j: j.phase == Phase.RUNNING and j.checkpoint is not None).step)
         _wait(plane, job.id, lambda j: j.step >= first_step + 20)
         victim = _node(plane, job.id)
-        step_lost = plane.controller.jobs[job.id].step
+        step_lost = _job(plane, job.id).step
         t0 = time.time()
         rc.lose(victim)
         _wait(plane, job.id, lambda j: j.attempt >= 2)
         t_requeued = time.time()
-        t_first, step_after = _resumed_at(plane, job.id, plane.controller.jobs[job.id].attempt)
+        t_first, step_after = _resumed_at(plane, job.id, _job(plane, job.id).attempt)
         plane.cancel(admin, job.id)
         _wait(plane, job.id, lambda j: j.phase.terminal)
         rc.add(victim)
@@ -228,7 +237,7 @@ def measure_node_loss(rc: RayBenchCluster, home: Path, shared: Path, scale: floa
             "detect_and_requeue_s": t_requeued - t0,
             "resume_s": t_first - t_requeued,
             "total_s": t_first - t0,
-            "launch_to_running_s": _launch_to_running_s(plane, job.id, plane.controller.jobs[job.id].attempt),
+            "launch_to_running_s": _launch_to_running_s(plane, job.id, _job(plane, job.id).attempt),
             "step_at_loss": step_lost,
             "resumed_at_step": step_after,
         }

@@ -37,7 +37,7 @@ class Arrival:
 
 
 @dataclass
-class JobResult:
+class JobOutcome:
     id: str
     name: str
     phase: str
@@ -61,7 +61,7 @@ class JobResult:
 @dataclass
 class RunResult:
     policy: str
-    jobs: list[JobResult]
+    jobs: list[JobOutcome]
     wall_s: float
     control_cpu_s: float
     busy_cpu_s: float = 0.0
@@ -136,8 +136,8 @@ def mixed_workload(stagger_s: float = 10.0, scale: float = 1.0) -> list[Arrival]
     return out
 
 
-def _result(job: JobRecord) -> JobResult:
-    return JobResult(
+def _result(job: JobRecord) -> JobOutcome:
+    return JobOutcome(
         job.id,
         job.spec.name,
         str(job.phase),
@@ -157,7 +157,11 @@ Tick = Callable[[ControlPlane, list[JobRecord], float], None]
 @contextlib.contextmanager
 def embedded_plane(home: Path, policy: str, **overrides: object) -> Iterator[ControlPlane]:
     """A control plane on its own fresh home, with the local engine; stopped (and its jobs
-    cancelled) on exit."""
+    cancelled) on exit. One tenant runs its own jobs here (the demo, benchmarks), so they run
+    as the caller's user (isolation off: nothing to isolate from, and the caller's interpreter
+    works as is) unless SLUICE_ISOLATION or `isolation=` says otherwise."""
+    if "SLUICE_ISOLATION" not in os.environ:
+        overrides.setdefault("isolation", "off")
     if home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True)

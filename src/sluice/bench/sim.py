@@ -9,6 +9,10 @@ Three parts:
 - **scale**: a Philly-derived workload (20,000 jobs on 5,000 nodes × 8 GPUs by default): wall
   time and the controller's time per round.
 Runs go to a process pool (one worker per core): each simulation is single-threaded.
+
+By default policies see only what a real engine observes. `oracle=True` (`--oracle`) gives
+them the simulator's ground truth instead; every table and the JSON then say "oracle (upper
+bound)": those numbers bound what the policies could reach, they are not results.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sluice.control.simulate import SimConfig, cpu_workload, load_workload, run_simulation
+from sluice.control.simulate import (
+    SimConfig,
+    cpu_workload,
+    load_workload,
+    mode_label,
+    require_pollux_data,
+    run_simulation,
+)
 
 GPU_POLICIES = ("fifo", "binpack", "kube", "tiresias", "optimus", "pollux", "sluice")
 LOADS = ("0.5", "1.0", "1.5", "2.0")
@@ -36,9 +47,16 @@ CPU_SETUPS = ((4, 20, 30.0), (8, 60, 20.0))
 console = Console(highlight=False)
 
 
-def data_dir() -> Path:
-    env = os.environ.get("SLUICE_POLLUX_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[3].parent / "shared" / "data" / "pollux"
+def needed_data(parts: list[str], loads: list[str]) -> list[str]:
+    """What the chosen parts read from the Pollux data folder, so a missing piece is reported
+    before hours of simulation rather than after ("cpu" needs nothing: synthetic jobs; the
+    published results are optional, their columns stay empty without them)."""
+    need: list[str] = []
+    if "pollux" in parts:
+        need += [str(_workload_file(Path(), load, 1).parent) for load in loads]
+    if "scale" in parts:
+        need.append("traces/philly.csv")
+    return need
 
 
 def _workload_file(base: Path, load: str, w: int) -> Path:
@@ -46,24 +64,29 @@ def _workload_file(base: Path, load: str, w: int) -> Path:
     return base / folder / f"workload-{w}.csv"
 
 
-def _one_gpu(args: tuple[str, str, int, str]) -> tuple[str, str, int, float, int, float]:
-    policy, load, w, base = args
+def _title(text: str, oracle: bool) -> str:
+    return f"{text} — {mode_label(oracle).upper()}" if oracle else text
+
+
+def _one_gpu(args: tuple[str, str, int, str, bool]) -> tuple[str, str, int, float, int, float]:
+    policy, load, w, base, oracle = args
     jobs = load_workload(_workload_file(Path(base), load, w))
     t0 = time.perf_counter()
-    res = run_simulation(jobs, policy, SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0))
+    res = run_simulation(jobs, policy, SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0, oracle=oracle))
     return policy, load, w, res.avg_jct_s, res.restarts, time.perf_counter() - t0
 
 
-def _one_cpu(args: tuple[str, int, int, float]) -> dict[str, Any]:
-    policy, nodes, n, stagger = args
+def _one_cpu(args: tuple[str, int, int, float, bool]) -> dict[str, Any]:
+    policy, nodes, n, stagger, oracle = args
     res = run_simulation(
         cpu_workload(n, stagger_s=stagger),
         policy,
-        SimConfig(nodes=nodes, gpus_per_node=0, cpus_per_node=8, interval_s=10),
+        SimConfig(nodes=nodes, gpus_per_node=0, cpus_per_node=8, interval_s=10, oracle=oracle),
     )
     met, total = res.qoe
     return {
         "policy": policy,
+        "mode": mode_label(oracle),
         "setup": f"{nodes}x{n}",
         "avg_jct_s": res.avg_jct_s,
         "makespan_s": res.makespan_s,
@@ -85,9 +108,9 @@ def published(base: Path) -> dict[str, dict[str, float]]:
 
 
 def run_pollux(
-    policies: list[str], loads: list[str], workloads: list[int], workers: int, base: Path
+    policies: list[str], loads: list[str], workloads: list[int], workers: int, base: Path, oracle: bool = False
 ) -> dict[str, dict[str, float]]:
-    tasks = [(p, load, w, str(base)) for p in policies for load in loads for w in workloads]
+    tasks = [(p, load, w, str(base), oracle) for p in policies for load in loads for w in workloads]
     acc: dict[tuple[str, str], list[float]] = {}
     restarts: dict[tuple[str, str], int] = {}
     started = time.perf_counter()
@@ -102,32 +125,36 @@ def run_pollux(
     tiresias_pub = pub.get("tiresias", {})
 
     t = Table(
-        title=f"Average JCT (hours), mean of workloads {','.join(map(str, workloads))}; ratio to published Tiresias"
+        title=_title(
+            f"Average JCT (hours), mean of workloads {','.join(map(str, workloads))}; ratio to published Tiresias",
+            oracle,
+        )
     )
     t.add_column("policy")
     for load in loads:
         t.add_column(f"{load}×", justify="right")
+    tag = f", {mode_label(True)}" if oracle else ""
     for p in policies:
-        t.add_row(p, *[_cell(ours[p][load], tiresias_pub.get(load)) for load in loads])
+        t.add_row(p + tag, *[_cell(ours[p][load], tiresias_pub.get(load)) for load in loads])
     for p in PUBLISHED:
         if p in pub and all(load in pub[p] for load in loads):
             t.add_row(f"{p} (published)", *[_cell(pub[p][load], tiresias_pub.get(load)) for load in loads])
     console.print(t)
 
-    f = Table(title="Fidelity: ours / published for the same policy (1.00 = identical)")
+    f = Table(title=_title("Fidelity: ours / published for the same policy (1.00 = identical)", oracle))
     f.add_column("policy")
     for load in loads:
         f.add_column(f"{load}×", justify="right")
     for p in PUBLISHED:
         if p in ours and p in pub:
-            f.add_row(p, *[f"{ours[p][load] / pub[p][load]:.3f}" for load in loads])
+            f.add_row(p + tag, *[f"{ours[p][load] / pub[p][load]:.3f}" for load in loads])
     console.print(f)
-    r = Table(title="Restarts (allocation changes), summed over the workloads")
+    r = Table(title=_title("Restarts (allocation changes), summed over the workloads", oracle))
     r.add_column("policy")
     for load in loads:
         r.add_column(f"{load}×", justify="right")
     for p in policies:
-        r.add_row(p, *[str(restarts[(p, load)]) for load in loads])
+        r.add_row(p + tag, *[str(restarts[(p, load)]) for load in loads])
     console.print(r)
     if "sluice" in ours and "1.0" in loads:
         s = ours["sluice"]["1.0"]
@@ -142,7 +169,7 @@ def run_pollux(
             msg.append(
                 f"{1 - s / pub['pollux']['1.0']:+.1%} below published Pollux ({pub['pollux']['1.0'] / 3600:.2f} h)"
             )
-        console.print("; ".join(msg))
+        console.print(("ORACLE (UPPER BOUND): " if oracle else "") + "; ".join(msg))
     return {p: {load: v / 3600 for load, v in d.items()} for p, d in ours.items()}
 
 
@@ -152,11 +179,11 @@ def _cell(v: float, ref: float | None) -> str:
     return f"{v / 3600:.3f} ({v / ref:.2f})" if ref else f"{v / 3600:.3f}"
 
 
-def run_cpu(policies: list[str], workers: int) -> list[dict[str, Any]]:
-    tasks = [(p, nodes, n, st) for nodes, n, st in CPU_SETUPS for p in policies]
+def run_cpu(policies: list[str], workers: int, oracle: bool = False) -> list[dict[str, Any]]:
+    tasks = [(p, nodes, n, st, oracle) for nodes, n, st in CPU_SETUPS for p in policies]
     with ProcessPoolExecutor(max_workers=workers) as ex:
         rows = list(ex.map(_one_cpu, tasks))
-    t = Table(title="CPU container jobs (FlowCon setups): ratio to kube in brackets")
+    t = Table(title=_title("CPU container jobs (FlowCon setups): ratio to kube in brackets", oracle))
     for c in ("nodes×jobs", "policy", "avg JCT (min)", "makespan (min)", "QoE met", "restarts"):
         t.add_column(c, justify="left" if c in ("setup", "policy") else "right")
     for nodes, n, _st in CPU_SETUPS:
@@ -167,7 +194,7 @@ def run_cpu(policies: list[str], workers: int) -> list[dict[str, Any]]:
             mr = f" ({r['makespan_s'] / base['makespan_s']:.2f})" if base else ""
             t.add_row(
                 f"{nodes}×{n}",
-                r["policy"],
+                r["policy"] + (f", {r['mode']}" if oracle else ""),
                 f"{r['avg_jct_s'] / 60:.1f}{jr}",
                 f"{r['makespan_s'] / 60:.1f}{mr}",
                 f"{r['qoe_met']}/{r['qoe_total']}",
@@ -178,7 +205,13 @@ def run_cpu(policies: list[str], workers: int) -> list[dict[str, Any]]:
 
 
 def run_scale(
-    policy: str, jobs: int, nodes: int, load_factor: float, base: Path, hours: float | None = None
+    policy: str,
+    jobs: int,
+    nodes: int,
+    load_factor: float,
+    base: Path,
+    hours: float | None = None,
+    oracle: bool = False,
 ) -> dict[str, Any]:
     trace = base / "traces" / "philly.csv"
     wl = load_workload(trace, window_start_h=24 * 40, load_factor=load_factor, max_jobs=jobs)
@@ -186,12 +219,15 @@ def run_scale(
         f"scale: {len(wl)} Philly jobs (from day 40, arrivals ×{load_factor:g} -> {wl[-1].submit_time / 3600:.1f} h) "
         f"on {nodes} nodes × 8 GPUs, policy {policy}"
     )
-    cfg = SimConfig(nodes=nodes, gpus_per_node=8, interval_s=60.0, max_time_s=hours * 3600 if hours else None)
+    cfg = SimConfig(
+        nodes=nodes, gpus_per_node=8, interval_s=60.0, max_time_s=hours * 3600 if hours else None, oracle=oracle
+    )
     res = run_simulation(wl, policy, cfg)
     rounds = sorted(res.round_seconds)
     busy = [r for r in res.round_seconds if r > 0]
     summary = {
         "policy": policy,
+        "mode": res.mode,
         "jobs": len(wl),
         "submitted": len(res.jobs),
         "finished": len(res.finished),
@@ -205,7 +241,7 @@ def run_scale(
         "avg_jct_h": res.avg_jct_s / 3600,
         "makespan_h": res.makespan_s / 3600,
     }
-    t = Table(title="Scale")
+    t = Table(title=_title("Scale", oracle))
     t.add_column("measure")
     t.add_column("value", justify="right")
     for k, v in summary.items():
@@ -228,23 +264,25 @@ def run(
     scale_load_factor: float = 10.0,
     scale_hours: float | None = None,
     out: Path | None = None,
+    oracle: bool = False,
 ) -> dict[str, Any]:
-    base = data_dir()
+    base = require_pollux_data(*needed_data(parts, list(loads or LOADS)))
     workers = workers or os.cpu_count() or 1
-    results: dict[str, Any] = {"machine": f"{os.cpu_count()} CPU cores"}
+    results: dict[str, Any] = {"machine": f"{os.cpu_count()} CPU cores", "mode": mode_label(oracle)}
     t0 = time.perf_counter()
     if "pollux" in parts:
-        if not (base / "workloads").is_dir():
-            raise FileNotFoundError(f"the Pollux workloads are not at {base} (set SLUICE_POLLUX_DATA)")
         results["pollux"] = run_pollux(
-            policies or list(GPU_POLICIES), loads or list(LOADS), workloads or list(range(1, 9)), workers, base
+            policies or list(GPU_POLICIES), loads or list(LOADS), workloads or list(range(1, 9)), workers, base, oracle
         )
     if "cpu" in parts:
-        results["cpu"] = run_cpu(cpu_policies or list(CPU_POLICIES), workers)
+        results["cpu"] = run_cpu(cpu_policies or list(CPU_POLICIES), workers, oracle)
     if "scale" in parts:
-        results["scale"] = run_scale(scale_policy, scale_jobs, scale_nodes, scale_load_factor, base, scale_hours)
+        results["scale"] = run_scale(
+            scale_policy, scale_jobs, scale_nodes, scale_load_factor, base, scale_hours, oracle
+        )
     results["wall_s"] = time.perf_counter() - t0
-    console.print(f"bench sim finished in {results['wall_s']:.0f}s on {workers} worker(s)")
+    mode = f" ({mode_label(oracle)})" if oracle else ""
+    console.print(f"bench sim{mode} finished in {results['wall_s']:.0f}s on {workers} worker(s)")
     if out is not None:
         out.write_text(json.dumps(results, indent=2))
     return results

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -126,6 +126,55 @@ def health(
     bench_health.run(folder or bench_health.DEFAULT_DIR, only, out)
 
 
+@app.command("fairness")
+def fairness(
+    trace: Annotated[
+        Path | None, typer.Option(help="The Philly trace CSV (default: philly.csv under SLUICE_POLLUX_DATA/traces).")
+    ] = None,
+    start_day: Annotated[float, typer.Option(min=0, help="First day of the window, from the trace's start.")] = 40.0,
+    hours: Annotated[float, typer.Option(min=1, max=24 * 30, help="Length of the window (hours).")] = 48.0,
+    nodes: Annotated[int, typer.Option(min=1, max=10_000, help="Nodes of 8 GPUs.")] = 32,
+    interval: Annotated[float, typer.Option(min=1, max=3600, help="Seconds between scheduling rounds.")] = 60.0,
+    grace: Annotated[
+        float, typer.Option(min=0, max=86_400, help="A job may wait this long within its quota before it counts.")
+    ] = 300.0,
+    preempt_min_runtime: Annotated[
+        float, typer.Option(min=0, max=86_400, help="Admission never preempts a job placed less than this ago (s).")
+    ] = 600.0,
+    max_jobs: Annotated[int | None, typer.Option(min=1, help="Only the first N jobs of the window.")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="Parallel simulations (default: one per core).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """Queues on the Philly trace: no quotas vs strict quotas vs borrowing + DRF vs borrowing +
+    DRF + preemption (utilisation, JCT per tenant against its JCT alone on its quota, Jain's
+    index, guarantee violations)."""
+    from sluice.bench import fairness as bench_fairness
+
+    if trace is not None and not trace.is_file():
+        raise typer.BadParameter(f"{trace} does not exist", param_hint="--trace")
+    from sluice.control.simulate import SimDataMissing, require_pollux_data
+
+    try:
+        path = trace or require_pollux_data("traces/philly.csv") / "traces" / "philly.csv"
+    except SimDataMissing as err:
+        _missing_data(err)
+    try:
+        bench_fairness.run(
+            trace=path,
+            start_day=start_day,
+            hours=hours,
+            nodes=nodes,
+            interval_s=interval,
+            grace_s=grace,
+            preempt_min_runtime_s=preempt_min_runtime,
+            max_jobs=max_jobs,
+            workers=workers,
+            out=out,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
 @app.command("sim")
 def sim(
     parts: Annotated[str, typer.Option(help="Which parts: pollux, cpu, scale (comma-separated).")] = "pollux,cpu",
@@ -142,6 +191,14 @@ def sim(
         float | None, typer.Option(help="Stop the scale run after this many virtual hours (default: run to the end).")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+    oracle: Annotated[
+        bool,
+        typer.Option(
+            "--oracle",
+            help="Give policies the simulator's ground truth (exact remaining work and speedups): an upper-bound "
+            "study, labelled 'oracle (upper bound)' in every table and the JSON. Off: only what a real engine sees.",
+        ),
+    ] = False,
 ) -> None:
     """Every policy in the simulator: the eight Pollux workloads at four loads beside the published
     Pollux/Optimus/Tiresias numbers, FlowCon's CPU setups vs kube, and a Philly scale run."""
@@ -161,17 +218,31 @@ def sim(
         raise typer.BadParameter("give workload numbers 1-8, comma-separated", param_hint="--workloads") from None
     if not wl or any(w < 1 or w > 8 for w in wl):
         raise typer.BadParameter("give workload numbers 1-8, comma-separated", param_hint="--workloads")
-    bench_sim.run(
-        parts=sorted(names),
-        policies=[p.strip() for p in policies.split(",")] if policies else None,
-        loads=load_list,
-        workloads=wl,
-        cpu_policies=[p.strip() for p in cpu_policies.split(",")] if cpu_policies else None,
-        workers=workers,
-        scale_policy=scale_policy,
-        scale_jobs=scale_jobs,
-        scale_nodes=scale_nodes,
-        scale_load_factor=scale_load_factor,
-        scale_hours=scale_hours,
-        out=out,
-    )
+    from sluice.control.simulate import SimDataMissing
+
+    try:
+        bench_sim.run(
+            parts=sorted(names),
+            policies=[p.strip() for p in policies.split(",")] if policies else None,
+            loads=load_list,
+            workloads=wl,
+            cpu_policies=[p.strip() for p in cpu_policies.split(",")] if cpu_policies else None,
+            workers=workers,
+            scale_policy=scale_policy,
+            scale_jobs=scale_jobs,
+            scale_nodes=scale_nodes,
+            scale_load_factor=scale_load_factor,
+            scale_hours=scale_hours,
+            out=out,
+            oracle=oracle,
+        )
+    except SimDataMissing as err:
+        _missing_data(err)
+
+
+def _missing_data(err: Exception) -> NoReturn:
+    """Report data the simulator lacks in one line naming the setting (exit 2), never a traceback."""
+    from sluice.cli.client import EXIT_USAGE, CliError
+    from sluice.cli.output import fail
+
+    fail(CliError(str(err), EXIT_USAGE))

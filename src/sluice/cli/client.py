@@ -22,6 +22,10 @@ EXIT_USAGE = 2
 """Bad input (spec, arguments): the same code typer uses for bad arguments."""
 
 
+PAGE_SIZE = 500
+"""Items asked per page when the CLI walks a list (the API allows up to 1000)."""
+
+
 class CliError(Exception):
     """A failure to report in one or more lines and exit with `code`."""
 
@@ -123,6 +127,25 @@ class Client:
             return None
         ctype = resp.headers.get("content-type", "")
         return resp.json() if ctype.startswith("application/json") else resp.text
+
+    def pages(self, path: str, params: dict[str, Any] | list[tuple[str, Any]] | None = None) -> list[Any]:
+        """Every item of a paginated list endpoint, following `next_cursor` to the last page."""
+        base = list(params.items()) if isinstance(params, dict) else list(params or [])
+        items: list[Any] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            query = base + [("limit", PAGE_SIZE)] + ([("cursor", cursor)] if cursor else [])
+            page = self.call("GET", path, params=query)
+            if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+                raise CliError(f"the server at {self.url} answered {path} with something that is not a list page")
+            items.extend(page["items"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return items
+            if cursor in seen:  # a server bug must not spin the CLI forever
+                raise CliError(f"the server at {self.url} repeated a page cursor for {path}")
+            seen.add(cursor)
 
     def stream(self, path: str, params: dict[str, Any] | None = None) -> Iterator[str]:
         """Text chunks of a streamed response, as they arrive (no read timeout)."""

@@ -35,7 +35,7 @@ def _rows(items: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [
             d["name"],
-            d["tenant"],
+            d["tenant"] + (" (published)" if d.get("published") else ""),
             d["source"],
             d["items"],
             _size(d["total_bytes"]),
@@ -81,9 +81,10 @@ def create(
 
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
-    """Your datasets (every tenant's with an admin token) and how much of each this node caches."""
+    """Your datasets and the published ones (every tenant's with an admin token), and how much
+    of each the nodes cache."""
     with errors_reported(), Client.from_env() as client:
-        items = client.call("GET", "/v1/datasets")
+        items = client.pages("/v1/datasets")
     emit(items, output, lambda ds: table(COLUMNS, _rows(ds)))
 
 
@@ -120,6 +121,30 @@ def warm(
     failed = [n["node"] for n in res["nodes"] if n.get("error")]
     if failed:
         raise typer.Exit(1)
+
+
+Owner = Annotated[
+    str | None, typer.Option("--tenant", help="The tenant owning the dataset (admin). Default: your own.")
+]
+
+
+def _publish(name: str, tenant: str | None, method: str, output: Output, verb: str) -> None:
+    with errors_reported(), Client.from_env() as client:
+        d = client.call(method, f"/v1/datasets/{name}/publish", params={"tenant": tenant} if tenant else None)
+    emit(d, output, lambda x: console.print(f"{verb} dataset {x['name']} of tenant {x['tenant']}", markup=False))
+
+
+@app.command()
+def publish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
+    """Publish a dataset to every tenant (admin token): any tenant may then list, read and mount
+    it by name and jobs share its cache; only its owner or an admin can delete it."""
+    _publish(name, tenant, "POST", output, "published")
+
+
+@app.command()
+def unpublish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
+    """Withdraw a published dataset (admin token): it is its owner's alone again."""
+    _publish(name, tenant, "DELETE", output, "withdrew")
 
 
 @app.command("rm")

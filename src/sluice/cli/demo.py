@@ -29,8 +29,8 @@ def _cpu_text(plane: ControlPlane, job: JobRecord) -> tuple[str, str]:
     limit = alloc.assignments[0].cpu_limit
     lim = "shares" if limit is None else f"{limit:.2f}"
     with plane.controller.lock:
-        tr = plane.controller.trackers.get(job.id)
-        used = tr.snapshot().usage_history[-1][1] if tr and tr.snapshot().usage_history else None
+        sig = plane.controller.progress(job.id)
+        used = sig.usage_history[-1][1] if sig and sig.usage_history else None
     return lim, "-" if used is None else f"{used:.2f}"
 
 
@@ -73,8 +73,8 @@ def demo(
                     "", total=None, name=job.spec.name, phase="", loss="-", limit="-", used="-"
                 )
             with plane.controller.lock:
-                tr = plane.controller.trackers.get(job.id)
-                total = tr.total_steps if tr and tr.total_steps else totals.get(job.id)
+                sig = plane.controller.progress(job.id)
+                total = sig.total_steps if sig and sig.total_steps else totals.get(job.id)
             if total:
                 totals[job.id] = total
             limit, used = _cpu_text(plane, job)

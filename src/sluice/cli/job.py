@@ -9,11 +9,29 @@ from typing import Annotated, Any
 import typer
 
 from sluice.cli.client import EXIT_USAGE, Client, CliError
-from sluice.cli.output import Output, OutputOpt, ago, console, emit, errors_reported, number, table, when
+from sluice.cli.output import (
+    Output,
+    OutputOpt,
+    ago,
+    console,
+    emit,
+    errors_reported,
+    list_table,
+    number,
+    stamp,
+    table,
+    when,
+)
 from sluice.model import Phase
-from sluice.spec import SpecError, load_job_spec
+from sluice.spec import SpecError, load_job_spec, parse_job_spec
 
 app = typer.Typer(help="Submit, list, follow, cancel and explain training jobs.", no_args_is_help=True)
+
+MAX_TAIL_LINES = 100_000
+"""Largest --tail (the API's bound too: sluice.api.routes.jobs.MAX_TAIL_LINES)."""
+
+LIST_OPTIONAL = ("LOSS", "STEP", "CPU req/lim", "NODE", "TENANT")
+"""`job list` columns a narrow terminal leaves out, first to last, before REASON is cut."""
 
 JobId = Annotated[str, typer.Argument(help="The job's id (as `sluice job list` shows it).")]
 
@@ -36,12 +54,18 @@ def _cpu(job: dict[str, Any]) -> str:
 @app.command()
 def submit(
     file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).", dir_okay=False)],
+    resume_from: Annotated[
+        str | None,
+        typer.Option(help="Start from the newest checkpoint of this finished, cancelled or suspended job of yours."),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Validate a job spec here, then submit it. Prints the new job's id."""
     with errors_reported():
         try:
             spec = load_job_spec(file)
+            if resume_from is not None:
+                spec = parse_job_spec({**spec.model_dump(mode="json", exclude_none=True), "resume_from": resume_from})
         except SpecError as err:
             raise CliError(f"invalid job spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
         with Client.from_env() as client:
@@ -51,16 +75,21 @@ def submit(
 
 @app.command("list")
 def list_(
-    phase: Annotated[list[Phase] | None, typer.Option("--phase", "-p", help="Only these phases (repeatable).")] = None,
+    phase: Annotated[
+        list[Phase] | None,
+        typer.Option("--phase", "-p", case_sensitive=False, help="Only these phases (repeatable, any case)."),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Your jobs (every tenant's with an admin token), oldest first."""
+    """Your jobs (every tenant's with an admin token), oldest first. On a narrow terminal the
+    LOSS, STEP, CPU, NODE and TENANT columns are left out (in that order) so that REASON stays
+    one line, cut with an ellipsis; -o json has every field, times as Unix seconds."""
     with errors_reported(), Client.from_env() as client:
         params = [("phase", p.value) for p in phase or []]
-        jobs = client.call("GET", "/v1/jobs", params=params)
+        jobs = client.pages("/v1/jobs", params=params)
 
     def render(rows: list[dict[str, Any]]) -> None:
-        table(
+        list_table(
             ["ID", "NAME", "TENANT", "PHASE", "NODE", "CPU req/lim", "STEP", "LOSS", "AGE", "REASON"],
             [
                 [
@@ -77,6 +106,7 @@ def list_(
                 ]
                 for j in rows
             ],
+            optional=LIST_OPTIONAL,
         )
 
     emit(jobs, output, render)
@@ -97,9 +127,9 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("phase", j["phase"]),
             ("reason", j["reason"]),
             ("command", " ".join(spec["command"])),
-            ("submitted", when(j["submitted_at"])),
-            ("started", when(j["started_at"])),
-            ("finished", when(j["finished_at"])),
+            ("submitted", stamp(j["submitted_at"])),
+            ("started", stamp(j["started_at"])),
+            ("finished", stamp(j["finished_at"])),
             ("nodes", _nodes(j)),
             ("cpu req/limit", _cpu(j)),
             ("attempt", j["attempt"]),
@@ -118,15 +148,22 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
 def logs(
     job_id: JobId,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")] = False,
+    tail: Annotated[
+        int | None,
+        typer.Option(
+            "--tail", "-n", min=1, max=MAX_TAIL_LINES, help=f"Only the last N lines (1 to {MAX_TAIL_LINES}) first."
+        ),
+    ] = None,
 ) -> None:
-    """The job's output (stdout and stderr)."""
+    """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines."""
+    params: dict[str, str] = {} if tail is None else {"tail": str(tail)}
     with errors_reported(), Client.from_env() as client:
         if follow:
-            for chunk in client.stream(f"/v1/jobs/{job_id}/logs", params={"follow": "true"}):
+            for chunk in client.stream(f"/v1/jobs/{job_id}/logs", params={"follow": "true", **params}):
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
         else:
-            sys.stdout.write(client.call("GET", f"/v1/jobs/{job_id}/logs") or "")
+            sys.stdout.write(client.call("GET", f"/v1/jobs/{job_id}/logs", params=params) or "")
 
 
 @app.command()
@@ -138,10 +175,26 @@ def cancel(job_id: JobId, output: OutputOpt = Output.table) -> None:
 
 
 @app.command()
+def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
+    """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
+    with errors_reported(), Client.from_env() as client:
+        job = client.call("POST", f"/v1/jobs/{job_id}/suspend")
+    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
+
+
+@app.command()
+def resume(job_id: JobId, output: OutputOpt = Output.table) -> None:
+    """Resume a suspended job: it is admitted again and starts from its checkpoint."""
+    with errors_reported(), Client.from_env() as client:
+        job = client.call("POST", f"/v1/jobs/{job_id}/resume")
+    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
+
+
+@app.command()
 def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Why the job is where it is: every phase change and decision, with time and reason."""
     with errors_reported(), Client.from_env() as client:
-        events = client.call("GET", f"/v1/jobs/{job_id}/why")
+        events = client.pages(f"/v1/jobs/{job_id}/why")
         job = client.call("GET", f"/v1/jobs/{job_id}") if output == Output.table else None
 
     def render(rows: list[dict[str, Any]]) -> None:

@@ -19,7 +19,7 @@ NodeName = Annotated[str, typer.Argument(help="Node name (as `sluice node list` 
 def list_(output: OutputOpt = Output.table) -> None:
     """Every node: CPUs, GPUs, health and why, jobs and CPU handed out."""
     with errors_reported(), Client.from_env() as client:
-        nodes = client.call("GET", "/v1/nodes")
+        nodes = client.pages("/v1/nodes")
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(

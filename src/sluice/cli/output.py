@@ -52,6 +52,42 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     console.print(t)
 
 
+REASON_MIN_WIDTH = 24
+"""Narrowest a list's free-text last column may get before optional columns are dropped."""
+
+
+def _row_width(widths: Sequence[int]) -> int:
+    """Characters a SIMPLE_HEAD table without edge padding takes for columns of these widths:
+    one space at each edge, and three between columns (padding, separator, padding)."""
+    return 2 + sum(widths) + 3 * max(0, len(widths) - 1)
+
+
+def list_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, optional: Sequence[str] = ()) -> None:
+    """A list whose last column (a reason) stays one line per row at any terminal width.
+
+    Why: folding a long reason into a column a few characters wide makes every row many lines
+    tall and unreadable at 80 columns. Instead the `optional` columns are left out, in the
+    order given, until the last column has REASON_MIN_WIDTH characters; then it is cut with
+    an ellipsis. Ids and names are never cut; `-o json` always has every field."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    keep = list(range(len(columns)))
+    width_of = {i: max([len(columns[i]), *(len(r[i]) for r in cells)]) for i in keep}
+    budget = console.width
+    for name in optional:
+        if _row_width([width_of[i] for i in keep[:-1]] + [REASON_MIN_WIDTH]) <= budget:
+            break
+        keep.remove(columns.index(name))
+    fixed = _row_width([width_of[i] for i in keep[:-1]] + [0])
+    last_width = max(len(columns[-1]), min(width_of[keep[-1]], budget - fixed))
+    t = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    for i in keep[:-1]:
+        t.add_column(columns[i], no_wrap=True, min_width=width_of[i])
+    t.add_column(columns[-1], no_wrap=True, overflow="ellipsis", max_width=last_width)
+    for row in cells:
+        t.add_row(*(row[i] for i in keep))
+    console.print(t)
+
+
 def fail(err: CliError) -> NoReturn:
     """Print the error (and each named field) and exit with its code."""
     err_console.print(f"[bold red]error:[/] {err}", markup=True)
@@ -68,6 +104,16 @@ def when(t: float | None) -> str:
         return f"{t:.1f}s"
     fmt = "%H:%M:%S" if time.time() - t < 86400 else "%Y-%m-%d %H:%M"
     return time.strftime(fmt, time.localtime(t))
+
+
+def stamp(t: float | None, now: float | None = None) -> str:
+    """A moment as a person reads it: local date and time, and how long ago, e.g.
+    `2026-11-23 12:01:05 (3m ago)`. Virtual (simulator) clocks as `when` shows them."""
+    if t is None:
+        return ""
+    if t < 10**8:
+        return when(t)
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({ago(t, now)} ago)"
 
 
 def ago(t: float | None, now: float | None = None) -> str:

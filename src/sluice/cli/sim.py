@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sluice.cli.client import EXIT_USAGE, CliError
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
+
+if TYPE_CHECKING:
+    from sluice.control.simulate import FailurePlan, SimConfig, SimResult, WorkloadJob
 
 app = typer.Typer(help="The simulator: run policies on traces and workloads.", no_args_is_help=True)
 
@@ -31,6 +34,114 @@ def _fail_at(items: list[str]) -> list[tuple[float, str]]:
     return out
 
 
+DEFAULT_GPUS_PER_NODE = 4
+"""GPUs per simulated node for GPU workloads when --gpus-per-node is not given (CPU workloads: 0)."""
+
+
+def _load_jobs(
+    workload: str,
+    *,
+    load_factor: float,
+    window_start_h: float | None,
+    window_hours: float | None,
+    max_jobs: int | None,
+    seed: int,
+) -> list[WorkloadJob]:
+    """The workload's jobs: a trace file, or `cpu:N[:STAGGER_S]` for synthetic CPU jobs."""
+    from sluice.control import simulate as sim
+
+    try:
+        if workload.startswith("cpu:"):
+            parts = workload.split(":")
+            if len(parts) > 3:
+                raise ValueError
+            n = int(parts[1])
+            stagger = float(parts[2]) if len(parts) > 2 else 30.0
+            if n < 1 or stagger < 0:
+                raise ValueError
+            jobs = sim.cpu_workload(n, stagger_s=stagger, seed=seed)
+        else:
+            jobs = sim.load_workload(
+                workload,
+                load_factor=load_factor,
+                window_start_h=window_start_h,
+                window_hours=window_hours,
+                max_jobs=max_jobs,
+                seed=seed,
+            )
+    except sim.WorkloadError as err:
+        raise CliError(f"--workload: {err}", EXIT_USAGE) from None
+    except ValueError:
+        raise CliError(f"--workload {workload!r}: expected a file or cpu:N[:STAGGER_S]", EXIT_USAGE) from None
+    if not jobs:
+        raise CliError(f"--workload {workload}: no jobs in it (or in the chosen window)", EXIT_USAGE)
+    return jobs
+
+
+def _gpus_per_node(jobs: list[WorkloadJob], asked: int | None) -> int:
+    """GPUs per node: as asked, else 0 when no job uses GPUs (a CPU workload) and 4 otherwise.
+    A workload with GPU jobs on GPU-less nodes could never finish: refused."""
+    uses_gpus = any(j.kind != "cpu" for j in jobs)
+    if asked is None:
+        return DEFAULT_GPUS_PER_NODE if uses_gpus else 0
+    if asked == 0 and uses_gpus:
+        raise CliError("--gpus-per-node 0: the workload has GPU jobs, which could never run", EXIT_USAGE)
+    return asked
+
+
+def _failures(fail_rate: float, fail_at: list[str], repair_s: float, seed: int) -> FailurePlan | None:
+    from sluice.control.simulate import FailurePlan
+
+    if fail_rate <= 0 and not fail_at:
+        return None
+    return FailurePlan(at=_fail_at(fail_at), rate_per_node_hour=fail_rate, repair_s=repair_s, seed=seed)
+
+
+def _simulate(jobs: list[WorkloadJob], policy: str, cfg: SimConfig) -> SimResult:
+    from sluice.control import simulate as sim
+
+    mode = f" ({sim.mode_label(True)})" if cfg.oracle else ""
+    try:
+        with console.status(f"simulating {len(jobs)} jobs under {policy}{mode}…"):
+            return sim.run_simulation(jobs, policy, cfg)
+    except sim.WorkloadError as err:
+        raise CliError(f"--workload: {err}", EXIT_USAGE) from None
+    except sim.SimDataMissing as err:
+        raise CliError(str(err), EXIT_USAGE) from None
+    except ValueError as err:
+        if "unknown policy" in str(err):
+            raise CliError(f"--policy: {err}", EXIT_USAGE) from None
+        raise
+
+
+def _render(res: SimResult, interval: float, files: dict[str, Path | None]) -> None:
+    met, total = res.qoe
+    table(
+        ["policy", "jobs", "avg JCT", "p99 JCT", "makespan", "restarts", "QoE met", "round (mean/max)"],
+        [
+            [
+                res.label,
+                f"{len(res.finished)}/{len(res.jobs)}",
+                _hours(res.avg_jct_s),
+                _hours(res.p99_jct_s),
+                _hours(res.makespan_s),
+                res.restarts,
+                f"{met}/{total}" if total else "n/a",
+                f"{res.mean_round_s * 1000:.1f}/{res.max_round_s * 1000:.0f} ms",
+            ]
+        ],
+    )
+    if res.oracle:
+        console.print(
+            f"{res.mode.upper()}: policies saw the simulator's ground truth (exact remaining work and speedups); "
+            "no real engine can, so these numbers bound what the policy could reach."
+        )
+    console.print(f"{res.rounds} rounds of {interval:g}s simulated in {res.wall_s:.1f}s wall time")
+    for what, path in files.items():
+        if path is not None:
+            console.print(f"{what}: {path}")
+
+
 @app.command()
 def run(
     workload: Annotated[
@@ -42,7 +153,9 @@ def run(
     ],
     policy: Annotated[str, typer.Option(help="Policy name (see `sluice sim policies`).")] = "sluice",
     nodes: Annotated[int, typer.Option(min=1, help="Nodes in the simulated cluster.")] = 16,
-    gpus_per_node: Annotated[int, typer.Option(min=0, help="GPUs per node.")] = 4,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(min=0, help="GPUs per node (default 4, or 0 for CPU workloads).")
+    ] = None,
     cpus_per_node: Annotated[float | None, typer.Option(help="Cores per node (default 8 for CPU workloads).")] = None,
     interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
     load_factor: Annotated[
@@ -55,6 +168,14 @@ def run(
     fail_at: Annotated[list[str] | None, typer.Option(help="Lose a node at a time: SECONDS:NODE (repeatable).")] = None,
     repair_s: Annotated[float, typer.Option(min=0, help="Seconds until a lost node comes back.")] = 1800.0,
     seed: Annotated[int, typer.Option(help="Seed for sampling and failures.")] = 0,
+    oracle: Annotated[
+        bool,
+        typer.Option(
+            "--oracle",
+            help="Give the policy the simulator's ground truth (exact remaining work and speedups): an upper-bound "
+            "study, labelled 'oracle (upper bound)' in the table and files. Off: only what a real engine sees.",
+        ),
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Write per-job results here (.csv or .json).")] = None,
     cdf: Annotated[Path | None, typer.Option(help="Write a JCT CDF plot here (.png).")] = None,
     output: OutputOpt = Output.table,
@@ -72,88 +193,33 @@ def run(
             raise CliError(f"--interval: must be positive, got {interval}", EXIT_USAGE)
         if load_factor <= 0:
             raise CliError(f"--load-factor: must be positive, got {load_factor}", EXIT_USAGE)
-        try:
-            if workload.startswith("cpu:"):
-                parts = workload.split(":")
-                n = int(parts[1])
-                stagger = float(parts[2]) if len(parts) > 2 else 30.0
-                if n < 1 or stagger < 0:
-                    raise ValueError
-                jobs = sim.cpu_workload(n, stagger_s=stagger, seed=seed)
-                cpus: float | None
-                if gpus_per_node == 4 and cpus_per_node is None:
-                    gpus_per_node_eff, cpus = 0, 8.0
-                else:
-                    gpus_per_node_eff, cpus = gpus_per_node, cpus_per_node
-            else:
-                jobs = sim.load_workload(
-                    workload,
-                    load_factor=load_factor,
-                    window_start_h=window_start_h,
-                    window_hours=window_hours,
-                    max_jobs=max_jobs,
-                    seed=seed,
-                )
-                gpus_per_node_eff, cpus = gpus_per_node, cpus_per_node
-        except sim.WorkloadError as err:
-            raise CliError(f"--workload: {err}", EXIT_USAGE) from None
-        except ValueError:
-            raise CliError(f"--workload {workload!r}: expected a file or cpu:N[:STAGGER_S]", EXIT_USAGE) from None
-        if not jobs:
-            raise CliError(f"--workload {workload}: no jobs in it (or in the chosen window)", EXIT_USAGE)
-        failures = None
-        if fail_rate > 0 or fail_at:
-            failures = sim.FailurePlan(
-                at=_fail_at(fail_at or []), rate_per_node_hour=fail_rate, repair_s=repair_s, seed=seed
-            )
+        if cpus_per_node is not None and cpus_per_node <= 0:
+            raise CliError(f"--cpus-per-node: must be positive, got {cpus_per_node}", EXIT_USAGE)
+        jobs = _load_jobs(
+            workload,
+            load_factor=load_factor,
+            window_start_h=window_start_h,
+            window_hours=window_hours,
+            max_jobs=max_jobs,
+            seed=seed,
+        )
         try:
             cfg = sim.SimConfig(
                 nodes=nodes,
-                gpus_per_node=gpus_per_node_eff,
-                cpus_per_node=cpus,
+                gpus_per_node=_gpus_per_node(jobs, gpus_per_node),
+                cpus_per_node=cpus_per_node,
                 interval_s=interval,
-                failures=failures,
+                failures=_failures(fail_rate, fail_at or [], repair_s, seed),
+                oracle=oracle,
             )
         except ValueError as err:
             raise CliError(str(err), EXIT_USAGE) from None
-        try:
-            with console.status(f"simulating {len(jobs)} jobs under {policy}…"):
-                res = sim.run_simulation(jobs, policy, cfg)
-        except ValueError as err:
-            if "unknown policy" in str(err):
-                raise CliError(f"--policy: {err}", EXIT_USAGE) from None
-            raise
-        except sim.WorkloadError as err:
-            raise CliError(f"--workload: {err}", EXIT_USAGE) from None
+        res = _simulate(jobs, policy, cfg)
         if out is not None:
             sim.write_rows(res.rows(), out)
         if cdf is not None:
-            sim.plot_jct_cdf({res.policy: [j.jct_s for j in res.finished if j.jct_s is not None]}, cdf)
-        summary = res.summary()
-
-        def render(s: dict[str, object]) -> None:
-            met, total = res.qoe
-            table(
-                ["policy", "jobs", "avg JCT", "p99 JCT", "makespan", "restarts", "QoE met", "round (mean/max)"],
-                [
-                    [
-                        res.policy,
-                        f"{len(res.finished)}/{len(res.jobs)}",
-                        _hours(res.avg_jct_s),
-                        _hours(res.p99_jct_s),
-                        _hours(res.makespan_s),
-                        res.restarts,
-                        f"{met}/{total}" if total else "n/a",
-                        f"{res.mean_round_s * 1000:.1f}/{res.max_round_s * 1000:.0f} ms",
-                    ]
-                ],
-            )
-            console.print(f"{res.rounds} rounds of {interval:g}s simulated in {res.wall_s:.1f}s wall time")
-            for what, path in (("per-job results", out), ("JCT CDF", cdf)):
-                if path is not None:
-                    console.print(f"{what}: {path}")
-
-        emit(summary, output, render)
+            sim.plot_jct_cdf({res.label: [j.jct_s for j in res.finished if j.jct_s is not None]}, cdf)
+        emit(res.summary(), output, lambda _s: _render(res, interval, {"per-job results": out, "JCT CDF": cdf}))
 
 
 @app.command()

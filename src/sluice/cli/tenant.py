@@ -8,7 +8,7 @@ import typer
 
 from sluice.cli.client import EXIT_USAGE, Client, CliError
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table, when
-from sluice.spec import SpecError, TenantSpec
+from sluice.spec import SpecError, TenantPatch, TenantSpec
 from sluice.spec.loading import parse_model
 
 app = typer.Typer(help="Tenants and their API tokens (admin).", no_args_is_help=True)
@@ -20,6 +20,14 @@ def create(
     admin: Annotated[bool, typer.Option("--admin", help="May manage tenants and nodes and see every job.")] = False,
     max_running_jobs: Annotated[int | None, typer.Option(help="Quota: jobs running at once.")] = None,
     weight: Annotated[float, typer.Option(help="Fair-share weight.")] = 1.0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Create it although tenant isolation is off (`sluice up` says so): its jobs and every other "
+            "tenant's can then read each other's data.",
+        ),
+    ] = False,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a tenant and print its token — shown this once; sluice keeps only a hash."""
@@ -32,7 +40,9 @@ def create(
         except SpecError as err:
             raise CliError("invalid tenant", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
         with Client.from_env(admin=True) as client:
-            created = client.call("POST", "/v1/tenants", json=spec.model_dump(mode="json"))
+            created = client.call(
+                "POST", "/v1/tenants", json=spec.model_dump(mode="json"), params={"force": "true"} if force else None
+            )
 
     def render(t: dict[str, Any]) -> None:
         console.print(f"created tenant {t['name']}; its token (shown once, keep it safe):", markup=False)
@@ -41,11 +51,37 @@ def create(
     emit(created, output, render)
 
 
+@app.command("set")
+def set_(
+    name: Annotated[str, typer.Argument(help="The tenant to change.")],
+    max_running_jobs: Annotated[int | None, typer.Option(help="Quota: jobs admitted at once (0: no limit).")] = None,
+    weight: Annotated[float | None, typer.Option(help="Fair-share weight.")] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Change a tenant's weight or job quota live (admin)."""
+    with errors_reported():
+        fields = {k: v for k, v in {"max_running_jobs": max_running_jobs, "weight": weight}.items() if v is not None}
+        try:
+            patch = parse_model(TenantPatch, fields)
+        except SpecError as err:
+            raise CliError("invalid tenant change", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
+        with Client.from_env(admin=True) as client:
+            t = client.call("PATCH", f"/v1/tenants/{name}", json=patch.model_dump(mode="json", exclude_none=True))
+    emit(
+        t,
+        output,
+        lambda t: console.print(
+            f"tenant {t['name']}: weight {t['weight']:g}, max running {t['max_running_jobs'] or 'no limit'}",
+            markup=False,
+        ),
+    )
+
+
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
     """Every tenant with its role and quota (never tokens)."""
     with errors_reported(), Client.from_env(admin=True) as client:
-        tenants = client.call("GET", "/v1/tenants")
+        tenants = client.pages("/v1/tenants")
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(

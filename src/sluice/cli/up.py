@@ -1,6 +1,6 @@
 """`sluice up` and `sluice down`: start and stop the control-plane server for $SLUICE_HOME.
 
-Detached, the server runs as `python -m sluice.control.server` in its own session (it
+Detached, the server runs as `python -m sluice.server` in its own session (it
 survives the terminal), configured through SLUICE_* variables — an argv list and an
 environment, never a shell line. `down` sends SIGTERM: the server stops gracefully and job
 processes keep running, to be adopted by the next `up`.
@@ -22,7 +22,17 @@ import httpx
 import typer
 
 from sluice.cli.output import console, err_console
-from sluice.control.server import AlreadyRunning, pid_alive, policy_names, read_server_file, serve
+from sluice.server import (
+    AlreadyRunning,
+    HomeError,
+    IsolationUnavailable,
+    check_home,
+    isolation_status,
+    pid_alive,
+    policy_names,
+    read_server_file,
+    serve,
+)
 from sluice.settings import Settings, load_settings
 
 UP_TIMEOUT_S = 120.0
@@ -64,6 +74,16 @@ def _tail(path: str, lines: int = 15) -> str:
         return ""
 
 
+def _say_isolation(settings: Settings) -> None:
+    """Tell the operator, before anything runs, whether tenants' jobs are isolated."""
+    try:
+        iso = isolation_status(settings)
+    except IsolationUnavailable as err:
+        err_console.print(f"error: {err}", markup=False)
+        raise typer.Exit(1) from None
+    (console if iso.enabled else err_console).print(("" if iso.enabled else "warning: ") + iso.reason, markup=False)
+
+
 def up(
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background and return.")] = False,
     policy: Annotated[str | None, typer.Option(help="Scheduling policy (e.g. flowcon, kube).")] = None,
@@ -80,24 +100,31 @@ def up(
     if settings.policy not in known:
         err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
         raise typer.Exit(2)
+    try:
+        check_home(settings.home)
+    except HomeError as err:
+        err_console.print(f"error: {err}", markup=False)
+        raise typer.Exit(1) from None
     running = read_server_file(settings.home)
     if running is not None:
         console.print(f"sluice is already running at {running['url']} (pid {running['pid']})", markup=False)
         return
     if not detach:
         console.print(f"starting sluice in {settings.home} (Ctrl-C stops it)", markup=False)
+        _say_isolation(settings)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             serve(settings)
-        except (AlreadyRunning, OSError) as err:
+        except (AlreadyRunning, IsolationUnavailable, OSError) as err:
             err_console.print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
         return
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_path = str(settings.home / "server.log")
-    with open(log_path, "ab") as log:
+    with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
+        os.fchmod(log.fileno(), 0o600)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sluice.control.server"],
+            [sys.executable, "-m", "sluice.server"],
             env={**os.environ, **env, "SLUICE_HOME": str(settings.home)},
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -113,6 +140,12 @@ def up(
         info = read_server_file(settings.home)
         if info is not None and info.get("pid") == proc.pid and _healthy(str(info["url"])):
             console.print(f"sluice is up at {info['url']} (pid {proc.pid}; log {log_path})", markup=False)
+            if "isolation_reason" in info:
+                (console if info.get("isolation") else err_console).print(
+                    ("" if info.get("isolation") else "warning: ") + str(info["isolation_reason"]), markup=False
+                )
+            if info.get("memory_limits") is False:
+                err_console.print(f"warning: {info.get('memory_reason', '')}", markup=False)
             typer.echo(info["url"])
             return
         time.sleep(0.2)

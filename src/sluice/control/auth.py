@@ -5,8 +5,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from typing import Protocol
 
 TOKEN_PREFIX = "slc_"
+
+
+class Caller(Protocol):
+    """An authenticated tenant, as every control-plane call that checks ownership sees it."""
+
+    name: str
+    admin: bool
 
 
 def new_token() -> str:

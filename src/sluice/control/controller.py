@@ -1,16 +1,22 @@
-"""The controller: the only place where the store, the policy and the engine meet.
+"""The controller: the reconcile round and nothing else.
 
-One reconcile round (`step`):
-  1. poll the engine and apply its events to job records through the transition table
-     (events of an older attempt, or for a job no longer active, are ignored — so a late
-     or repeated event never moves a job backwards);
+One round (`step`):
+  1. observe — poll the engine and apply its events to the jobs through the job book
+     (events of an older attempt, or for a job no longer live, are ignored, so a late or
+     repeated event never moves a job backwards);
   2. admit pending jobs (tenant quotas);
-  3. build an immutable ClusterView and ask the policy for decisions;
-  4. execute each decision through the engine and record it, with its reason, in the
-     job's event log — which is what `sluice job why` prints.
+  3. decide — build the immutable ClusterView; the policy returns job decisions and the
+     round's observers (the health monitor) return node decisions, each with its reason;
+  4. execute — carry each decision out through the engine and record it in the book. A
+     decision the engine cannot carry out (see `EngineCapabilities`) is refused, with the
+     reason, before anything is recorded.
 
-Every state change is written to the store before the round ends, so a crash loses at most
-the round in flight; `recover()` rebuilds the rest from the store and the engine.
+Faults are contained: an exception while handling one job fails that job, with the error as
+its reason, and the round goes on for everyone else. A store that cannot take writes
+(`StoreUnavailable`) ends the round instead: nothing half-done was recorded, the engine
+events not yet applied are kept, and the next round starts with them.
+
+Every state change goes through `JobBook` (control/book.py), the only writer of job state.
 """
 
 from __future__ import annotations
@@ -18,50 +24,67 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
-from sluice.control.intents import StopIntent, get_intent, set_intent
+from sluice.control import confine
+from sluice.control.book import JobBook
+from sluice.control.failpoints import Failpoints
 from sluice.engine.base import Engine
 from sluice.model import (
     Allocation,
     ClusterView,
     Decision,
     Event,
-    IllegalTransition,
     JobCheckpointed,
     JobExited,
     JobProgress,
     JobRecord,
     JobStarted,
     JobUsage,
+    JobUser,
     JobView,
     LaunchRequest,
     Migrate,
     NodeCache,
+    NodeDecision,
     NodeHealth,
     NodeKPIs,
     NodeLost,
     NodeUp,
     NodeView,
+    OracleSource,
     Phase,
     Place,
     Preempt,
+    ProgressSignals,
     ProgressTracker,
     Resize,
+    SetNodeHealth,
+    StopIntent,
+    StopKind,
     Wait,
 )
+from sluice.model.phase import TERMINAL as TERMINAL_PHASES
+from sluice.model.queue import DEFAULT_QUEUE, Amounts, QueueConfig
+from sluice.policy import admission
 from sluice.policy.base import Policy
 from sluice.spec import JobSpec
-from sluice.store.base import NodeRecord, Store
+from sluice.store.base import NodeRecord, Store, StoreUnavailable
 
 log = logging.getLogger("sluice.controller")
 
-EventObserver = Callable[["Controller", list[Event]], None]
-"""Called every round with that round's engine events (the health monitor is one)."""
+
+JobEvent = JobStarted | JobProgress | JobUsage | JobCheckpointed | JobExited
+
+
+class RoundObserver(Protocol):
+    """Something that watches every round and may ask for node changes (the health monitor).
+    It sees the round's view and engine events and returns decisions; it never acts."""
+
+    def observe(self, view: ClusterView, events: Sequence[Event]) -> Sequence[NodeDecision]: ...
 
 
 @dataclass
@@ -92,93 +115,137 @@ class Controller:
         save_progress_every_s: float = 5.0,
         launch_env: Callable[[JobRecord], dict[str, str]] | None = None,
         dataset_bytes: Callable[[JobRecord], dict[str, int]] | None = None,
+        failpoints: Failpoints | None = None,
+        run_as: Callable[[str], JobUser] | None = None,
+        preempt_min_runtime_s: float = 60.0,
+        oracle: OracleSource | None = None,
     ) -> None:
         """`launch_env` adds environment to every launch (where the job's datasets live);
-        `dataset_bytes` sizes a job's datasets for data-aware placement (asked once per job)."""
+        `dataset_bytes` sizes a job's datasets for data-aware placement (asked once per job);
+        `preempt_min_runtime_s`: admission never preempts a job placed less than this ago;
+        `oracle` hands policies a simulator's ground truth (upper-bound studies only: a real
+        engine has none, and a view carries none unless it is given here)."""
         self.store = store
         self.engine = engine
         self.policy = policy
+        self.book = JobBook(
+            store,
+            engine.clock,
+            failpoints=failpoints,
+            save_progress_every_s=save_progress_every_s,
+            record_waits=record_waits,
+        )
         self.checkpoint_root = checkpoint_root.rstrip("/")
         self.restart_backoff_s = restart_backoff_s
-        self.record_waits = record_waits
-        self.save_progress_every_s = save_progress_every_s
-        self.jobs: dict[str, JobRecord] = {}
-        """Every job this controller has seen; terminal ones are dropped from views."""
-        self.active_ids: set[str] = set()
-        """Ids of non-terminal jobs (what the view is built from)."""
-        self.trackers: dict[str, ProgressTracker] = {}
-        self.nodes: dict[str, NodeState] = {}
-        self._node_views: dict[str, tuple[tuple[object, ...], NodeView]] = {}
-        self.observers: list[EventObserver] = []
         self.lock = threading.RLock()
+        """Held for a whole round and for every user action: one writer at a time."""
         self.round_seconds: float = 0.0
         """Wall time the last round took (for metrics and the scale benchmark)."""
         self.rounds = 0
         self.launches = 0
         """Launches so far; the reconcile loop runs a quick extra round after one."""
-        self._dirty: set[str] = set()
-        self._progressed: set[str] = set()
-        """Jobs whose only change is progress: saved at most every save_progress_every_s."""
-        self._last_saved: dict[str, float] = {}
+        self.decisions: dict[str, int] = {}
+        """Decisions executed so far, by kind (Place, Resize, ..., refused)."""
+        self._nodes: dict[str, NodeState] = {}
+        self._node_views: dict[str, tuple[tuple[object, ...], NodeView]] = {}
+        self._observers: list[RoundObserver] = []
+        self._trackers: dict[str, ProgressTracker] = {}
+        self._backlog: list[Event] = []
         self._last_step_time: float | None = None
         self._launch_env = launch_env
+        self._run_as = run_as
+        """tenant -> the uid its jobs run as (tenant isolation); None: the agent's own user."""
         self._dataset_bytes = dataset_bytes
         self._sizes: dict[str, MappingProxyType[str, int]] = {}
-        self._speedup = getattr(engine, "speedup_fn", None)
-        self._hints = getattr(engine, "job_hints", None)
-        self._refresh_nodes(self.engine.clock())
+        self._oracle = oracle
+        self.preempt_min_runtime_s = preempt_min_runtime_s
+        self._placed_at: dict[str, float] = {}
+        """When each job's current attempt was placed (admission's preemption rate limit)."""
+        self._refresh_nodes()
+
+    # ----------------------------------------------------------------- reads
+
+    def node(self, name: str) -> NodeState | None:
+        """A copy of what the controller knows of a node (None if unknown)."""
+        st = self._nodes.get(name)
+        return None if st is None else replace(st)
+
+    def node_names(self) -> list[str]:
+        return list(self._nodes)
+
+    def progress(self, job_id: str) -> ProgressSignals | None:
+        """A live job's progress signals as policies see them (None before its first report)."""
+        tr = self._trackers.get(job_id)
+        return tr.snapshot() if tr else None
+
+    def add_observer(self, observer: RoundObserver) -> None:
+        self._observers.append(observer)
+
+    def saved_nodes(self) -> list[NodeRecord]:
+        """Node health as persisted (what an observer starting up resumes from)."""
+        return self.store.list_nodes()
 
     # ----------------------------------------------------------------- user actions
 
     def submit(self, tenant: str, spec: JobSpec, job_id: str | None = None) -> JobRecord:
-        """Accept a job. It is stored before this returns, so an accepted job is never lost."""
+        """Accept a job. It is on disk before this returns, so an accepted job is never lost."""
         with self.lock:
-            now = self.engine.clock()
-            job = JobRecord(
-                id=job_id or f"j-{uuid.uuid4().hex[:10]}",
-                tenant=tenant,
-                spec=spec,
-                phase=Phase.PENDING,
-                reason="accepted; waiting for admission",
-                submitted_at=now,
-            )
-            self.store.create_job(job)
-            self._track(job)
-            self._event(job, "phase", f"{Phase.PENDING}: submitted by tenant {tenant}")
-            return job
+            return self.book.create(tenant, spec, job_id=job_id)
 
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> JobRecord:
+        """Cancel a job: at once if it holds nothing, else through a checkpointing stop whose
+        exit ends it as Cancelled. Cancelling a Stopping job turns its stop into a cancel."""
         with self.lock:
-            job = self.jobs[job_id]
+            job = self.book.get(job_id)
+            if job is None:
+                raise KeyError(job_id)
             if job.phase.terminal:
                 return job
+            self.book.adopt(job)
+            if job.phase in (Phase.PENDING, Phase.QUEUED, Phase.SUSPENDED):
+                return self.book.transition(job_id, Phase.CANCELLED, reason)
+            intent = StopIntent(StopKind.CANCEL, reason, asked_at=self.engine.clock())
+            if job.phase == Phase.STOPPING:
+                return self.book.update(job_id, "cancel", f"cancel while stopping: {reason}", stop_intent=intent)
+            return self._stop(job, intent)
+
+    def suspend(self, job_id: str, reason: str = "suspended by user") -> JobRecord:
+        """Suspend a job: it gives its quota back and stays Suspended, with its checkpoint,
+        until resumed. A running job checkpoints and stops first (a SUSPEND stop intent)."""
+        with self.lock:
+            job = self.book.get(job_id)
+            if job is None:
+                raise KeyError(job_id)
+            if job.phase in (Phase.SUSPENDED, *TERMINAL_PHASES) or (
+                job.stop_intent is not None and job.stop_intent.kind == StopKind.SUSPEND
+            ):
+                return job
+            self.book.adopt(job)
             if job.phase in (Phase.PENDING, Phase.QUEUED):
-                self._move(job, Phase.CANCELLED, reason)
-                self._finish(job)
-            elif job.phase == Phase.STOPPING:
-                set_intent(job, StopIntent("cancel", reason, asked_at=self.engine.clock()))
-                self._save(job)
-            else:
-                self._stop(job, StopIntent("cancel", reason, asked_at=self.engine.clock()))
-            return job
+                return self.book.transition(job_id, Phase.SUSPENDED, reason)
+            intent = StopIntent(StopKind.SUSPEND, reason, asked_at=self.engine.clock())
+            if job.phase == Phase.STOPPING:
+                if job.stop_intent is not None and job.stop_intent.kind == StopKind.CANCEL:
+                    return job  # a cancel outranks a suspend
+                return self.book.update(job_id, "suspend", f"suspend while stopping: {reason}", stop_intent=intent)
+            return self._stop(job, intent)
+
+    def resume(self, job_id: str, reason: str = "resumed by user") -> JobRecord:
+        """Resume a Suspended job: back to admission, and from its checkpoint when placed."""
+        with self.lock:
+            job = self.book.get(job_id)
+            if job is None:
+                raise KeyError(job_id)
+            if job.phase != Phase.SUSPENDED:
+                return job
+            self.book.adopt(job)
+            return self.book.transition(job_id, Phase.PENDING, reason)
 
     def set_node_health(self, node: str, health: NodeHealth, reason: str, by: str = "detector") -> None:
         """Mark a node; a Cordoned (or Lost) node gets nothing new and its jobs are moved off
-        through their checkpoints."""
+        through their checkpoints. KeyError for an unknown node."""
         with self.lock:
-            st = self.nodes.get(node)
-            if st is None:
-                raise KeyError(node)
-            if st.health == health and st.reason == reason:
-                return
-            st.health, st.reason = health, reason
-            now = self.engine.clock()
-            self.store.save_node(NodeRecord(node, health, reason, by if health == NodeHealth.CORDONED else None, now))
-            self.store.append_event(now, "node", f"{node} -> {health}: {reason}", node=node)
-            if health in (NodeHealth.CORDONED, NodeHealth.LOST):
-                for job in self._jobs_on(node):
-                    if job.phase in (Phase.STARTING, Phase.RUNNING):
-                        self._stop(job, StopIntent("preempt", f"node {node} {health.lower()}: {reason}", asked_at=now))
+            self._execute_node(SetNodeHealth(node, health, reason, by))
 
     # ----------------------------------------------------------------- the round
 
@@ -186,32 +253,89 @@ class Controller:
         with self.lock:
             t0 = time.perf_counter()
             now = self.engine.clock()
-            events = self.engine.poll()
-            for e in events:
-                self._apply(e, now)
-            for obs in self.observers:
-                obs(self, events)
+            events = self._backlog + self.engine.poll()
+            self._backlog = []
+            self.apply_events(events, now)
             self._account_service(now)
-            self._admit(now)
+            self._admit()
             view = self.view(now)
-            decisions = self.policy.decide(view)
+            node_decisions = self._observe(view, events)
+            for nd in node_decisions:
+                self._execute_node(nd)
+            if node_decisions:
+                view = self.view(now)
+            try:
+                decisions = self.policy.decide(view)
+            except Exception:  # a policy bug must not stop the cluster; it is logged in full
+                log.exception("policy %s failed this round", self.policy.name)
+                decisions = []
             for d in decisions:
                 self._execute(d, now)
-            self._flush(now)
+            self.book.flush()
             self.rounds += 1
             self.round_seconds = time.perf_counter() - t0
+
+    def apply_events(self, events: list[Event], now: float) -> None:
+        """Apply engine events in order. If the store stops taking writes, the events not yet
+        applied (the failed one included) are kept for the next round and the error raised."""
+        for i, e in enumerate(events):
+            try:
+                self._apply(e, now)
+            except StoreUnavailable:
+                self._backlog = events[i:] + self._backlog
+                raise
+            except Exception as err:
+                job_id = e.job_id if isinstance(e, JobEvent) else None
+                self._contain(job_id, f"handling {type(e).__name__}", err)
 
     def view(self, now: float | None = None) -> ClusterView:
         """The immutable snapshot the policy decides on."""
         now = self.engine.clock() if now is None else now
-        nodes = {n.name: self._node_view(n) for n in self.nodes.values()}
+        nodes = {n.name: self._node_view(n) for n in self._nodes.values()}
         jobs: dict[str, JobView] = {}
-        for jid in self.active_ids:
-            job = self.jobs[jid]
-            if job.phase == Phase.PENDING:
+        for job in self.book.live():
+            if job.phase in (Phase.PENDING, Phase.SUSPENDED):
                 continue
-            jobs[jid] = self._job_view(job)
-        return ClusterView(now=now, nodes=MappingProxyType(nodes), jobs=MappingProxyType(jobs))
+            try:
+                jobs[job.id] = self._job_view(job)
+            except StoreUnavailable:
+                raise
+            except Exception as err:
+                self._contain(job.id, "building its view", err)
+        return ClusterView(
+            now=now,
+            nodes=MappingProxyType(nodes),
+            jobs=MappingProxyType(jobs),
+            capabilities=self.engine.capabilities,
+        )
+
+    def _observe(self, view: ClusterView, events: Sequence[Event]) -> list[NodeDecision]:
+        out: list[NodeDecision] = []
+        for obs in self._observers:
+            try:
+                out.extend(obs.observe(view, events))
+            except Exception:
+                log.exception("round observer %s failed", type(obs).__name__)
+        return out
+
+    def _contain(self, job_id: str | None, doing: str, err: Exception) -> None:
+        """One job's fault fails that job, with the error as its reason; the round goes on."""
+        log.exception("internal error %s for job %s", doing, job_id)
+        if job_id is None or not self.book.is_live(job_id):
+            return
+        job = self.book.get(job_id)
+        assert job is not None
+        reason = f"internal error {doing}: {type(err).__name__}: {err}"
+        try:
+            self.book.transition(job_id, Phase.FAILED, reason)
+        except StoreUnavailable:
+            raise
+        except Exception:
+            log.exception("could not fail job %s after an internal error", job_id)
+            return
+        if job.phase.active:
+            self._engine_call(job, "stop", lambda: self.engine.stop(job.id, job.attempt, checkpoint=False))
+        self._forget(job_id)
 
     def _node_view(self, n: NodeState) -> NodeView:
         """A node's view, reused while nothing about the node changed: NodeViews are
@@ -251,148 +375,205 @@ class Controller:
             return
         if isinstance(e, NodeKPIs):
             return  # for observers (health monitor)
-        job = self.jobs.get(e.job_id)
-        if job is None or e.attempt != job.attempt or job.phase.terminal:
-            return  # an older attempt, or a job we no longer manage: ignore
+        job = self.book.get(e.job_id) if self.book.is_live(e.job_id) else None
+        if job is None or e.attempt != job.attempt:
+            return  # an older attempt, or a job no longer live: ignore
         if isinstance(e, JobStarted):
             if job.phase == Phase.STARTING:
-                job.started_at = job.started_at or e.time
-                self._move(job, Phase.RUNNING, f"process started on {e.node}" + (f" (pid {e.pid})" if e.pid else ""))
+                where = f"process started on {e.node}" + (f" (pid {e.pid})" if e.pid else "")
+                self.book.transition(job.id, Phase.RUNNING, where, started_at=job.started_at or e.time)
         elif isinstance(e, JobProgress):
-            tr = self.trackers.setdefault(job.id, self._new_tracker(job))
+            tr = self._tracker(job)
             tr.report(e.time, e.step, e.loss, e.metrics)
-            job.step, job.loss = tr.step, tr.loss
-            self._check_qoe(job, e.time)
-            self._progressed.add(job.id)
+            self.book.observe(job.id, step=tr.step, loss=tr.loss)
+            self._check_qoe(job, tr, e.time)
         elif isinstance(e, JobUsage):
-            self.trackers.setdefault(job.id, self._new_tracker(job)).usage(e.time, e.cpu_cores)
+            self._tracker(job).usage(e.time, e.cpu_cores)
         elif isinstance(e, JobCheckpointed):
             # Not logged as an event (jobs checkpoint often); the next placement names it.
-            job.checkpoint = e.path
-            job.extra["checkpoint_step"] = e.step
-            self._progressed.add(job.id)
+            self.book.observe(job.id, checkpoint=e.path, checkpoint_step=e.step)
         elif isinstance(e, JobExited) and job.phase.active:
             self._on_exit(job, e, now)
 
     def _apply_node(self, e: NodeUp | NodeLost | NodeCache, now: float) -> None:
         if isinstance(e, NodeUp):
-            st = self.nodes.get(e.node)
+            st = self._nodes.get(e.node)
             if st is None:
-                self.nodes[e.node] = NodeState(e.node, e.cpu, e.gpus, e.memory_mb, dict(e.labels))
+                self._nodes[e.node] = NodeState(e.node, e.cpu, e.gpus, e.memory_mb, dict(e.labels))
                 self.store.append_event(now, "node", f"{e.node} joined ({e.cpu:g} CPU, {e.gpus} GPU)", node=e.node)
             elif st.health == NodeHealth.LOST:
                 st.health, st.reason = NodeHealth.HEALTHY, "node came back"
                 st.cpu, st.gpus = e.cpu, e.gpus
                 self.store.append_event(now, "node", f"{e.node} came back", node=e.node)
         elif isinstance(e, NodeLost):
-            st = self.nodes.get(e.node)
+            st = self._nodes.get(e.node)
             if st is None:
                 return
             st.health, st.reason = NodeHealth.LOST, e.reason
             self.store.append_event(now, "node", f"{e.node} lost: {e.reason}", node=e.node)
             for job in self._jobs_on(e.node):
-                # The engine will not hear from these processes again: requeue them now.
-                set_intent(job, None)
-                self._requeue(job, f"node {e.node} lost ({e.reason}); resuming from checkpoint", now, count=False)
+                # The engine will not hear from these processes again: requeue them now, or
+                # end them as the cancel they were being stopped for.
+                self._after_process_gone(job, f"node {e.node} lost ({e.reason})", now)
         elif isinstance(e, NodeCache):
-            st = self.nodes.get(e.node)
+            st = self._nodes.get(e.node)
             if st is not None:
                 st.cached, st.cache_free_bytes = dict(e.datasets), e.free_bytes
 
     def _on_exit(self, job: JobRecord, e: JobExited, now: float) -> None:
-        intent = get_intent(job)
-        set_intent(job, None)
-        job.exit_code = e.exit_code
+        intent = job.stop_intent
         code = f"exit code {e.exit_code}" + (f" ({e.reason})" if e.reason else "")
-        if intent is not None and intent.kind == "cancel":
-            self._move(job, Phase.CANCELLED, f"{intent.reason}; {code}")
-            self._finish(job)
+        if e.oom is not None:  # the typed fact leads: "OOMKilled: exceeded memory limit ..."
+            code = f"{e.oom}; {code}"
+        if intent is not None and intent.kind == StopKind.CANCEL:
+            self._finish(job, Phase.CANCELLED, f"{intent.reason}; {code}", exit_code=e.exit_code)
         elif e.exit_code == 0 and (intent is None or self._claims_done(job)):
-            self._move(job, Phase.SUCCEEDED, "finished (exit code 0)")
-            self._finish(job)
-        elif intent is not None and intent.kind in ("preempt", "migrate"):
-            took = now - intent.asked_at if intent.asked_at else 0.0
-            job.extra["last_stop_s"] = round(took, 3)
-            if intent.kind == "migrate" and intent.target is not None:
-                self._requeue(job, f"stopped for migration after {took:.1f}s ({code})", now, count=False)
-                self._launch(job, intent.target, f"migrate: {intent.reason}", now)
+            self._finish(job, Phase.SUCCEEDED, "finished (exit code 0)", exit_code=0)
+        elif intent is not None:
+            took = round(now - intent.asked_at, 3) if intent.asked_at else 0.0
+            if intent.kind == StopKind.SUSPEND:
+                self._suspended(job, f"{intent.reason} ({code}, stop took {took:.1f}s)", exit_code=e.exit_code)
+            elif intent.kind == StopKind.MIGRATE and intent.target is not None:
+                queued = self._requeue(
+                    job, f"stopped for migration after {took:.1f}s ({code})", exit_code=e.exit_code, last_stop_s=took
+                )
+                self._place(queued, intent.target, f"migrate: {intent.reason}", now)
             else:
-                self._requeue(job, f"preempted: {intent.reason} ({code}, stop took {took:.1f}s)", now, count=False)
-        elif e.reason.startswith("node lost"):
-            self._requeue(job, f"{code}; resuming from checkpoint", now, count=False)
-        else:
-            max_r = job.spec.max_restarts
-            if job.restarts < max_r:
-                job.restarts += 1
-                backoff = self.restart_backoff_s * (2 ** (job.restarts - 1))
                 self._requeue(
                     job,
-                    f"{code}; retry {job.restarts}/{max_r} after {backoff:g}s back-off, resuming from checkpoint",
-                    now,
-                    count=False,
-                    not_before=now + backoff,
+                    f"preempted: {intent.reason} ({code}, stop took {took:.1f}s)",
+                    exit_code=e.exit_code,
+                    last_stop_s=took,
                 )
-            else:
-                job.exit_code = e.exit_code
-                self._move(job, Phase.FAILED, f"{code}; gave up after {job.restarts} restart(s)")
-                self._finish(job)
+        elif e.node_lost:
+            self._requeue(job, f"{code}; resuming from checkpoint", exit_code=e.exit_code)
+        else:
+            self._retry_or_fail(job, code, now, exit_code=e.exit_code)
+
+    def _retry_or_fail(self, job: JobRecord, why: str, now: float, **changes: Any) -> None:
+        """A failed attempt: retried with back-off while restarts remain, else the job fails.
+        The restart count is written with the requeue, so it survives any crash."""
+        max_r = job.spec.max_restarts
+        if job.restarts < max_r:
+            restarts = job.restarts + 1
+            backoff = self.restart_backoff_s * (2 ** (restarts - 1))
+            self._requeue(
+                job,
+                f"{why}; retry {restarts}/{max_r} after {backoff:g}s back-off, resuming from checkpoint",
+                restarts=restarts,
+                not_before=now + backoff,
+                **changes,
+            )
+        else:
+            self._finish(job, Phase.FAILED, f"{why}; gave up after {job.restarts} restart(s)", **changes)
+
+    def _after_process_gone(self, job: JobRecord, why: str, now: float) -> None:
+        """A live job whose process is gone without an exit we saw (node lost, or it ended
+        while the control plane was down with no exit code kept). A cancel stays a cancel;
+        anything else resumes from its checkpoint."""
+        intent = job.stop_intent
+        if intent is not None and intent.kind == StopKind.CANCEL:
+            self._finish(job, Phase.CANCELLED, f"{intent.reason}; {why}")
+        elif intent is not None and intent.kind == StopKind.SUSPEND:
+            self._suspended(job, f"{intent.reason}; {why}")
+        else:
+            self._requeue(job, f"{why}; resuming from checkpoint")
+
+    def _suspended(self, job: JobRecord, reason: str, **changes: Any) -> None:
+        """A job stopped for a suspend: it keeps its checkpoint and holds nothing."""
+        self.book.transition(
+            job.id, Phase.SUSPENDED, f"suspended: {reason}", allocation=None, stop_intent=None, **changes
+        )
+        self._placed_at.pop(job.id, None)
 
     def _claims_done(self, job: JobRecord) -> bool:
         """A job asked to stop that exits 0 has either checkpointed (resume it) or finished.
         It finished when it had reported its final step."""
-        tr = self.trackers.get(job.id)
+        tr = self._trackers.get(job.id)
         return bool(tr and tr.total_steps and tr.step >= tr.total_steps)
 
     # ----------------------------------------------------------------- decisions
 
     def _execute(self, d: Decision, now: float) -> None:
-        job = self.jobs.get(d.job_id)
-        if job is None or job.phase.terminal:
+        job = self.book.get(d.job_id) if self.book.is_live(d.job_id) else None
+        if job is None:
             return
         try:
+            refusal = self._refusal(d, job)
+            if refusal is not None:
+                self._refuse(job, d, refusal)
+                return
             if isinstance(d, Place):
                 if job.phase == Phase.QUEUED and job.not_before <= now:
-                    self._launch(job, d.allocation, d.reason, now)
+                    self._place(job, d.allocation, d.reason, now)
             elif isinstance(d, Resize):
                 if job.phase in (Phase.STARTING, Phase.RUNNING) and job.allocation is not None:
-                    old = job.allocation.describe()
-                    self.engine.resize(job.id, job.attempt, d.allocation)
-                    job.allocation = d.allocation
-                    self._event(
-                        job,
-                        "resize",
-                        f"{d.reason} [{old} -> {d.allocation.describe()}]",
-                        data={"allocation": d.allocation.to_list()},
-                    )
+                    self._resize(job, d)
             elif isinstance(d, Preempt):
                 if job.phase in (Phase.STARTING, Phase.RUNNING):
-                    self._stop(job, StopIntent("preempt", d.reason, asked_at=now))
+                    self._stop(job, StopIntent(StopKind.PREEMPT, d.reason, asked_at=now))
             elif isinstance(d, Migrate):
                 if job.phase in (Phase.STARTING, Phase.RUNNING):
-                    self._stop(job, StopIntent("migrate", d.reason, d.allocation, asked_at=now))
-            elif isinstance(d, Wait) and job.phase == Phase.QUEUED and job.reason != d.reason:
-                job.reason = d.reason
-                if self.record_waits:
-                    self._event(job, "wait", d.reason)
-                else:
-                    self._dirty.add(job.id)
-        except Exception as err:  # an engine failure must not stop the loop for other jobs
-            log.exception("decision %s for %s failed", type(d).__name__, job.id)
-            self._event(job, "error", f"{type(d).__name__} failed: {err}")
+                    self._stop(job, StopIntent(StopKind.MIGRATE, d.reason, d.allocation, asked_at=now))
+            elif isinstance(d, Wait) and job.phase == Phase.QUEUED:
+                self.book.wait(job.id, d.reason)
+                return
+            self.decisions[type(d).__name__] = self.decisions.get(type(d).__name__, 0) + 1
+        except StoreUnavailable:
+            raise
+        except Exception as err:
+            self._contain(job.id, f"executing {type(d).__name__}", err)
 
-    def _launch(self, job: JobRecord, alloc: Allocation, reason: str, now: float) -> None:
-        job.attempt += 1
-        job.allocation = alloc
-        job.not_before = 0.0
-        self._move(job, Phase.STARTING, reason)
-        resume = f"; resumes from checkpoint at step {job.extra.get('checkpoint_step')}" if job.checkpoint else ""
-        self._event(
-            job,
-            "place",
-            f"attempt {job.attempt} on {alloc.describe()}: {reason}{resume}",
-            data={"allocation": alloc.to_list(), "attempt": job.attempt},
+    def _refusal(self, d: Decision, job: JobRecord) -> str | None:
+        """Why the engine cannot carry `d` out, or None if it can."""
+        caps = self.engine.capabilities
+        name = self.engine.name
+        if isinstance(d, Place | Migrate):
+            n = d.allocation.replicas
+            if n > caps.max_replicas or (n > 1 and not caps.gang_launch):
+                return f"the {name} engine cannot run {n} replicas of one job (at most {caps.max_replicas})"
+        if isinstance(d, Migrate) and not caps.migration:
+            return f"the {name} engine cannot migrate jobs"
+        if isinstance(d, Resize) and job.allocation is not None:
+            old, new = job.allocation, d.allocation
+            shape_changed = old.replicas != new.replicas or old.gpus_per_node() != new.gpus_per_node()
+            if shape_changed and not caps.gpu_resize:
+                return (
+                    f"the {name} engine cannot change a running job's GPUs or replicas in place "
+                    f"({old.describe()} -> {new.describe()}); that takes a checkpointed restart"
+                )
+            if not shape_changed and not caps.live_cpu_resize:
+                return f"the {name} engine cannot change a running job's CPU limit in place"
+        return None
+
+    def _refuse(self, job: JobRecord, d: Decision, why: str) -> None:
+        msg = f"refused {type(d).__name__}: {why} (policy's reason: {d.reason})"
+        self.decisions["refused"] = self.decisions.get("refused", 0) + 1
+        if job.phase == Phase.QUEUED:
+            self.book.wait(job.id, msg)
+        else:
+            self.book.note(job.id, "refused", msg)
+
+    def _place(self, job: JobRecord, alloc: Allocation, reason: str, now: float) -> None:
+        """Start an attempt: the attempt count and allocation are on disk before the process
+        exists, so a crash now is recovered (no process of that attempt: requeue)."""
+        attempt = job.attempt + 1
+        resume = f"; resumes from checkpoint at step {job.checkpoint_step}" if job.checkpoint else ""
+        job = self.book.transition(
+            job.id,
+            Phase.STARTING,
+            reason,
+            attempt=attempt,
+            allocation=alloc,
+            not_before=0.0,
+            events=[
+                (
+                    "place",
+                    f"attempt {attempt} on {alloc.describe()}: {reason}{resume}",
+                    {"allocation": alloc.to_list(), "attempt": attempt},
+                )
+            ],
         )
-        self._save(job)  # durable before the process exists: a crash now is recoverable
         req = LaunchRequest(
             job_id=job.id,
             attempt=job.attempt,
@@ -401,82 +582,223 @@ class Controller:
             allocation=alloc,
             checkpoint_dir=self.checkpoint_dir(job),
             env=self._launch_env(job) if self._launch_env and job.spec.datasets else {},
+            run_as=self._run_as(job.tenant) if self._run_as else None,
         )
+        self._placed_at[job.id] = now
         try:
             self.engine.launch(req)
             self.launches += 1
         except Exception as err:
-            self._requeue(job, f"launch failed: {err}", now, count=True, not_before=now + self.restart_backoff_s)
+            log.warning("launch of %s attempt %d failed: %s", job.id, job.attempt, err)
+            self._retry_or_fail(job, f"launch failed: {err}", now)
 
-    def _stop(self, job: JobRecord, intent: StopIntent) -> None:
-        set_intent(job, intent)
-        self._move(job, Phase.STOPPING, f"{intent.kind}: {intent.reason}")
-        self._save(job)
-        self.engine.stop(job.id, job.attempt, checkpoint=True)
+    def _resize(self, job: JobRecord, d: Resize) -> None:
+        assert job.allocation is not None
+        old = job.allocation.describe()
+        if not self._engine_call(job, "resize", lambda: self.engine.resize(job.id, job.attempt, d.allocation)):
+            return
+        self.book.update(
+            job.id,
+            "resize",
+            f"{d.reason} [{old} -> {d.allocation.describe()}]",
+            {"allocation": d.allocation.to_list()},
+            allocation=d.allocation,
+        )
 
-    def _requeue(self, job: JobRecord, reason: str, now: float, *, count: bool, not_before: float = 0.0) -> None:
-        if count:
-            job.restarts += 1
-            if job.restarts > job.spec.max_restarts:
-                self._move(job, Phase.FAILED, f"{reason}; gave up after {job.restarts - 1} restart(s)")
-                self._finish(job)
-                return
-        job.allocation = None
-        job.not_before = not_before
-        job.extra["requeues"] = int(job.extra.get("requeues", 0)) + 1  # type: ignore[call-overload]
-        self._move(job, Phase.QUEUED, reason)
+    def _stop(self, job: JobRecord, intent: StopIntent) -> JobRecord:
+        """Ask the job to checkpoint and exit; its exit is read through the persisted intent."""
+        stopping = self.book.transition(job.id, Phase.STOPPING, f"{intent.kind}: {intent.reason}", stop_intent=intent)
+        self._engine_call(job, "stop", lambda: self.engine.stop(job.id, job.attempt, checkpoint=True))
+        return stopping
+
+    def _engine_call(self, job: JobRecord, what: str, call: Callable[[], None]) -> bool:
+        """An engine call that may fail for reasons of the moment (the process just exited,
+        an agent is unreachable): recorded on the job, not fatal to it — its exit or the
+        node's loss arrives through poll() and is handled there."""
+        try:
+            call()
+            return True
+        except Exception as err:
+            log.warning("engine %s of %s failed: %s", what, job.id, err)
+            self.book.note(job.id, "error", f"engine {what} failed: {type(err).__name__}: {err}")
+            return False
+
+    def _requeue(self, job: JobRecord, reason: str, **changes: Any) -> JobRecord:
+        changes.setdefault("not_before", 0.0)
+        return self.book.transition(
+            job.id,
+            Phase.QUEUED,
+            reason,
+            allocation=None,
+            stop_intent=None,
+            requeues=job.requeues + 1,
+            **changes,
+        )
+
+    def _finish(self, job: JobRecord, phase: Phase, reason: str, **changes: Any) -> None:
+        self.book.transition(job.id, phase, reason, **changes)
+        self._forget(job.id)
+
+    def _forget(self, job_id: str) -> None:
+        self._trackers.pop(job_id, None)
+        self._placed_at.pop(job_id, None)
+        self._sizes.pop(job_id, None)
+
+    def _execute_node(self, d: NodeDecision) -> None:
+        st = self._nodes.get(d.node)
+        if st is None:
+            raise KeyError(d.node)
+        if st.health == d.health and st.reason == d.reason:
+            return
+        now = self.engine.clock()
+        cordoned_by = d.by if d.health == NodeHealth.CORDONED else None
+        self.store.save_node(NodeRecord(d.node, d.health, d.reason, cordoned_by, now))
+        st.health, st.reason = d.health, d.reason
+        self.store.append_event(now, "node", f"{d.node} -> {d.health}: {d.reason}", node=d.node)
+        self.decisions[f"node {d.health}"] = self.decisions.get(f"node {d.health}", 0) + 1
+        if d.health in (NodeHealth.CORDONED, NodeHealth.LOST):
+            for job in self._jobs_on(d.node):
+                if job.phase in (Phase.STARTING, Phase.RUNNING):
+                    why = f"node {d.node} {d.health.lower()}: {d.reason}"
+                    self._stop(job, StopIntent(StopKind.PREEMPT, why, asked_at=now))
+
+    # ----------------------------------------------------------------- recovery (control/recovery.py)
+
+    def load_live(self) -> list[JobRecord]:
+        """Read every unfinished job from the store (a control plane starting up)."""
+        with self.lock:
+            return self.book.load_live()
+
+    def adopt_running(self, job_id: str) -> None:
+        """A live process of the job's current attempt survived a control-plane restart."""
+        with self.lock:
+            job = self.book.get(job_id)
+            assert job is not None
+            msg = f"adopted running attempt {job.attempt} after control-plane restart"
+            if job.phase == Phase.STARTING:
+                self.book.transition(
+                    job_id, Phase.RUNNING, "adopted after control-plane restart", events=[("recovery", msg, None)]
+                )
+            else:
+                self.book.update(job_id, "recovery", msg)
+
+    def resume_lost(self, job_id: str) -> None:
+        """The job's process ended while the control plane was down and left no exit code."""
+        with self.lock:
+            job = self.book.get(job_id)
+            assert job is not None
+            self._after_process_gone(job, "process gone while the control plane was down", self.engine.clock())
 
     # ----------------------------------------------------------------- helpers
 
     def checkpoint_dir(self, job: JobRecord) -> str:
-        base = job.spec.checkpoint.location or self.checkpoint_root
-        return f"{base.rstrip('/')}/{job.id}/checkpoints"
+        return confine.checkpoint_dir(job.spec.checkpoint.location, self.checkpoint_root, job.id)
 
-    def _admit(self, now: float) -> None:
-        pending = [self.jobs[j] for j in self.active_ids if self.jobs[j].phase == Phase.PENDING]
-        if not pending:
+    def _admit(self) -> None:
+        """Admission (policy/admission.py, pure): pending jobs get their queue's quota, wait
+        with the quota reason, or take quota back from borrowing or lower-priority jobs; the
+        decisions are carried out here through the book."""
+        live = self.book.live()
+        if not any(j.phase == Phase.PENDING for j in live):
             return
-        quotas = self._tenant_quotas()
-        held: dict[str, int] = {}
-        for jid in self.active_ids:
-            j = self.jobs[jid]
-            if j.phase != Phase.PENDING:
-                held[j.tenant] = held.get(j.tenant, 0) + 1
-        for job in sorted(pending, key=lambda j: (j.submitted_at, j.id)):
-            limit = quotas.get(job.tenant)
-            if limit is not None and held.get(job.tenant, 0) >= limit:
-                reason = f"tenant {job.tenant} is at its quota of {limit} admitted job(s)"
-                if job.reason != reason:
-                    job.reason = reason
-                    self._event(job, "wait", reason)
+        now = self.engine.clock()
+        jobs = [self._admission_job(j) for j in live if j.phase != Phase.SUSPENDED]
+        tenants = {
+            t.name: admission.TenantLimits(weight=t.weight, max_jobs=t.max_running_jobs)
+            for t in self.store.list_tenants()
+        }
+        decisions = admission.admit(
+            self.queues(),
+            jobs,
+            tenants=tenants,
+            capacity=self._capacity(),
+            now=now,
+            preempt_min_runtime_s=self.preempt_min_runtime_s,
+        )
+        for d in decisions:
+            job = self.book.get(d.job_id) if self.book.is_live(d.job_id) else None
+            if job is None:
                 continue
-            held[job.tenant] = held.get(job.tenant, 0) + 1
-            self._move(job, Phase.QUEUED, "admitted")
+            try:
+                if isinstance(d, admission.Admit) and job.phase == Phase.PENDING:
+                    self.book.transition(job.id, Phase.QUEUED, d.reason)
+                elif isinstance(d, admission.Hold) and job.phase == Phase.PENDING:
+                    self.book.wait(job.id, d.reason)
+                elif isinstance(d, admission.Evict):
+                    self._evict(job, d.reason, now)
+            except StoreUnavailable:
+                raise
+            except Exception as err:
+                self._contain(job.id, "admitting it", err)
 
-    def _tenant_quotas(self) -> dict[str, int]:
-        return {t.name: t.max_running_jobs for t in self.store.list_tenants() if t.max_running_jobs is not None}
+    def _evict(self, job: JobRecord, reason: str, now: float) -> None:
+        """Give an admitted job's quota back: a queued one returns to Pending now; a running
+        one is preempted through its checkpoint, is requeued when it exits, and returns to
+        Pending in the next admission that still needs its quota."""
+        if job.phase == Phase.QUEUED:
+            self.book.transition(job.id, Phase.PENDING, reason, not_before=0.0)
+            self.decisions["Evict"] = self.decisions.get("Evict", 0) + 1
+        elif job.phase in (Phase.STARTING, Phase.RUNNING):
+            self._stop(job, StopIntent(StopKind.PREEMPT, reason, asked_at=now))
+            self.decisions["Preempt"] = self.decisions.get("Preempt", 0) + 1
+
+    def queues(self) -> dict[str, QueueConfig]:
+        """Every queue as the store has it now (quotas change live), with the built-in
+        `default` queue (no quota) unless an admin has given it one."""
+        out = {q.name: q.config for q in self.store.list_queues()}
+        out.setdefault(DEFAULT_QUEUE, QueueConfig(DEFAULT_QUEUE))
+        return out
+
+    def _admission_job(self, job: JobRecord) -> admission.AdmissionJob:
+        stage = {
+            Phase.PENDING: admission.Stage.PENDING,
+            Phase.QUEUED: admission.Stage.QUEUED,
+            Phase.STOPPING: admission.Stage.STOPPING,
+        }.get(job.phase, admission.Stage.ACTIVE)
+        intent = job.stop_intent
+        return admission.AdmissionJob(
+            id=job.id,
+            tenant=job.tenant,
+            queue=job.spec.queue,
+            priority=job.spec.priority,
+            submitted_at=job.submitted_at,
+            demand=job_demand(job.spec),
+            stage=stage,
+            running_since=self._placed_at.get(job.id, job.started_at) if stage == admission.Stage.ACTIVE else None,
+            preempted=intent is not None and intent.kind in (StopKind.PREEMPT, StopKind.SUSPEND, StopKind.CANCEL),
+        )
+
+    def _capacity(self) -> Amounts:
+        """What the schedulable nodes hold: the denominator of shares where a cohort has no
+        quota of its own."""
+        up = [n for n in self._nodes.values() if n.health == NodeHealth.HEALTHY]
+        return Amounts(
+            cores=sum(n.cpu for n in up),
+            memory_mb=float(sum(n.memory_mb for n in up)),
+            gpus=float(sum(n.gpus for n in up)),
+            jobs=0.0,
+        )
 
     def _account_service(self, now: float) -> None:
         last, self._last_step_time = self._last_step_time, now
         if last is None or now <= last:
             return
         dt = now - last
-        for jid in self.active_ids:
-            job = self.jobs[jid]
+        for job in self.book.live():
             if job.allocation is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
                 gpus = job.allocation.total_gpus
-                job.attained_service += dt * (gpus if gpus else job.allocation.total_cpu_request)
+                served = dt * (gpus if gpus else job.allocation.total_cpu_request)
+                self.book.observe(job.id, attained_service=job.attained_service + served)
 
-    def _check_qoe(self, job: JobRecord, t: float) -> None:
+    def _check_qoe(self, job: JobRecord, tr: ProgressTracker, t: float) -> None:
         target = job.spec.qoe.loss if job.spec.qoe else None
-        if target is not None and job.loss is not None and job.loss <= target and "qoe_met_at" not in job.extra:
-            job.extra["qoe_met_at"] = t
-            self._event(job, "qoe", f"reached loss target {target:g} at step {job.step}", save=False)
+        if target is not None and tr.loss is not None and tr.loss <= target and job.qoe_met_at is None:
+            self.book.update(job.id, "qoe", f"reached loss target {target:g} at step {tr.step}", qoe_met_at=t)
 
     def _job_view(self, job: JobRecord) -> JobView:
         spec = job.spec
         res = spec.resources
-        tr = self.trackers.get(job.id)
+        tr = self._trackers.get(job.id)
         qoe = spec.qoe
         deadline = None
         if qoe is not None:
@@ -484,9 +806,6 @@ class Controller:
                 deadline = job.submitted_at + qoe.deadline_s
             elif qoe.deadline is not None:
                 deadline = qoe.deadline.timestamp()
-        hints: dict[str, Any] = dict(self._hints(job.id)) if self._hints else {}
-        if job.not_before:
-            hints["not_before"] = job.not_before
         return JobView(
             id=job.id,
             tenant=job.tenant,
@@ -503,15 +822,16 @@ class Controller:
             replicas_max=res.replicas.max or res.replicas.min,
             allocation=job.allocation,
             started_at=job.started_at,
+            attempt=job.attempt,
             restarts=job.restarts,
             attained_service=job.attained_service,
             progress=tr.snapshot() if tr else _EMPTY_PROGRESS,
             qoe_loss=qoe.loss if qoe else None,
             qoe_deadline=deadline,
-            datasets=tuple(d.name for d in spec.datasets),
+            datasets=tuple(self._sizes_of(job) or (d.name for d in spec.datasets)),
             dataset_bytes=self._sizes_of(job),
-            speedup=self._speedup(job.id) if self._speedup else None,
-            hints=MappingProxyType(hints),
+            not_before=job.not_before,
+            oracle=self._oracle.oracle(job.id) if self._oracle is not None else None,
         )
 
     def _sizes_of(self, job: JobRecord) -> MappingProxyType[str, int]:
@@ -521,87 +841,44 @@ class Controller:
             self._sizes[job.id] = MappingProxyType(self._dataset_bytes(job))
         return self._sizes[job.id]
 
-    def _new_tracker(self, job: JobRecord) -> ProgressTracker:
-        tr = ProgressTracker()
-        if job.spec.qoe and job.spec.qoe.loss is not None:
-            tr.loss_target = job.spec.qoe.loss
+    def _tracker(self, job: JobRecord) -> ProgressTracker:
+        tr = self._trackers.get(job.id)
+        if tr is None:
+            tr = self._trackers[job.id] = ProgressTracker()
+            if job.spec.qoe and job.spec.qoe.loss is not None:
+                tr.loss_target = job.spec.qoe.loss
         return tr
 
     def _jobs_on(self, node: str) -> list[JobRecord]:
         return [
-            self.jobs[j]
-            for j in list(self.active_ids)
-            if self.jobs[j].phase.active
-            and self.jobs[j].allocation is not None
-            and node in self.jobs[j].allocation.nodes  # type: ignore[union-attr]
+            j for j in self.book.live() if j.phase.active and j.allocation is not None and node in j.allocation.nodes
         ]
 
-    def _refresh_nodes(self, now: float) -> None:
+    def _refresh_nodes(self) -> None:
         saved = {n.name: n for n in self.store.list_nodes()}
         for info in self.engine.nodes():
-            if info.name not in self.nodes:
+            if info.name not in self._nodes:
                 st = NodeState(info.name, info.cpu, info.gpus, info.memory_mb, dict(info.labels))
                 rec = saved.get(info.name)
                 if rec is not None and rec.health == NodeHealth.CORDONED:
                     st.health, st.reason = rec.health, rec.reason
-                self.nodes[info.name] = st
+                self._nodes[info.name] = st
 
-    def _track(self, job: JobRecord) -> None:
-        self.jobs[job.id] = job
-        if job.phase.terminal:
-            self.active_ids.discard(job.id)
-        else:
-            self.active_ids.add(job.id)
+    def jobs_on_nodes(self, names: Iterable[str]) -> dict[str, int]:
+        """How many active jobs each named node holds."""
+        return {n: len(self._jobs_on(n)) for n in names}
 
-    def _move(self, job: JobRecord, dst: Phase, reason: str) -> None:
-        src = job.phase
-        try:
-            job.move(dst, reason)
-        except IllegalTransition:
-            log.warning("ignored illegal transition %s -> %s for %s", src, dst, job.id)
-            return
-        if src != dst:
-            self._event(job, "phase", f"{src} -> {dst}: {reason}", data={"from": str(src), "to": str(dst)})
 
-    def _finish(self, job: JobRecord) -> None:
-        job.finished_at = self.engine.clock()
-        self.active_ids.discard(job.id)
-        self._save(job)
-        self.trackers.pop(job.id, None)
-        self._sizes.pop(job.id, None)
-
-    def _event(
-        self, job: JobRecord, kind: str, message: str, data: dict[str, Any] | None = None, save: bool = True
-    ) -> None:
-        self.store.append_event(self.engine.clock(), kind, message, job_id=job.id, data=data)
-        if save:
-            self._dirty.add(job.id)
-
-    def _save(self, job: JobRecord) -> None:
-        self.store.save_job(job)
-        self._dirty.discard(job.id)
-        self._last_saved[job.id] = self.engine.clock()
-
-    def _flush(self, now: float) -> None:
-        for jid in list(self._progressed):
-            if now - self._last_saved.get(jid, 0.0) >= self.save_progress_every_s:
-                self._dirty.add(jid)
-        for jid in list(self._dirty):
-            job = self.jobs.get(jid)
-            if job is not None:
-                self._save(job)
-            self._progressed.discard(jid)
-        self._dirty.clear()
-
-    # ----------------------------------------------------------------- recovery
-
-    def load(self, jobs: Iterable[JobRecord]) -> None:
-        for job in jobs:
-            self._track(job)
+def job_demand(spec: JobSpec) -> Amounts:
+    """What admission reserves for a job: its guarantees for all its replicas at once (gang
+    admission: the whole job's quota or none of it)."""
+    res = spec.resources
+    n = res.replicas.min
+    return Amounts(cores=res.cpu.min * n, memory_mb=float((res.memory_mb or 0) * n), gpus=float(res.gpus * n), jobs=1.0)
 
 
 _EMPTY_PROGRESS = ProgressTracker().snapshot()
 _NO_SIZES: MappingProxyType[str, int] = MappingProxyType({})
 
 
-__all__ = ["Controller", "NodeState"]
+__all__ = ["Controller", "NodeState", "RoundObserver"]

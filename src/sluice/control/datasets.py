@@ -1,9 +1,16 @@
 """The dataset registry: tenants declare datasets, jobs mount them by name.
 
-Visibility is per tenant: a tenant sees and mounts its own datasets; an admin sees all. A
-dataset that is not the caller's is reported as not found (never "forbidden"), so names of
-other tenants' datasets do not leak. Registering lists the source once, so a typo in a URL is
-a clear 422 at `create` time rather than a job that dies on its first batch.
+Visibility is per tenant: a tenant sees, warms, mounts and deletes its own datasets; an admin
+sees all. A dataset that is not the caller's is reported as not found (never "forbidden"), so
+names of other tenants' datasets do not leak. The node caches are per tenant too: a dataset's
+cache key is `tenant/name`, so tenant B's `imgs` never reads, warms over or purges tenant A's
+`imgs`. An admin may publish a dataset to every tenant: then any tenant lists it, reads it and
+mounts it by name (its own dataset of that name wins), and all share one cache — but only its
+owner or an admin deletes it.
+
+Registering checks the source against the admin's policy (data/guard.py: local roots, no
+private addresses, safe storage options) and lists it once, so a typo in a URL is a clear 422
+at `create` time rather than a job that dies on its first batch.
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Any, Protocol
+from typing import Any
 
+from sluice.control.auth import Caller
 from sluice.control.errors import Conflict, Forbidden, NotFound
-from sluice.data.cache import NodeCache
+from sluice.data.cache import DatasetCache, cache_key
 from sluice.data.errors import DataError
+from sluice.data.guard import SourceGuard, SourceRefused
 from sluice.data.settings import CacheSettings
 from sluice.data.source import Source
 from sluice.data.warm import WarmReport, warm_node
@@ -25,17 +34,20 @@ from sluice.spec.errors import FieldProblem
 from sluice.store.base import DatasetRecord, DuplicateError, Store
 
 
-class Caller(Protocol):
-    name: str
-    admin: bool
-
-
 class DatasetService:
-    def __init__(self, store: Store, cache_settings: CacheSettings | None = None, engine: object | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cache_settings: CacheSettings | None = None,
+        engine: object | None = None,
+        guard: SourceGuard | None = None,
+    ) -> None:
         self.store = store
         self.cache_settings = cache_settings or CacheSettings()
         self.warmer = engine if isinstance(engine, CacheWarmer) else None
         """The engine, when its nodes' agents can warm their caches (local, Ray)."""
+        self.guard = guard or SourceGuard()
+        """The admin's policy for sources (default: no local sources, public addresses only)."""
 
     def _owner(self, caller: Caller, tenant: str | None) -> str:
         owner = tenant or caller.name
@@ -49,9 +61,15 @@ class DatasetService:
         if self.store.get_dataset(owner, spec.name) is not None:
             raise Conflict(f"dataset {spec.name!r} exists for tenant {owner!r}; delete it first")
         rec = DatasetRecord(owner, spec.name, spec.model_copy(update={"tenant": owner}), created_at=time.time())
+        try:
+            self.guard.check(spec.source, spec.storage_options)
+        except SourceRefused as err:
+            raise SpecError([FieldProblem(err.field, err.problem)]) from None
         if probe:
             try:
-                manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1).list()
+                manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard).list()
+            except SourceRefused as err:
+                raise SpecError([FieldProblem(err.field, err.problem)]) from None
             except (DataError, OSError, ValueError) as err:
                 raise SpecError([FieldProblem("source", f"cannot list {spec.source}: {err}")]) from None
             if len(manifest) == 0:
@@ -63,57 +81,137 @@ class DatasetService:
             raise Conflict(f"dataset {spec.name!r} exists for tenant {owner!r}") from None
         return rec
 
-    def list_datasets(self, caller: Caller) -> list[DatasetRecord]:
-        return self.store.list_datasets(None if caller.admin else caller.name)
+    def published(self) -> dict[str, str]:
+        """Published dataset name -> owner."""
+        return self.store.published_datasets()
+
+    def list_datasets(
+        self, caller: Caller, *, after: tuple[str, str] | None = None, limit: int | None = None
+    ) -> list[DatasetRecord]:
+        """The caller's datasets and the published ones (every tenant's for an admin), in
+        (tenant, name) order, strictly after `after`, at most `limit`. A tenant's own and
+        published datasets are few, so they are merged and cut here; an admin's list pages
+        in the store."""
+        if caller.admin:
+            return self.store.list_datasets(None, after=after, limit=limit)
+        own = self.store.list_datasets(caller.name)
+        names = {r.name for r in own}
+        for name, owner in sorted(self.published().items()):
+            if owner != caller.name and name not in names:
+                rec = self.store.get_dataset(owner, name)
+                if rec is not None:
+                    own.append(rec)
+        rows = sorted((r for r in own if after is None or (r.tenant, r.name) > after), key=lambda r: (r.tenant, r.name))
+        return rows[:limit] if limit else rows
+
+    def resolve(self, tenant: str, name: str) -> DatasetRecord | None:
+        """The dataset `name` as `tenant` sees it: its own, else a published one."""
+        rec = self.store.get_dataset(tenant, name)
+        if rec is not None:
+            return rec
+        owner = self.published().get(name)
+        return self.store.get_dataset(owner, name) if owner is not None else None
 
     def get(self, caller: Caller, name: str, tenant: str | None = None) -> DatasetRecord:
+        """A dataset the caller may read: its own (an admin: any tenant's with `tenant`), or a
+        published one."""
         owner = tenant or caller.name
-        rec = self.store.get_dataset(owner, name)
-        if rec is None or (owner != caller.name and not caller.admin):
+        if owner != caller.name and not caller.admin:
+            owner_pub = self.published().get(name)
+            if owner_pub != owner:
+                raise NotFound(f"no dataset {name!r}")
+        rec = self.resolve(owner, name) if tenant is None else self.store.get_dataset(owner, name)
+        if rec is None:
             raise NotFound(f"no dataset {name!r}")
+        return rec
+
+    def _owned(self, caller: Caller, name: str, tenant: str | None) -> DatasetRecord:
+        """A dataset the caller may change: its own, or (admin) any tenant's."""
+        rec = self.get(caller, name, tenant)
+        if rec.tenant != caller.name and not caller.admin:
+            raise Forbidden(
+                f"dataset {name!r} is published by tenant {rec.tenant!r}: you may read and mount it, "
+                "not delete or publish it"
+            )
         return rec
 
     def delete(self, caller: Caller, name: str, tenant: str | None = None, purge_cache: bool = True) -> dict[str, str]:
         """Unregister the dataset and, with `purge_cache`, drop it from every node's cache
-        (through each node's agent); per node, what the purge did."""
-        rec = self.get(caller, name, tenant)
+        (through each node's agent); per node, what the purge did. Only this tenant's cache
+        entry is dropped: another tenant's dataset of the same name is untouched."""
+        rec = self._owned(caller, name, tenant)
+        if self.published().get(rec.name) == rec.tenant:
+            self.store.unpublish_dataset(rec.name)
         self.store.delete_dataset(rec.tenant, rec.name)
         if not purge_cache:
             return {}
+        key = cache_key(rec.tenant, rec.name)
         if self.warmer is not None:
-            return self.warmer.drop_dataset(rec.name)
-        removed = self.node_cache().remove(rec.name)
+            return self.warmer.drop_dataset(key)
+        removed = self.node_cache().remove(key)
         return {socket.gethostname(): "removed" if removed else "not cached"}
 
-    def node_cache(self) -> NodeCache:
-        return NodeCache(self.cache_settings)
+    def publish(self, caller: Caller, name: str, tenant: str | None = None, published: bool = True) -> DatasetRecord:
+        """Publish (or withdraw) a dataset to every tenant: admin only."""
+        if not caller.admin:
+            raise Forbidden("publishing a dataset to every tenant needs an admin token")
+        owner = tenant or caller.name
+        rec = self.store.get_dataset(owner, name)
+        if rec is None:
+            raise NotFound(f"no dataset {name!r} for tenant {owner!r}")
+        current = self.published().get(name)
+        if not published:
+            if current == owner:
+                self.store.unpublish_dataset(name)
+            return rec
+        if current == owner:
+            return rec
+        if current is not None:
+            raise Conflict(f"a dataset named {name!r} is already published by tenant {current!r}; withdraw it first")
+        try:
+            self.store.publish_dataset(owner, name, time.time())
+        except DuplicateError:
+            raise Conflict(f"a dataset named {name!r} is already published") from None
+        return rec
 
-    def warm(self, caller: Caller, name: str, nodes: list[str] | None = None, workers: int = 16) -> list[WarmReport]:
+    def node_cache(self) -> DatasetCache:
+        return DatasetCache(self.cache_settings)
+
+    def warm(
+        self, caller: Caller, name: str, nodes: list[str] | None = None, workers: int = 16, tenant: str | None = None
+    ) -> list[WarmReport]:
         """Fetch the whole dataset into the cache of every node (or `nodes`), through each
         node's agent; one report per node. An engine without node agents (the simulator, a
-        test's fake) warms the control plane's own node instead."""
-        rec = self.get(caller, name)
+        test's fake) warms the control plane's own node instead. The cache entry warmed is the
+        dataset's own (`owner/name`): warming never fills another tenant's entry."""
+        rec = self.get(caller, name, tenant)
         src, opts = rec.spec.source, dict(rec.spec.storage_options)
+        key = cache_key(rec.tenant, rec.name)
         if self.warmer is not None:
             try:
-                return self.warmer.warm_dataset(rec.name, src, opts, nodes or None, workers)
+                return self.warmer.warm_dataset(key, src, opts, nodes or None, workers)
             except ValueError as err:
                 raise SpecError([FieldProblem("nodes", str(err))]) from None
         if nodes:
             raise SpecError(
                 [FieldProblem("nodes", "this engine has no node agents to warm; warm without naming nodes")]
             )
-        return [warm_node(self.node_cache(), socket.gethostname(), rec.name, src, opts, workers)]
+        return [warm_node(self.node_cache(), socket.gethostname(), key, src, opts, workers, guard=self.guard)]
 
     # -- what the controller gives jobs and policies ----------------------------------------
     def launch_env(self, tenant: str, names: list[str]) -> dict[str, str]:
-        """Environment for a job mounting `names`: where each dataset lives and where the node
-        cache is. The controller merges it into LaunchRequest.env."""
+        """Environment for a job mounting `names`: where each dataset lives, its cache key
+        (`owner/name`), and where the node cache is. The controller merges it into
+        LaunchRequest.env."""
         table: dict[str, Any] = {}
         for n in names:
-            rec = self.store.get_dataset(tenant, n)
+            rec = self.resolve(tenant, n)
             if rec is not None:
-                table[n] = {"source": rec.spec.source, "storage_options": dict(rec.spec.storage_options)}
+                table[n] = {
+                    "source": rec.spec.source,
+                    "storage_options": dict(rec.spec.storage_options),
+                    "cache_key": cache_key(rec.tenant, rec.name),
+                }
         s = self.cache_settings
         return {
             "SLUICE_DATASETS": json.dumps(table, sort_keys=True),
@@ -122,14 +220,15 @@ class DatasetService:
         }
 
     def dataset_bytes(self, tenant: str, names: list[str]) -> dict[str, int]:
-        """Sizes for JobView.dataset_bytes (what data-aware placement weighs)."""
+        """Sizes for JobView.dataset_bytes (what data-aware placement weighs), keyed like the
+        nodes' cache reports (`owner/name`); 0 where the size is unknown."""
         out: dict[str, int] = {}
         for n in names:
-            rec = self.store.get_dataset(tenant, n)
-            if rec is not None and rec.total_bytes is not None:
-                out[n] = rec.total_bytes
+            rec = self.resolve(tenant, n)
+            if rec is not None:
+                out[cache_key(rec.tenant, rec.name)] = rec.total_bytes or 0
         return out
 
     def missing(self, tenant: str, names: list[str]) -> list[str]:
-        """Datasets a job mounts that its tenant has not registered (a job spec check)."""
-        return [n for n in names if self.store.get_dataset(tenant, n) is None]
+        """Datasets a job mounts that its tenant neither registered nor was published."""
+        return [n for n in names if self.resolve(tenant, n) is None]

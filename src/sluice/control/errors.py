@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sluice.store.base import StoreUnavailable
+
 
 class ControlError(Exception):
     """Base for errors a caller can act on."""
@@ -21,3 +23,8 @@ class NotFound(ControlError):
 
 class Conflict(ControlError):
     """The request clashes with the object's state (HTTP 409)."""
+
+
+# The store's own error, named here so callers of the control plane (the API) need not reach
+# into the store: the state cannot be written now (disk full, read-only home). HTTP 503.
+Unavailable = StoreUnavailable

@@ -8,26 +8,34 @@ job that does not exist. Admin tenants manage tenants and nodes and see every jo
 from __future__ import annotations
 
 import logging
+import stat
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.agent.faults import FaultReport
+from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, Isolation, detect_isolation
 from sluice.control.auth import hash_token, new_token
+from sluice.control.confine import checkpoint_dir, confine_checkpoint
 from sluice.control.controller import Controller
 from sluice.control.datasets import DatasetService
 from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
+from sluice.control.failpoints import Failpoints
+from sluice.control.queues import QueueService, QueueStatus
 from sluice.control.recovery import RecoveryReport, recover
-from sluice.data.settings import CacheSettings
+from sluice.control.resume import copy_checkpoints
+from sluice.data.guard import guard_from
 from sluice.engine.base import Engine, FaultInjector
-from sluice.model import JobRecord, NodeHealth, Phase, ProgressSignals
+from sluice.health.monitor import HealthMonitor, MonitorConfig
+from sluice.model import JobRecord, JobUser, NodeHealth, Phase, ProgressSignals
 from sluice.policy import Policy, make_policy
 from sluice.settings import Settings
-from sluice.spec import JobSpec, SpecError, TenantSpec
+from sluice.spec import GrantSpec, JobSpec, QueuePatch, QueueSpec, SpecError, TenantPatch, TenantSpec
 from sluice.spec.errors import FieldProblem
-from sluice.store import Store, TenantRecord, open_store
+from sluice.store import Store, StoreUnavailable, TenantRecord, open_store
 from sluice.store.base import EventRecord
 
 log = logging.getLogger("sluice.plane")
@@ -45,6 +53,60 @@ class NodeStatus:
     cpu_limits: float | None
 
 
+def secure_home(home: Path, isolation: Isolation) -> None:
+    """$SLUICE_HOME is the plane's: 0700; with isolation 0711, so a job (another uid) can pass
+    through to its own run folder and cache, but list nothing. Everything in it that is not a
+    job's own is 0600/0700 (database, tokens, server files)."""
+    home.mkdir(parents=True, exist_ok=True)
+    mode = PLANE_DIR_MODE if isolation.enabled else PRIVATE_DIR_MODE
+    if stat.S_IMODE(home.stat().st_mode) != mode:
+        home.chmod(mode)
+
+
+def _too_big(spec: JobSpec, sizes: list[tuple[str, float, int, int]]) -> list[FieldProblem]:
+    """What of one replica (and of the whole gang) no node of `sizes` (name, cpu, gpus,
+    memory MiB; 0 memory = unknown) could ever hold, each with the largest node's capacity."""
+    if not sizes:
+        return []
+    res = spec.resources
+    cpu_node = max(sizes, key=lambda s: s[1])
+    gpu_node = max(sizes, key=lambda s: s[2])
+    mem_node = max(sizes, key=lambda s: s[3])
+    out = []
+    if res.cpu.min > cpu_node[1] + 1e-9:
+        out.append(
+            FieldProblem(
+                "resources.cpu.min", f"{res.cpu.min:g} CPU; the largest node ({cpu_node[0]}) has {cpu_node[1]:g}"
+            )
+        )
+    if res.gpus > gpu_node[2]:
+        out.append(
+            FieldProblem("resources.gpus", f"{res.gpus} GPUs; the largest node ({gpu_node[0]}) has {gpu_node[2]}")
+        )
+    if res.memory_mb and mem_node[3] and res.memory_mb > mem_node[3]:
+        out.append(
+            FieldProblem(
+                "resources.memory_mb", f"{res.memory_mb} MiB; the largest node ({mem_node[0]}) has {mem_node[3]} MiB"
+            )
+        )
+    fits = [
+        s
+        for s in sizes
+        if s[1] + 1e-9 >= res.cpu.min and s[2] >= res.gpus and not (res.memory_mb and s[3] and res.memory_mb > s[3])
+    ]
+    if not out and not fits:
+        out.append(FieldProblem("resources", "no single node has this much CPU, GPU and memory together"))
+    total = sum(s[1] for s in sizes)
+    if not out and res.replicas.min * res.cpu.min > total + 1e-9:
+        out.append(
+            FieldProblem(
+                "resources.replicas.min",
+                f"{res.replicas.min} replicas × {res.cpu.min:g} CPU; the whole cluster has {total:g} CPU",
+            )
+        )
+    return out
+
+
 def make_engine(settings: Settings) -> Engine:
     """The engine named by settings.engine. Imported lazily: Ray is heavy."""
     if settings.engine == "local":
@@ -59,11 +121,17 @@ def make_engine(settings: Settings) -> Engine:
 
 
 class ControlPlane:
-    def __init__(self, settings: Settings, store: Store, engine: Engine, policy: Policy) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, engine: Engine, policy: Policy, isolation: Isolation | None = None
+    ) -> None:
+        """`isolation`: whether tenants' jobs run as their own uids; default: settings.isolation
+        resolved against this process's privilege (IsolationUnavailable for `on` without it)."""
         self.settings = settings
         self.store = store
         self.engine = engine
-        self.datasets = DatasetService(store, CacheSettings.for_home(settings.home), engine=engine)
+        self.isolation = isolation or detect_isolation(settings.isolation)
+        self._job_users: dict[str, JobUser] = {}
+        self.datasets = DatasetService(store, settings.cache, engine=engine, guard=guard_from(settings))
         self.controller = Controller(
             store,
             engine,
@@ -71,19 +139,25 @@ class ControlPlane:
             launch_env=lambda job: self.datasets.launch_env(job.tenant, [d.name for d in job.spec.datasets]),
             dataset_bytes=lambda job: self.datasets.dataset_bytes(job.tenant, [d.name for d in job.spec.datasets]),
             # Engines whose nodes do not share this machine's disk (Ray) name a shared root.
-            checkpoint_root=str(getattr(engine, "checkpoint_root", None) or settings.runs_dir),
+            checkpoint_root=str(engine.checkpoint_root or settings.runs_dir),
             restart_backoff_s=settings.restart_backoff_s,
+            run_as=self.job_user if self.isolation.enabled else None,
+            preempt_min_runtime_s=settings.preempt_min_runtime_s,
+            failpoints=Failpoints.parse(settings.failpoints),
         )
+        self.queues = QueueService(store, self.controller)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.recovery: RecoveryReport | None = None
+        self.store_problem: str | None = None
+        """Why the store takes no writes now (None when it does): the API's 503 reason."""
         self.health = self._attach_health(settings) if settings.health_enabled else None
 
     def _attach_health(self, settings: Settings) -> object:
         """The node health monitor as a controller observer (issue 5). Virtual nodes share
         this machine's disk, network and memory, so only their own cores' KPIs are judged."""
-        from sluice.control.health_monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+        from sluice.health.monitor import MACHINE_WIDE, MonitorConfig
 
         ignore = ("jobs", *MACHINE_WIDE) if settings.virtual_nodes > 1 else ("jobs",)
         cfg = MonitorConfig(
@@ -95,15 +169,23 @@ class ControlPlane:
             ignore=ignore,
             models_dir=settings.home / "health",
         )
-        return HealthMonitor.attach(self.controller, cfg)
+        return self.attach_health(cfg)
+
+    def attach_health(self, config: MonitorConfig) -> HealthMonitor:
+        """A node health monitor watching every round, resumed from the store's node health;
+        its cordons are decisions the controller executes like any other."""
+        monitor = HealthMonitor(config, saved=self.controller.saved_nodes())
+        self.controller.add_observer(monitor)
+        return monitor
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ControlPlane:
-        settings.home.mkdir(parents=True, exist_ok=True)
+        isolation = detect_isolation(settings.isolation)
+        secure_home(settings.home, isolation)
         store = open_store(settings.db_url)
         engine = make_engine(settings)
         policy = make_policy(settings.policy, interval_s=settings.policy_interval_s)
-        return cls(settings, store, engine, policy)
+        return cls(settings, store, engine, policy, isolation)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -130,6 +212,13 @@ class ControlPlane:
             launches = self.controller.launches
             try:
                 self.controller.step()
+                if self.store_problem is not None:
+                    log.warning("the store takes writes again; reconciling")
+                    self.store_problem = None
+            except StoreUnavailable as err:  # reads still work; retry each interval until writes do
+                if self.store_problem != str(err):
+                    log.error("reconcile paused: %s", err)
+                self.store_problem = str(err)
             except Exception:  # keep reconciling; the failure is logged with its traceback
                 log.exception("reconcile round failed")
             # Right after a launch, look again soon: the start event is what users wait for.
@@ -161,7 +250,19 @@ class ControlPlane:
             token = new_token()
             self.store.create_tenant(TenantRecord(name, hash_token(token), admin=admin, created_at=time.time()))
             out[name] = token
+            if self.isolation.enabled:
+                self.job_user(name)
         return out
+
+    def job_user(self, tenant: str) -> JobUser:
+        """The uid/gid the tenant's jobs run as: assigned once from the configured range,
+        recorded in the store, never reused by another tenant."""
+        user = self._job_users.get(tenant)
+        if user is None:
+            s = self.settings
+            uid = self.store.assign_uid(tenant, s.job_uid_min, s.job_uid_max, time.time())
+            user = self._job_users[tenant] = JobUser(uid, uid)
+        return user
 
     def authenticate(self, token: str | None) -> TenantRecord:
         if not token:
@@ -175,10 +276,25 @@ class ControlPlane:
         if not caller.admin:
             raise Forbidden("this needs an admin token")
 
-    def create_tenant(self, caller: TenantRecord, spec: TenantSpec) -> tuple[TenantRecord, str]:
+    def create_tenant(self, caller: TenantRecord, spec: TenantSpec, force: bool = False) -> tuple[TenantRecord, str]:
+        """Without isolation every job runs as the plane's user and can read every other
+        tenant's data, so a second non-admin tenant is refused unless the admin `force`s it."""
         self._require_admin(caller)
         if self.store.get_tenant(spec.name) is not None:
             raise Conflict(f"tenant {spec.name!r} already exists")
+        if not self.isolation.enabled and not spec.admin and not force:
+            others = [t.name for t in self.store.list_tenants() if not t.admin]
+            if others:
+                raise Conflict(
+                    f"tenant {spec.name!r} not created: {self.isolation.reason}; tenant {others[0]!r} exists. "
+                    "Run the plane as root (or with the capabilities in docs/security.md), or force it "
+                    "(`sluice tenant create --force`, API ?force=true) to accept that tenants are not isolated"
+                )
+        if self.isolation.enabled:
+            try:
+                self.job_user(spec.name)
+            except ValueError as err:
+                raise Conflict(f"tenant {spec.name!r} not created: {err}") from None
         token = new_token()
         rec = TenantRecord(
             spec.name,
@@ -191,9 +307,11 @@ class ControlPlane:
         self.store.create_tenant(rec)
         return rec, token
 
-    def list_tenants(self, caller: TenantRecord) -> list[TenantRecord]:
+    def list_tenants(
+        self, caller: TenantRecord, *, after: str | None = None, limit: int | None = None
+    ) -> list[TenantRecord]:
         self._require_admin(caller)
-        return self.store.list_tenants()
+        return self.store.list_tenants(after=after, limit=limit)
 
     def delete_tenant(self, caller: TenantRecord, name: str) -> None:
         self._require_admin(caller)
@@ -201,10 +319,13 @@ class ControlPlane:
             raise NotFound(f"tenant {name!r} not found")
         if name == caller.name:
             raise Conflict("a tenant cannot delete itself")
-        live = [j for j in self.controller.jobs.values() if j.tenant == name and not j.phase.terminal]
+        with self.controller.lock:
+            live = [j for j in self.controller.book.live() if j.tenant == name]
         if live:
             raise Conflict(f"tenant {name!r} still has {len(live)} unfinished job(s)")
         self.store.delete_tenant(name)
+        self.store.release_uid(name, time.time())
+        self._job_users.pop(name, None)
 
     # ---------------------------------------------------------------- jobs
 
@@ -214,6 +335,7 @@ class ControlPlane:
             raise Forbidden(f"tenant: you may submit only as {caller.name!r}")
         if tenant != caller.name and self.store.get_tenant(tenant) is None:
             raise NotFound(f"tenant {tenant!r} not found")
+        spec = self._confined(spec)
         missing = self.datasets.missing(tenant, [d.name for d in spec.datasets])
         if missing:
             raise SpecError(
@@ -222,9 +344,109 @@ class ControlPlane:
                     for n in missing
                 ]
             )
-        job = self.controller.submit(tenant, spec)
+        self._check_capacity(spec)
+        self.queues.check_submit(tenant, spec)
+        if spec.resume_from is None:
+            job = self.controller.submit(tenant, spec)
+        else:
+            job = self._submit_resuming(tenant, spec, spec.resume_from)
         self.wake()
         return job
+
+    def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str) -> JobRecord:
+        """A job that starts from another job's newest checkpoint: the same tenant's only
+        (another tenant's job is a 404, as if it did not exist), one that no longer runs. The
+        checkpoints are copied into the new job's folder before the job exists, so its first
+        attempt (the SDK's `load()`) finds them."""
+        with self.controller.lock:
+            source = self.controller.book.get(source_id)
+        if source is None or source.tenant != tenant:
+            raise NotFound(f"job {source_id!r} not found")
+        if not (source.phase.terminal or source.phase == Phase.SUSPENDED):
+            raise Conflict(
+                f"resume_from: job {source_id} is {source.phase}; only a finished, cancelled or suspended job's "
+                "checkpoint can be resumed from"
+            )
+        job_id = f"j-{uuid.uuid4().hex[:10]}"
+        src_dir = self.controller.checkpoint_dir(source)
+        dst_dir = checkpoint_dir(spec.checkpoint.location, self.controller.checkpoint_root, job_id)
+        try:
+            newest = copy_checkpoints(src_dir, dst_dir)
+        except OSError as err:
+            raise Conflict(f"resume_from: could not copy job {source_id}'s checkpoints: {err}") from None
+        with self.controller.lock:
+            job = self.controller.submit(tenant, spec, job_id=job_id)
+            if newest is None:
+                self.controller.book.note(job.id, "resume", f"job {source_id} left no checkpoint; starting from step 0")
+                return job
+            path, step = newest
+            self.controller.book.note(job.id, "resume", f"starts from job {source_id}'s checkpoint at step {step}")
+            return self.controller.book.observe(job.id, checkpoint=path, checkpoint_step=step) or job
+
+    def _check_capacity(self, spec: JobSpec) -> None:
+        """Refuse (422, naming the field and the largest node) a job no node can ever hold.
+
+        Replicas beyond what the engine runs are always refused. Node sizes are refused only
+        when the cluster cannot grow (settings.allow_unschedulable off); with it on, the job
+        is accepted and waits with an `Unschedulable:` reason (policy/parts/placement.py)."""
+        res = spec.resources
+        most = self.engine.capabilities.max_replicas
+        problems: list[FieldProblem] = []
+        if res.replicas.min > most:
+            problems.append(
+                FieldProblem(
+                    "resources.replicas.min",
+                    f"{res.replicas.min} replicas, but the {self.engine.name} engine runs at most {most} per job",
+                )
+            )
+        memory = self._memory_problem(spec)
+        if memory is not None:
+            problems.append(memory)
+        if not self.settings.allow_unschedulable:
+            with self.controller.lock:
+                known = [self.controller.node(name) for name in self.controller.node_names()]
+                sizes = [(n.name, n.cpu, n.gpus, n.memory_mb) for n in known if n is not None]
+            if not sizes:  # before the first round: ask the engine
+                sizes = [(n.name, n.cpu, n.gpus, n.memory_mb) for n in self.engine.nodes()]
+            problems += _too_big(spec, sizes)
+        if problems:
+            raise SpecError(problems)
+
+    def _memory_problem(self, spec: JobSpec) -> FieldProblem | None:
+        """A memory_mb nothing here can enforce is refused, never run unlimited: the engine
+        cannot (no memory controller on the local machine), or no node it reported can
+        (every Ray node labelled memory-limits=none)."""
+        if not spec.resources.memory_mb:
+            return None
+        why = None
+        if not self.engine.capabilities.memory_limits:
+            why = f"the {self.engine.name} engine cannot enforce memory limits on this machine"
+        else:
+            labels = self._node_labels()
+            if labels and all(lab.get("memory-limits") == "none" for lab in labels):
+                why = f"no node of the {self.engine.name} engine can enforce memory limits"
+        if why is None:
+            return None
+        return FieldProblem(
+            "resources.memory_mb",
+            f"{spec.resources.memory_mb} MiB cannot be enforced: {why} (no writable cgroup memory "
+            "controller; see the server log). Remove memory_mb or run sluice where cgroups are writable.",
+        )
+
+    def _node_labels(self) -> list[dict[str, str]]:
+        """Each known node's labels (the controller's view, else the engine's list)."""
+        with self.controller.lock:
+            known = [self.controller.node(name) for name in self.controller.node_names()]
+        labels = [dict(n.labels or {}) for n in known if n is not None]
+        return labels or [dict(n.labels) for n in self.engine.nodes()]
+
+    def _confined(self, spec: JobSpec) -> JobSpec:
+        """The spec with its checkpoint location confined (control/confine.py) and canonical: a
+        location outside the job's run folder and the admin's checkpoint_roots is a 422."""
+        location = confine_checkpoint(spec.checkpoint.location, self.settings.checkpoint_roots)
+        if location == spec.checkpoint.location:
+            return spec
+        return spec.model_copy(update={"checkpoint": spec.checkpoint.model_copy(update={"location": location})})
 
     def _visible(self, caller: TenantRecord, job: JobRecord | None, job_id: str) -> JobRecord:
         if job is None or (job.tenant != caller.name and not caller.admin):
@@ -233,44 +455,103 @@ class ControlPlane:
 
     def get_job(self, caller: TenantRecord, job_id: str) -> JobRecord:
         with self.controller.lock:
-            job = self.controller.jobs.get(job_id)
-        if job is None:
-            job = self.store.get_job(job_id)
+            job = self.controller.book.get(job_id)
         return self._visible(caller, job, job_id)
 
-    def list_jobs(self, caller: TenantRecord, phases: Iterable[Phase] | None = None) -> list[JobRecord]:
+    def list_jobs(
+        self,
+        caller: TenantRecord,
+        phases: Iterable[Phase] | None = None,
+        *,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[JobRecord]:
+        """The caller's jobs in (submitted_at, id) order, strictly after `after`, at most
+        `limit`; fewer than `limit` means there are no more (JobBook.query)."""
         tenant = None if caller.admin else caller.name
-        stored = {j.id: j for j in self.store.list_jobs(tenant=tenant, phases=phases)}
-        ph = set(phases) if phases is not None else None
         with self.controller.lock:
-            for jid in self.controller.active_ids:
-                j = self.controller.jobs[jid]
-                if (tenant is None or j.tenant == tenant) and (ph is None or j.phase in ph):
-                    stored[jid] = j
-                elif jid in stored:
-                    del stored[jid]
-        return sorted(stored.values(), key=lambda j: (j.submitted_at, j.id))
+            return self.controller.book.query(tenant=tenant, phases=phases, after=after, limit=limit)
+
+    def job_counts(self) -> dict[str, int]:
+        """Jobs by phase, every tenant (metrics)."""
+        return self.store.count_jobs()
 
     def cancel(self, caller: TenantRecord, job_id: str) -> JobRecord:
         job = self.get_job(caller, job_id)
         if job.phase.terminal:
             raise Conflict(f"job {job_id} already {job.phase}")
-        with self.controller.lock:
-            if job_id not in self.controller.jobs:
-                self.controller.load([job])
-            done = self.controller.cancel(job_id, f"cancelled by {caller.name}")
+        done = self.controller.cancel(job_id, f"cancelled by {caller.name}")
         self.wake()
         return done
 
-    def why(self, caller: TenantRecord, job_id: str) -> list[EventRecord]:
+    def suspend(self, caller: TenantRecord, job_id: str) -> JobRecord:
+        """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
+        job = self.get_job(caller, job_id)
+        if job.phase.terminal:
+            raise Conflict(f"job {job_id} already {job.phase}")
+        done = self.controller.suspend(job_id, f"suspended by {caller.name}")
+        self.wake()
+        return done
+
+    def resume(self, caller: TenantRecord, job_id: str) -> JobRecord:
+        """Resume a suspended job: it is admitted again and starts from its checkpoint."""
+        job = self.get_job(caller, job_id)
+        if job.phase != Phase.SUSPENDED:
+            raise Conflict(f"job {job_id} is {job.phase}, not Suspended")
+        done = self.controller.resume(job_id, f"resumed by {caller.name}")
+        self.wake()
+        return done
+
+    # ---------------------------------------------------------------- queues
+
+    def list_queues(self, caller: TenantRecord) -> list[QueueStatus]:
+        """Every queue for an admin; the queues granted to the caller otherwise."""
+        return self.queues.statuses(None if caller.admin else caller.name)
+
+    def create_queue(self, caller: TenantRecord, spec: QueueSpec) -> QueueStatus:
+        self._require_admin(caller)
+        return self.queues.create(spec)
+
+    def update_queue(self, caller: TenantRecord, name: str, patch: QueuePatch) -> QueueStatus:
+        """Change a queue's quotas, cohort or weight live: the next round admits by them."""
+        self._require_admin(caller)
+        out = self.queues.update(name, patch)
+        self.wake()
+        return out
+
+    def delete_queue(self, caller: TenantRecord, name: str) -> None:
+        self._require_admin(caller)
+        with self.controller.lock:
+            self.queues.delete(name)
+
+    def grant_queue(self, caller: TenantRecord, name: str, grant: GrantSpec) -> QueueStatus:
+        self._require_admin(caller)
+        return self.queues.grant(name, grant.tenant, grant.granted)
+
+    def update_tenant(self, caller: TenantRecord, name: str, patch: TenantPatch) -> TenantRecord:
+        """Change a tenant's fair-share weight or job limit live (0 removes the limit)."""
+        self._require_admin(caller)
+        rec = self.store.get_tenant(name)
+        if rec is None:
+            raise NotFound(f"tenant {name!r} not found")
+        if patch.weight is not None:
+            rec.weight = patch.weight
+        if patch.max_running_jobs is not None:
+            rec.max_running_jobs = patch.max_running_jobs or None
+        self.store.save_tenant(rec)
+        self.wake()
+        return rec
+
+    def why(
+        self, caller: TenantRecord, job_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
         self.get_job(caller, job_id)
-        return self.store.events(job_id=job_id)
+        return self.controller.book.events(job_id, after_seq=after_seq, limit=limit)
 
     def progress(self, caller: TenantRecord, job_id: str) -> ProgressSignals | None:
         self.get_job(caller, job_id)
         with self.controller.lock:
-            tr = self.controller.trackers.get(job_id)
-            return tr.snapshot() if tr else None
+            return self.controller.progress(job_id)
 
     def log_path(self, caller: TenantRecord, job_id: str) -> Path | None:
         self.get_job(caller, job_id)
@@ -350,7 +631,7 @@ class ControlPlane:
         return stopped
 
     def _fault_injector(self, node: str) -> FaultInjector:
-        if node not in self.controller.nodes:
+        if self.controller.node(node) is None:
             raise NotFound(f"node {node!r} not found")
         if not isinstance(self.engine, FaultInjector):
             raise Conflict(f"the {self.engine.name} engine cannot inject faults")

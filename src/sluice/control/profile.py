@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice.control.controller import Controller
-from sluice.model import Allocation, ClusterView, Decision, Event, JobProgress, Place
+from sluice.model import Allocation, ClusterView, Decision, Event, JobProgress, NodeDecision, Place
 from sluice.settings import Settings
 from sluice.sim.jobs import CpuCurve
 from sluice.spec import JobSpec, load_job_spec
@@ -37,6 +38,17 @@ class _Pin:
         ]
 
 
+class _ProgressWatch:
+    """A round observer that only listens: it collects the job's progress reports."""
+
+    def __init__(self, points: list[tuple[float, int, float | None]]) -> None:
+        self.points = points
+
+    def observe(self, view: ClusterView, events: Sequence[Event]) -> list[NodeDecision]:
+        self.points.extend((e.time, e.step, e.loss) for e in events if isinstance(e, JobProgress))
+        return []
+
+
 @dataclass
 class ProfileRun:
     cores: float
@@ -52,24 +64,26 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
     ctl = Controller(MemoryStore(), engine, _Pin(cores), checkpoint_root=str(home / "ckpt"))
     points: list[tuple[float, int, float | None]] = []
 
-    def watch(_: Controller, events: list[Event]) -> None:
-        points.extend((e.time, e.step, e.loss) for e in events if isinstance(e, JobProgress))
-
-    ctl.observers.append(watch)
+    ctl.add_observer(_ProgressWatch(points))
     job = ctl.submit("profile", spec)
+
+    def done() -> bool:
+        rec = ctl.book.get(job.id)
+        return rec is None or rec.phase.terminal
+
     t0 = time.monotonic()
     give_up = t0 + max(6 * seconds, 120.0)  # start-up (imports) can be slow on a busy machine
     try:
-        while not ctl.jobs[job.id].phase.terminal and time.monotonic() < give_up:
+        while not done() and time.monotonic() < give_up:
             ctl.step()
             # Measure `seconds` of training, counted from the first progress report.
             if points and points[-1][0] - points[0][0] >= seconds:
                 break
             time.sleep(0.5)
-        if not ctl.jobs[job.id].phase.terminal:
+        if not done():
             ctl.cancel(job.id, "profile run long enough")
             deadline = time.monotonic() + 30
-            while not ctl.jobs[job.id].phase.terminal and time.monotonic() < deadline:
+            while not done() and time.monotonic() < deadline:
                 ctl.step()
                 time.sleep(0.2)
     finally:

@@ -18,29 +18,65 @@ from pathlib import Path
 from typing import Any
 
 from sluice.control.controller import Controller
-from sluice.model import NodeInfo, Phase
+from sluice.model import ORACLE_LABEL, JobRecord, NodeInfo, Phase
+from sluice.model.queue import QueueConfig
 from sluice.policy.base import Policy
-from sluice.policy.registry import make_policy
-from sluice.sim.apps import load_applications
+from sluice.policy.registry import adapts_batch, make_policy
+from sluice.sim.apps import SHIPPED_MODELS, load_applications
 from sluice.sim.cpu_profiles import resolve_curve
+from sluice.sim.datacache import DataCluster, DataJob
 from sluice.sim.engine import SimEngine
 from sluice.sim.failures import FailurePlan
 from sluice.sim.jobs import CpuJob, GpuAppJob, JobModel, TraceJob
 from sluice.sim.report import plot_jct_cdf, write_rows
-from sluice.sim.workload import WorkloadError, WorkloadJob, cpu_workload, load_workload
+from sluice.sim.workload import WorkloadError, WorkloadJob, cpu_workload, data_workload, load_workload
 from sluice.spec import JobSpec
-from sluice.spec.job import CpuRange, QoETarget, ReplicaRange, Resources
-from sluice.store import MemoryStore
+from sluice.spec.job import CpuRange, DatasetMount, QoETarget, ReplicaRange, Resources
+from sluice.store import MemoryStore, TenantRecord
+from sluice.store.base import QueueRecord
+
+DATA_DOCS = "docs/benchmarks.md, 'Simulator data'"
+"""Where a user reads how to get the simulator's data (named in every missing-data error)."""
 
 
-def default_traces_dir() -> Path:
-    """/work/shared/data/pollux/traces next to the checkout (or SLUICE_POLLUX_TRACES)."""
-    import os
+class SimDataMissing(FileNotFoundError):
+    """Data the simulator needs is not where the settings say. The message names the setting
+    to change, so the CLI shows it as is (exit 2) rather than a traceback."""
 
-    env = os.environ.get("SLUICE_POLLUX_TRACES")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "pollux" / "traces"
+
+def job_models_dir() -> Path:
+    """The per-application job models GPU jobs are built from: SLUICE_POLLUX_TRACES when set,
+    else the small set shipped in the package (sluice/sim/models), so a fresh clone simulates."""
+    from sluice.settings import load_settings
+
+    return load_settings().pollux_traces or SHIPPED_MODELS
+
+
+def _checkout_data_dir() -> Path:
+    """`shared/data/pollux` beside a source checkout (the development layout), found without a setting."""
+    return Path(__file__).resolve().parents[3].parent / "shared" / "data" / "pollux"
+
+
+def pollux_data_dir() -> Path:
+    """Where the Pollux workloads, the Philly trace and the published results are (not shipped:
+    large): SLUICE_POLLUX_DATA, else the checkout's `shared/data/pollux`. May not exist; callers
+    check what they need with `require_pollux_data`."""
+    from sluice.settings import load_settings
+
+    return load_settings().pollux_data or _checkout_data_dir()
+
+
+def require_pollux_data(*relative: str) -> Path:
+    """The Pollux data folder, after checking it holds every `relative` path; SimDataMissing
+    naming SLUICE_POLLUX_DATA otherwise."""
+    base = pollux_data_dir()
+    missing = [r for r in relative if not (base / r).exists()]
+    if missing:
+        raise SimDataMissing(
+            f"the Pollux workloads are not here ({base} has no {', '.join(missing)}): set SLUICE_POLLUX_DATA "
+            f"to the folder holding workloads/ and traces/ (see {DATA_DOCS})"
+        )
+    return base
 
 
 @dataclass
@@ -49,6 +85,9 @@ class SimConfig:
 
     adaptive_batch: GPU jobs adapt their batch size to their allocation (AdaptDL-style);
     None follows the policy (`adaptive_batch` attribute: pollux, sluice).
+    oracle: give policies the simulator's ground truth (exact remaining work, speedup curves,
+    restart costs) — an upper-bound study, labelled "oracle (upper bound)" in every result.
+    Off, policies see only what a real engine observes.
     """
 
     nodes: int = 16
@@ -60,6 +99,16 @@ class SimConfig:
     max_time_s: float | None = None
     traces_dir: Path | None = None
     policy_options: dict[str, Any] = field(default_factory=dict)
+    oracle: bool = False
+    data: DataCluster | None = None
+    """Node dataset caches, for workloads of "data" jobs (what `sluice bench data` scenario 6 uses)."""
+    queues: tuple[QueueConfig, ...] = ()
+    """Queues with quotas that admission uses (docs/queues.md); jobs name theirs in `WorkloadJob.queue`.
+    Empty: only the `default` queue, with no quota."""
+    tenant_weights: dict[str, float] = field(default_factory=dict)
+    """Fair-share weight per tenant (workload `user`); 1 for a tenant not named."""
+    preempt_min_runtime_s: float = 60.0
+    """Admission never preempts a job placed less than this long ago (the plane's setting)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -81,10 +130,18 @@ class JobResult:
     gpus: int
     qoe_target: bool
     qoe_met: bool | None
+    read_bytes: float = 0.0
+    """Data jobs: bytes of dataset read, and how many of them came from the node's cache."""
+    local_bytes: float = 0.0
 
     @property
     def jct_s(self) -> float | None:
         return None if self.finish_s is None else self.finish_s - self.submit_s
+
+
+def mode_label(oracle: bool) -> str:
+    """How a run is labelled: ORACLE_LABEL when policies had the simulator's ground truth."""
+    return ORACLE_LABEL if oracle else "observed"
 
 
 @dataclass
@@ -95,6 +152,17 @@ class SimResult:
     round_seconds: list[float]
     wall_s: float
     end_s: float
+    oracle: bool = False
+    """Policies had the simulator's ground truth: an upper bound, not a reachable result."""
+
+    @property
+    def mode(self) -> str:
+        return mode_label(self.oracle)
+
+    @property
+    def label(self) -> str:
+        """The policy name as tables print it: `sluice, oracle (upper bound)` in oracle runs."""
+        return f"{self.policy}, {ORACLE_LABEL}" if self.oracle else self.policy
 
     @property
     def finished(self) -> list[JobResult]:
@@ -124,6 +192,12 @@ class SimResult:
         return sum(j.restarts for j in self.jobs)
 
     @property
+    def local_read_share(self) -> float | None:
+        """Share of dataset bytes read from the node's own cache (None: no data jobs)."""
+        total = sum(j.read_bytes for j in self.jobs)
+        return sum(j.local_bytes for j in self.jobs) / total if total else None
+
+    @property
     def qoe(self) -> tuple[int, int]:
         """(targets met, jobs with a target)."""
         t = [j for j in self.jobs if j.qoe_target]
@@ -151,6 +225,7 @@ class SimResult:
                 "restarts": j.restarts,
                 "qoe_target": j.qoe_target,
                 "qoe_met": j.qoe_met,
+                "mode": self.mode,
             }
             for j in self.jobs
         ]
@@ -159,6 +234,7 @@ class SimResult:
         met, total = self.qoe
         return {
             "policy": self.policy,
+            "mode": self.mode,
             "jobs": len(self.jobs),
             "finished": len(self.finished),
             "avg_jct_h": self.avg_jct_s / 3600,
@@ -182,10 +258,15 @@ def _spec_name(name: str) -> str:
     return s or "job"
 
 
-def build_model(job: WorkloadJob, adaptive: bool, traces_dir: Path) -> JobModel:
+def build_model(job: WorkloadJob, adaptive: bool, traces_dir: Path, data: DataCluster | None = None) -> JobModel:
     """The simulated behaviour of one workload job."""
     if job.kind == "gpu":
-        apps = load_applications(str(traces_dir))
+        apps = load_applications(str(traces_dir)) if traces_dir.is_dir() else {}
+        if not apps:
+            raise SimDataMissing(
+                f"no job models under {traces_dir}: SLUICE_POLLUX_TRACES must name a folder holding "
+                f"<application>/placements.csv; unset it to use the models shipped with sluice (see {DATA_DOCS})"
+            )
         if job.application not in apps:
             raise WorkloadError(f"job {job.name}: unknown application {job.application!r}; known: {', '.join(apps)}")
         app = apps[job.application]
@@ -194,6 +275,10 @@ def build_model(job: WorkloadJob, adaptive: bool, traces_dir: Path) -> JobModel:
         return TraceJob(float(job.duration_s or 0.0), job.gpus)
     if job.kind == "cpu":
         return CpuJob(resolve_curve(job.cpu_profile or "mlp"), int(job.cpu_steps or 1000))
+    if job.kind == "data":
+        if data is None or job.dataset not in data.sizes:
+            raise WorkloadError(f"job {job.name}: dataset {job.dataset!r} is not in the simulated data cluster")
+        return DataJob(data, job.dataset, int(job.epochs or 1), float(job.epoch_s or 0.0))
     raise WorkloadError(f"job {job.name}: unknown kind {job.kind!r}")
 
 
@@ -202,10 +287,10 @@ def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
     qoe = None
     if job.qoe_loss is not None or job.qoe_deadline_s is not None:
         qoe = QoETarget(loss=job.qoe_loss, deadline_s=job.qoe_deadline_s)
-    if job.kind == "cpu":
-        res = Resources(cpu=CpuRange(min=1.0))
+    if job.kind in ("cpu", "data"):
+        res = Resources(cpu=CpuRange(min=job.cpus or 1.0))
     else:
-        most = int(model.hints().get("max_gpus", job.gpus))
+        most = model.max_gpus if isinstance(model, GpuAppJob | TraceJob) else job.gpus
         res = Resources(
             cpu=CpuRange(min=1.0),
             gpus=1,
@@ -215,9 +300,11 @@ def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
         name=_spec_name(job.name),
         command=["sim-job", job.name],
         resources=res,
+        queue=job.queue,
         qoe=qoe,
         max_restarts=100,
         labels={"sim.kind": job.kind},
+        datasets=[DatasetMount(name=job.dataset)] if job.dataset else [],
     )
 
 
@@ -232,18 +319,36 @@ def run_simulation(
     policy: str | Policy,
     cfg: SimConfig | None = None,
     on_round: Callable[[float, int, int], None] | None = None,
+    observe: Callable[[float, list[JobRecord]], None] | None = None,
 ) -> SimResult:
     """Run the workload to completion (or `cfg.max_time_s`) and return per-job results.
 
-    on_round(now, jobs finished, jobs total) is called after every round (progress bars).
+    on_round(now, jobs finished, jobs total) is called after every round (progress bars);
+    observe(now, live jobs) after every round too, with the book's records (what a metrics
+    scraper of the real plane would see: phases, allocations, waiting reasons).
     """
     cfg = cfg or SimConfig()
-    pol = make_policy(policy, interval_s=cfg.interval_s, **cfg.policy_options) if isinstance(policy, str) else policy
-    adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else bool(getattr(pol, "adaptive_batch", False))
-    traces = cfg.traces_dir or default_traces_dir()
-    nodes = make_nodes(cfg, any(j.kind == "cpu" for j in workload))
-    engine = SimEngine(nodes, cfg.failures)
-    ctl = Controller(MemoryStore(keep_events=False), engine, pol, checkpoint_root="sim://ckpt", record_waits=False)
+    pol = make_policy(policy, interval_s=cfg.interval_s, **cfg.policy_options)
+    adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else adapts_batch(pol)
+    traces = cfg.traces_dir or job_models_dir()
+    nodes = make_nodes(cfg, any(j.kind in ("cpu", "data") for j in workload))
+    engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data)
+    sizes = cfg.data.sizes if cfg.data is not None else {}
+    store = MemoryStore(keep_events=False)
+    for queue in cfg.queues:
+        store.save_queue(QueueRecord(queue, 0.0))
+    for tenant in sorted({j.user for j in workload}):
+        store.create_tenant(TenantRecord(tenant, token_hash="", weight=cfg.tenant_weights.get(tenant, 1.0)))
+    ctl = Controller(
+        store,
+        engine,
+        pol,
+        checkpoint_root="sim://ckpt",
+        record_waits=False,
+        dataset_bytes=lambda rec: {d.name: sizes[d.name] for d in rec.spec.datasets if d.name in sizes},
+        oracle=engine.oracle_source,
+        preempt_min_runtime_s=cfg.preempt_min_runtime_s,
+    )
 
     todo = deque(sorted(workload, key=lambda j: j.submit_time))
     ids: dict[str, WorkloadJob] = {}
@@ -251,8 +356,8 @@ def run_simulation(
     round_s: list[float] = []
     t = 0.0
     wall0 = time.perf_counter()
-    while todo or ctl.active_ids:
-        if not ctl.active_ids and todo and todo[0].submit_time > t:
+    while todo or ctl.book.live_ids():
+        if not ctl.book.live_ids() and todo and todo[0].submit_time > t:
             # Nothing to run until the next arrival: jump there, on the round grid.
             nxt = math.ceil(todo[0].submit_time / cfg.interval_s) * cfg.interval_s
             engine.advance(nxt)
@@ -260,19 +365,21 @@ def run_simulation(
         while todo and todo[0].submit_time <= t:
             wj = todo.popleft()
             job_id = f"s{len(ids):06d}"
-            model = build_model(wj, adaptive, traces)
+            model = build_model(wj, adaptive, traces, cfg.data)
             engine.add_job(job_id, model)
             ctl.submit(wj.user, build_spec(wj, model), job_id=job_id)
             ids[job_id] = wj
             models[job_id] = model
         ctl.step()
         spent = ctl.round_seconds
-        if any(ctl.jobs[j].phase == Phase.STOPPING for j in ctl.active_ids):
+        if any(j.phase == Phase.STOPPING for j in ctl.book.live()):
             # Stops complete at once in the sim: settle them in the same round so freed GPUs
             # are reused now, as the paper's simulator does, rather than one round later.
             ctl.step()
             spent += ctl.round_seconds
         round_s.append(spent)
+        if observe is not None:
+            observe(t, ctl.book.live())
         if on_round is not None:
             on_round(t, len(engine.completed_at), len(workload))
         if cfg.max_time_s is not None and t >= cfg.max_time_s:
@@ -284,7 +391,8 @@ def run_simulation(
 
     results = []
     for job_id, wj in ids.items():
-        rec = ctl.jobs[job_id]
+        rec = ctl.book.get(job_id)
+        assert rec is not None
         model = models[job_id]
         finish = engine.completed_at.get(job_id)
         target = wj.qoe_loss is not None or wj.qoe_deadline_s is not None
@@ -292,10 +400,10 @@ def run_simulation(
         if target:
             met = True
             if wj.qoe_loss is not None:
-                at = rec.extra.get("qoe_met_at")
+                at = rec.qoe_met_at
                 met = at is not None
-                if met and wj.qoe_deadline_s is not None:
-                    met = float(at) <= wj.submit_time + wj.qoe_deadline_s  # type: ignore[arg-type]
+                if at is not None and wj.qoe_deadline_s is not None:
+                    met = at <= wj.submit_time + wj.qoe_deadline_s
             elif wj.qoe_deadline_s is not None:
                 met = finish is not None and finish <= wj.submit_time + wj.qoe_deadline_s
         results.append(
@@ -309,12 +417,15 @@ def run_simulation(
                 gpus=wj.gpus,
                 qoe_target=target,
                 qoe_met=met,
+                read_bytes=model.read_bytes if isinstance(model, DataJob) else 0.0,
+                local_bytes=model.local_bytes if isinstance(model, DataJob) else 0.0,
             )
         )
-    return SimResult(getattr(pol, "name", str(policy)), results, len(round_s), round_s, wall, t)
+    return SimResult(pol.name, results, len(round_s), round_s, wall, t, oracle=cfg.oracle)
 
 
 __all__ = [
+    "DataCluster",
     "FailurePlan",
     "JobResult",
     "SimConfig",
@@ -322,6 +433,7 @@ __all__ = [
     "WorkloadError",
     "WorkloadJob",
     "cpu_workload",
+    "data_workload",
     "load_workload",
     "plot_jct_cdf",
     "run_simulation",

@@ -31,6 +31,7 @@ from sluice.data.blocks import Layout, pack, packed_size, unpack
 from sluice.data.errors import CorruptItem, UnsafePath
 from sluice.data.files import READ_FLAGS as _RD
 from sluice.data.files import map_file, read_exact, tmp_owner, unlink_quiet, write_atomic
+from sluice.data.guard import SourceGuard
 from sluice.data.index import Index, Victim
 from sluice.data.manifest import Manifest
 from sluice.data.paths import inside
@@ -76,11 +77,19 @@ def _range_lock(fd: int, off: int, lock: bool) -> None:
         fcntl.lockf(fd, fcntl.LOCK_EX if lock else fcntl.LOCK_UN, 1, off)
 
 
+def cache_key(tenant: str, name: str) -> str:
+    """The name a registered dataset has in every node's cache: its owner and its name. Two
+    tenants' datasets of the same name are two cache entries, reported, warmed and purged apart;
+    a dataset an admin published keeps its owner's key, so every tenant's jobs share its cache."""
+    return f"{tenant}/{name}"
+
+
 def dataset_id(name: str, source: str, storage_options: Mapping[str, Any] | None = None) -> str:
-    """Cache folder of a dataset: its name plus a hash of where the bytes come from, so a dataset
-    re-created with another source never serves the old bytes."""
-    tag = json.dumps([source, sorted((storage_options or {}).items())], default=str)
-    return f"{name}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
+    """Cache folder of a dataset: its name (`tenant/name` flattened to `tenant~name`) plus a hash
+    of the name and where the bytes come from, so a dataset re-created with another source never
+    serves the old bytes and two tenants never share a folder."""
+    tag = json.dumps([name, source, sorted((storage_options or {}).items())], default=str)
+    return f"{name.replace('/', '~')}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
 
 
 @dataclass
@@ -97,7 +106,7 @@ class Counters:
 
 
 @dataclass
-class RecoveryReport:
+class CacheRecoveryReport:
     temp_files_removed: int = 0
     entries_dropped: int = 0
     orphans_removed: int = 0
@@ -105,7 +114,7 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
 
 
-class NodeCache:
+class DatasetCache:
     """The cache of one node. Cheap to construct; every job process makes its own."""
 
     def __init__(
@@ -212,15 +221,18 @@ class NodeCache:
         source: str,
         storage_options: Mapping[str, Any] | None = None,
         refresh: bool = False,
+        guard: SourceGuard | None = None,
     ) -> CachedDataset:
+        """The dataset `name` (for a registered dataset, its `cache_key`) through this cache.
+        `guard`: the admin's source policy, when sluice fetches on a tenant's behalf."""
         ds = dataset_id(name, source, storage_options)
-        if not refresh and ds in self._open:
+        if not refresh and guard is None and ds in self._open:
             return self._open[ds]
         cd = CachedDataset(
             self,
             name,
             ds,
-            Source(source, storage_options, self.settings.retries, self.settings.retry_backoff_s),
+            Source(source, storage_options, self.settings.retries, self.settings.retry_backoff_s, guard=guard),
             refresh,
         )
         self._open[ds] = cd
@@ -253,12 +265,12 @@ class NodeCache:
             n += 1
         return n
 
-    def recover(self, verify: bool = False) -> RecoveryReport:
+    def recover(self, verify: bool = False) -> CacheRecoveryReport:
         """Make the cache consistent after a crash: remove temp files of dead writers, drop index
         entries whose file is missing or has the wrong size (or CRC, with `verify`), and remove
         files the index does not vouch for. Run by the node agent when it starts."""
         self.drain()
-        rep = RecoveryReport()
+        rep = CacheRecoveryReport()
         known: set[str] = set()
         for ds, key, tier, size, crc in self.index.entries():
             path = os.path.join(self.tier_root(tier), ds, key)
@@ -306,7 +318,7 @@ def default_memory_bytes() -> int:
 class CachedDataset:
     """One dataset seen through the node cache, in one process (threads share it)."""
 
-    def __init__(self, cache: NodeCache, name: str, ds: str, source: Source, refresh: bool = False) -> None:
+    def __init__(self, cache: DatasetCache, name: str, ds: str, source: Source, refresh: bool = False) -> None:
         self.cache = cache
         self.name = name
         self.ds = ds

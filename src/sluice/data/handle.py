@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.data.cache import NodeCache
+from sluice.data.cache import DatasetCache
 from sluice.data.reader import Decode, Reader
 
 
@@ -28,7 +28,7 @@ class DatasetHandle:
 
     def reader(self) -> Reader:
         if self._reader is None or self._pid != os.getpid():
-            cache = NodeCache(disk_dir=self.disk_dir, memory_dir=self.memory_dir)
+            cache = DatasetCache(disk_dir=self.disk_dir, memory_dir=self.memory_dir)
             cached = cache.open(self.name, self.source, self.storage_options)
             self._reader = Reader(cached, decode=self.decode, merge=self.merge)
             self._pid = os.getpid()

@@ -12,6 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def _home() -> Path:
+    """$SLUICE_HOME as `sluice.settings.Settings.home` reads it, for a process that has only its
+    environment (a job, a bench, the SDK off-cluster)."""
     return Path(os.environ.get("SLUICE_HOME") or Path.home() / ".sluice")
 
 
@@ -56,29 +58,32 @@ class CacheSettings(BaseSettings):
         float, Field(gt=0, description="Seconds between flushes of access statistics to the index. Default 5.")
     ] = 5.0
 
-    def resolved_disk_dir(self) -> Path:
-        return self.disk_dir or _home() / "cache"
-
     @classmethod
     def for_home(cls, home: Path) -> CacheSettings:
-        """The cache of the node whose state folder is `home` (the control plane and its agents
-        pass their own home; jobs get the same folders through their environment)."""
+        """The cache of the node whose state folder is `home`, both folders filled in.
+
+        The control plane and its agents get it from `Settings.cache` (their own home); jobs
+        get the same folders through their environment (SLUICE_CACHE_DISK_DIR/MEMORY_DIR)."""
         base = cls()
-        return base.model_copy(
-            update={
-                "disk_dir": base.disk_dir or home / "cache",
-                "memory_dir": base.memory_dir or _memory_dir_for(home, base.disk_dir or home / "cache"),
-            }
-        )
+        disk, memory = cache_dirs(home, base.disk_dir, base.memory_dir)
+        return base.model_copy(update={"disk_dir": disk, "memory_dir": memory})
+
+    def resolved_disk_dir(self) -> Path:
+        return cache_dirs(_home(), self.disk_dir, self.memory_dir)[0]
 
     def resolved_memory_dir(self) -> Path:
-        if self.memory_dir is not None:
-            return self.memory_dir
-        return _memory_dir_for(_home(), self.resolved_disk_dir())
+        return cache_dirs(_home(), self.disk_dir, self.memory_dir)[1]
 
 
-def _memory_dir_for(home: Path, disk_dir: Path) -> Path:
-    """One tmpfs folder per sluice home, so two homes on one machine never share a cache."""
+def cache_dirs(home: Path, disk_dir: Path | None = None, memory_dir: Path | None = None) -> tuple[Path, Path]:
+    """Where a node's dataset cache lives: the one rule, every default derives from it.
+
+    The disk tier (and the index) go to `home/cache`; the memory tier to one tmpfs folder per
+    sluice home (`/dev/shm/sluice-<hash of home>`), so two homes on one machine never share a
+    cache. A folder set explicitly (SLUICE_CACHE_DISK_DIR / SLUICE_CACHE_MEMORY_DIR) wins."""
+    disk = disk_dir or home / "cache"
+    if memory_dir is not None:
+        return disk, memory_dir
     tag = hashlib.sha1(str(home.resolve()).encode()).hexdigest()[:10]
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else disk_dir
-    return base / f"sluice-{tag}"
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else disk
+    return disk, base / f"sluice-{tag}"

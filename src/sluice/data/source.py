@@ -16,6 +16,7 @@ from typing import Any
 import fsspec
 
 from sluice.data.errors import SourceError, UnsafePath
+from sluice.data.guard import SourceGuard
 from sluice.data.manifest import MANIFEST_NAME, Manifest
 from sluice.data.paths import check_key
 
@@ -42,12 +43,22 @@ class Source:
         storage_options: Mapping[str, Any] | None = None,
         retries: int = 3,
         backoff_s: float = 0.2,
+        guard: SourceGuard | None = None,
     ) -> None:
+        """With `guard` (what sluice fetches on a tenant's behalf: the plane, the node agents),
+        the URL and options are checked now (SourceRefused) and the HTTP clients refuse
+        forbidden addresses at connect time and on redirects; without it (a job reading its own
+        data, tests), any URL is read."""
         self.url = url
+        if guard is not None:
+            guard.check(url, storage_options)
         self.protocol, self.root = _split(url)
         opts = dict(storage_options or {})
         if self.protocol in ("http", "https"):
             opts.setdefault("skip_instance_cache", True)
+        if guard is not None:
+            opts.update(guard.fsspec_options(self.protocol))
+            opts["skip_instance_cache"] = True
         self.fs = fsspec.filesystem(self.protocol, **opts)
         self.retries = retries
         self.backoff_s = backoff_s

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.data.cache import Counters, NodeCache
+from sluice.data.cache import Counters, DatasetCache
 from sluice.data.errors import DataError
+from sluice.data.guard import SourceGuard
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,13 @@ class WarmReport:
 
 
 def warm_node(
-    cache: NodeCache,
+    cache: DatasetCache,
     node: str,
     name: str,
     source: str,
     storage_options: Mapping[str, Any] | None = None,
     workers: int = 16,
+    guard: SourceGuard | None = None,
 ) -> WarmReport:
     """Fetch every item of the dataset into `cache`; count only what this call did (the cache
     keeps one CachedDataset per dataset, whose counters add up over its lifetime)."""
@@ -47,7 +49,7 @@ def warm_node(
     before = Counters()
     cd = None
     try:
-        cd = cache.open(name, source, storage_options)
+        cd = cache.open(name, source, storage_options, guard=guard)
         before = Counters(**cd.counters.__dict__)
         cd.warm(workers)
         error = None

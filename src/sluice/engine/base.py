@@ -12,13 +12,18 @@ from typing import Any, Protocol, runtime_checkable
 
 from sluice.agent.faults import FaultReport
 from sluice.data.warm import WarmReport
-from sluice.model import Allocation, Event
+from sluice.model import Allocation, EngineCapabilities, Event
 from sluice.model.launch import LaunchRequest, NodeInfo
 
 
 @runtime_checkable
 class Engine(Protocol):
     name: str
+    capabilities: EngineCapabilities
+    """What this engine can carry out and observe; the controller refuses decisions outside it."""
+    checkpoint_root: str | None
+    """Where checkpoints go when every node must reach them (a shared mount on Ray); None:
+    the control plane's own runs folder, which is right when all nodes share its disk."""
 
     def nodes(self) -> list[NodeInfo]:
         """Nodes that exist now."""

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
-from sluice.model import Allocation, Event, JobExited, LaunchRequest, NodeInfo
+from sluice.model import Allocation, EngineCapabilities, Event, JobExited, LaunchRequest, NodeInfo
 from sluice.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,16 @@ def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
 
 class LocalEngine:
     name = "local"
+    capabilities = EngineCapabilities(
+        live_cpu_resize=True,  # cgroup quota, or CPU affinity where no cgroup is writable
+        migration=True,  # between virtual nodes, through the job's checkpoint
+        node_kpis=True,
+        job_progress=True,
+        measured_throughput=True,
+    )
+    """One process per job: no gangs (multi-replica jobs are refused), no live GPU changes.
+    memory_limits is decided per machine in __init__ (a cgroup memory controller or not)."""
+    checkpoint_root: str | None = None  # every virtual node shares this machine's disk
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
@@ -45,6 +56,9 @@ class LocalEngine:
         slices = split_cores(n)
         layout = detect_cgroups(root=self.settings.cgroup_root, cpuset=n > 1)
         warn_once(layout)
+        # memory_mb is enforced only where this machine has a memory controller: say so, so
+        # the plane refuses such jobs at submit instead of running them unlimited.
+        self.capabilities = replace(LocalEngine.capabilities, memory_limits=layout.memory_kind is not None)
         gpus = visible_gpus()
         names = [f"node-{i}" for i in range(n)] if n > 1 else [default_node_name()]
         self.agents: dict[str, NodeAgent] = {}

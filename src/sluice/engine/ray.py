@@ -26,7 +26,17 @@ from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
 from sluice.engine.ray_gang import GangBook, Stop
 from sluice.engine.ray_membership import Membership, RayNode
-from sluice.model import Allocation, Event, JobExited, JobProgress, JobStarted, LaunchRequest, NodeInfo, NodeLost
+from sluice.model import (
+    Allocation,
+    EngineCapabilities,
+    Event,
+    JobExited,
+    JobProgress,
+    JobStarted,
+    LaunchRequest,
+    NodeInfo,
+    NodeLost,
+)
 
 if TYPE_CHECKING:
     from sluice.settings import Settings
@@ -41,6 +51,20 @@ class RayEngine:
     """Engine over a Ray cluster. See the module docstring for the design."""
 
     name = "ray"
+    capabilities = EngineCapabilities(
+        live_cpu_resize=True,  # each replica's agent changes its kernel CPU limit in place
+        gang_launch=True,  # replicas start together on their nodes or not at all (ray_gang)
+        migration=True,
+        node_kpis=True,
+        job_progress=True,
+        measured_throughput=True,
+        max_replicas=256,
+        # Every replica runs under its node agent's shim in that node's memory cgroup. A node
+        # without a memory controller refuses to launch a memory_mb job (a failed attempt
+        # naming resources.memory_mb); its agent labels itself memory-limits=none, but the
+        # nodes listed here come from Ray's membership, which does not carry that label yet.
+        memory_limits=True,
+    )
 
     def __init__(
         self,
@@ -78,7 +102,7 @@ class RayEngine:
             ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False)
         root = Path(shared_root or conf.ray_shared_root or conf.home)
         self.runs_root = root / "runs"
-        self.checkpoint_root = str(root / "checkpoints")
+        self.checkpoint_root: str | None = str(root / "checkpoints")
         """Read by the control plane: where the controller puts every job's checkpoints."""
         self.agent_settings = agent_settings_from(conf)
         """Settings fields every node's agent runs with (grace period, sample intervals...)."""
@@ -192,6 +216,7 @@ class RayEngine:
                 allocation=Allocation((assignment,)),
                 checkpoint_dir=req.checkpoint_dir,
                 env=renv,
+                run_as=req.run_as,  # the raylet's agent switches to it when it runs as root
             )
             agent.launch.remote(sub)
         self._log_paths.pop(req.job_id, None)
@@ -398,7 +423,19 @@ def _failed(node: str, why: str) -> WarmReport:
     return WarmReport(node, 0, 0, 0, 0.0, 0.0, why)
 
 
-AGENT_SETTINGS = ("stop_grace_s", "usage_sample_s", "kpi_sample_s", "cgroup_root")
+AGENT_SETTINGS = (
+    "stop_grace_s",
+    "usage_sample_s",
+    "kpi_sample_s",
+    "cgroup_root",
+    "job_python",
+    "job_max_open_files",
+    "job_max_processes",
+    "job_max_file_mb",
+    "job_core_dumps",
+    "dataset_roots",
+    "allow_source_hosts",
+)
 """The settings fields that shape what a node agent does."""
 
 

@@ -57,6 +57,8 @@ class Gang:
     announced: bool = False
     closed: bool = False
     reason: str = ""
+    node_lost: bool = False
+    """A replica died with its node: the job resumes elsewhere without counting a failure."""
 
     def running_ranks(self) -> list[int]:
         return [r for r in self.nodes if r not in self.exited]
@@ -115,7 +117,7 @@ class GangBook:
             gang.announced = True
             return [JobStarted(job_id, e.attempt, gang.nodes.get(0, node), e.time, e.pid if rank == 0 else None)], []
         if isinstance(e, JobExited):
-            return self._exited(gang, rank, e.exit_code, e.reason, e.time)
+            return self._exited(gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost)
         if rank != 0 or gang.closed:
             return [], []
         return [replace(e, job_id=job_id)], []
@@ -126,14 +128,22 @@ class GangBook:
         stops: list[Stop] = []
         for gang in self.active():
             for rank in [r for r in gang.running_ranks() if gang.nodes[r] == node]:
-                ev, st = self._exited(gang, rank, -9, f"node lost: {node}", now, close_now=True)
+                ev, st = self._exited(gang, rank, -9, f"node lost: {node}", now, close_now=True, node_lost=True)
                 events += ev
                 stops += st
         return events, stops
 
     def _exited(
-        self, gang: Gang, rank: int, code: int, reason: str, now: float, close_now: bool = False
+        self,
+        gang: Gang,
+        rank: int,
+        code: int,
+        reason: str,
+        now: float,
+        close_now: bool = False,
+        node_lost: bool = False,
     ) -> tuple[list[Event], list[Stop]]:
+        gang.node_lost = gang.node_lost or node_lost
         first_failure = code != 0 and not any(c != 0 for c in gang.exited.values())
         gang.exited[rank] = code
         stops: list[Stop] = []
@@ -149,4 +159,4 @@ class GangBook:
         failed = [c for c in gang.exited.values() if c != 0]
         exit_code = failed[0] if failed else 0
         why = reason if close_now else (gang.reason if failed and gang.world > 1 else reason)
-        return [JobExited(gang.job_id, gang.attempt, now, exit_code, why)], stops
+        return [JobExited(gang.job_id, gang.attempt, now, exit_code, why, node_lost=gang.node_lost)], stops

@@ -91,7 +91,7 @@ class _Named:
 
 
 @dataclass
-class Row:
+class EvaluationRow:
     entity: str
     detector: str
     scores: Scores
@@ -108,7 +108,7 @@ class Row:
         }
 
 
-def evaluate_entity(ent: Entity, name: str, make: Callable[[], Detector], q: float = 1e-3) -> Row:
+def evaluate_entity(ent: Entity, name: str, make: Callable[[], Detector], q: float = 1e-3) -> EvaluationRow:
     det = make()
     t0 = time.perf_counter()
     det.fit(ent.train)
@@ -117,13 +117,13 @@ def evaluate_entity(ent: Entity, name: str, make: Callable[[], Detector], q: flo
     s = det.score(ent.test)
     speed = len(ent.test) / max(time.perf_counter() - t1, 1e-9)
     thr = Spot(q=q).fit(det.calibration).threshold if len(det.calibration) else None
-    return Row(ent.name, name, evaluate_scores(s, ent.label, thr), train_s, speed)
+    return EvaluationRow(ent.name, name, evaluate_scores(s, ent.label, thr), train_s, speed)
 
 
 METRICS = ("f1_best", "f1_spot", "f1_pa", "f1_pak", "auroc", "auprc", "train_s", "windows_per_s")
 
 
-def average(rows: list[Row]) -> dict[str, dict[str, float]]:
+def average(rows: list[EvaluationRow]) -> dict[str, dict[str, float]]:
     """Mean of every metric per detector (NaNs, e.g. an entity with no anomaly, skipped)."""
     out: dict[str, dict[str, float]] = {}
     for det in dict.fromkeys(r.detector for r in rows):

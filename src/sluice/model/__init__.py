@@ -1,7 +1,8 @@
 """Domain state: phases and their transition table, allocations, decisions, events, views."""
 
 from sluice.model.allocation import Allocation, Assignment
-from sluice.model.decision import Decision, Migrate, Place, Preempt, Resize, Wait
+from sluice.model.capabilities import EngineCapabilities
+from sluice.model.decision import Decision, Migrate, NodeDecision, Place, Preempt, Resize, SetNodeHealth, Wait
 from sluice.model.events import (
     Event,
     JobCheckpointed,
@@ -13,20 +14,24 @@ from sluice.model.events import (
     NodeKPIs,
     NodeLost,
     NodeUp,
+    OomKill,
 )
-from sluice.model.job import JobRecord
-from sluice.model.launch import LaunchRequest, NodeInfo
+from sluice.model.job import JobRecord, StopIntent, StopKind
+from sluice.model.launch import JobUser, LaunchRequest, NodeInfo
+from sluice.model.oracle import ORACLE_LABEL, OracleInfo, OracleSource, SpeedupFn
 from sluice.model.phase import TERMINAL, TRANSITIONS, IllegalTransition, Phase, can_transition
 from sluice.model.progress import ProgressSignals, ProgressTracker
-from sluice.model.view import ClusterView, JobView, NodeHealth, NodeView, SpeedupFn
+from sluice.model.view import ClusterView, JobView, NodeHealth, NodeView
 
 __all__ = [
+    "ORACLE_LABEL",
     "TERMINAL",
     "TRANSITIONS",
     "Allocation",
     "Assignment",
     "ClusterView",
     "Decision",
+    "EngineCapabilities",
     "Event",
     "IllegalTransition",
     "JobCheckpointed",
@@ -35,23 +40,31 @@ __all__ = [
     "JobRecord",
     "JobStarted",
     "JobUsage",
+    "JobUser",
     "JobView",
     "LaunchRequest",
     "Migrate",
     "NodeCache",
+    "NodeDecision",
     "NodeHealth",
     "NodeInfo",
     "NodeKPIs",
     "NodeLost",
     "NodeUp",
     "NodeView",
+    "OomKill",
+    "OracleInfo",
+    "OracleSource",
     "Phase",
     "Place",
     "Preempt",
     "ProgressSignals",
     "ProgressTracker",
     "Resize",
+    "SetNodeHealth",
     "SpeedupFn",
+    "StopIntent",
+    "StopKind",
     "Wait",
     "can_transition",
 ]

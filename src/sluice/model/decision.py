@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluice.model.allocation import Allocation
+from sluice.model.view import NodeHealth
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +57,22 @@ class Wait:
 
 
 Decision = Place | Resize | Preempt | Migrate | Wait
+
+
+@dataclass(frozen=True, slots=True)
+class SetNodeHealth:
+    """Change a node's health, with the reason `sluice node list` and the event log show.
+
+    Observers of the round (the health monitor) return these instead of acting: the
+    controller executes them like any decision. A Cordoned node gets nothing new and its
+    jobs move off through their checkpoints; Healthy re-admits it.
+    """
+
+    node: str
+    health: NodeHealth
+    reason: str
+    by: str = "detector"
+    """Who decided: "detector" or "operator" (an operator's cordon is kept over restarts)."""
+
+
+NodeDecision = SetNodeHealth

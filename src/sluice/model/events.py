@@ -47,15 +47,41 @@ class JobCheckpointed:
     path: str
 
 
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class OomKill:
+    """The kernel's OOM killer ended the attempt inside its memory cgroup: the job used more
+    than its `resources.memory_mb`. Typed (not a phrase in the reason) so the controller and
+    the user see the same facts: the limit, and the peak the cgroup recorded (None when the
+    kernel keeps no peak, e.g. cgroup v2 before Linux 5.19)."""
+
+    limit_mb: int
+    peak_bytes: int | None = None
+
+    def __str__(self) -> str:
+        peak = "" if self.peak_bytes is None else f" (peak {self.peak_bytes / MIB:.0f} MiB)"
+        return f"OOMKilled: exceeded memory limit {self.limit_mb} MiB{peak}"
+
+
 @dataclass(frozen=True, slots=True)
 class JobExited:
-    """The job's process is gone. exit_code < 0 is a signal number (negated)."""
+    """The job's process is gone. exit_code < 0 is a signal number (negated).
+
+    node_lost: the process died because its node did (the raylet gone, the node dropped):
+    the job resumes elsewhere from its checkpoint and no failure is counted. A typed flag,
+    not a reason string, so rewording a message cannot turn node loss into a crash.
+    oom: set when the kernel OOM-killed the job at its memory limit (a failure, retried per
+    max_restarts like any other, reported as `OOMKilled: ...`)."""
 
     job_id: str
     attempt: int
     time: float
     exit_code: int
     reason: str = ""
+    node_lost: bool = False
+    oom: OomKill | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,18 +1,65 @@
-"""JobRecord: the durable state of one job, as the store keeps it and the controller edits it."""
+"""JobRecord: the durable state of one job, exactly as the job book keeps it.
+
+Records are immutable. The job book (`control/book.py`) is the only code that makes a new
+one, through its transition method, and it writes each new record to the store together
+with the event that explains it. Everyone else (controller, API, metrics, benchmarks)
+reads snapshots.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from sluice.model.allocation import Allocation
-from sluice.model.phase import IllegalTransition, Phase, can_transition
+from sluice.model.phase import Phase
 from sluice.spec import JobSpec
 
 
-@dataclass
+class StopKind(StrEnum):
+    """Why the controller asked a running job to stop; decides how its exit is read."""
+
+    PREEMPT = "preempt"  # back to the queue, resume from the checkpoint
+    MIGRATE = "migrate"  # resume at once on `target`
+    SUSPEND = "suspend"  # end as Suspended, checkpoint kept, until its user resumes it
+    CANCEL = "cancel"  # end as Cancelled, never run again
+
+
+@dataclass(frozen=True, slots=True)
+class StopIntent:
+    """Persisted with the job, so an exit that arrives after a control-plane crash is still
+    read as the preemption, migration or cancel it was, not as a crash."""
+
+    kind: StopKind
+    reason: str
+    target: Allocation | None = None
+    asked_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "reason": self.reason,
+            "target": self.target.to_list() if self.target else None,
+            "asked_at": self.asked_at,
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> StopIntent:
+        t = d.get("target")
+        return StopIntent(
+            StopKind(str(d["kind"])),
+            str(d.get("reason", "")),
+            Allocation.from_list(t) if t else None,
+            float(d.get("asked_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """One job. `attempt` counts launches: a process of an older attempt is never adopted,
-    which is how "never running twice" is enforced after a crash."""
+    which is how "never running twice" is enforced after a crash. `restarts` counts the
+    failed attempts that were retried; it never exceeds `spec.max_restarts`."""
 
     id: str
     tenant: str
@@ -27,23 +74,24 @@ class JobRecord:
     allocation: Allocation | None = None
     exit_code: int | None = None
     checkpoint: str | None = None
+    """Path of the newest checkpoint the job reported."""
+    checkpoint_step: int | None = None
+    """Step that checkpoint holds (shown when the job resumes from it)."""
     step: int = 0
     loss: float | None = None
     not_before: float = 0.0
     """Earliest time a requeued job may be placed again (restart back-off)."""
     attained_service: float = 0.0
-    extra: dict[str, object] = field(default_factory=dict)
+    """Resource-seconds received so far (GPU-s for GPU jobs, else CPU-s)."""
+    stop_intent: StopIntent | None = None
+    """Set while the job is Stopping: why the controller asked it to stop."""
+    requeues: int = 0
+    """Times the job went back to the queue (preemption, migration, retry, lost node)."""
+    last_stop_s: float | None = None
+    """How long the last requested stop took, from the ask to the exit (seconds)."""
+    qoe_met_at: float | None = None
+    """When the job first reached its QoE loss target, if it has."""
 
     @property
     def name(self) -> str:
         return self.spec.name
-
-    def move(self, dst: Phase, reason: str) -> None:
-        """Change phase through the transition table; raises on an illegal move."""
-        if dst == self.phase:
-            self.reason = reason or self.reason
-            return
-        if not can_transition(self.phase, dst):
-            raise IllegalTransition(self.phase, dst)
-        self.phase = dst
-        self.reason = reason

@@ -18,11 +18,25 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class JobUser:
+    """The unprivileged identity a tenant's jobs run as (tenant isolation): a bare numeric
+    uid/gid from the configured range, no supplementary groups, no login shell."""
+
+    uid: int
+    gid: int
+
+    def __str__(self) -> str:
+        return f"uid {self.uid}"
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchRequest:
     """Everything a node needs to start one attempt of a job.
 
     checkpoint_dir: where the job saves/loads checkpoints (a path or fsspec URL every node
                     of the engine can reach); the SDK resumes from the newest one there.
+    run_as:         the tenant's job user when isolation is on; None runs the job as the
+                    node agent's own user.
     """
 
     job_id: str
@@ -32,3 +46,4 @@ class LaunchRequest:
     allocation: Allocation
     checkpoint_dir: str
     env: dict[str, str] = field(default_factory=dict)
+    run_as: JobUser | None = None

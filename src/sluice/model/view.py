@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
 
 from sluice.model.allocation import Allocation
+from sluice.model.capabilities import EngineCapabilities
+from sluice.model.oracle import OracleInfo
 from sluice.model.phase import Phase
 from sluice.model.progress import ProgressSignals
 
@@ -18,10 +19,6 @@ class NodeHealth(StrEnum):
     SUSPECT = "Suspect"
     CORDONED = "Cordoned"
     LOST = "Lost"
-
-
-SpeedupFn = Callable[[Allocation], float]
-"""Relative goodput of a job under an allocation (1.0 = its reference allocation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +45,11 @@ class JobView:
     cpu_min/cpu_max: the spec's per-replica CPU range (cpu_max None = up to the node).
     attained_service: resource-seconds already received (GPU-s if it uses GPUs, else CPU-s),
                       for least-attained-service policies.
-    speedup:          optional goodput model (the simulator supplies one for GPU jobs).
+    not_before:       restart back-off: the job may not be placed before this time (0 = now).
+    progress:         what the job has reported (steps, loss, declared total steps) and what
+                      the controller derived from it (throughput, predicted remaining time).
+    oracle:           the simulator's ground truth, only in an explicit `--oracle` study
+                      (upper bounds); None otherwise, and always None on a real engine.
     """
 
     id: str
@@ -66,6 +67,8 @@ class JobView:
     replicas_max: int = 1
     allocation: Allocation | None = None
     started_at: float | None = None
+    attempt: int = 0
+    """Launches so far (a new attempt is a new set of processes)."""
     restarts: int = 0
     attained_service: float = 0.0
     progress: ProgressSignals = ProgressSignals()
@@ -73,8 +76,8 @@ class JobView:
     qoe_deadline: float | None = None
     datasets: tuple[str, ...] = ()
     dataset_bytes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    speedup: SpeedupFn | None = None
-    hints: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    not_before: float = 0.0
+    oracle: OracleInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,9 @@ class ClusterView:
     now: float
     nodes: Mapping[str, NodeView]
     jobs: Mapping[str, JobView]
+    capabilities: EngineCapabilities = EngineCapabilities()
+    """What the engine can carry out: a policy need not propose what it cannot (the
+    controller refuses such a decision anyway, with the reason)."""
 
     def jobs_in(self, *phases: Phase) -> list[JobView]:
         return [j for j in self.jobs.values() if j.phase in phases]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sluice.model import ClusterView, Decision, Place, Wait
 from sluice.policy.parts.capacity import Ledger
 from sluice.policy.parts.data_aware import DataScorer, DataWeights, order_by_storage_gap
-from sluice.policy.parts.ordering import ready
+from sluice.policy.parts.ordering import backoff_reason, ready
 from sluice.policy.parts.placement import place_gang
 
 
@@ -26,7 +26,7 @@ class DataAwarePolicy:
         scorer = DataScorer(view, self.weights)
         placeable, backing_off = ready(view, view.queued)
         for job in backing_off:
-            out.append(Wait(job.id, f"restart back-off until t={float(job.hints['not_before']):.1f}"))
+            out.append(Wait(job.id, backoff_reason(job)))
         for job in order_by_storage_gap(view, placeable):
             res = place_gang(job, ledger, scorer)
             if res.allocation is None:

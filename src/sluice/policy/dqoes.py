@@ -19,6 +19,7 @@ from sluice.policy.flowcon import growth_efficiency
 from sluice.policy.kube import place_queued
 from sluice.policy.parts.capacity import Ledger
 from sluice.policy.parts.gpu import uses_gpus
+from sluice.policy.parts.guarantee import cpu_limit_within
 from sluice.policy.parts.placement import spread
 
 MIN_CORES = 0.1
@@ -121,7 +122,7 @@ class DQoESPolicy:
                 why.setdefault(j.id, f"share of what QoE jobs leave ({self.rest})")
         out: list[Decision] = []
         for j in jobs:
-            lim = round(min(limits[j.id], j.cpu_max or cores), 3)
+            lim = cpu_limit_within(j, limits[j.id], cores)
             cur = j.allocation.assignments[0].cpu_limit if j.allocation else None
             if cur is not None and abs(cur - lim) / max(cur, 1e-9) < 0.05:
                 continue

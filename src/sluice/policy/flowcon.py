@@ -6,7 +6,8 @@ Every control interval Δ, per node, for each running job:
   G = P / R  (growth efficiency).
 State: G < α once -> watching; again -> completing; G >= α -> growing.
 Limits: growing jobs get min(G_i / ΣG, 1) x cores; completing jobs keep cores / (β n),
-β = 1 + 1/n; watching jobs are left as they are. When every job on the node is completing,
+β = 1 + 1/n; watching jobs are left as they are; no limit ever goes below a job's guaranteed
+`cpu.min` (parts/guarantee.py). When every job on the node is completing,
 all limits are lifted and Δ doubles (exponential back-off); Δ resets when a job starts or exits.
 
 Unit of P: Δ is measured in minutes, so P is "normalised loss change per minute" and the
@@ -27,6 +28,7 @@ from enum import StrEnum
 from sluice.model import ClusterView, Decision, JobView, Resize
 from sluice.policy.kube import place_queued
 from sluice.policy.parts.capacity import Ledger
+from sluice.policy.parts.guarantee import cpu_limit_within
 from sluice.policy.parts.placement import spread
 
 MIN_LIMIT_CORES = 0.1
@@ -173,16 +175,14 @@ class FlowConPolicy:
             else:
                 limit = cores / (beta * n)
                 why = f"completing, {measured} < α={self.alpha}: keeps 1/(βn) of {node}"
-            if j.cpu_max is not None:
-                limit = min(limit, j.cpu_max)
-            limit = max(limit, MIN_LIMIT_CORES)
+            limit = cpu_limit_within(j, max(limit, MIN_LIMIT_CORES))
             cur = _limit(j)
             if cur is not None and abs(cur - limit) / max(cur, 1e-9) < 0.05:
                 continue
             out.append(
                 Resize(
                     j.id,
-                    j.allocation.with_cpu_limit(round(limit, 3)),  # type: ignore[union-attr]
+                    j.allocation.with_cpu_limit(limit),  # type: ignore[union-attr]
                     f"flowcon: {why} -> CPU limit {limit:.2f} cores",
                 )
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sluice.model import ClusterView, Decision, Place, Wait
 from sluice.policy.parts.capacity import Ledger
-from sluice.policy.parts.ordering import fifo, ready
+from sluice.policy.parts.ordering import backoff_reason, fifo, ready
 from sluice.policy.parts.placement import NodeScore, place_gang, spread
 
 
@@ -18,7 +18,7 @@ def place_queued(view: ClusterView, ledger: Ledger, score: NodeScore, policy: st
     out: list[Decision] = []
     placeable, backing_off = ready(view, view.queued)
     for job in backing_off:
-        out.append(Wait(job.id, f"restart back-off until t={float(job.hints['not_before']):.1f}"))
+        out.append(Wait(job.id, backoff_reason(job)))
     for job in fifo(placeable):
         res = place_gang(job, ledger, score)
         if res.allocation is None:

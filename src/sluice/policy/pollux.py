@@ -2,9 +2,10 @@
 
 Jobs adapt their batch size to their GPUs (the driver runs them AdaptDL-style, hence
 `adaptive_batch`), so a GPU is worth what it adds to a job's *goodput* — throughput times
-statistical efficiency — which the view's `speedup` gives. Pollux maximises a generalised
-mean of the jobs' speedups with p = -1, i.e. minimises Σ 1/speedup: that first gives every
-job one GPU (oldest first), then hands each spare GPU to the job whose 1/speedup falls most.
+statistical efficiency — as `elastic.Speedups` estimates it (the true curve only in an
+oracle study). Pollux maximises a generalised mean of the jobs' speedups with p = -1, i.e.
+minimises Σ 1/speedup: that first gives every job one GPU (oldest first), then hands each
+spare GPU to the job whose 1/speedup falls most.
 A change of allocation costs the job its restart, so a running job's speedup under any other
 allocation is discounted by the restart time against its remaining time.
 

@@ -33,8 +33,14 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 
-def make_policy(name: str, **options: Any) -> Policy:
-    """Build a policy; options a policy does not take are dropped (e.g. interval_s for kube)."""
+def make_policy(name: str | Policy, **options: Any) -> Policy:
+    """The one place a policy is set up, for the control plane, the simulator and benchmarks.
+
+    A name builds it; options it does not take are dropped (e.g. interval_s for kube). A
+    policy object is returned as it is (a test's or a study's own).
+    """
+    if not isinstance(name, str):
+        return name
     try:
         factory = POLICIES[name]
     except KeyError:
@@ -43,3 +49,9 @@ def make_policy(name: str, **options: Any) -> Policy:
 
     params = inspect.signature(factory).parameters
     return factory(**{k: v for k, v in options.items() if k in params})
+
+
+def adapts_batch(policy: Policy) -> bool:
+    """Whether a policy counts on GPU jobs adapting their batch size to their GPUs
+    (AdaptDL-style): pollux and sluice, whose classes say so as `adaptive_batch = True`."""
+    return isinstance(policy, PolluxPolicy | SluicePolicy)

@@ -14,6 +14,7 @@ from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView,
 from sluice.policy.flowcon import growth_efficiency
 from sluice.policy.parts.gpu import uses_gpus
 from sluice.policy.parts.ordering import fifo, ready
+from sluice.policy.parts.placement import unschedulable, wait_reason
 
 
 def remaining_work(job: JobView) -> float:
@@ -56,7 +57,8 @@ class SpeConPolicy:
         for j in fifo(placeable):
             fits = [n for n in load if view.nodes[n].cpu >= j.cpu_min]
             if not fits:
-                out.append(Wait(j.id, "specon: no schedulable node is big enough"))
+                never = unschedulable(j, view.nodes.values())
+                out.append(Wait(j.id, wait_reason("specon", never or "no schedulable node is big enough")))
                 continue
             best = min(fits, key=lambda n: (self._score(load[n]), n))
             c, w = load[best]

@@ -8,7 +8,7 @@
     stream = dataset("imagenet-mini", streaming=True)    # iterable: prefetch + online merging
 
 Where the dataset lives comes from the environment the node agent sets (SLUICE_DATASETS, a
-JSON map name -> {"source": url, "storage_options": {...}}); off-cluster, pass `source=` or a
+JSON map name -> {"source": url, "storage_options": {...}, "cache_key": "owner/name"}); off-cluster, pass `source=` or a
 local path as the name. The data path is imported only when this function is called, so
 importing the SDK stays cheap. Stall time (seconds spent waiting for data) is added as the
 `stall_s` metric to every `sdk.report()` of the process.
@@ -25,9 +25,12 @@ from typing import Any
 _OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def _resolve(name: str, source: str | None, storage_options: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+def _resolve(
+    name: str, source: str | None, storage_options: dict[str, Any] | None
+) -> tuple[str, dict[str, Any], str | None]:
+    """(source, storage options, the dataset's key in the node cache when sluice mounted it)."""
     if source is not None:
-        return source, dict(storage_options or {})
+        return source, dict(storage_options or {}), None
     raw = os.environ.get("SLUICE_DATASETS")
     if raw:
         try:
@@ -36,9 +39,11 @@ def _resolve(name: str, source: str | None, storage_options: dict[str, Any] | No
             raise ValueError(f"SLUICE_DATASETS is not valid JSON: {err}") from None
         entry = table.get(name)
         if isinstance(entry, dict) and isinstance(entry.get("source"), str):
-            return entry["source"], {**entry.get("storage_options", {}), **(storage_options or {})}
+            key = entry.get("cache_key")
+            opts = {**entry.get("storage_options", {}), **(storage_options or {})}
+            return entry["source"], opts, key if isinstance(key, str) else None
     if os.path.isdir(name):
-        return os.path.abspath(name), dict(storage_options or {})
+        return os.path.abspath(name), dict(storage_options or {}), None
     known = ", ".join(sorted(json.loads(raw))) if raw else "none"
     raise ValueError(
         f"dataset {name!r}: not mounted in this job (datasets given to it: {known}); "
@@ -66,9 +71,11 @@ def dataset(
     from sluice.data.handle import DatasetHandle
     from sluice.data.torch_dataset import CachedMapDataset, CachedStream
 
-    src, opts = _resolve(name, source, storage_options)
+    src, opts, key = _resolve(name, source, storage_options)
     handle = DatasetHandle(
-        name=os.path.basename(name.rstrip("/")) if name == src else name,
+        # The cache entry is per tenant (`owner/name`, from SLUICE_DATASETS), so two tenants'
+        # datasets of one name never share cached bytes.
+        name=key or (os.path.basename(name.rstrip("/")) if name == src else name),
         source=src,
         storage_options=opts,
         disk_dir=os.environ.get("SLUICE_CACHE_DISK_DIR"),

@@ -27,6 +27,10 @@ MAX_LOCAL_BSZ: dict[str, int] = {"yolov3": 8}
 RESTART_PENALTY_S = 30.0
 """Seconds a GPU job loses on every (re)start or change of allocation (checkpoint-restart)."""
 
+SHIPPED_MODELS = Path(__file__).resolve().parent / "models"
+"""The Pollux artifact's measured job models, shipped as package data (see models/SOURCE.md):
+small, and without them no GPU job can be simulated."""
+
 Placement = tuple[int, ...]
 """GPUs on each node the job uses, e.g. (4, 4, 2)."""
 

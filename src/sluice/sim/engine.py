@@ -6,34 +6,51 @@ driver calls `advance(to)`: every running job's model is stepped to that time, c
 land at their exact virtual time, and the events a real engine would report (JobStarted,
 JobProgress, JobUsage, JobExited, NodeLost/NodeUp) queue up for the next `poll()`.
 
-Besides the protocol it offers the two optional methods the controller looks for:
-`speedup_fn(job_id)` (a job's relative goodput under any allocation) and `job_hints(job_id)`.
+It reports only what a real engine could observe: starts, exits, the steps, loss and
+declared total steps a job's `sdk.report` would send, and CPU usage. Its ground truth (each
+job's exact remaining work, speedup curve and restart cost) is offered only when it is built
+with `oracle=True`, as `oracle_source`, which the driver must hand to the Controller
+explicitly; results of such a run are upper bounds, labelled so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sluice.model import (
     Allocation,
+    EngineCapabilities,
     Event,
     JobExited,
     JobProgress,
     JobStarted,
     JobUsage,
     LaunchRequest,
+    NodeCache,
     NodeInfo,
     NodeLost,
     NodeUp,
+    OracleInfo,
 )
+from sluice.sim.datacache import DataCluster
 from sluice.sim.failures import FailurePlan
 from sluice.sim.jobs import JobModel
 
 
 class CapacityError(ValueError):
     """A launch or resize asked for more GPUs than a node has free (a policy bug)."""
+
+
+class SimOracle:
+    """The simulator's ground truth about its jobs (an `OracleSource`): for upper-bound
+    studies only. Exists only on a SimEngine built with `oracle=True`."""
+
+    def __init__(self, models: dict[str, JobModel]) -> None:
+        self._models = models
+
+    def oracle(self, job_id: str) -> OracleInfo | None:
+        model = self._models.get(job_id)
+        return None if model is None else model.oracle()
 
 
 @dataclass
@@ -44,8 +61,27 @@ class _Run:
 
 class SimEngine:
     name = "sim"
+    capabilities = EngineCapabilities(
+        live_cpu_resize=True,
+        gpu_resize=True,  # a GPU change is modelled as a restart: the job model charges its restart penalty
+        gang_launch=True,
+        migration=True,
+        job_progress=True,
+        measured_throughput=True,
+        max_replicas=1024,
+    )
+    checkpoint_root: str | None = None  # simulated checkpoints are not files
 
-    def __init__(self, nodes: list[NodeInfo], failures: FailurePlan | None = None, progress_events: bool = True):
+    def __init__(
+        self,
+        nodes: list[NodeInfo],
+        failures: FailurePlan | None = None,
+        progress_events: bool = True,
+        oracle: bool = False,
+        data: DataCluster | None = None,
+    ):
+        """oracle: offer the simulator's ground truth (`oracle_source`) for upper-bound studies.
+        data: node dataset caches, reported as NodeCache events as a node agent would."""
         self.now = 0.0
         self._nodes = {n.name: n for n in nodes}
         self._lost: dict[str, float] = {}
@@ -58,6 +94,11 @@ class SimEngine:
         self.completed_at: dict[str, float] = {}
         self.first_start: dict[str, float] = {}
         self.node_losses = 0
+        self.oracle_source: SimOracle | None = SimOracle(self._models) if oracle else None
+        self.data = data
+        if data is not None:
+            data.changed.update(self._nodes)  # report every (empty) cache once
+        """Ground truth for the Controller's `oracle` argument; None unless built with oracle=True."""
 
     # ----------------------------------------------------------------- set-up
 
@@ -86,6 +127,11 @@ class SimEngine:
         return None
 
     def poll(self) -> list[Event]:
+        if self.data is not None:
+            for node in sorted(self.data.changed & self._nodes.keys()):
+                held = {d: 1.0 for d in self.data.held(node)}
+                self._events.append(NodeCache(node, self.now, held, self.data.free_bytes(node)))
+            self.data.changed.clear()
         out, self._events = self._events, []
         return out
 
@@ -95,7 +141,9 @@ class SimEngine:
             raise KeyError(f"sim engine has no model for job {req.job_id}")
         lost = [n for n in req.allocation.nodes if n in self._lost or n not in self._nodes]
         if lost:
-            self._events.append(JobExited(req.job_id, req.attempt, self.now, -9, f"node lost: {lost[0]}"))
+            self._events.append(
+                JobExited(req.job_id, req.attempt, self.now, -9, f"node lost: {lost[0]}", node_lost=True)
+            )
             return
         self._take(req.allocation, None)
         model.place(req.allocation)
@@ -122,16 +170,6 @@ class SimEngine:
         model.suspend()
         why = "checkpointed and stopped" if checkpoint else "killed"
         self._events.append(JobExited(job_id, attempt, self.now, 0 if checkpoint else -9, why))
-
-    # ----------------------------------------------------------------- optional, for policies
-
-    def speedup_fn(self, job_id: str) -> Callable[[Allocation], float] | None:
-        model = self._models.get(job_id)
-        return None if model is None else model.speedup
-
-    def job_hints(self, job_id: str) -> dict[str, Any]:
-        model = self._models.get(job_id)
-        return {} if model is None else model.hints()
 
     # ----------------------------------------------------------------- virtual time
 
@@ -215,7 +253,7 @@ class SimEngine:
                 model.rollback(self.failures.lost_work_s())
             self._release(job_id)
             model.suspend()
-            self._events.append(JobExited(job_id, run.attempt, t, -9, f"node lost: {node}"))
+            self._events.append(JobExited(job_id, run.attempt, t, -9, f"node lost: {node}", node_lost=True))
 
     def _repairs(self, t: float) -> None:
         for node, back in list(self._lost.items()):

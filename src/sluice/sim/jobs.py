@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from sluice.model import Allocation
+from sluice.model import Allocation, OracleInfo
 from sluice.sim.apps import RESTART_PENALTY_S, Application, BatchConfig, Placement
 
 TRACE_SCALING_EXPONENT = 0.8
@@ -49,7 +49,9 @@ class JobModel(Protocol):
     def cpu_demand(self, alloc: Allocation) -> float: ...
     def loss(self) -> float | None: ...
     def speedup(self, alloc: Allocation) -> float: ...
-    def hints(self) -> dict[str, Any]: ...
+    def oracle(self) -> OracleInfo:
+        """Ground truth about this job, for oracle (upper-bound) studies only."""
+        ...
 
 
 @dataclass
@@ -167,20 +169,8 @@ class GpuAppJob:
         """Seconds left on one GPU at today's efficiency (the reference for `speedup`)."""
         return max(0.0, self.app.total_progress - self.progress) / self.rate((1,))
 
-    def hints(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "application": self.app.name,
-            "epoch": self.epoch,
-            "max_epochs": self.app.max_epochs,
-            "requested_gpus": self.requested_gpus,
-            "batch_size": self.cfg.batch_size if self.cfg else self.batch_size,
-            "adaptive": self.adaptive,
-            "max_gpus": self.max_gpus,
-            "ref_gpus": 1,
-            "remaining_ref_s": self.remaining_ref_s(),
-            "restart_penalty_s": RESTART_PENALTY_S,
-        }
+    def oracle(self) -> OracleInfo:
+        return OracleInfo(self.remaining_ref_s(), 1, self.speedup, RESTART_PENALTY_S)
 
 
 @dataclass
@@ -256,16 +246,13 @@ class TraceJob:
     def speedup(self, alloc: Allocation) -> float:
         return self.rate(placement_of(alloc))
 
-    def hints(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "requested_gpus": self.gpus,
-            "max_gpus": max(1, min(64, self.gpus * 2)),
-            "ref_gpus": self.gpus,
-            "remaining_ref_s": max(0.0, self.duration_s - self.done_s),
-            "restart_penalty_s": RESTART_PENALTY_S,
-            "adaptive": False,
-        }
+    @property
+    def max_gpus(self) -> int:
+        """What the job declares it can use: up to twice the GPUs it ran on in the trace."""
+        return max(1, min(64, self.gpus * 2))
+
+    def oracle(self) -> OracleInfo:
+        return OracleInfo(max(0.0, self.duration_s - self.done_s), self.gpus, self.speedup, RESTART_PENALTY_S)
 
 
 @dataclass(frozen=True)
@@ -370,13 +357,6 @@ class CpuJob:
         cores = a.cpu_limit if a.cpu_limit is not None else self.curve.saturation
         return self.curve.throughput(cores) / max(self.curve.throughput(1.0), 1e-9)
 
-    def hints(self) -> dict[str, Any]:
-        thr = self.curve.throughput(self.curve.saturation)
-        return {
-            "kind": self.kind,
-            "saturation_cores": self.curve.saturation,
-            "remaining_ref_s": (self.steps - self.done_steps) / max(self.curve.throughput(1.0), 1e-9),
-            "remaining_best_s": (self.steps - self.done_steps) / max(thr, 1e-9),
-            "restart_penalty_s": self.startup_s,
-            "adaptive": False,
-        }
+    def oracle(self) -> OracleInfo:
+        left = (self.steps - self.done_steps) / max(self.curve.throughput(1.0), 1e-9)
+        return OracleInfo(left, 0, self.speedup, self.startup_s)

@@ -23,7 +23,8 @@ class WorkloadError(ValueError):
 class WorkloadJob:
     """One job of a workload.
 
-    kind: "gpu" (a measured application), "trace" (duration × GPUs from a trace) or "cpu".
+    kind: "gpu" (a measured application), "trace" (duration × GPUs from a trace), "cpu", or
+          "data" (reads `dataset` for `epochs` epochs of `epoch_s` compute each, on `cpus` cores).
     submit_time: seconds from the start of the workload.
     """
 
@@ -39,6 +40,12 @@ class WorkloadJob:
     cpu_steps: int | None = None
     qoe_loss: float | None = None
     qoe_deadline_s: float | None = None
+    dataset: str | None = None
+    epochs: int | None = None
+    epoch_s: float | None = None
+    cpus: float | None = None
+    queue: str = "default"
+    """The queue the job is submitted to (docs/queues.md); `sluice bench fairness` sets it."""
 
 
 def _num(row: dict[str, str], col: str, path: Path, line: int) -> float:
@@ -203,6 +210,29 @@ def cpu_workload(
             )
         )
     return out
+
+
+def data_workload(n_jobs: int, *, n_datasets: int = 40, seed: int = 0) -> tuple[list[WorkloadJob], dict[str, int]]:
+    """Jobs that each read a dataset (Kang et al.'s data-aware placement setting), and the
+    datasets' sizes: ~120 GB each (log-normal), Zipf popularity (s = 1.1), arrivals every 90 s
+    on average (Poisson), 2/4/8 cores, 2-6 epochs of 200-900 s of compute."""
+    import math
+
+    rng = random.Random(seed)
+    sizes = {f"ds{d}": int(rng.lognormvariate(math.log(120e9), 0.6)) for d in range(n_datasets)}
+    weights = [1 / (d + 1) ** 1.1 for d in range(n_datasets)]
+    jobs = []
+    t = 0.0
+    for j in range(n_jobs):
+        t += rng.expovariate(1 / 90.0)
+        dataset = rng.choices(list(sizes), weights)[0]
+        cpus = rng.choice((2.0, 4.0, 8.0))
+        epochs = rng.randint(2, 6)
+        epoch_s = rng.uniform(200, 900)
+        jobs.append(
+            WorkloadJob(f"j{j:04d}", t, "data", gpus=0, dataset=dataset, epochs=epochs, epoch_s=epoch_s, cpus=cpus)
+        )
+    return jobs, sizes
 
 
 def write_workload(jobs: list[WorkloadJob], path: str | Path) -> None:

@@ -13,16 +13,23 @@ from sluice.spec.job import (
     Resources,
 )
 from sluice.spec.loading import load_job_spec, load_spec_file, parse_job_spec
+from sluice.spec.queue import GrantSpec, PreemptionSpec, QueuePatch, QueueSpec, QuotaSpec, TenantPatch
 from sluice.spec.tenant import TenantSpec
 
 __all__ = [
     "CheckpointSpec",
     "DatasetMount",
     "DatasetSpec",
+    "GrantSpec",
     "JobSpec",
+    "PreemptionSpec",
     "QoETarget",
+    "QueuePatch",
+    "QueueSpec",
+    "QuotaSpec",
     "Resources",
     "SpecError",
+    "TenantPatch",
     "TenantSpec",
     "load_job_spec",
     "load_spec_file",

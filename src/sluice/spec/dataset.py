@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from sluice.spec.base import SpecModel
 from sluice.spec.job import NAME_PATTERN
 
 ALLOWED_SCHEMES = ("file", "local", "s3", "http", "https", "memory")
 
 
-class DatasetSpec(BaseModel):
+class DatasetSpec(SpecModel):
     """A dataset as a tenant declares it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     tenant: Annotated[str | None, Field(pattern=NAME_PATTERN)] = None

@@ -7,10 +7,12 @@ because a misspelt `max_restarts` silently ignored is a job that is not retried.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
+
+from sluice.spec.base import SpecModel
 
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 """DNS-label-like names: safe in paths, URLs and cgroup names."""
@@ -21,8 +23,19 @@ MAX_ARG_LENGTH = 8192
 _SHELL_META = re.compile(r"[;&|`$<>]|\$\(|&&|\|\|")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+MAX_LABEL_LENGTH = 256
+
+EARLIEST_DEADLINE = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_DEADLINE = datetime(2200, 1, 1, tzinfo=UTC)
+"""A fixed window, not one relative to now: stored specs are validated again when they are
+read back, and a spec accepted yesterday must still load tomorrow."""
+
+MAX_DEADLINE_S = 10 * 366 * 86400.0
+"""Ten years: a relative deadline beyond it is a unit mistake (ms for s), not a plan."""
+
+
+class _Strict(SpecModel):
+    """Every spec part: see SpecModel (unknown fields, finite floats, storable strings)."""
 
 
 class CpuRange(_Strict):
@@ -87,9 +100,27 @@ class CheckpointSpec(_Strict):
 class QoETarget(_Strict):
     """A quality-of-experience target (DQoES): reach `loss` (or below) and/or finish by a deadline."""
 
-    loss: Annotated[float | None, Field(description="Target loss; reached when a report's loss <= this.")] = None
-    deadline_s: Annotated[float | None, Field(gt=0, description="Seconds after submission to finish by.")] = None
-    deadline: datetime | None = None
+    loss: Annotated[
+        float | None,
+        Field(ge=-1e12, le=1e12, description="Target loss (finite); reached when a report's loss <= this."),
+    ] = None
+    deadline_s: Annotated[
+        float | None,
+        Field(gt=0, le=MAX_DEADLINE_S, description="Seconds after submission to finish by (at most ten years)."),
+    ] = None
+    deadline: Annotated[
+        AwareDatetime | None,
+        Field(description="Finish by this time: ISO 8601 with a timezone (or a Unix time), years 2000 to 2199."),
+    ] = None
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_window(cls, v: datetime | None) -> datetime | None:
+        if v is not None and not EARLIEST_DEADLINE <= v < LATEST_DEADLINE:
+            raise ValueError(
+                f"{v.isoformat()} is outside the accepted window [{EARLIEST_DEADLINE.date()}, {LATEST_DEADLINE.date()})"
+            )
+        return v
 
     @model_validator(mode="after")
     def _something(self) -> QoETarget:
@@ -112,7 +143,9 @@ class JobSpec(_Strict):
     tenant: Annotated[
         str | None, Field(pattern=NAME_PATTERN, description="Owner; defaults to the caller's tenant.")
     ] = None
-    queue: Annotated[str, Field(pattern=NAME_PATTERN)] = "default"
+    queue: Annotated[
+        str, Field(pattern=NAME_PATTERN, description="A queue the tenant is granted (docs/queues.md).")
+    ] = "default"
     command: Annotated[
         list[str],
         Field(min_length=1, max_length=MAX_ARGV_ITEMS, description="argv list, run without a shell."),
@@ -128,6 +161,22 @@ class JobSpec(_Strict):
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     qoe: QoETarget | None = None
     labels: Annotated[dict[str, str], Field(max_length=64)] = {}
+    resume_from: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            description="Start from the newest checkpoint of this finished, cancelled or suspended job "
+            "of the same tenant.",
+        ),
+    ] = None
+
+    @field_validator("labels")
+    @classmethod
+    def _label_sizes(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not key or len(key) > MAX_LABEL_LENGTH or len(value) > MAX_LABEL_LENGTH:
+                raise ValueError(f"{key[:40]!r}: label names and values are 1 to {MAX_LABEL_LENGTH} characters")
+        return v
 
     @field_validator("command", mode="before")
     @classmethod

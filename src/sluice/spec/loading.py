@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -11,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from sluice.spec.errors import FieldProblem, SpecError
 from sluice.spec.job import JobSpec
 
-MAX_SPEC_BYTES = 256 * 1024
+MAX_SPEC_BYTES = 1024 * 1024
 """Specs are small; anything bigger is a mistake or an attack and is refused before parsing."""
 
 M = TypeVar("M", bound=BaseModel)
@@ -45,25 +47,64 @@ def parse_job_spec(data: Any) -> JobSpec:
     return parse_model(JobSpec, data)
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """The parser's complaint with the line and column it points at (1-based)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    what = getattr(err, "problem", None) or str(err).splitlines()[0]
+    if mark is not None:
+        return f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {what}"
+    return f"not valid YAML: {what}"
+
+
 def load_yaml_text(text: str | bytes) -> Any:
     if len(text) > MAX_SPEC_BYTES:
         raise SpecError([FieldProblem("(spec)", f"larger than {MAX_SPEC_BYTES // 1024} KiB")])
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise SpecError([FieldProblem("(spec)", f"not valid YAML: {err}")]) from None
+        raise SpecError([FieldProblem("(spec)", _yaml_problem(err))]) from None
+    except RecursionError:
+        raise SpecError([FieldProblem("(spec)", "nested too deeply")]) from None
+
+
+def read_spec_bytes(path: str | Path) -> bytes:
+    """The bytes of a spec file: a regular file of at most MAX_SPEC_BYTES, else a SpecError.
+
+    Checked on the opened descriptor, not the name, and read with a cap rather than trusting
+    the size the file reports: `/dev/zero`, a FIFO, a directory or a file growing while it is
+    read would otherwise hang or exhaust memory.
+    """
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise SpecError([FieldProblem("(file)", f"cannot read {p}: {err.strerror}")]) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise SpecError([FieldProblem("(file)", f"{p} is a directory, not a spec file")])
+        if not stat.S_ISREG(mode):
+            raise SpecError([FieldProblem("(file)", f"{p} is not a regular file (a device, FIFO or socket)")])
+        chunks, size = [], 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as err:
+        raise SpecError([FieldProblem("(file)", f"cannot read {p}: {err.strerror}")]) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError([FieldProblem("(spec)", f"{p} is larger than {MAX_SPEC_BYTES // 1024} KiB")])
+    return data
 
 
 def load_spec_file(path: str | Path) -> Any:
     """Read a YAML/JSON spec file into plain data (not validated)."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-    except OSError as err:
-        raise SpecError([FieldProblem("(file)", f"cannot read {p}: {err.strerror}")]) from None
-    if size > MAX_SPEC_BYTES:
-        raise SpecError([FieldProblem("(spec)", f"larger than {MAX_SPEC_BYTES // 1024} KiB")])
-    return load_yaml_text(p.read_bytes())
+    return load_yaml_text(read_spec_bytes(path))
 
 
 def load_job_spec(path: str | Path) -> JobSpec:

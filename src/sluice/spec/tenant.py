@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sluice.spec.base import SpecModel
 from sluice.spec.job import NAME_PATTERN
 
+MAX_RUNNING_JOBS = 1_000_000
+"""A quota above any real cluster; larger numbers are typos (and overflow a database integer)."""
 
-class TenantSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
+class TenantSpec(SpecModel):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     admin: bool = False
-    max_running_jobs: Annotated[int | None, Field(ge=1, description="Quota on concurrently running jobs.")] = None
+    max_running_jobs: Annotated[
+        int | None, Field(ge=1, le=MAX_RUNNING_JOBS, description="Quota on concurrently running jobs.")
+    ] = None
     weight: Annotated[float, Field(gt=0, le=1000, description="Fair-share weight.")] = 1.0

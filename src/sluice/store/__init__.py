@@ -1,9 +1,28 @@
 """Durable state and the append-only event log; the only code that talks SQL."""
 
-from sluice.store.base import DuplicateError, EventRecord, NodeRecord, Store, TenantRecord
+from sluice.store.base import (
+    DuplicateError,
+    EventRecord,
+    NewEvent,
+    NodeRecord,
+    QueueRecord,
+    Store,
+    StoreUnavailable,
+    TenantRecord,
+)
 from sluice.store.memory import MemoryStore
 
-__all__ = ["DuplicateError", "EventRecord", "MemoryStore", "NodeRecord", "Store", "TenantRecord"]
+__all__ = [
+    "DuplicateError",
+    "EventRecord",
+    "MemoryStore",
+    "NewEvent",
+    "NodeRecord",
+    "QueueRecord",
+    "Store",
+    "StoreUnavailable",
+    "TenantRecord",
+]
 
 
 def open_store(url: str) -> Store:

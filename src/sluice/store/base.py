@@ -7,11 +7,12 @@ day of a thousand-node cluster must run in seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.model import JobRecord, NodeHealth, Phase
+from sluice.model.queue import QueueConfig
 from sluice.spec import DatasetSpec
 
 
@@ -28,6 +29,18 @@ class EventRecord:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append, written in the same transaction as the record it explains."""
+
+    time: float
+    kind: str
+    message: str
+    job_id: str | None = None
+    node: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class TenantRecord:
     name: str
@@ -36,6 +49,19 @@ class TenantRecord:
     max_running_jobs: int | None = None
     weight: float = 1.0
     created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    """A queue as an admin made it (docs/queues.md): its quotas live in `config`; the
+    tenants it is granted to are kept separately (`grant_queue`)."""
+
+    config: QueueConfig
+    created_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
 
 
 @dataclass
@@ -62,12 +88,29 @@ class DatasetRecord:
 
 
 class Store(Protocol):
-    def create_job(self, job: JobRecord) -> None: ...
-    def save_job(self, job: JobRecord) -> None: ...
+    def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
+        """Insert a new job and its events in one transaction (DuplicateError if it exists)."""
+        ...
+
+    def save_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
+        """Write the job's whole record and append `events`, atomically: both or neither."""
+        ...
+
     def get_job(self, job_id: str) -> JobRecord | None: ...
     def list_jobs(
-        self, tenant: str | None = None, phases: Iterable[Phase] | None = None, limit: int | None = None
-    ) -> list[JobRecord]: ...
+        self,
+        tenant: str | None = None,
+        phases: Iterable[Phase] | None = None,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[JobRecord]:
+        """Jobs ordered by (submitted_at, id); `after` = only those strictly after that key."""
+        ...
+
+    def count_jobs(self) -> dict[str, int]:
+        """Jobs by phase value (for metrics: a scrape must not read every record)."""
+        ...
+
     def append_event(
         self,
         time: float,
@@ -83,22 +126,74 @@ class Store(Protocol):
         node: str | None = None,
         kinds: Iterable[str] | None = None,
         since_seq: int = 0,
+        limit: int | None = None,
     ) -> list[EventRecord]: ...
     def create_tenant(self, tenant: TenantRecord) -> None: ...
     def save_tenant(self, tenant: TenantRecord) -> None: ...
     def get_tenant(self, name: str) -> TenantRecord | None: ...
     def tenant_by_token_hash(self, token_hash: str) -> TenantRecord | None: ...
-    def list_tenants(self) -> list[TenantRecord]: ...
+    def list_tenants(self, after: str | None = None, limit: int | None = None) -> list[TenantRecord]:
+        """Tenants ordered by name; `after` = only names strictly after it."""
+        ...
+
     def delete_tenant(self, name: str) -> None: ...
+    def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
+        """The uid the tenant's jobs run as: its current one, else the next never-used number in
+        [lowest, highest] (ValueError when the range is spent)."""
+        ...
+
+    def release_uid(self, tenant: str, at: float) -> None:
+        """The tenant is gone: its uid stays taken, but no longer maps to it."""
+        ...
+
     def save_node(self, node: NodeRecord) -> None: ...
     def list_nodes(self) -> list[NodeRecord]: ...
     def create_dataset(self, ds: DatasetRecord) -> None: ...
     def save_dataset(self, ds: DatasetRecord) -> None: ...
     def get_dataset(self, tenant: str, name: str) -> DatasetRecord | None: ...
-    def list_datasets(self, tenant: str | None = None) -> list[DatasetRecord]: ...
+    def list_datasets(
+        self, tenant: str | None = None, after: tuple[str, str] | None = None, limit: int | None = None
+    ) -> list[DatasetRecord]:
+        """Datasets ordered by (tenant, name); `after` = only those strictly after that key."""
+        ...
+
     def delete_dataset(self, tenant: str, name: str) -> None: ...
+    def publish_dataset(self, tenant: str, name: str, at: float) -> None:
+        """Publish tenant's dataset `name` to every tenant (DuplicateError if a dataset of that
+        name is already published)."""
+        ...
+
+    def unpublish_dataset(self, name: str) -> None: ...
+    def published_datasets(self) -> dict[str, str]:
+        """Published dataset name -> owning tenant."""
+        ...
+
+    def save_queue(self, queue: QueueRecord) -> None:
+        """Create or replace a queue (its grants are kept)."""
+        ...
+
+    def get_queue(self, name: str) -> QueueRecord | None: ...
+    def list_queues(self) -> list[QueueRecord]: ...
+    def delete_queue(self, name: str) -> None:
+        """Delete a queue and its grants."""
+        ...
+
+    def grant_queue(self, queue: str, tenant: str, granted: bool = True) -> None:
+        """Grant `tenant` the use of `queue` (or take it away with granted=False)."""
+        ...
+
+    def queue_grants(self) -> dict[str, list[str]]:
+        """queue -> the tenants granted it, sorted."""
+        ...
+
     def close(self) -> None: ...
 
 
 class DuplicateError(ValueError):
     """A record with that key already exists."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot take a write now (disk full, read-only file system, I/O error, the
+    database server gone). Nothing of the failed write was kept; reads may still work. The
+    API answers 503 with this reason, and the controller retries the round later."""

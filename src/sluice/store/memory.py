@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sluice.model import JobRecord, Phase
-from sluice.store.base import DatasetRecord, DuplicateError, EventRecord, NodeRecord, TenantRecord
+from sluice.store.base import (
+    DatasetRecord,
+    DuplicateError,
+    EventRecord,
+    NewEvent,
+    NodeRecord,
+    QueueRecord,
+    TenantRecord,
+)
 
 
 class MemoryStore:
@@ -16,32 +24,54 @@ class MemoryStore:
         self._jobs: dict[str, JobRecord] = {}
         self._events: list[EventRecord] = []
         self._tenants: dict[str, TenantRecord] = {}
+        self._uids: dict[str, int] = {}
+        self._uids_taken: set[int] = set()
         self._nodes: dict[str, NodeRecord] = {}
         self._datasets: dict[tuple[str, str], DatasetRecord] = {}
+        self._published: dict[str, str] = {}
+        self._queues: dict[str, QueueRecord] = {}
+        self._grants: set[tuple[str, str]] = set()
 
-    def create_job(self, job: JobRecord) -> None:
+    def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         if job.id in self._jobs:
             raise DuplicateError(f"job {job.id} exists")
-        self._jobs[job.id] = copy.copy(job)
+        self._jobs[job.id] = job
+        self._append(events)
 
-    def save_job(self, job: JobRecord) -> None:
-        self._jobs[job.id] = copy.copy(job)
+    def save_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
+        self._jobs[job.id] = job  # records are immutable: no copy needed
+        self._append(events)
+
+    def _append(self, events: Sequence[NewEvent]) -> None:
+        for e in events:
+            self.append_event(e.time, e.kind, e.message, e.job_id, e.node, e.data)
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        j = self._jobs.get(job_id)
-        return copy.copy(j) if j else None
+        return self._jobs.get(job_id)
 
     def list_jobs(
-        self, tenant: str | None = None, phases: Iterable[Phase] | None = None, limit: int | None = None
+        self,
+        tenant: str | None = None,
+        phases: Iterable[Phase] | None = None,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
         ph = set(phases) if phases is not None else None
         out = [
-            copy.copy(j)
+            j
             for j in self._jobs.values()
-            if (tenant is None or j.tenant == tenant) and (ph is None or j.phase in ph)
+            if (tenant is None or j.tenant == tenant)
+            and (ph is None or j.phase in ph)
+            and (after is None or (j.submitted_at, j.id) > after)
         ]
         out.sort(key=lambda j: (j.submitted_at, j.id))
         return out[:limit] if limit else out
+
+    def count_jobs(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for j in self._jobs.values():
+            out[j.phase.value] = out.get(j.phase.value, 0) + 1
+        return out
 
     def append_event(
         self,
@@ -61,9 +91,10 @@ class MemoryStore:
         node: str | None = None,
         kinds: Iterable[str] | None = None,
         since_seq: int = 0,
+        limit: int | None = None,
     ) -> list[EventRecord]:
         ks = set(kinds) if kinds is not None else None
-        return [
+        out = [
             e
             for e in self._events
             if e.seq > since_seq
@@ -71,6 +102,7 @@ class MemoryStore:
             and (node is None or e.node == node)
             and (ks is None or e.kind in ks)
         ]
+        return out[:limit] if limit else out
 
     def create_tenant(self, tenant: TenantRecord) -> None:
         if tenant.name in self._tenants:
@@ -86,11 +118,50 @@ class MemoryStore:
     def tenant_by_token_hash(self, token_hash: str) -> TenantRecord | None:
         return next((t for t in self._tenants.values() if t.token_hash == token_hash), None)
 
-    def list_tenants(self) -> list[TenantRecord]:
-        return sorted(self._tenants.values(), key=lambda t: t.name)
+    def list_tenants(self, after: str | None = None, limit: int | None = None) -> list[TenantRecord]:
+        out = sorted((t for t in self._tenants.values() if after is None or t.name > after), key=lambda t: t.name)
+        return out[:limit] if limit else out
 
     def delete_tenant(self, name: str) -> None:
         self._tenants.pop(name, None)
+
+    def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
+        if tenant in self._uids:
+            return self._uids[tenant]
+        uid = max([lowest, *(u + 1 for u in self._uids_taken)])
+        if uid > highest:
+            raise ValueError(f"the tenant uid range {lowest}..{highest} is spent (settings job_uid_min/max)")
+        self._uids[tenant] = uid
+        self._uids_taken.add(uid)
+        return uid
+
+    def release_uid(self, tenant: str, at: float) -> None:
+        self._uids.pop(tenant, None)
+
+    def save_queue(self, queue: QueueRecord) -> None:
+        self._queues[queue.name] = queue  # frozen: no copy needed
+
+    def get_queue(self, name: str) -> QueueRecord | None:
+        return self._queues.get(name)
+
+    def list_queues(self) -> list[QueueRecord]:
+        return [self._queues[k] for k in sorted(self._queues)]
+
+    def delete_queue(self, name: str) -> None:
+        self._queues.pop(name, None)
+        self._grants = {g for g in self._grants if g[0] != name}
+
+    def grant_queue(self, queue: str, tenant: str, granted: bool = True) -> None:
+        if granted:
+            self._grants.add((queue, tenant))
+        else:
+            self._grants.discard((queue, tenant))
+
+    def queue_grants(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for q, t in sorted(self._grants):
+            out.setdefault(q, []).append(t)
+        return out
 
     def save_node(self, node: NodeRecord) -> None:
         self._nodes[node.name] = copy.copy(node)
@@ -110,11 +181,29 @@ class MemoryStore:
         d = self._datasets.get((tenant, name))
         return copy.copy(d) if d else None
 
-    def list_datasets(self, tenant: str | None = None) -> list[DatasetRecord]:
-        return [copy.copy(d) for k, d in sorted(self._datasets.items()) if tenant is None or k[0] == tenant]
+    def list_datasets(
+        self, tenant: str | None = None, after: tuple[str, str] | None = None, limit: int | None = None
+    ) -> list[DatasetRecord]:
+        out = [
+            copy.copy(d)
+            for k, d in sorted(self._datasets.items())
+            if (tenant is None or k[0] == tenant) and (after is None or k > after)
+        ]
+        return out[:limit] if limit else out
 
     def delete_dataset(self, tenant: str, name: str) -> None:
         self._datasets.pop((tenant, name), None)
+
+    def publish_dataset(self, tenant: str, name: str, at: float) -> None:
+        if name in self._published:
+            raise DuplicateError(f"a dataset named {name} is already published")
+        self._published[name] = tenant
+
+    def unpublish_dataset(self, name: str) -> None:
+        self._published.pop(name, None)
+
+    def published_datasets(self) -> dict[str, str]:
+        return dict(self._published)
 
     def close(self) -> None:
         pass

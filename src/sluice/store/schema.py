@@ -23,11 +23,13 @@ from sqlalchemy import (
     Table,
     Text,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -63,7 +65,14 @@ jobs = Table(
     Column("loss", Double, nullable=True),
     Column("not_before", Double, nullable=False),
     Column("attained_service", Double, nullable=False),
-    Column("extra", JSON, nullable=False),
+    # Version 1's free-form state; kept only so old databases need no table rebuild. Always {}.
+    Column("extra", JSON, nullable=False, default=dict),
+    # Version 2: the job record's typed fields (they lived in `extra` before).
+    Column("checkpoint_step", BigInteger, nullable=True),
+    Column("stop_intent", JSON, nullable=True),
+    Column("requeues", Integer, nullable=False, server_default="0"),
+    Column("last_stop_s", Double, nullable=True),
+    Column("qoe_met_at", Double, nullable=True),
 )
 Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
 
@@ -113,9 +122,88 @@ datasets = Table(
 )
 """Added after version 1 without a migration step: `create_all` adds the missing table."""
 
+tenant_uids = Table(
+    "tenant_uids",
+    metadata,
+    Column("uid", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant", String(64), nullable=False, index=True),
+    Column("assigned_at", Double, nullable=False),
+    Column("released_at", Double, nullable=True),
+)
+"""The unprivileged uid (= gid) each tenant's jobs run as (tenant isolation). A row outlives
+its tenant (released_at set), so a uid is never handed to a second tenant: files a deleted
+tenant's jobs left behind stay out of a newcomer's reach. A new table: `create_all` adds it to
+an older database without a migration step."""
+
+dataset_publications = Table(
+    "dataset_publications",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("published_at", Double, nullable=False),
+)
+"""Datasets an admin published to every tenant (readable by all, deletable by the owner). The
+name is the key: a tenant's job mounts a published dataset by name, so two cannot share one.
+A new table, so `create_all` adds it to an older database without a migration step."""
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("cohort", String(64), nullable=True),
+    Column("nominal", JSON, nullable=False),
+    Column("borrowing_limit", JSON, nullable=False),
+    Column("lending_limit", JSON, nullable=False),
+    Column("weight", Double, nullable=False),
+    Column("preemption", JSON, nullable=False, default=dict),
+    Column("created_at", Double, nullable=False),
+)
+"""Queues with quotas (docs/queues.md). A new table: `create_all` adds it to an older
+database, so it needs no migration step."""
+
+queue_grants = Table(
+    "queue_grants",
+    metadata,
+    Column("queue", String(64), primary_key=True),
+    Column("tenant", String(64), primary_key=True),
+)
+"""Which tenants may submit to which queue (the `default` queue is granted to everyone
+without a row). A new table, added by `create_all`."""
+
 Migration = Callable[[Connection], None]
-MIGRATIONS: dict[int, Migration] = {}
-"""version -> step that turns a database at version-1 into this version (none yet)."""
+
+
+def _v2_typed_job_fields(conn: Connection) -> None:
+    """Version 2: a job's stop intent, checkpoint step, requeue count, last stop time and QoE
+    time move from the free-form `extra` JSON into typed columns."""
+    existing = {c["name"] for c in inspect(conn).get_columns("jobs")}
+    for name, ddl in (
+        ("checkpoint_step", "BIGINT"),
+        ("stop_intent", "JSON"),
+        ("requeues", "INTEGER NOT NULL DEFAULT 0"),
+        ("last_stop_s", "DOUBLE PRECISION"),
+        ("qoe_met_at", "DOUBLE PRECISION"),
+    ):
+        if name not in existing:
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {ddl}"))
+    for row in conn.execute(select(jobs.c.id, jobs.c.extra)).all():
+        extra = dict(row.extra or {})
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == row.id)
+            .values(
+                checkpoint_step=extra.get("checkpoint_step"),
+                stop_intent=extra.get("stop_intent"),
+                requeues=int(extra.get("requeues", 0)),
+                last_stop_s=extra.get("last_stop_s"),
+                qoe_met_at=extra.get("qoe_met_at"),
+                extra={},
+            )
+        )
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2_typed_job_fields}
+"""version -> step that turns a database at version-1 into this version."""
 
 
 def current_version(conn: Connection) -> int | None:

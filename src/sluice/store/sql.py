@@ -8,23 +8,51 @@ failing with "database is locked".
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Iterable
+import os
+import stat
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Row, create_engine, delete, event, insert, select, update
+from sqlalchemy import Connection, Engine, Row, and_, create_engine, delete, event, func, insert, or_, select, update
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from sluice.model import Allocation, JobRecord, NodeHealth, Phase
+from sluice.model import Allocation, JobRecord, NodeHealth, Phase, StopIntent
+from sluice.model.queue import Limits, QueueConfig, Reclaim, WithinQueue
 from sluice.spec import DatasetSpec, JobSpec
 from sluice.store import schema
-from sluice.store.base import DatasetRecord, DuplicateError, EventRecord, NodeRecord, TenantRecord
+from sluice.store.base import (
+    DatasetRecord,
+    DuplicateError,
+    EventRecord,
+    NewEvent,
+    NodeRecord,
+    QueueRecord,
+    StoreUnavailable,
+    TenantRecord,
+)
 
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 """How long a SQLite writer waits for another writer before giving up (ms)."""
+
+
+def _private_database(path: Path) -> None:
+    """The database and its -wal/-shm/-journal companions readable by their owner only: the
+    WAL holds token hashes and job environments. SQLite gives a companion file the mode of the
+    database file, so creating that one 0600 (before SQLite does) covers the rest; the chmods
+    fix files an older sluice made 0644."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # exists, or cannot be made: SQLite says why when it connects
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    for f in (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+        with contextlib.suppress(OSError):
+            if stat.S_IMODE(f.stat().st_mode) != 0o600:
+                f.chmod(0o600)
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -32,7 +60,7 @@ def _sqlite_engine(url: str) -> Engine:
     database = parsed.database or ""
     in_memory = database in ("", ":memory:")
     if not in_memory:
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _private_database(Path(database).expanduser())
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
     if in_memory:
         # One shared connection, or every pooled connection would see its own empty database.
@@ -45,6 +73,7 @@ def _sqlite_engine(url: str) -> Engine:
         if not in_memory:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; WAL keeps it consistent
+            _private_database(Path(database).expanduser())
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.close()
 
@@ -71,7 +100,12 @@ def _job_values(job: JobRecord) -> dict[str, Any]:
         "loss": job.loss,
         "not_before": job.not_before,
         "attained_service": job.attained_service,
-        "extra": dict(job.extra),
+        "extra": {},
+        "checkpoint_step": job.checkpoint_step,
+        "stop_intent": None if job.stop_intent is None else job.stop_intent.to_dict(),
+        "requeues": job.requeues,
+        "last_stop_s": job.last_stop_s,
+        "qoe_met_at": job.qoe_met_at,
     }
 
 
@@ -95,7 +129,11 @@ def _job_from_row(row: Row[Any]) -> JobRecord:
         loss=m["loss"],
         not_before=m["not_before"],
         attained_service=m["attained_service"],
-        extra=dict(m["extra"] or {}),
+        checkpoint_step=m["checkpoint_step"],
+        stop_intent=None if m["stop_intent"] is None else StopIntent.from_dict(m["stop_intent"]),
+        requeues=m["requeues"] or 0,
+        last_stop_s=m["last_stop_s"],
+        qoe_met_at=m["qoe_met_at"],
     )
 
 
@@ -111,6 +149,20 @@ def _tenant_from_row(row: Row[Any]) -> TenantRecord:
     )
 
 
+def _queue_from_row(row: Row[Any]) -> QueueRecord:
+    config = QueueConfig(
+        name=row.name,
+        cohort=row.cohort,
+        nominal=Limits.from_dict(row.nominal),
+        borrowing_limit=Limits.from_dict(row.borrowing_limit),
+        lending_limit=Limits.from_dict(row.lending_limit),
+        weight=float(row.weight),
+        reclaim_within_cohort=Reclaim((row.preemption or {}).get("reclaim_within_cohort", Reclaim.ANY)),
+        within_queue=WithinQueue((row.preemption or {}).get("within_queue", WithinQueue.LOWER_PRIORITY)),
+    )
+    return QueueRecord(config, float(row.created_at))
+
+
 def _tenant_values(t: TenantRecord) -> dict[str, Any]:
     return {
         "name": t.name,
@@ -120,6 +172,17 @@ def _tenant_values(t: TenantRecord) -> dict[str, Any]:
         "weight": t.weight,
         "created_at": t.created_at,
     }
+
+
+_MEDIUM_FAILURES = ("disk is full", "readonly", "read-only", "disk i/o error", "unable to open", "no space")
+
+
+def _is_medium_failure(err: DBAPIError) -> bool:
+    return any(m in str(err.orig).lower() for m in _MEDIUM_FAILURES)
+
+
+def _reason(err: DBAPIError) -> str:
+    return str(err.orig).strip().splitlines()[0] if err.orig is not None else str(err)
 
 
 def _pg_url(url: str) -> URL:
@@ -144,20 +207,57 @@ class SqlStore:
         with self._engine.begin() as conn:
             self.schema_version = schema.migrate(conn)
 
-    # jobs ---------------------------------------------------------------------------------
-    def create_job(self, job: JobRecord) -> None:
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One write transaction. A failure of the medium (disk full, read-only, I/O error,
+        server gone) becomes StoreUnavailable with the database's own words; the transaction
+        is rolled back, so nothing of it was kept."""
         try:
             with self._engine.begin() as conn:
+                yield conn
+        except IntegrityError:
+            raise
+        except OperationalError as err:
+            raise StoreUnavailable(f"the database cannot take writes: {_reason(err)}") from err
+        except DBAPIError as err:
+            if _is_medium_failure(err):
+                raise StoreUnavailable(f"the database cannot take writes: {_reason(err)}") from err
+            raise
+
+    # jobs ---------------------------------------------------------------------------------
+    def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
+        try:
+            with self._write() as conn:
                 conn.execute(insert(schema.jobs).values(**_job_values(job)))
+                self._insert_events(conn, events)
         except IntegrityError:
             raise DuplicateError(f"job {job.id} exists") from None
 
-    def save_job(self, job: JobRecord) -> None:
+    def save_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         values = _job_values(job)
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             res = conn.execute(update(schema.jobs).where(schema.jobs.c.id == job.id).values(**values))
             if res.rowcount == 0:
                 conn.execute(insert(schema.jobs).values(**values))
+            self._insert_events(conn, events)
+
+    @staticmethod
+    def _insert_events(conn: Connection, events: Sequence[NewEvent]) -> None:
+        if events:
+            conn.execute(
+                insert(schema.events),
+                [
+                    {
+                        "time": e.time,
+                        "kind": e.kind,
+                        "message": e.message,
+                        "job_id": e.job_id,
+                        "node": e.node,
+                        "data": e.data or {},
+                    }
+                    for e in events
+                ],
+            )
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._engine.connect() as conn:
@@ -165,9 +265,17 @@ class SqlStore:
         return _job_from_row(row) if row else None
 
     def list_jobs(
-        self, tenant: str | None = None, phases: Iterable[Phase] | None = None, limit: int | None = None
+        self,
+        tenant: str | None = None,
+        phases: Iterable[Phase] | None = None,
+        limit: int | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
         q = select(schema.jobs).order_by(schema.jobs.c.submitted_at, schema.jobs.c.id)
+        if after is not None:  # keyset pagination: (submitted_at, id) > after
+            t, jid = after
+            c = schema.jobs.c
+            q = q.where(or_(c.submitted_at > t, and_(c.submitted_at == t, c.id > jid)))
         if tenant is not None:
             q = q.where(schema.jobs.c.tenant == tenant)
         if phases is not None:
@@ -176,6 +284,11 @@ class SqlStore:
             q = q.limit(limit)
         with self._engine.connect() as conn:
             return [_job_from_row(r) for r in conn.execute(q)]
+
+    def count_jobs(self) -> dict[str, int]:
+        q = select(schema.jobs.c.phase, func.count()).group_by(schema.jobs.c.phase)
+        with self._engine.connect() as conn:
+            return {str(phase): int(n) for phase, n in conn.execute(q)}
 
     # events -------------------------------------------------------------------------------
     def append_event(
@@ -187,7 +300,7 @@ class SqlStore:
         node: str | None = None,
         data: dict[str, Any] | None = None,
     ) -> None:
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             conn.execute(
                 insert(schema.events).values(
                     time=time, kind=kind, message=message, job_id=job_id, node=node, data=data or {}
@@ -200,9 +313,12 @@ class SqlStore:
         node: str | None = None,
         kinds: Iterable[str] | None = None,
         since_seq: int = 0,
+        limit: int | None = None,
     ) -> list[EventRecord]:
         e = schema.events
         q = select(e).where(e.c.seq > since_seq).order_by(e.c.seq)
+        if limit:
+            q = q.limit(limit)
         if job_id is not None:
             q = q.where(e.c.job_id == job_id)
         if node is not None:
@@ -226,14 +342,14 @@ class SqlStore:
     # tenants ------------------------------------------------------------------------------
     def create_tenant(self, tenant: TenantRecord) -> None:
         try:
-            with self._engine.begin() as conn:
+            with self._write() as conn:
                 conn.execute(insert(schema.tenants).values(**_tenant_values(tenant)))
         except IntegrityError:
             raise DuplicateError(f"tenant {tenant.name} exists") from None
 
     def save_tenant(self, tenant: TenantRecord) -> None:
         values = _tenant_values(tenant)
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             res = conn.execute(update(schema.tenants).where(schema.tenants.c.name == tenant.name).values(**values))
             if res.rowcount == 0:
                 conn.execute(insert(schema.tenants).values(**values))
@@ -248,13 +364,89 @@ class SqlStore:
             row = conn.execute(select(schema.tenants).where(schema.tenants.c.token_hash == token_hash)).first()
         return _tenant_from_row(row) if row else None
 
-    def list_tenants(self) -> list[TenantRecord]:
+    def list_tenants(self, after: str | None = None, limit: int | None = None) -> list[TenantRecord]:
+        q = select(schema.tenants).order_by(schema.tenants.c.name)
+        if after is not None:
+            q = q.where(schema.tenants.c.name > after)
+        if limit:
+            q = q.limit(limit)
         with self._engine.connect() as conn:
-            return [_tenant_from_row(r) for r in conn.execute(select(schema.tenants).order_by(schema.tenants.c.name))]
+            return [_tenant_from_row(r) for r in conn.execute(q)]
 
     def delete_tenant(self, name: str) -> None:
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             conn.execute(delete(schema.tenants).where(schema.tenants.c.name == name))
+
+    def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
+        t = schema.tenant_uids
+        for _ in range(5):  # another plane on the same database may take the same number first
+            with self._engine.connect() as conn:
+                live = conn.execute(select(t.c.uid).where(t.c.tenant == tenant, t.c.released_at.is_(None))).first()
+                if live is not None:
+                    return int(live[0])
+                top = conn.execute(select(func.max(t.c.uid))).scalar()
+            uid = lowest if top is None else max(lowest, int(top) + 1)
+            if uid > highest:
+                raise ValueError(f"the tenant uid range {lowest}..{highest} is spent (settings job_uid_min/max)")
+            try:
+                with self._write() as conn:
+                    conn.execute(insert(t).values(uid=uid, tenant=tenant, assigned_at=at, released_at=None))
+                return uid
+            except IntegrityError:
+                continue
+        raise StoreUnavailable(f"could not assign a uid to tenant {tenant!r}: the range is contended")
+
+    def release_uid(self, tenant: str, at: float) -> None:
+        t = schema.tenant_uids
+        with self._write() as conn:
+            conn.execute(update(t).where(t.c.tenant == tenant, t.c.released_at.is_(None)).values(released_at=at))
+
+    # queues -------------------------------------------------------------------------------
+    def save_queue(self, queue: QueueRecord) -> None:
+        c = queue.config
+        values = {
+            "name": c.name,
+            "cohort": c.cohort,
+            "nominal": c.nominal.to_dict(),
+            "borrowing_limit": c.borrowing_limit.to_dict(),
+            "lending_limit": c.lending_limit.to_dict(),
+            "weight": c.weight,
+            "preemption": {"reclaim_within_cohort": str(c.reclaim_within_cohort), "within_queue": str(c.within_queue)},
+            "created_at": queue.created_at,
+        }
+        t = schema.queues
+        with self._write() as conn:
+            if conn.execute(update(t).where(t.c.name == c.name).values(**values)).rowcount == 0:
+                conn.execute(insert(t).values(**values))
+
+    def get_queue(self, name: str) -> QueueRecord | None:
+        with self._engine.connect() as conn:
+            row = conn.execute(select(schema.queues).where(schema.queues.c.name == name)).first()
+        return _queue_from_row(row) if row else None
+
+    def list_queues(self) -> list[QueueRecord]:
+        with self._engine.connect() as conn:
+            return [_queue_from_row(r) for r in conn.execute(select(schema.queues).order_by(schema.queues.c.name))]
+
+    def delete_queue(self, name: str) -> None:
+        with self._write() as conn:
+            conn.execute(delete(schema.queue_grants).where(schema.queue_grants.c.queue == name))
+            conn.execute(delete(schema.queues).where(schema.queues.c.name == name))
+
+    def grant_queue(self, queue: str, tenant: str, granted: bool = True) -> None:
+        g = schema.queue_grants
+        with self._write() as conn:
+            conn.execute(delete(g).where(g.c.queue == queue, g.c.tenant == tenant))
+            if granted:
+                conn.execute(insert(g).values(queue=queue, tenant=tenant))
+
+    def queue_grants(self) -> dict[str, list[str]]:
+        g = schema.queue_grants
+        out: dict[str, list[str]] = {}
+        with self._engine.connect() as conn:
+            for r in conn.execute(select(g.c.queue, g.c.tenant).order_by(g.c.queue, g.c.tenant)):
+                out.setdefault(r.queue, []).append(r.tenant)
+        return out
 
     # nodes --------------------------------------------------------------------------------
     def save_node(self, node: NodeRecord) -> None:
@@ -265,7 +457,7 @@ class SqlStore:
             "cordoned_by": node.cordoned_by,
             "updated_at": node.updated_at,
         }
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             res = conn.execute(update(schema.nodes).where(schema.nodes.c.name == node.name).values(**values))
             if res.rowcount == 0:
                 conn.execute(insert(schema.nodes).values(**values))
@@ -310,14 +502,14 @@ class SqlStore:
 
     def create_dataset(self, ds: DatasetRecord) -> None:
         try:
-            with self._engine.begin() as conn:
+            with self._write() as conn:
                 conn.execute(insert(schema.datasets).values(**self._dataset_values(ds)))
         except IntegrityError:
             raise DuplicateError(f"dataset {ds.tenant}/{ds.name} exists") from None
 
     def save_dataset(self, ds: DatasetRecord) -> None:
         t = schema.datasets
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             values = self._dataset_values(ds)
             done = conn.execute(update(t).where(t.c.tenant == ds.tenant, t.c.name == ds.name).values(**values))
             if done.rowcount == 0:
@@ -329,18 +521,41 @@ class SqlStore:
             row = conn.execute(select(t).where(t.c.tenant == tenant, t.c.name == name)).first()
         return self._dataset_from_row(row) if row else None
 
-    def list_datasets(self, tenant: str | None = None) -> list[DatasetRecord]:
+    def list_datasets(
+        self, tenant: str | None = None, after: tuple[str, str] | None = None, limit: int | None = None
+    ) -> list[DatasetRecord]:
         t = schema.datasets
         q = select(t).order_by(t.c.tenant, t.c.name)
         if tenant is not None:
             q = q.where(t.c.tenant == tenant)
+        if after is not None:
+            q = q.where(or_(t.c.tenant > after[0], and_(t.c.tenant == after[0], t.c.name > after[1])))
+        if limit:
+            q = q.limit(limit)
         with self._engine.connect() as conn:
             return [self._dataset_from_row(r) for r in conn.execute(q)]
 
     def delete_dataset(self, tenant: str, name: str) -> None:
         t = schema.datasets
-        with self._engine.begin() as conn:
+        with self._write() as conn:
             conn.execute(delete(t).where(t.c.tenant == tenant, t.c.name == name))
+
+    def publish_dataset(self, tenant: str, name: str, at: float) -> None:
+        try:
+            with self._write() as conn:
+                conn.execute(insert(schema.dataset_publications).values(name=name, tenant=tenant, published_at=at))
+        except IntegrityError:
+            raise DuplicateError(f"a dataset named {name} is already published") from None
+
+    def unpublish_dataset(self, name: str) -> None:
+        t = schema.dataset_publications
+        with self._write() as conn:
+            conn.execute(delete(t).where(t.c.name == name))
+
+    def published_datasets(self) -> dict[str, str]:
+        t = schema.dataset_publications
+        with self._engine.connect() as conn:
+            return {r.name: r.tenant for r in conn.execute(select(t.c.name, t.c.tenant))}
 
     def close(self) -> None:
         self._engine.dispose()

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from anyio import to_thread
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from sluice.api.auth import CallerDep, PlaneDep
-from sluice.api.contract import Plane
+from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import ErrorOut, EventOut, InvalidOut, JobOut, jsonable
 from sluice.control.errors import NotFound
+from sluice.control.plane import ControlPlane
 from sluice.model import Phase
 from sluice.spec import JobSpec
 
@@ -24,6 +25,9 @@ FOLLOW_POLL_S = 0.25
 """How often a followed log is checked for new bytes (s)."""
 MAX_LOG_BYTES = 8 * 1024 * 1024
 """A plain (not followed) log read returns at most this many trailing bytes."""
+MAX_TAIL_LINES = 100_000
+"""Largest `tail` a log request may ask for (lines)."""
+_TAIL_BLOCK = 64 * 1024
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "Missing or unknown token."},
@@ -31,7 +35,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _get(plane: Plane, caller: Any, job_id: str) -> Any:
+def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
     """The job, or the same 404 whether it does not exist or is another tenant's."""
     try:
         return plane.get_job(caller, job_id)
@@ -47,36 +51,69 @@ def _get(plane: Plane, caller: Any, job_id: str) -> Any:
 )
 def submit(plane: PlaneDep, caller: CallerDep, spec: Annotated[JobSpec, Body()]) -> JobOut:
     """Submit a job. The body is a JobSpec (the same fields as a job YAML file)."""
-    return JobOut.of(plane.submit(caller, spec))
+    return JobOut.of(plane.submit(caller, spec), caller.name)
 
 
-@router.get("", response_model=list[JobOut], responses=_ERRORS)
+_LIST_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    422: {"model": InvalidOut, "description": "A bad query parameter (limit, cursor, phase), named."},
+}
+
+
+@router.get("", response_model=Page[JobOut], responses=_LIST_ERRORS)
 def list_jobs(
     plane: PlaneDep,
     caller: CallerDep,
-    phase: Annotated[list[Phase] | None, Query(description="Only jobs in these phases (repeatable).")] = None,
-) -> list[JobOut]:
-    """The caller's jobs (every tenant's for an admin), oldest first."""
-    return [JobOut.of(j) for j in plane.list_jobs(caller, phases=phase or None)]
+    phase: Annotated[
+        list[Phase] | None, Query(max_length=len(Phase), description="Only jobs in these phases (repeatable).")
+    ] = None,
+    limit: LimitQ = DEFAULT_LIMIT,
+    cursor: CursorQ = None,
+) -> Page[JobOut]:
+    """The caller's jobs (every tenant's for an admin), oldest first, a page at a time."""
+    after = decode_cursor("jobs", cursor, (float, str))
+    jobs = plane.list_jobs(caller, phases=phase or None, after=after, limit=limit + 1)
+    page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id))
+    return Page[JobOut](items=[JobOut.of(j, caller.name) for j in page], next_cursor=nxt)
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS)
 def get_job(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
-    return JobOut.of(_get(plane, caller, job_id))
+    return JobOut.of(_get(plane, caller, job_id), caller.name)
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS)
 def cancel(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
     """Cancel a job: a queued job ends at once; a running one is asked to checkpoint and exit."""
     _get(plane, caller, job_id)
-    return JobOut.of(plane.cancel(caller, job_id))
+    return JobOut.of(plane.cancel(caller, job_id), caller.name)
 
 
-@router.get("/{job_id}/why", response_model=list[EventOut], responses=_ERRORS)
-def why(plane: PlaneDep, caller: CallerDep, job_id: str) -> list[EventOut]:
-    """The job's history with reasons: phase changes, placement, each CPU change, restarts."""
+@router.post("/{job_id}/suspend", response_model=JobOut, responses={**_ERRORS, 409: {"model": ErrorOut}})
+def suspend(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
+    """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
     _get(plane, caller, job_id)
-    return [EventOut.of(e) for e in plane.why(caller, job_id)]
+    return JobOut.of(plane.suspend(caller, job_id), caller.name)
+
+
+@router.post("/{job_id}/resume", response_model=JobOut, responses={**_ERRORS, 409: {"model": ErrorOut}})
+def resume(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
+    """Resume a suspended job: admitted again, it starts from its checkpoint."""
+    _get(plane, caller, job_id)
+    return JobOut.of(plane.resume(caller, job_id), caller.name)
+
+
+@router.get("/{job_id}/why", response_model=Page[EventOut], responses=_LIST_ERRORS)
+def why(
+    plane: PlaneDep, caller: CallerDep, job_id: str, limit: LimitQ = DEFAULT_LIMIT, cursor: CursorQ = None
+) -> Page[EventOut]:
+    """The job's history with reasons (phase changes, placement, each CPU change, restarts),
+    oldest first, a page at a time."""
+    _get(plane, caller, job_id)
+    after = decode_cursor("events", cursor, (int,))
+    events = plane.why(caller, job_id, after_seq=after[0] if after else 0, limit=limit + 1)
+    page, nxt = page_of(events, limit, "events", lambda e: (e.seq,))
+    return Page[EventOut](items=[EventOut.of(e) for e in page], next_cursor=nxt)
 
 
 @router.get("/{job_id}/progress", responses=_ERRORS)
@@ -99,6 +136,38 @@ def _read_from(path: Any, pos: int) -> tuple[bytes, int]:
     return data, pos + len(data)
 
 
+def _tail_start(path: Any, lines: int) -> int:
+    """Offset at which the file's last `lines` lines begin: 0 when it has fewer, and never
+    further back than MAX_LOG_BYTES from its end. Read backwards in blocks, so a long log
+    costs only what is returned."""
+    if not path:
+        return 0
+    try:
+        with open(path, "rb") as f:
+            return _scan_back(f, lines)
+    except FileNotFoundError:
+        return 0
+
+
+def _scan_back(f: BinaryIO, lines: int) -> int:
+    """_tail_start on an open file. A final newline ends the last line; it starts none."""
+    size = f.seek(0, 2)
+    floor = max(0, size - MAX_LOG_BYTES)
+    pos, seen = size, 0
+    while pos > floor:
+        step = min(_TAIL_BLOCK, pos - floor)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        end = len(block) - 1 if pos + step == size and block.endswith(b"\n") else len(block)
+        while (nl := block.rfind(b"\n", 0, end)) >= 0:
+            seen += 1
+            if seen == lines:
+                return pos + nl + 1
+            end = nl
+    return floor
+
+
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
@@ -110,6 +179,14 @@ async def logs(
     caller: CallerDep,
     job_id: str,
     follow: Annotated[bool, Query(description="Keep streaming new lines until the job ends.")] = False,
+    tail: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_TAIL_LINES,
+            description=f"Only the last N lines (1 to {MAX_TAIL_LINES}); with follow, then the new ones.",
+        ),
+    ] = None,
 ) -> Any:
     """The job's output (stdout and stderr). With follow=true the response streams until the job ends."""
     await to_thread.run_sync(_get, plane, caller, job_id)
@@ -118,16 +195,22 @@ async def logs(
         if not path or not Path(path).exists():
             return PlainTextResponse("")
         size = Path(path).stat().st_size
-        data, _ = _read_from(path, max(0, size - MAX_LOG_BYTES))
+        start = max(0, size - MAX_LOG_BYTES)
+        if tail is not None:
+            start = await to_thread.run_sync(_tail_start, path, tail)
+        data, _ = _read_from(path, start)
         return PlainTextResponse(data.decode(errors="replace"))
 
     async def stream() -> AsyncIterator[bytes]:
-        pos, current = 0, None
+        pos, current, first = 0, None, True
         while True:
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
             path = await to_thread.run_sync(plane.log_path, caller, job_id)
             if path != current:  # a new attempt may write elsewhere
                 current, pos = path, 0
+                if first and tail is not None:  # the tail of the log as it is now, then what follows
+                    pos = await to_thread.run_sync(_tail_start, path, tail)
+                first = False
             # Read after looking at the phase: a job that has ended has written all it will.
             while True:
                 chunk, pos = _read_from(current, pos)

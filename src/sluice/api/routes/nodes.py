@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from sluice.api.auth import CallerDep, PlaneDep
-from sluice.api.contract import Plane
+from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import CordonIn, ErrorOut, FaultIn, jsonable
+from sluice.control.plane import ControlPlane
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -19,7 +20,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _node_out(plane: Plane, name: str) -> dict[str, Any]:
+def _node_out(plane: ControlPlane, name: str) -> dict[str, Any]:
     """The node as `GET /v1/nodes` shows it, after the change."""
     for n in plane.nodes():
         out = jsonable(n)
@@ -28,10 +29,16 @@ def _node_out(plane: Plane, name: str) -> dict[str, Any]:
     return {"name": name}
 
 
-@router.get("", responses=_ERRORS)
-def list_nodes(plane: PlaneDep, caller: CallerDep) -> list[dict[str, Any]]:
-    """Every node: capacity, health (and why), cached datasets."""
-    return [n for n in (jsonable(x) for x in plane.nodes()) if isinstance(n, dict)]
+@router.get("", response_model=Page[dict[str, Any]], responses=_ERRORS)
+def list_nodes(
+    plane: PlaneDep, caller: CallerDep, limit: LimitQ = DEFAULT_LIMIT, cursor: CursorQ = None
+) -> Page[dict[str, Any]]:
+    """Every node (capacity, health and why, cached datasets), by name, a page at a time."""
+    after = decode_cursor("nodes", cursor, (str,))
+    nodes = sorted((n for n in (jsonable(x) for x in plane.nodes()) if isinstance(n, dict)), key=lambda n: n["name"])
+    rest = [n for n in nodes if after is None or n["name"] > after[0]]
+    page, nxt = page_of(rest[: limit + 1], limit, "nodes", lambda n: (n["name"],))
+    return Page[dict[str, Any]](items=page, next_cursor=nxt)
 
 
 @router.post("/{name}/cordon", responses=_ERRORS)

@@ -26,6 +26,8 @@ class Ledger:
 
     def __init__(self, view: ClusterView) -> None:
         used = view.used()
+        self.nodes = list(view.nodes.values())
+        """Every node, schedulable or not: what the cluster could ever hold."""
         self.rooms: dict[str, NodeRoom] = {}
         for name, n in view.nodes.items():
             cpu_used, gpu_used = used.get(name, (0.0, 0))

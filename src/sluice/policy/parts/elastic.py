@@ -1,16 +1,31 @@
 """Elastic GPU allocation: what a job gains from more GPUs, and turning per-job GPU counts
 into the fewest decisions (keep, resize in place, preempt, place) that are each feasible in
-the order the controller executes them."""
+the order the controller executes them.
+
+What a job gains and how long it has left are *estimates* from what a real engine observes:
+the job's own reports (declared total steps, measured throughput) and a default sub-linear
+scaling model. Only in an explicit oracle study (`JobView.oracle`, the simulator's ground
+truth) are they exact; that gives upper bounds, not results a real cluster could reach.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Place, Preempt, Resize, Wait
-from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, held_gpus
+from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, held_gpus, requested_gpus
+from sluice.policy.parts.placement import unschedulable, wait_reason
 
 DEFAULT_REMAINING_S = 3600.0
 """What a job with no estimate of its remaining time is assumed to need."""
+
+DEFAULT_RESTART_S = 30.0
+"""What a restart (or change of GPUs) is assumed to cost a job: checkpoint, relaunch, restore.
+No engine measures it yet; the simulator's GPU jobs charge exactly this much."""
+
+SCALING_EXPONENT = 0.8
+"""Default goodput model without an oracle: n GPUs instead of the reference r go (n/r)^0.8
+as fast — typical sub-linear data-parallel scaling. A learned per-job model is future work."""
 
 
 def shape(n: int, per_node: int) -> tuple[int, ...]:
@@ -35,31 +50,44 @@ class Speedups:
         key = (job.id, n)
         v = self._memo.get(key)
         if v is None:
-            if job.speedup is not None:
+            truth = job.oracle.speedup if job.oracle is not None else None
+            if truth is not None:
                 alloc = Allocation(tuple(Assignment(f"_{i}", gpus=g) for i, g in enumerate(shape(n, self.per_node))))
-                v = max(job.speedup(alloc), 1e-9)
+                v = max(truth(alloc), 1e-9)
             else:
-                ref = int(job.hints.get("ref_gpus", 1))
-                v = (n / max(ref, 1)) ** 0.8  # no model: assume a typical sub-linear scaling
+                v = (n / ref_gpus(job)) ** SCALING_EXPONENT
             self._memo[key] = v
         return v
 
 
+def ref_gpus(job: JobView) -> int:
+    """The reference allocation speedups are relative to: the oracle's, else what the job asked for."""
+    if job.oracle is not None:
+        return max(job.oracle.ref_gpus, 1)
+    return max(requested_gpus(job), 1)
+
+
 def remaining_ref_s(job: JobView) -> float:
-    """Seconds left at the job's reference allocation: the engine's estimate if it gives one,
-    else the progress tracker's prediction, else a default."""
-    hint = job.hints.get("remaining_ref_s")
-    if hint is not None:
-        return max(float(hint), 1.0)
+    """Seconds left at the job's reference allocation.
+
+    The oracle's exact figure in an oracle study; else the progress tracker's prediction
+    (declared total steps / measured throughput, at the GPUs the job holds, converted to the
+    reference with the default scaling model); else DEFAULT_REMAINING_S.
+    """
+    if job.oracle is not None:
+        return max(job.oracle.remaining_ref_s, 1.0)
     pr = job.progress.predicted_remaining_s
     if pr is not None:
-        ref = int(job.hints.get("ref_gpus", 1))
-        return max(pr * (held_gpus(job) / max(ref, 1)) ** 0.8 if held_gpus(job) else pr, 1.0)
+        held = held_gpus(job)
+        return max(pr * (held / ref_gpus(job)) ** SCALING_EXPONENT if held else pr, 1.0)
     return DEFAULT_REMAINING_S
 
 
 def restart_s(job: JobView) -> float:
-    return float(job.hints.get("restart_penalty_s", 30.0))
+    """What a change of allocation costs the job: the oracle's exact figure, else the default."""
+    if job.oracle is not None and job.oracle.restart_s is not None:
+        return job.oracle.restart_s
+    return DEFAULT_RESTART_S
 
 
 def apply_targets(
@@ -98,6 +126,10 @@ def apply_targets(
         out.append(Resize(j.id, gpu_allocation(j, pieces), f"{policy}: {held_gpus(j)} -> {n} GPUs ({why(j, n)})"))
     for j in sorted(queued, key=lambda j: -targets.get(j.id, 0)):
         n = targets.get(j.id, 0)
+        never = unschedulable(j, view.nodes.values(), per_replica=False)
+        if never:
+            out.append(Wait(j.id, wait_reason(policy, never)))
+            continue
         if n <= 0:
             out.append(Wait(j.id, f"{policy}: {why(j, 0)}"))
             continue

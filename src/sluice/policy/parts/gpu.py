@@ -13,15 +13,13 @@ from sluice.model import Allocation, Assignment, ClusterView, JobView, NodeHealt
 
 
 def requested_gpus(job: JobView) -> int:
-    """GPUs the user asked for: the simulator's hint, else replicas_min × GPUs per replica."""
-    hint = job.hints.get("requested_gpus")
-    return int(hint) if hint is not None else job.gpus * job.replicas_min
+    """GPUs the user asked for in the spec: replicas_min × GPUs per replica."""
+    return job.gpus * job.replicas_min
 
 
 def max_gpus(job: JobView) -> int:
-    hint = job.hints.get("max_gpus")
-    most = job.gpus * max(job.replicas_max, job.replicas_min)
-    return max(int(hint), 1) if hint is not None else most
+    """Most GPUs the spec lets the job use: replicas_max × GPUs per replica."""
+    return job.gpus * max(job.replicas_max, job.replicas_min)
 
 
 def held_gpus(job: JobView) -> int:

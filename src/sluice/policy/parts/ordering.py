@@ -16,6 +16,9 @@ def ready(view: ClusterView, jobs: list[JobView]) -> tuple[list[JobView], list[J
     out: list[JobView] = []
     later: list[JobView] = []
     for j in jobs:
-        nb = float(j.hints.get("not_before", 0.0))
-        (out if nb <= now else later).append(j)
+        (out if j.not_before <= now else later).append(j)
     return out, later
+
+
+def backoff_reason(job: JobView) -> str:
+    return f"restart back-off until t={job.not_before:.1f}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sluice.model import ClusterView, Decision, JobView, Place, Wait
 from sluice.policy.parts.capacity import Ledger
 from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, requested_gpus, uses_gpus
-from sluice.policy.parts.placement import NodeScore, place_gang
+from sluice.policy.parts.placement import NodeScore, place_gang, unschedulable, wait_reason
 
 
 def place_rigid(
@@ -30,6 +30,12 @@ def place_rigid(
             out.append(Wait(job.id, f"{policy}: behind {blocker.name} ({blocker.id}), first in line"))
             continue
         if uses_gpus(job):
+            never = unschedulable(job, view.nodes.values(), per_replica=False)
+            if never:
+                out.append(Wait(job.id, wait_reason(policy, never)))
+                if blocking:
+                    blocker = job
+                continue
             n = requested_gpus(job)
             pieces = gpus.take(n)
             if pieces is None:
@@ -41,7 +47,7 @@ def place_rigid(
             continue
         res = place_gang(job, cpus, score)
         if res.allocation is None:
-            out.append(Wait(job.id, f"{policy}: {res.reason}"))
+            out.append(Wait(job.id, wait_reason(policy, res.reason)))
             if blocking:
                 blocker = job
             continue

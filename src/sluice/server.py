@@ -2,10 +2,15 @@
 
 `serve(settings)` owns the process lifecycle: one server per $SLUICE_HOME (a live
 `server.json` refuses a second), first-start tenants with their tokens written 0600 for the
-local user's CLI, and a graceful stop on SIGTERM/SIGINT that leaves job processes running —
+local user's CLI (the database is 0600 too, $SLUICE_HOME 0700 or, with tenant isolation,
+0711: see docs/security.md), and a graceful stop on SIGTERM/SIGINT that leaves job processes running —
 the next start adopts them (see control/recovery.py).
 
-Run it as `python -m sluice.control.server`; configuration comes from SLUICE_* variables and
+It lives above both `api` and `control` because it joins them (the plane and the app that
+serves it); keeping it out of `control` keeps every import arrow pointing down (pyproject's
+import-linter contracts).
+
+Run it as `python -m sluice.server`; configuration comes from SLUICE_* variables and
 $SLUICE_HOME/settings.yaml (sluice.settings), never from a shell.
 """
 
@@ -23,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation
 from sluice.settings import Settings, load_settings
 
 log = logging.getLogger("sluice.server")
@@ -34,6 +40,31 @@ TOKEN_FILE = "token"
 
 class AlreadyRunning(RuntimeError):
     """Another server already serves this SLUICE_HOME."""
+
+
+class HomeError(RuntimeError):
+    """$SLUICE_HOME cannot hold the server's state; the message names the folder and why."""
+
+
+def check_home(home: Path) -> None:
+    """Refuse, before anything starts, a home the server could not keep its state in.
+
+    A file where the folder should be, a read-only mount or an unwritable parent would
+    otherwise surface as a traceback from whichever part touched the disk first (the store,
+    the cache, server.json). Nothing is created here: `serve` does that once this passed.
+    """
+    if home.exists() and not home.is_dir():
+        raise HomeError(f"SLUICE_HOME {home} is not a folder (a file is in the way)")
+    existing = home
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the nearest folder that is there: where mkdir would write
+    if not existing.is_dir():
+        raise HomeError(f"SLUICE_HOME {home} cannot be created: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        problem = "is on a read-only file system" if read_only else "is not writable by this user"
+        where = f"{home}" if existing == home else f"{home} cannot be created: its parent {existing}"
+        raise HomeError(f"SLUICE_HOME {where} {problem}")
 
 
 class _Terminated(Exception):
@@ -78,6 +109,21 @@ def write_secret(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
+MEMORY_SAYS = {
+    True: "memory limits: resources.memory_mb is enforced by the kernel's cgroup memory controller "
+    "(a job over it is OOM-killed and reported OOMKilled)",
+    False: "memory limits: no writable cgroup memory controller; jobs that set resources.memory_mb "
+    "are refused at submit",
+}
+"""What `sluice up` and the server log say about memory_mb enforcement."""
+
+
+def isolation_status(settings: Settings) -> Isolation:
+    """Whether this process may run tenants' jobs as their own users under `settings`, and why
+    (IsolationUnavailable for isolation=on without the privilege)."""
+    return detect_isolation(settings.isolation)
+
+
 def policy_names() -> list[str]:
     """Policies a server can run (for the CLI to check `--policy` before starting one)."""
     from sluice.policy.registry import POLICIES
@@ -110,6 +156,7 @@ def serve(settings: Settings) -> None:
     from sluice.control.plane import ControlPlane
 
     home = settings.home
+    check_home(home)
     home.mkdir(parents=True, exist_ok=True)
     running = read_server_file(home)
     if running is not None:
@@ -135,8 +182,14 @@ def serve(settings: Settings) -> None:
         plane.start()
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
-        server_file.write_text(json.dumps({"pid": os.getpid(), "url": url, "port": port, "home": str(home)}))
+        info = {"pid": os.getpid(), "url": url, "port": port, "home": str(home)}
+        info |= {"isolation": plane.isolation.enabled, "isolation_reason": plane.isolation.reason}
+        memory = plane.engine.capabilities.memory_limits
+        info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}
+        write_secret(server_file, json.dumps(info))
         log.info("sluice serving %s (engine %s, policy %s)", url, settings.engine, settings.policy)
+        (log.info if plane.isolation.enabled else log.warning)("%s", plane.isolation.reason)
+        (log.info if memory else log.warning)("%s", MEMORY_SAYS[memory])
         server.run(sockets=[sock])  # returns after SIGTERM/SIGINT (uvicorn's handlers)
     except (_Terminated, KeyboardInterrupt):
         pass
@@ -158,7 +211,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve(load_settings())
-    except AlreadyRunning as err:
+    except (AlreadyRunning, HomeError, IsolationUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:

@@ -1,14 +1,16 @@
-"""The health monitor: NodeKPIs events in, node health transitions (with reasons) out.
+"""The health monitor: NodeKPIs events in, node health decisions (with reasons) out.
 
 Per node it learns the node's own healthy behaviour (the first `train_samples` KPI samples,
 or a model saved by an earlier run), then scores every new sample's window with the flow
 detector, turns scores into alarms with a SPOT threshold, and feeds the alarms to the
-Healthy → Suspect → Cordoned → Healthy state machine. A transition goes to the controller's
-`set_node_health`, which persists it in the store (save_node + event log), makes the node
-unschedulable when Cordoned and moves its jobs off through checkpoints.
+Healthy → Suspect → Cordoned → Healthy state machine. A transition becomes a
+`SetNodeHealth` decision that the monitor returns to the controller, which executes it like
+any other decision: persisted in the store (node record + event log), the node made
+unschedulable when Cordoned and its jobs moved off through checkpoints. The monitor never
+acts on the cluster itself.
 
-Runs as a controller observer (called each reconcile round with that round's events), so
-it adds no thread of its own except, optionally, the one fitting a node's model.
+Runs as a round observer (`observe(view, events)` each reconcile round), so it adds no
+thread of its own except, optionally, the one fitting a node's model.
 
 Two things keep it from crying wolf on a busy cluster (issue 5: false cordons of a healthy
 node under the demo workload):
@@ -34,10 +36,10 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -45,7 +47,17 @@ from sluice.health.attribution import describe
 from sluice.health.detector import DetectorConfig, FlowDetector
 from sluice.health.spot import Spot
 from sluice.health.state import HealthRules, NodeHealthMachine, Transition
-from sluice.model import Event, JobCheckpointed, JobExited, JobStarted, NodeHealth, NodeKPIs
+from sluice.model import (
+    Allocation,
+    ClusterView,
+    Event,
+    JobCheckpointed,
+    JobExited,
+    JobStarted,
+    NodeHealth,
+    NodeKPIs,
+    SetNodeHealth,
+)
 
 log = logging.getLogger("sluice.health")
 
@@ -54,10 +66,13 @@ FIT_NICENESS = 5
 """How far below the control plane's priority a node model is fitted (nice increment)."""
 
 
-class HealthTarget(Protocol):
-    """What the monitor drives: the Controller satisfies it."""
+class SavedNode(Protocol):
+    """A node's health as the store kept it (store.NodeRecord has these fields)."""
 
-    def set_node_health(self, node: str, health: NodeHealth, reason: str, by: str = "detector") -> None: ...
+    name: str
+    health: NodeHealth
+    reason: str
+    cordoned_by: str | None
 
 
 def _online_detector() -> DetectorConfig:
@@ -191,51 +206,43 @@ class NodeTrack:
 
 
 class HealthMonitor:
-    def __init__(
-        self,
-        target: HealthTarget,
-        config: MonitorConfig | None = None,
-        saved: Mapping[str, tuple[NodeHealth, str, str | None]] | None = None,
-    ) -> None:
-        """`saved`: node -> (health, reason, cordoned_by) from the store, so a cordon set
-        before a restart keeps its owner (an operator cordon is never lifted by the detector)."""
-        self.target = target
+    def __init__(self, config: MonitorConfig | None = None, saved: Iterable[SavedNode] = ()) -> None:
+        """`saved`: the nodes' health from the store, so a cordon set before a restart keeps
+        its owner (an operator cordon is never lifted by the detector)."""
         self.config = config or MonitorConfig()
         self.nodes: dict[str, NodeTrack] = {}
         self.transitions: list[Transition] = []
         self._lock = threading.Lock()
         self._placed: dict[str, tuple[frozenset[str], float]] = {}
-        for node, (health, reason, by) in (saved or {}).items():
-            m = self._track(node).machine
-            m.state, m.reason, m.cordoned_by = health, reason, by
+        self._allocs: dict[str, Allocation] = {}
+        self._outbox: list[SetNodeHealth] = []
+        for rec in saved:
+            m = self._track(rec.name).machine
+            m.state, m.reason, m.cordoned_by = rec.health, rec.reason, rec.cordoned_by
 
-    # ------------------------------------------------------------------ wiring
-    @classmethod
-    def attach(cls, controller: Any, config: MonitorConfig | None = None) -> HealthMonitor:
-        """Build a monitor for a Controller: state restored from its store, registered as an
-        observer of its rounds."""
-        saved = {r.name: (r.health, r.reason, r.cordoned_by) for r in controller.store.list_nodes()}
-        mon = cls(controller, config, saved)
-        controller.observers.append(mon)
-        return mon
-
-    def __call__(self, controller: Any, events: Sequence[Event]) -> None:
-        nodes = getattr(controller, "nodes", {})
+    # ------------------------------------------------------------------ the round
+    def observe(self, view: ClusterView, events: Sequence[Event]) -> list[SetNodeHealth]:
+        """One reconcile round: learn what the control plane changed, score the round's KPI
+        samples, and return the node health changes that follow, each with its reason."""
         kpi_times = [e.time for e in events if isinstance(e, NodeKPIs)]
-        clock = getattr(getattr(controller, "engine", None), "clock", None)
-        now = max(kpi_times) if kpi_times else (float(clock()) if callable(clock) else None)
-        if now is not None:
-            for node, why in self._scheduling_changes(controller, events).items():
-                grace = self.config.checkpoint_grace_s if why == "checkpoint" else None
-                self.note_change(node, now, why, grace)
+        now = max(kpi_times) if kpi_times else view.now
+        for node, why in self._scheduling_changes(view, events).items():
+            grace = self.config.checkpoint_grace_s if why == "checkpoint" else None
+            self.note_change(node, now, why, grace)
         last = None
         for e in events:
             if isinstance(e, NodeKPIs):
-                st = nodes.get(e.node)
-                self.observe(e, None if st is None else st.health, settle=False)
+                nv = view.nodes.get(e.node)
+                self.score(e, None if nv is None else nv.health, settle=False)
                 last = e.time
         if last is not None:
             self._settle(last)
+        return self.decisions()
+
+    def decisions(self) -> list[SetNodeHealth]:
+        """The health changes decided since the last call (and forget them)."""
+        out, self._outbox = self._outbox, []
+        return out
 
     # ------------------------------------------------------------------ scheduling changes
     def note_change(self, node: str, time: float, why: str = "", grace_s: float | None = None) -> None:
@@ -251,16 +258,16 @@ class HealthMonitor:
         tr = self.nodes.get(node)
         return tr is not None and time < tr.grace_until
 
-    def _scheduling_changes(self, controller: Any, events: Sequence[Event]) -> dict[str, str]:
+    def _scheduling_changes(self, view: ClusterView, events: Sequence[Event]) -> dict[str, str]:
         """Nodes whose placement changed since the last round (jobs and total CPU limit, from
-        the controller's records) or whose jobs started, exited or checkpointed (events)."""
-        jobs: Mapping[str, Any] = getattr(controller, "jobs", {})
+        the view) or whose jobs started, exited or checkpointed (events)."""
         placed: dict[str, tuple[set[str], float]] = {}
-        for jid in list(getattr(controller, "active_ids", ())):
-            job = jobs.get(jid)
-            alloc = getattr(job, "allocation", None)
-            if job is None or alloc is None or not job.phase.active:
+        allocs = dict(self._allocs)
+        for jid, job in view.jobs.items():
+            alloc = job.allocation
+            if alloc is None or not job.phase.active:
                 continue
+            allocs[jid] = alloc
             for a in alloc.assignments:
                 ids, cores = placed.setdefault(a.node, (set(), 0.0))
                 limit = a.cpu_limit if a.cpu_limit is not None else a.cpu_request
@@ -278,9 +285,13 @@ class HealthMonitor:
             if isinstance(e, JobStarted):
                 changed.setdefault(e.node, "job started")
             elif isinstance(e, JobExited | JobCheckpointed):
-                alloc = getattr(jobs.get(e.job_id), "allocation", None)
-                for node in alloc.nodes if alloc is not None else ():
+                # The view is taken after this round's exits: the allocation it held is the
+                # one remembered from the rounds before.
+                old = allocs.get(e.job_id)
+                for node in old.nodes if old is not None else ():
                     changed.setdefault(node, "job exited" if isinstance(e, JobExited) else "checkpoint")
+        live = {jid for jid, j in view.jobs.items() if j.allocation is not None and j.phase.active}
+        self._allocs = {jid: a for jid, a in allocs.items() if jid in live}
         return changed
 
     # ------------------------------------------------------------------ per sample
@@ -298,7 +309,7 @@ class HealthMonitor:
             self._load(node, tr)
         return tr
 
-    def observe(self, e: NodeKPIs, current: NodeHealth | None = None, settle: bool = True) -> Transition | None:
+    def score(self, e: NodeKPIs, current: NodeHealth | None = None, settle: bool = True) -> Transition | None:
         """Score one sample. `current`: the node's health as the controller has it now, so an
         operator's cordon/uncordon made elsewhere is honoured. Cordons are decided in
         `_settle`, after every sample of a round is in (settle=False defers it), so when
@@ -372,10 +383,7 @@ class HealthMonitor:
         if t.old == NodeHealth.HEALTHY and t.new != NodeHealth.HEALTHY and t.node in self.nodes:
             self._leave_healthy(self.nodes[t.node])
         log.info("node %s: %s -> %s (%s)", t.node, t.old, t.new, t.reason)
-        try:
-            self.target.set_node_health(t.node, t.new, t.reason, by="detector")
-        except KeyError:
-            log.warning("node %s is unknown to the controller; health %s not applied", t.node, t.new)
+        self._outbox.append(SetNodeHealth(t.node, t.new, t.reason, by="detector"))
 
     # ------------------------------------------------------------------ models
     def _learn(self, node: str, tr: NodeTrack, row: np.ndarray) -> None:

@@ -1,0 +1,87 @@
+"""Data-parallel MLP on scikit-learn's digits: PyTorch DDP over gloo, one process per replica.
+
+The engine (Ray, gang-scheduled) gives each replica MASTER_ADDR/MASTER_PORT, RANK and
+WORLD_SIZE; each replica draws its own batches (seeded by step and rank) and DDP all-reduces
+the gradients every step, so the step time is compute + one all-reduce of the model's
+gradients (~4.4 MB at the default width) — what the network lab (`sluice net bench`)
+times across each datapath. GLOO_SOCKET_IFNAME, when sluice's `net_interface` setting is
+set, pins that traffic to the chosen interface.
+
+Rank 0 reports progress and saves checkpoints; every rank resumes from the same checkpoint.
+`--stats FILE` writes this rank's step times as JSON (the lab reads rank 0's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from torch import nn
+
+from sluice import sdk
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--width", type=int, default=1024, help="hidden width: sets the gradient size per step")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--stats", default=None)
+    a = p.parse_args()
+    torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
+    dist.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the engine (or the lab)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    digits = load_digits()
+    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    y_all = torch.tensor(digits.target, dtype=torch.long)
+    torch.manual_seed(0)  # identical initial weights on every rank
+    net = nn.Sequential(
+        nn.Linear(64, a.width), nn.ReLU(), nn.Linear(a.width, a.width), nn.ReLU(), nn.Linear(a.width, 10)
+    )
+    model = nn.parallel.DistributedDataParallel(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = 0
+    state = sdk.checkpoint.load()
+    if state is not None:
+        net.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["step"]) + 1
+    gen = torch.Generator()
+    step_s: list[float] = []
+    step = start - 1
+    for step in range(start, a.steps):
+        gen.manual_seed(1_000_003 * step + 7919 * rank)
+        idx = torch.randint(0, len(x_all), (a.batch,), generator=gen)
+        t0 = time.perf_counter()
+        loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()  # DDP all-reduces the gradients here
+        opt.step()
+        step_s.append(time.perf_counter() - t0)
+        stop = torch.tensor([1.0 if sdk.should_stop() else 0.0])
+        dist.all_reduce(stop)  # every rank stops at the same step
+        if rank == 0 and (step % 20 == 0 or step + 1 == a.steps):
+            sdk.report(step, loss=loss.item(), total_steps=a.steps, step_s=step_s[-1])
+        if stop.item() > 0 or (rank == 0 and sdk.checkpoint.due()):
+            if rank == 0:
+                sdk.checkpoint.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step}, step)
+            if stop.item() > 0:
+                break
+    if a.stats:
+        with open(a.stats, "w") as f:
+            json.dump({"rank": rank, "world": world, "step_s": step_s[min(5, len(step_s) - 1) :]}, f)
+    # Both ranks leave together: a rank that tears its gloo group down while the other still
+    # talks to it aborts ("terminate called without an active exception", seen in net bench).
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

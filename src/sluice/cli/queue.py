@@ -1,0 +1,223 @@
+"""`sluice queue ...`: Queues with quotas, cohorts and grants (docs/queues.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+
+from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
+from sluice.spec import GrantSpec, QueuePatch, QueueSpec, SpecError
+from sluice.spec.loading import parse_model
+
+M = TypeVar("M", bound=BaseModel)
+
+app = typer.Typer(help="Queues with quotas, cohorts and grants.", no_args_is_help=True)
+
+QueueName = Annotated[str, typer.Argument(help="The queue's name.")]
+Cores = Annotated[float | None, typer.Option(help="Nominal quota: guaranteed cores (cpu.min x replicas).")]
+Memory = Annotated[int | None, typer.Option("--memory-mb", help="Nominal quota: memory in MiB.")]
+Gpus = Annotated[int | None, typer.Option(help="Nominal quota: GPUs.")]
+Jobs = Annotated[int | None, typer.Option(help="Nominal quota: admitted jobs.")]
+Cohort = Annotated[str | None, typer.Option(help="Cohort whose queues lend each other unused quota.")]
+BorrowCores = Annotated[float | None, typer.Option(help="Most cores it may borrow above its nominal quota.")]
+BorrowGpus = Annotated[int | None, typer.Option(help="Most GPUs it may borrow above its nominal quota.")]
+LendCores = Annotated[float | None, typer.Option(help="Most of its unused cores others may borrow.")]
+LendGpus = Annotated[int | None, typer.Option(help="Most of its unused GPUs others may borrow.")]
+Weight = Annotated[float | None, typer.Option(help="Fair-share weight within its cohort.")]
+ReclaimOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reclaim",
+        help="Its jobs within nominal quota preempt other queues' borrowers: any, lower_priority or never.",
+    ),
+]
+WithinOpt = Annotated[
+    str | None,
+    typer.Option("--within-queue", help="Its jobs preempt its own lower-priority jobs: lower_priority or never."),
+]
+
+
+def _quota(**kw: float | None) -> dict[str, float] | None:
+    out = {k: v for k, v in kw.items() if v is not None}
+    return out or None
+
+
+def _fields(
+    cohort: str | None,
+    cores: float | None,
+    memory_mb: int | None,
+    gpus: int | None,
+    jobs: int | None,
+    borrow_cores: float | None,
+    borrow_gpus: int | None,
+    lend_cores: float | None,
+    lend_gpus: int | None,
+    weight: float | None,
+    reclaim: str | None = None,
+    within_queue: str | None = None,
+) -> dict[str, Any]:
+    preemption = {"reclaim_within_cohort": reclaim, "within_queue": within_queue}
+    fields: dict[str, Any] = {
+        "preemption": {k: v for k, v in preemption.items() if v is not None} or None,
+        "cohort": cohort,
+        "nominal": _quota(cores=cores, memory_mb=memory_mb, gpus=gpus, jobs=jobs),
+        "borrowing_limit": _quota(cores=borrow_cores, gpus=borrow_gpus),
+        "lending_limit": _quota(cores=lend_cores, gpus=lend_gpus),
+        "weight": weight,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _parsed(model: type[M], raw: dict[str, Any], what: str) -> M:
+    """The request model, or a usage error listing every field problem."""
+    try:
+        return parse_model(model, raw)
+    except SpecError as err:
+        raise CliError(what, EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
+
+
+def _render_one(q: dict[str, Any]) -> None:
+    console.print(f"queue {q['name']}: {q['summary']}", markup=False)
+
+
+@app.command()
+def create(
+    name: QueueName,
+    cohort: Cohort = None,
+    cores: Cores = None,
+    memory_mb: Memory = None,
+    gpus: Gpus = None,
+    jobs: Jobs = None,
+    borrow_cores: BorrowCores = None,
+    borrow_gpus: BorrowGpus = None,
+    lend_cores: LendCores = None,
+    lend_gpus: LendGpus = None,
+    weight: Weight = None,
+    reclaim: ReclaimOpt = None,
+    within_queue: WithinOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Create a queue (admin). A resource without a quota is not limited."""
+    with errors_reported():
+        raw = {
+            "name": name,
+            **_fields(
+                cohort,
+                cores,
+                memory_mb,
+                gpus,
+                jobs,
+                borrow_cores,
+                borrow_gpus,
+                lend_cores,
+                lend_gpus,
+                weight,
+                reclaim,
+                within_queue,
+            ),
+        }
+        spec = _parsed(QueueSpec, raw, "invalid queue")
+        with Client.from_env(admin=True) as client:
+            q = client.call("POST", "/v1/queues", json=spec.model_dump(mode="json"))
+    emit(q, output, _render_one)
+
+
+@app.command("set")
+def set_(
+    name: QueueName,
+    cohort: Annotated[str | None, typer.Option(help="Move it to this cohort ('' takes it out of any).")] = None,
+    cores: Cores = None,
+    memory_mb: Memory = None,
+    gpus: Gpus = None,
+    jobs: Jobs = None,
+    borrow_cores: BorrowCores = None,
+    borrow_gpus: BorrowGpus = None,
+    lend_cores: LendCores = None,
+    lend_gpus: LendGpus = None,
+    weight: Weight = None,
+    reclaim: ReclaimOpt = None,
+    within_queue: WithinOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Change a queue live (admin): the next round admits by the new quotas. A nominal quota
+    given replaces the old one: give every resource you want limited. Preemption settings
+    given replace both (one left out goes back to its default)."""
+    with errors_reported():
+        raw = _fields(
+            cohort,
+            cores,
+            memory_mb,
+            gpus,
+            jobs,
+            borrow_cores,
+            borrow_gpus,
+            lend_cores,
+            lend_gpus,
+            weight,
+            reclaim,
+            within_queue,
+        )
+        patch = _parsed(QueuePatch, raw, "invalid queue change")
+        with Client.from_env(admin=True) as client:
+            q = client.call("PATCH", f"/v1/queues/{name}", json=patch.model_dump(mode="json", exclude_none=True))
+    emit(q, output, _render_one)
+
+
+@app.command()
+def grant(
+    name: QueueName,
+    tenant: Annotated[str, typer.Argument(help="The tenant that may submit to it.")],
+    revoke: Annotated[bool, typer.Option("--revoke", help="Take the grant back instead.")] = False,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Let a tenant submit to a queue (admin)."""
+    with errors_reported():
+        g = _parsed(GrantSpec, {"tenant": tenant, "granted": not revoke}, "invalid grant")
+        with Client.from_env(admin=True) as client:
+            q = client.call("POST", f"/v1/queues/{name}/grants", json=g.model_dump(mode="json"))
+    emit(
+        q, output, lambda q: console.print(f"queue {q['name']}: tenants {', '.join(q['tenants']) or '-'}", markup=False)
+    )
+
+
+@app.command()
+def delete(name: QueueName) -> None:
+    """Delete a queue (admin); it must have no unfinished jobs."""
+    with errors_reported(), Client.from_env(admin=True) as client:
+        client.call("DELETE", f"/v1/queues/{name}")
+    console.print(f"deleted queue {name}", markup=False)
+
+
+def _amounts(d: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:g}" for k, v in d.items() if v) or "-"
+
+
+@app.command("list")
+def list_(output: OutputOpt = Output.table) -> None:
+    """Queues with their quotas, usage, what they borrow and how many jobs wait."""
+    with errors_reported(), Client.from_env() as client:
+        queues = client.pages("/v1/queues")
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        table(
+            ["NAME", "COHORT", "WEIGHT", "NOMINAL", "USAGE", "BORROWED", "ADMITTED", "PENDING", "TENANTS"],
+            [
+                [
+                    q["name"],
+                    q["cohort"] or "",
+                    f"{q['weight']:g}",
+                    _amounts(q["nominal"]) if q["nominal"] else "no quota",
+                    _amounts(q["usage"]),
+                    _amounts(q["borrowed"]),
+                    q["admitted"],
+                    q["pending"],
+                    "everyone" if q["tenants"] is None else ", ".join(q["tenants"]) or "-",
+                ]
+                for q in rows
+            ],
+        )
+
+    emit(queues, output, render)

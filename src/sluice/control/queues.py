@@ -1,0 +1,174 @@
+"""Queues as admins manage them and tenants see them: create, change live, delete, grant, and
+each queue's usage, borrowing and backlog. Admission itself is `policy/admission.py`; it
+reads the queues from the store every round, so a change here applies at the next round.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sluice.control.controller import Controller, job_demand
+from sluice.control.errors import Conflict, NotFound
+from sluice.model import Phase
+from sluice.model.queue import DEFAULT_QUEUE, RESOURCES, Amounts, Limits, QueueConfig, Reclaim, WithinQueue
+from sluice.policy.admission import QuotaLedger
+from sluice.spec import JobSpec, QueuePatch, QueueSpec, QuotaSpec, SpecError
+from sluice.spec.errors import FieldProblem
+from sluice.store import Store
+from sluice.store.base import QueueRecord
+
+HOLDS_QUOTA = (Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.STOPPING)
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """A queue with what it holds now: what `sluice queue list` shows."""
+
+    name: str
+    cohort: str | None
+    weight: float
+    nominal: dict[str, float]
+    borrowing_limit: dict[str, float]
+    lending_limit: dict[str, float]
+    reclaim_within_cohort: str
+    """Preemption for this queue's jobs (docs/queues.md): any, lower_priority or never."""
+    within_queue: str
+    tenants: list[str] | None
+    """Tenants granted it; None: every tenant (the default queue)."""
+    usage: dict[str, float]
+    borrowed: dict[str, float]
+    admitted: int
+    pending: int
+    summary: str
+    created_at: float
+
+
+def _limits(q: QuotaSpec) -> Limits:
+    return Limits.from_dict(q.model_dump())
+
+
+def config_of(spec: QueueSpec) -> QueueConfig:
+    return QueueConfig(
+        name=spec.name,
+        cohort=spec.cohort,
+        nominal=_limits(spec.nominal),
+        borrowing_limit=_limits(spec.borrowing_limit),
+        lending_limit=_limits(spec.lending_limit),
+        weight=spec.weight,
+        reclaim_within_cohort=Reclaim(spec.preemption.reclaim_within_cohort),
+        within_queue=WithinQueue(spec.preemption.within_queue),
+    )
+
+
+class QueueService:
+    def __init__(self, store: Store, controller: Controller) -> None:
+        self.store = store
+        self.controller = controller
+
+    # ------------------------------------------------------------------ admin
+
+    def create(self, spec: QueueSpec) -> QueueStatus:
+        if spec.name == DEFAULT_QUEUE or self.store.get_queue(spec.name) is not None:
+            raise Conflict(f"queue {spec.name!r} already exists; change it with `sluice queue set`")
+        self.store.save_queue(QueueRecord(config_of(spec), time.time()))
+        return self.status(spec.name)
+
+    def update(self, name: str, patch: QueuePatch) -> QueueStatus:
+        rec = self.store.get_queue(name)
+        if rec is None:
+            if name != DEFAULT_QUEUE:
+                raise NotFound(f"queue {name!r} not found")
+            rec = QueueRecord(QueueConfig(DEFAULT_QUEUE), time.time())
+        changes: dict[str, Any] = {}
+        if patch.cohort is not None:
+            changes["cohort"] = patch.cohort or None
+        for field in ("nominal", "borrowing_limit", "lending_limit"):
+            q = getattr(patch, field)
+            if q is not None:
+                changes[field] = _limits(q)
+        if patch.weight is not None:
+            changes["weight"] = patch.weight
+        if patch.preemption is not None:
+            changes["reclaim_within_cohort"] = Reclaim(patch.preemption.reclaim_within_cohort)
+            changes["within_queue"] = WithinQueue(patch.preemption.within_queue)
+        self.store.save_queue(QueueRecord(replace(rec.config, **changes), rec.created_at))
+        return self.status(name)
+
+    def delete(self, name: str) -> None:
+        if self.store.get_queue(name) is None:
+            raise NotFound(f"queue {name!r} not found")
+        live = [j for j in self.controller.book.live() if j.spec.queue == name]
+        if live:
+            raise Conflict(f"queue {name!r} still has {len(live)} unfinished job(s)")
+        self.store.delete_queue(name)
+
+    def grant(self, name: str, tenant: str, granted: bool) -> QueueStatus:
+        if name == DEFAULT_QUEUE:
+            raise Conflict("the default queue is granted to every tenant")
+        if self.store.get_queue(name) is None:
+            raise NotFound(f"queue {name!r} not found")
+        if self.store.get_tenant(tenant) is None:
+            raise NotFound(f"tenant {tenant!r} not found")
+        self.store.grant_queue(name, tenant, granted)
+        return self.status(name)
+
+    # ------------------------------------------------------------------ tenants
+
+    def check_submit(self, tenant: str, spec: JobSpec) -> None:
+        """A 422 naming `queue` unless the tenant may submit to it. A queue that does not
+        exist and one not granted read the same, so queue names do not leak."""
+        name = spec.queue
+        if name == DEFAULT_QUEUE:
+            return
+        if self.store.get_queue(name) is None or tenant not in self.store.queue_grants().get(name, []):
+            raise SpecError(
+                [FieldProblem("queue", f"no queue named {name!r} is granted to tenant {tenant!r}; ask an admin")]
+            )
+
+    def statuses(self, tenant: str | None = None) -> list[QueueStatus]:
+        """Every queue (tenant None: an admin) or those granted to `tenant`."""
+        grants = self.store.queue_grants()
+        names = sorted(self.controller.queues())
+        if tenant is not None:
+            names = [n for n in names if n == DEFAULT_QUEUE or tenant in grants.get(n, [])]
+        return [self._status(n, grants) for n in names]
+
+    def status(self, name: str) -> QueueStatus:
+        return self._status(name, self.store.queue_grants())
+
+    def _status(self, name: str, grants: dict[str, list[str]]) -> QueueStatus:
+        with self.controller.lock:
+            queues = self.controller.queues()
+            live = self.controller.book.live()
+        ledger = QuotaLedger(queues, Amounts())
+        admitted = pending = 0
+        for j in live:
+            if j.spec.queue not in queues:
+                continue
+            if j.phase in HOLDS_QUOTA:
+                ledger.add(j.spec.queue, job_demand(j.spec))
+                admitted += j.spec.queue == name
+            elif j.phase == Phase.PENDING:
+                pending += j.spec.queue == name
+        cfg = queues[name]
+        rec = self.store.get_queue(name)
+        use = ledger.usage[name]
+        return QueueStatus(
+            name=name,
+            cohort=cfg.cohort,
+            weight=cfg.weight,
+            nominal=cfg.nominal.to_dict(),
+            borrowing_limit=cfg.borrowing_limit.to_dict(),
+            lending_limit=cfg.lending_limit.to_dict(),
+            reclaim_within_cohort=str(cfg.reclaim_within_cohort),
+            within_queue=str(cfg.within_queue),
+            tenants=None if name == DEFAULT_QUEUE else grants.get(name, []),
+            usage={r: use.get(r) for r in RESOURCES},
+            borrowed={r: ledger.borrowed(name, r) for r in RESOURCES if ledger.borrowed(name, r) > 0},
+            admitted=admitted,
+            pending=pending,
+            summary=ledger.describe(name),
+            created_at=rec.created_at if rec else 0.0,
+        )

@@ -1,0 +1,280 @@
+"""Where the control plane and node agents may fetch a tenant's dataset from.
+
+A dataset source is a URL a tenant typed. The plane lists it at `dataset create` and the node
+agents fetch it at `dataset warm` — with the plane's own file permissions and from inside the
+cluster's network. Unchecked, a tenant could register `file:///etc/ssh` and read the plane's
+files through the cache, or `http://127.0.0.1:PORT` / `http://169.254.169.254/` and make the
+plane request its own loopback or the cloud metadata service (server-side request forgery).
+
+`SourceGuard` is the admin's policy (from Settings: `dataset_roots`, `allow_source_hosts`):
+- local sources only under an admin-configured root, after resolving symlinks;
+- http(s) and S3 (its `endpoint_url`) hosts must not be loopback, link-local, private,
+  multicast, reserved or unspecified — every address the name resolves to — unless the admin
+  allow-listed the host name or a network holding the address;
+- only the storage options sluice knows to be harmless, so a tenant cannot slip in a proxy.
+
+The check runs three times, because a name can resolve differently later (DNS rebinding) and a
+server can redirect: up front (a clear 422 naming the field), in the HTTP client's resolver
+(what is actually connected to: a refused address is never dialled) and on every redirect hop.
+Jobs' own reads are not guarded here: a job is the tenant's code and reaches what its process
+may reach; this guards only what sluice fetches on a tenant's behalf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sluice.data.errors import DataError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SCHEMES = ("file", "local", "http", "https", "s3")
+"""What sluice fetches on a tenant's behalf. `memory://` is refused: it is the plane's own
+process memory, shared by every tenant."""
+
+SAFE_OPTIONS: dict[str, frozenset[str]] = {
+    "file": frozenset(),
+    "http": frozenset(),
+    "s3": frozenset({"key", "secret", "token", "endpoint_url", "anon", "requester_pays", "version_aware"}),
+}
+"""Storage options a tenant may set, per protocol. Anything else (a `proxy`, client or config
+arguments) could point the fetch somewhere the guard did not check."""
+
+
+class SourceRefused(DataError):
+    """A dataset source (or one of its storage options) the admin's policy does not allow.
+    `field` names the spec field: `source` or `storage_options.<key>`."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+def address_refusal(ip: IPAddress) -> str | None:
+    """Why sluice will not connect to `ip` on a tenant's behalf, or None when it may."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for kind, hit in (
+        ("unspecified", ip.is_unspecified),
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("private", ip.is_private),
+        ("reserved", ip.is_reserved),
+    ):
+        if hit:
+            return f"a {kind} address"
+    if not ip.is_global:  # shared address space (100.64/10) and the like
+        return "not a public address"
+    return None
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class SourceGuard:
+    """The admin's policy for dataset sources. Empty defaults: no local source at all, and only
+    public addresses."""
+
+    roots: tuple[str, ...] = ()
+    """Folders local sources must lie under (symlinks resolved)."""
+    allow_hosts: tuple[str, ...] = ()
+    """Host names (exact, case-insensitive) and IP networks/addresses (CIDR) allowed although
+    not public."""
+
+    @classmethod
+    def of(cls, roots: Iterable[str | os.PathLike[str]], allow_hosts: Iterable[str]) -> SourceGuard:
+        return cls(tuple(os.path.realpath(r) for r in roots), tuple(h.strip().lower() for h in allow_hosts))
+
+    # -- the pieces ----------------------------------------------------------------------
+    @property
+    def _networks(self) -> list[IPNetwork]:
+        out = []
+        for h in self.allow_hosts:
+            try:
+                out.append(ipaddress.ip_network(h, strict=False))
+            except ValueError:
+                continue
+        return out
+
+    def host_named(self, host: str) -> bool:
+        return host.lower().rstrip(".") in self.allow_hosts
+
+    def address_problem(self, ip: IPAddress) -> str | None:
+        """Why `ip` is refused under this policy, or None."""
+        why = address_refusal(ip)
+        if why is None:
+            return None
+        plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
+        if any(plain in net for net in self._networks if net.version == plain.version):
+            return None
+        return why
+
+    def check_host(self, host: str, field: str = "source", resolve: bool = True) -> None:
+        """Refuse a host that is, or resolves to any address that is, not allowed."""
+        if not host:
+            raise SourceRefused(field, "the URL names no host")
+        if self.host_named(host):
+            return
+        lit = _literal(host)
+        if lit is not None:
+            addrs = [lit]
+        elif not resolve:
+            return
+        else:
+            try:
+                infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+            except OSError as err:
+                raise SourceRefused(field, f"cannot resolve host {host!r}: {err}") from None
+            addrs = [ipaddress.ip_address(str(i[4][0]).split("%", 1)[0]) for i in infos]
+        for ip in addrs:
+            why = self.address_problem(ip)
+            if why is not None:
+                via = " is" if lit is not None else f" resolves to {ip}, which is"
+                raise SourceRefused(
+                    field,
+                    f"host {host!r}{via} {why}; sluice does not fetch from such addresses on a tenant's "
+                    "behalf unless the admin allow-lists the host (setting allow_source_hosts)",
+                )
+
+    def check_local(self, path: str, field: str = "source") -> str:
+        """The real path of a local source, if it lies under an admin root."""
+        real = os.path.realpath(path)
+        for root in self.roots:
+            if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+                return real
+        where = ", ".join(self.roots) if self.roots else "none are configured"
+        raise SourceRefused(
+            field,
+            f"local path {path!r} (resolves to {real}) is outside the folders the admin allows for "
+            f"datasets (setting dataset_roots: {where})",
+        )
+
+    def check(self, url: str, storage_options: Mapping[str, Any] | None = None, resolve: bool = True) -> None:
+        """Everything checkable before a connection: scheme, local root, hosts, option names."""
+        if "::" in re.sub(r"\[[0-9a-fA-F:.%]*\]", "", url):  # bracketed IPv6 hosts aside
+            raise SourceRefused("source", "chained fsspec URLs (with '::') are not accepted")
+        if "://" not in url:
+            proto, rest = "file", url
+        else:
+            proto, rest = url.split("://", 1)
+            proto = proto.lower()
+        if proto not in SCHEMES:
+            raise SourceRefused("source", f"scheme {proto!r} is not fetched by sluice; use one of {', '.join(SCHEMES)}")
+        family = {"local": "file", "https": "http"}.get(proto, proto)
+        for key in storage_options or {}:
+            if key not in SAFE_OPTIONS[family]:
+                allowed = ", ".join(sorted(SAFE_OPTIONS[family])) or "none"
+                raise SourceRefused(f"storage_options.{key}", f"not accepted for {proto} sources (accepted: {allowed})")
+        if family == "file":
+            self.check_local(rest if "://" in url else url)
+        elif family == "http":
+            self.check_host(urlsplit(url).hostname or "", "source", resolve)
+        elif family == "s3":
+            endpoint = (storage_options or {}).get("endpoint_url")
+            if endpoint is not None:
+                parts = urlsplit(str(endpoint))
+                if parts.scheme not in ("http", "https"):
+                    raise SourceRefused("storage_options.endpoint_url", "must be an http(s) URL")
+                self.check_host(parts.hostname or "", "storage_options.endpoint_url", resolve)
+
+    # -- what the HTTP clients run ---------------------------------------------------------
+    def resolver(self) -> Any:
+        """An aiohttp resolver that refuses names resolving to addresses the policy refuses: the
+        address checked is the address dialled, so DNS rebinding after `check` gains nothing."""
+        from aiohttp.abc import AbstractResolver
+
+        guard = self
+
+        class GuardedResolver(AbstractResolver):
+            async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[Any]:
+                loop = asyncio.get_running_loop()
+                infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, family=family)
+                out = []
+                for fam, _type, proto, _canon, addr in infos:
+                    ip = ipaddress.ip_address(str(addr[0]).split("%", 1)[0])
+                    if not guard.host_named(host):
+                        why = guard.address_problem(ip)
+                        if why is not None:
+                            # Not an OSError: fsspec's listing swallows those as "no files".
+                            raise SourceRefused(
+                                "source", f"sluice refused {host} -> {ip}: {why} (setting allow_source_hosts)"
+                            )
+                    out.append(
+                        {"hostname": host, "host": str(ip), "port": addr[1], "family": fam, "proto": proto, "flags": 0}
+                    )
+                if not out:
+                    raise OSError(f"cannot resolve {host}")
+                return out
+
+            async def close(self) -> None:
+                return None
+
+        return GuardedResolver()
+
+    def _trace(self) -> Any:
+        """Checks of literal-IP hosts (which aiohttp does not resolve) on the first request and
+        on every redirect's target."""
+        import aiohttp
+        from yarl import URL
+
+        trace = aiohttp.TraceConfig()
+
+        async def on_start(_s: Any, _c: Any, params: aiohttp.TraceRequestStartParams) -> None:
+            self.check_host(params.url.host or "", resolve=False)
+
+        async def on_redirect(_s: Any, _c: Any, params: aiohttp.TraceRequestRedirectParams) -> None:
+            loc = params.response.headers.get("Location") or params.response.headers.get("URI")
+            if loc is None:
+                return
+            target = params.url.join(URL(loc))
+            if target.scheme not in ("http", "https"):
+                raise SourceRefused("source", f"redirect to {target.scheme}:// refused")
+            self.check_host(target.host or "", resolve=False)
+
+        trace.on_request_start.append(on_start)
+        trace.on_request_redirect.append(on_redirect)
+        return trace
+
+    def fsspec_options(self, protocol: str) -> dict[str, Any]:
+        """Options that make fsspec's own clients enforce the policy at connect time."""
+        if protocol in ("http", "https"):
+            guard = self
+
+            async def get_client(**kwargs: Any) -> Any:
+                import aiohttp
+
+                kwargs.pop("loop", None)
+                return aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(resolver=guard.resolver()),
+                    trace_configs=[guard._trace()],
+                    trust_env=False,
+                    **kwargs,
+                )
+
+            return {"get_client": get_client}
+        if protocol == "s3":
+            return {"config_kwargs": {"connector_args": {"resolver": self.resolver()}}}
+        return {}
+
+
+def guard_from(settings: Any) -> SourceGuard:
+    """The guard an admin configured in sluice Settings (`dataset_roots`, `allow_source_hosts`)."""
+    return SourceGuard.of(
+        getattr(settings, "dataset_roots", ()) or (), getattr(settings, "allow_source_hosts", ()) or ()
+    )

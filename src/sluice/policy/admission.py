@@ -1,0 +1,390 @@
+"""Admission: which pending jobs get their queue's quota now, which wait (and why), and
+which admitted jobs give quota back so that a job entitled to it can run.
+
+Pure: plain values in (queues, each job's demand and state, tenants' weights and job
+limits), decisions out, each with its reason. The controller executes them through the
+job book; the local, Ray and simulated engines all run this same code.
+
+The model is Kueue's ClusterQueue and cohort:
+
+- a job's demand is what it is guaranteed, for all its replicas at once (gang admission:
+  `cpu.min` x replicas cores, memory x replicas, GPUs x replicas, one job) — admitted whole
+  or not at all, so no job ever holds part of a gang's quota;
+- a queue admits within its nominal quota; in a cohort it may also borrow what the other
+  queues lend (their unused nominal quota up to their lending limit), up to its own
+  borrowing limit;
+- the cohort's spare capacity goes by weighted dominant-resource fairness: the queue with
+  the lowest dominant share / weight picks first, and within a queue the tenant with the
+  lowest dominant share / weight (then priority, then submission order);
+- a job that fits its queue's nominal quota but finds the cohort lent out *reclaims*: jobs
+  of borrowing queues are preempted (lowest priority and newest first) until it fits. A job
+  that does not fit may also preempt lower-priority jobs of its own queue, and lower-priority
+  jobs of queues that are borrowing. Preemption only happens when it makes the job fit, and
+  never to a job that has run less than `preempt_min_runtime_s` since it was placed (no
+  thrashing). Each queue may turn either kind off (`reclaim_within_cohort`, `within_queue`,
+  Kueue's names): its jobs then wait for the quota holders to finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sluice.model.queue import RESOURCES, SHARE_RESOURCES, Amounts, QueueConfig, Reclaim, WithinQueue, fmt
+
+_EPS = 1e-9
+
+
+class Stage(StrEnum):
+    """Where a job stands as far as quota is concerned."""
+
+    PENDING = "pending"  # waits for admission: holds no quota
+    QUEUED = "queued"  # admitted, not placed: holds quota, can give it back at once
+    ACTIVE = "active"  # placed (starting or running): holds quota
+    STOPPING = "stopping"  # being stopped: holds quota until its process exits
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionJob:
+    id: str
+    tenant: str
+    queue: str
+    priority: int
+    submitted_at: float
+    demand: Amounts
+    stage: Stage
+    running_since: float | None = None
+    """When its current attempt was placed (ACTIVE jobs): the preemption rate limit."""
+    preempted: bool = False
+    """A STOPPING job that is being preempted (so its quota will come back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    weight: float = 1.0
+    max_jobs: int | None = None
+    """The tenant's own cap on admitted jobs (TenantSpec.max_running_jobs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Give the job's quota back: a queued job returns to Pending at once, a running one is
+    preempted through its checkpoint and returns to admission when it has stopped."""
+
+    job_id: str
+    reason: str
+    for_job: str
+
+
+AdmissionDecision = Admit | Hold | Evict
+
+
+class QuotaLedger:
+    """Usage per queue and what each cohort lends, with the checks admission asks of them."""
+
+    def __init__(self, queues: Mapping[str, QueueConfig], capacity: Amounts) -> None:
+        self.queues = queues
+        self.capacity = capacity
+        self.usage: dict[str, Amounts] = {q: Amounts() for q in queues}
+        self.members: dict[str, list[str]] = {}
+        for q in queues.values():
+            self.members.setdefault(self.cohort_key(q.name), []).append(q.name)
+
+    def copy(self) -> QuotaLedger:
+        c = QuotaLedger.__new__(QuotaLedger)
+        c.queues, c.capacity, c.members = self.queues, self.capacity, self.members
+        c.usage = dict(self.usage)
+        return c
+
+    def cohort_key(self, q: str) -> str:
+        cohort = self.queues[q].cohort
+        return f"cohort:{cohort}" if cohort else f"queue:{q}"
+
+    def add(self, q: str, d: Amounts) -> None:
+        self.usage[q] = self.usage[q].plus(d)
+
+    def remove(self, q: str, d: Amounts) -> None:
+        self.usage[q] = self.usage[q].minus(d)
+
+    def pool(self, q: str, r: str) -> tuple[float, float]:
+        """(lent out, lendable) for resource r in q's cohort."""
+        used = total = 0.0
+        for m in self.members[self.cohort_key(q)]:
+            cfg = self.queues[m]
+            lend, guar = cfg.lendable(r), cfg.guaranteed(r)
+            if lend is None or guar is None:
+                continue
+            total += lend
+            used += max(0.0, self.usage[m].get(r) - guar)
+        return used, total
+
+    def borrowed(self, q: str, r: str) -> float:
+        nom = self.queues[q].nominal.get(r)
+        return 0.0 if nom is None else max(0.0, self.usage[q].get(r) - nom)
+
+    def borrowing(self, q: str) -> bool:
+        return any(self.borrowed(q, r) > _EPS for r in RESOURCES)
+
+    def in_nominal(self, q: str, d: Amounts) -> bool:
+        cfg = self.queues[q]
+        return all(
+            cfg.nominal.get(r) is None or self.usage[q].get(r) + d.get(r) <= cfg.nominal.get(r) + _EPS  # type: ignore[operator]
+            for r in RESOURCES
+        )
+
+    def shortfall(self, q: str, d: Amounts) -> tuple[list[str], str | None]:
+        """The resources that keep demand `d` out of queue q and why (([], None): it fits)."""
+        cfg = self.queues[q]
+        short: list[str] = []
+        why: str | None = None
+        for r in RESOURCES:
+            need = d.get(r)
+            nom = cfg.nominal.get(r)
+            if need <= 0 or nom is None:
+                continue
+            have = self.usage[q].get(r)
+            new = have + need
+            if new <= nom + _EPS and cfg.cohort is None:
+                continue
+            head = f"queue {q}: {r} {fmt(have)}/{fmt(nom)} nominal, needs {fmt(need)} more"
+            if cfg.cohort is None:
+                short.append(r)
+                why = why or f"{head}; it is in no cohort, so it cannot borrow"
+                continue
+            limit = cfg.borrowing_limit.get(r)
+            if limit is not None and new > nom + limit + _EPS:
+                short.append(r)
+                why = why or f"{head}; borrowing limit {fmt(limit)} from cohort {cfg.cohort} would be exceeded"
+                continue
+            used, total = self.pool(q, r)
+            guar = cfg.guaranteed(r) or 0.0
+            after = used - max(0.0, have - guar) + max(0.0, new - guar)
+            if after > total + _EPS:
+                short.append(r)
+                spare = max(0.0, total - used)
+                why = why or (
+                    f"{head}; cohort {cfg.cohort} has {fmt(spare)} of {fmt(total)} {r} "
+                    f"unused ({fmt(used)} in use beyond guarantees)"
+                )
+        return short, why
+
+    def describe(self, q: str, d: Amounts | None = None) -> str:
+        """'queue research: cores 10/8 nominal, borrowing 2 of 4 from cohort lab'."""
+        cfg = self.queues[q]
+        parts = []
+        for r in RESOURCES:
+            nom = cfg.nominal.get(r)
+            use = self.usage[q].get(r)
+            if nom is None or (use <= 0 and (d is None or d.get(r) <= 0)):
+                continue
+            text = f"{r} {fmt(use)}/{fmt(nom)} nominal"
+            b = self.borrowed(q, r)
+            if b > _EPS and cfg.cohort is not None:
+                _used, total = self.pool(q, r)
+                others = total - (cfg.lendable(r) or 0.0)
+                limit = cfg.borrowing_limit.get(r)
+                can = others if limit is None else min(limit, others)
+                text += f", borrowing {fmt(b)} of {fmt(can)} from cohort {cfg.cohort}"
+            parts.append(text)
+        return f"queue {q}: " + ("; ".join(parts) if parts else "no quota")
+
+    def share(self, q: str, usage: Amounts | None = None) -> float:
+        """Dominant share of q's cohort (or of the cluster) that `usage` (default q's) is."""
+        u = usage if usage is not None else self.usage[q]
+        best = 0.0
+        for r in SHARE_RESOURCES:
+            total = 0.0
+            for m in self.members[self.cohort_key(q)]:
+                nom = self.queues[m].nominal.get(r)
+                if nom is None:
+                    total = 0.0
+                    break
+                total += nom
+            denom = total if total > 0 else self.capacity.get(r)
+            if denom > 0:
+                best = max(best, u.get(r) / denom)
+        return best
+
+
+def admit(
+    queues: Mapping[str, QueueConfig],
+    jobs: Sequence[AdmissionJob],
+    *,
+    tenants: Mapping[str, TenantLimits] | None = None,
+    capacity: Amounts = Amounts(),
+    now: float = 0.0,
+    preempt_min_runtime_s: float = 60.0,
+) -> list[AdmissionDecision]:
+    """Decide admission for every PENDING job in `jobs` (the others are what holds quota)."""
+    tenants = tenants or {}
+    ledger = QuotaLedger(queues, capacity)
+    tenant_use: dict[str, Amounts] = {}
+    tenant_jobs: dict[str, int] = {}
+    admitted: list[AdmissionJob] = []
+    for j in jobs:
+        if j.stage == Stage.PENDING:
+            continue
+        admitted.append(j)
+        tenant_use[j.tenant] = tenant_use.get(j.tenant, Amounts()).plus(j.demand)
+        tenant_jobs[j.tenant] = tenant_jobs.get(j.tenant, 0) + 1
+        if j.queue in queues:
+            ledger.add(j.queue, j.demand)
+
+    out: list[AdmissionDecision] = []
+    lines: dict[str, dict[str, list[AdmissionJob]]] = {}
+    for j in sorted((j for j in jobs if j.stage == Stage.PENDING), key=lambda j: (-j.priority, j.submitted_at, j.id)):
+        if j.queue not in queues:
+            out.append(Hold(j.id, f"queue {j.queue} does not exist (an admin deleted it); cancel and resubmit"))
+            continue
+        lines.setdefault(j.queue, {}).setdefault(j.tenant, []).append(j)
+    heads = {q: {t: 0 for t in by_tenant} for q, by_tenant in lines.items()}
+    evicted: set[str] = set()
+
+    def tenant_key(t: str) -> float:
+        return _share(tenant_use.get(t, Amounts()), capacity) / max(tenants.get(t, TenantLimits()).weight, _EPS)
+
+    while heads:
+        # The queue furthest below its weighted fair share picks next (DRF across queues).
+        q = min(heads, key=lambda q: (ledger.share(q) / max(queues[q].weight, _EPS), q))
+        cands = [(t, lines[q][t][i]) for t, i in heads[q].items()]
+        t, job = min(cands, key=lambda c: (-c[1].priority, tenant_key(c[0]), c[1].submitted_at, c[1].id))
+        heads[q][t] += 1
+        if heads[q][t] >= len(lines[q][t]):
+            del heads[q][t]
+            if not heads[q]:
+                del heads[q]
+        lim = tenants.get(t, TenantLimits())
+        if lim.max_jobs is not None and tenant_jobs.get(t, 0) >= lim.max_jobs:
+            out.append(Hold(job.id, f"tenant {t} is at its quota of {lim.max_jobs} admitted job(s)"))
+            continue
+        short, why = ledger.shortfall(q, job.demand)
+        if short:
+            plan = _reclaim(ledger, admitted, evicted, job, short, now, preempt_min_runtime_s)
+            if isinstance(plan, str):
+                out.append(Hold(job.id, f"{why}{plan}"))
+                continue
+            freed_now = True
+            for v, reason in plan:
+                evicted.add(v.id)
+                out.append(Evict(v.id, reason, job.id))
+                if v.stage == Stage.QUEUED:
+                    ledger.remove(v.queue, v.demand)
+                    tenant_use[v.tenant] = tenant_use[v.tenant].minus(v.demand)
+                    tenant_jobs[v.tenant] -= 1
+                else:
+                    freed_now = False
+            if not freed_now:
+                names = ", ".join(v.id for v, _ in plan)
+                out.append(Hold(job.id, f"{why}; preempting {names} to make room (they checkpoint and stop first)"))
+                continue
+        ledger.add(q, job.demand)
+        tenant_use[t] = tenant_use.get(t, Amounts()).plus(job.demand)
+        tenant_jobs[t] = tenant_jobs.get(t, 0) + 1
+        admitted.append(job)
+        out.append(Admit(job.id, f"admitted to {ledger.describe(q, job.demand)}"))
+    return out
+
+
+def _share(u: Amounts, capacity: Amounts) -> float:
+    return max((u.get(r) / capacity.get(r) for r in SHARE_RESOURCES if capacity.get(r) > 0), default=0.0)
+
+
+def _reclaim(
+    ledger: QuotaLedger,
+    admitted: Iterable[AdmissionJob],
+    evicted: set[str],
+    job: AdmissionJob,
+    short: list[str],
+    now: float,
+    min_runtime_s: float,
+) -> list[tuple[AdmissionJob, str]] | str:
+    """The jobs to preempt so that `job` fits, or the reason (appended to the wait) why none."""
+    q = job.queue
+    cohort = ledger.cohort_key(q)
+    mates = [a for a in admitted if a.queue in ledger.queues and ledger.cohort_key(a.queue) == cohort]
+    # Jobs already being preempted give their quota back soon: wait for them first.
+    going = [a for a in mates if a.stage == Stage.STOPPING and a.preempted]
+    if going:
+        trial = ledger.copy()
+        for a in going:
+            trial.remove(a.queue, a.demand)
+        if not trial.shortfall(q, job.demand)[0]:
+            return f"; waiting for {len(going)} preempted job(s) to checkpoint and stop"
+    in_quota = ledger.in_nominal(q, job.demand)
+    cfg = ledger.queues[q]
+    protected = refused = 0
+    cands: list[AdmissionJob] = []
+    for a in mates:
+        if a.id in evicted or a.stage not in (Stage.QUEUED, Stage.ACTIVE):
+            continue
+        if not any(a.demand.get(r) > 0 for r in short):
+            continue
+        if a.queue == q:
+            if a.priority >= job.priority:
+                continue
+            if cfg.within_queue == WithinQueue.NEVER:
+                refused += 1
+                continue
+        elif not ledger.borrowing(a.queue) or not (in_quota or a.priority < job.priority):
+            continue
+        elif cfg.reclaim_within_cohort == Reclaim.NEVER or (
+            cfg.reclaim_within_cohort == Reclaim.LOWER_PRIORITY and a.priority >= job.priority
+        ):
+            refused += 1
+            continue
+        if a.stage == Stage.ACTIVE and a.running_since is not None and now - a.running_since < min_runtime_s:
+            protected += 1
+            continue
+        cands.append(a)
+    cands.sort(key=lambda a: (a.stage != Stage.QUEUED, a.priority, -(a.running_since or 0.0), a.id))
+    trial = ledger.copy()
+    chosen: list[tuple[AdmissionJob, str]] = []
+    for a in cands:
+        if not trial.shortfall(q, job.demand)[0]:
+            break
+        if a.queue != q and not trial.borrowing(a.queue):
+            continue  # reclaim only while its queue is above its nominal quota
+        if a.queue == q:
+            why = f"job {job.id} of queue {q} has priority {job.priority} > {a.priority} and needs the quota"
+        elif in_quota:
+            why = f"queue {q} reclaims its nominal quota for job {job.id}; {trial.describe(a.queue)}"
+        else:
+            why = f"job {job.id} of queue {q} has priority {job.priority} > {a.priority}; {trial.describe(a.queue)}"
+        trial.remove(a.queue, a.demand)
+        chosen.append((a, f"preempted to admit {job.id}: {why}"))
+    if chosen and not trial.shortfall(q, job.demand)[0]:
+        return chosen
+    if protected:
+        return f"; {protected} job(s) that could give quota back ran less than {fmt(min_runtime_s)}s (no thrashing)"
+    if refused:
+        return (
+            f"; queue {q} does not preempt for it (reclaim_within_cohort={cfg.reclaim_within_cohort}, "
+            f"within_queue={cfg.within_queue}): it waits for {refused} job(s) that hold the quota to finish"
+        )
+    return ""
+
+
+__all__ = [
+    "AdmissionDecision",
+    "AdmissionJob",
+    "Admit",
+    "Evict",
+    "Hold",
+    "QuotaLedger",
+    "Stage",
+    "TenantLimits",
+    "admit",
+]

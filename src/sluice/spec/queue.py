@@ -1,0 +1,83 @@
+"""QueueSpec: a queue with quotas, as an admin creates or changes it (docs/queues.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from sluice.spec.base import SpecModel
+from sluice.spec.job import NAME_PATTERN
+
+_BIG = 1_000_000_000.0
+"""Above any real cluster; larger numbers are typos."""
+
+
+class QuotaSpec(SpecModel):
+    """An amount per quota resource; a resource left out has no limit."""
+
+    cores: Annotated[float | None, Field(ge=0, le=_BIG, description="Guaranteed CPU cores (cpu.min x replicas).")] = (
+        None
+    )
+    memory_mb: Annotated[int | None, Field(ge=0, le=int(_BIG), description="Memory in MiB.")] = None
+    gpus: Annotated[int | None, Field(ge=0, le=1_000_000, description="GPUs.")] = None
+    jobs: Annotated[int | None, Field(ge=0, le=1_000_000, description="Admitted jobs.")] = None
+
+
+class PreemptionSpec(SpecModel):
+    """When a queue's pending jobs may take quota back by preempting running ones (they
+    checkpoint, stop and requeue). Kueue's `preemption` block, with its names."""
+
+    reclaim_within_cohort: Annotated[
+        Literal["any", "lower_priority", "never"],
+        Field(
+            description="A job within its nominal quota preempts other queues' borrowing jobs: any of them, "
+            "only those of lower priority, or never (it waits for them to finish)."
+        ),
+    ] = "any"
+    within_queue: Annotated[
+        Literal["lower_priority", "never"],
+        Field(description="A job preempts lower-priority jobs of its own queue, or never."),
+    ] = "lower_priority"
+
+
+class QueueSpec(SpecModel):
+    """A queue: a nominal quota, the cohort it borrows from and lends to, and its weight."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    cohort: Annotated[str | None, Field(pattern=NAME_PATTERN, description="Queues of one cohort share.")] = None
+    nominal: QuotaSpec = QuotaSpec()
+    borrowing_limit: Annotated[
+        QuotaSpec, Field(description="Most it may use above its nominal quota (unset: whatever the cohort lends).")
+    ] = QuotaSpec()
+    lending_limit: Annotated[
+        QuotaSpec, Field(description="Most of its unused nominal quota others may borrow (unset: all of it).")
+    ] = QuotaSpec()
+    weight: Annotated[float, Field(gt=0, le=1000, description="Fair-share weight within its cohort.")] = 1.0
+    preemption: PreemptionSpec = PreemptionSpec()
+
+
+class QueuePatch(SpecModel):
+    """A live change to a queue: only the fields given change. A quota given replaces the
+    queue's quota of that kind; `cohort: ""` takes the queue out of its cohort."""
+
+    cohort: Annotated[str | None, Field(pattern=r"^$|" + NAME_PATTERN)] = None
+    nominal: QuotaSpec | None = None
+    borrowing_limit: QuotaSpec | None = None
+    lending_limit: QuotaSpec | None = None
+    weight: Annotated[float | None, Field(gt=0, le=1000)] = None
+    preemption: PreemptionSpec | None = None
+
+
+class GrantSpec(SpecModel):
+    """Grant (or, with granted=false, take back) the use of a queue to a tenant."""
+
+    tenant: Annotated[str, Field(pattern=NAME_PATTERN)]
+    granted: bool = True
+
+
+class TenantPatch(SpecModel):
+    """A live change to a tenant's share: only the fields given change."""
+
+    weight: Annotated[float | None, Field(gt=0, le=1000, description="Fair-share weight.")] = None
+    max_running_jobs: Annotated[int | None, Field(ge=0, le=1_000_000, description="0 removes the limit.")] = None

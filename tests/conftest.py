@@ -1,0 +1,99 @@
+"""Session-wide test set-up for tenant isolation (docs/security.md).
+
+The tests run as root in CI, so the control plane runs each tenant's jobs as an unprivileged
+uid. Two things on a test machine are out of such a uid's reach and are fixed here, for the
+tests only:
+- the test venv's interpreter (under /root): SLUICE_JOB_PYTHON points at one every uid can run
+  (tests/jobpython.py);
+- pytest's temporary folders (0700): the folders above `tmp_path` are made passable (o+x,
+  never listable by others) and `tmp_path` itself 1777 like /tmp, so a job can read the
+  scripts a test writes there and leave the marker files (pids, steps) tests look for.
+  The plane's own folders under it ($SLUICE_HOME) get their modes from the plane.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.jobpython import make_job_python
+
+_made: list[Path] = []
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads --basetemp
+def pytest_configure(config: pytest.Config) -> None:
+    if os.geteuid() != 0:
+        return
+    if config.option.basetemp is None:
+        # pytest's shared /tmp/pytest-of-root is reset to 0700 by every other pytest run on the
+        # machine; a root of this session's own stays passable.
+        root = Path(tempfile.mkdtemp(prefix="sluice-tests-"))
+        root.chmod(0o711)
+        _made.append(root)
+        config.option.basetemp = str(root / "basetemp")
+    if "SLUICE_JOB_PYTHON" not in os.environ:
+        python, folder = make_job_python()
+        if python is not None and folder is not None:
+            os.environ["SLUICE_JOB_PYTHON"] = python
+            _made.append(folder)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Name the threads a test left running: a thread still inside a C extension (sqlite, ssl,
+    Ray's gRPC) when the interpreter finalizes can crash the process after the summary, so a
+    leak is reported here, where it can be traced to its test."""
+    config = session.config
+    config._sluice_exitstatus = exitstatus  # type: ignore[attr-defined]
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+    if left:
+        names = ", ".join(f"{t.name}{' (daemon)' if t.daemon else ''}" for t in left)
+        print(f"\nthreads still running at session end: {names}", file=sys.stderr)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this session's folders, then leave with pytest's verdict, skipping interpreter
+    finalization.
+
+    After the summary is printed the interpreter tears down Ray's core worker (gRPC threads),
+    torch and the other C extensions the suite imported; one CI run crashed there (SIGSEGV)
+    after "522 passed", and make reported the crash instead of the result. Nothing a test
+    checks happens after this point, and the threads still running were named at session
+    end. SLUICE_TEST_FINALIZE=1 keeps the normal exit (to chase such a crash)."""
+    for folder in _made:
+        shutil.rmtree(folder, ignore_errors=True)
+    _made.clear()
+    status = getattr(config, "_sluice_exitstatus", None)
+    if status is None or os.environ.get("SLUICE_TEST_FINALIZE") == "1":
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(status))
+
+
+def passable(path: Path, stop: Path) -> None:
+    """o+x on `path` and its parents below `stop`: a job uid may pass through, not list."""
+    for p in (path, *path.parents):
+        st = p.stat()
+        if not st.st_mode & stat.S_IXOTH:
+            p.chmod(stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
+        if p == stop or p.parent == p:
+            break
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """pytest's tmp_path, passable by the tenant uids jobs run as (see the module docstring)."""
+    if os.geteuid() == 0:
+        passable(tmp_path.parent, tmp_path_factory.getbasetemp().parent)
+        tmp_path.chmod(0o1777)
+    yield tmp_path

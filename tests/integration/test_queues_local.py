@@ -1,0 +1,182 @@
+"""Queues on the local engine, with real job processes: two tenants in a cohort borrowing and
+reclaiming, the preempted borrower resuming from its checkpoint, a quota changed live through
+the CLI, suspend/resume, and --resume-from (same tenant only)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sluice.cli.main import app as cli
+from sluice.control.errors import NotFound
+from sluice.control.plane import ControlPlane
+from sluice.model import JobRecord, Phase
+from sluice.settings import Settings
+from sluice.spec import GrantSpec, QueueSpec, SpecError, TenantSpec, parse_job_spec
+from sluice.store import TenantRecord
+
+from ..live_api import serve_for_cli
+from .conftest import JOBS, wait_for
+
+
+@pytest.fixture
+def plane(sluice_settings: Settings) -> Iterator[ControlPlane]:
+    settings = sluice_settings.model_copy(
+        update={"reconcile_interval_s": 0.1, "preempt_min_runtime_s": 0.0, "policy": "kube", "node_cpus": 2.0}
+    )
+    p = ControlPlane.from_settings(settings)
+    p.tokens = p.bootstrap_tenants()  # type: ignore[attr-defined]
+    p.start()
+    yield p
+    admin = p.store.get_tenant("admin")
+    assert admin is not None
+    for j in p.list_jobs(admin):
+        if not j.phase.terminal:
+            p.cancel(admin, j.id)
+    wait_for(lambda: all(j.phase.terminal for j in p.list_jobs(admin)), 20)
+    p.stop()
+
+
+def loop(queue: str = "default", cpu: float = 0.25, **kw: object):  # type: ignore[no-untyped-def]
+    return parse_job_spec(
+        {
+            "command": ["python", str(JOBS / "sdk_loop.py"), "--sleep", "0.05"],
+            "workdir": str(JOBS),
+            "queue": queue,
+            "resources": {"cpu": {"min": cpu, "max": cpu}},
+            "checkpoint": {"interval_s": 0.5},
+            **kw,
+        }
+    )
+
+
+def get(p: ControlPlane, job: JobRecord) -> JobRecord:
+    return p.controller.book.get(job.id)  # type: ignore[return-value]
+
+
+def why(p: ControlPlane, job: JobRecord) -> list[str]:
+    return [e.message for e in p.controller.book.events(job.id)]
+
+
+def tenant(p: ControlPlane, name: str) -> TenantRecord:
+    admin = p.store.get_tenant("admin")
+    assert admin is not None
+    p.create_tenant(admin, TenantSpec(name=name))
+    rec = p.store.get_tenant(name)
+    assert rec is not None
+    return rec
+
+
+def running(p: ControlPlane, job: JobRecord) -> bool:
+    j = get(p, job)
+    return j.phase == Phase.RUNNING and j.step > 3
+
+
+def test_two_tenants_in_a_cohort_borrow_and_reclaim_and_the_borrower_resumes(plane: ControlPlane) -> None:
+    p = plane
+    admin = p.store.get_tenant("admin")
+    assert admin is not None
+    alice, bob = tenant(p, "alice"), tenant(p, "bob")
+    for q, t in (("research", alice), ("ml", bob)):
+        p.create_queue(admin, QueueSpec.model_validate({"name": q, "cohort": "lab", "nominal": {"cores": 0.5}}))
+        p.grant_queue(admin, q, GrantSpec(tenant=t.name))
+
+    a = [p.submit(alice, loop("research")) for _ in range(4)]  # 1 core: 0.5 nominal + 0.5 borrowed
+    for j in a:
+        assert wait_for(lambda j=j: running(p, j), 60), get(p, j).reason
+    assert any("borrowing 0.5 of 0.5 from cohort lab" in m for m in why(p, a[-1]))
+    research = next(q for q in p.list_queues(admin) if q.name == "research")
+    assert research.borrowed == {"cores": 0.5} and research.admitted == 4
+
+    b = p.submit(bob, loop("ml", priority=0))  # in ml's nominal quota: reclaimed from research
+    assert wait_for(lambda: running(p, b), 60), get(p, b).reason
+    victims = [j for j in a if any("reclaims its nominal quota" in m for m in why(p, j))]
+    assert len(victims) == 1
+    victim = victims[0]
+    assert wait_for(lambda: get(p, victim).phase == Phase.PENDING, 30)
+    v = get(p, victim)
+    assert v.checkpoint is not None and v.checkpoint_step is not None
+    step_at_stop = v.checkpoint_step
+    assert "cohort lab has 0 of 1 cores unused" in v.reason  # it waits, with the quota reason
+
+    p.cancel(bob, b.id)  # ml gives its quota back: the borrower comes back, from its checkpoint
+    assert wait_for(lambda: running(p, victim), 60), get(p, victim).reason
+    assert any(f"resumes from checkpoint at step {step_at_stop}" in m for m in why(p, victim))
+    log = Path(p.engine.log_path(victim.id) or "")
+    assert wait_for(lambda: f"resumed at step {step_at_stop + 1}" in log.read_text(), 30)
+
+
+def test_a_quota_changed_live_through_the_cli_admits_the_waiting_job(
+    plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = plane
+    runner = CliRunner()
+    with serve_for_cli(p, p.settings.home, p.tokens, monkeypatch):  # type: ignore[attr-defined]
+        r = runner.invoke(cli, ["queue", "create", "solo", "--cores", "0.25"])
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(cli, ["queue", "grant", "solo", "default"])
+        assert r.exit_code == 0, r.output
+        caller = p.store.get_tenant("default")
+        assert caller is not None
+        first, second = p.submit(caller, loop("solo")), p.submit(caller, loop("solo"))
+        assert wait_for(lambda: get(p, first).phase == Phase.RUNNING, 60)
+        assert wait_for(lambda: "nominal" in get(p, second).reason, 30)
+        assert get(p, second).phase == Phase.PENDING
+        assert get(p, second).reason.startswith("queue solo: cores 0.25/0.25 nominal, needs 0.25 more")
+        r = runner.invoke(cli, ["queue", "list"])
+        assert r.exit_code == 0 and "solo" in r.output and "cores=0.25" in r.output
+
+        r = runner.invoke(cli, ["queue", "set", "solo", "--cores", "0.5"])
+        assert r.exit_code == 0, r.output
+        assert wait_for(lambda: get(p, second).phase == Phase.RUNNING, 60), get(p, second).reason
+
+        r = runner.invoke(cli, ["job", "why", second.id])
+        assert r.exit_code == 0 and "admitted to queue solo: cores 0.5/0.5 nominal" in r.output
+
+
+def test_a_queue_not_granted_is_a_422_naming_queue(plane: ControlPlane) -> None:
+    p = plane
+    admin = p.store.get_tenant("admin")
+    assert admin is not None
+    p.create_queue(admin, QueueSpec(name="private"))
+    caller = p.store.get_tenant("default")
+    assert caller is not None
+    with pytest.raises(SpecError) as err:
+        p.submit(caller, loop("private"))
+    assert [pr.field for pr in err.value.problems] == ["queue"]
+
+
+def test_suspend_resume_and_resume_from_another_job_of_the_same_tenant(plane: ControlPlane) -> None:
+    p = plane
+    caller = p.store.get_tenant("default")
+    assert caller is not None
+    job = p.submit(caller, loop())
+    assert wait_for(lambda: running(p, job) and get(p, job).step > 10, 60)
+    p.suspend(caller, job.id)
+    assert wait_for(lambda: get(p, job).phase == Phase.SUSPENDED, 30), get(p, job).reason
+    s = get(p, job)
+    assert s.allocation is None and s.checkpoint_step is not None
+    at = s.checkpoint_step
+
+    p.resume(caller, job.id)
+    assert wait_for(lambda: running(p, job), 60), get(p, job).reason
+    log = Path(p.engine.log_path(job.id) or "")
+    assert wait_for(lambda: f"resumed at step {at + 1}" in log.read_text(), 30)
+
+    p.cancel(caller, job.id)
+    assert wait_for(lambda: get(p, job).phase == Phase.CANCELLED, 30)
+    last = get(p, job).checkpoint_step
+    assert last is not None and last >= at
+
+    other = tenant(p, "mallory")
+    with pytest.raises(NotFound):  # another tenant's job reads as one that does not exist
+        p.submit(other, loop(resume_from=job.id))
+
+    again = p.submit(caller, loop(resume_from=job.id))
+    assert wait_for(lambda: running(p, again), 60), get(p, again).reason
+    log2 = Path(p.engine.log_path(again.id) or "")
+    assert wait_for(lambda: f"resumed at step {last + 1}" in log2.read_text(), 30)
+    assert any(f"starts from job {job.id}'s checkpoint at step {last}" in m for m in why(p, again))

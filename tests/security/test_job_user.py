@@ -1,0 +1,138 @@
+"""What a job started with a tenant's JobUser really runs as (node agent + shim, real processes):
+the uid/gid with no supplementary groups, no_new_privs, its rlimits, umask 077, its own HOME,
+and the folders it may write. A program the uid cannot reach is refused with the reason before
+anything runs. And the pure parts: privilege detection and the permission walk."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.agent.isolation import REQUIRED_CAPS, IsolationUnavailable, detect_isolation, unreachable
+from sluice.agent.launchenv import LaunchError
+from sluice.agent.node_agent import NodeAgent
+from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.settings import Settings
+from sluice.spec import JobSpec
+from tests.integration.conftest import kill_runs, remove_cgroups
+
+USER = JobUser(231_001, 231_001)
+
+PROBE = """
+import json, os, resource
+status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+old = os.umask(0); os.umask(old)
+print('PROBE ' + json.dumps({
+    'uid': os.getuid(), 'euid': os.geteuid(), 'gid': os.getgid(), 'groups': os.getgroups(),
+    'no_new_privs': status['NoNewPrivs'].strip(), 'nofile': resource.getrlimit(resource.RLIMIT_NOFILE),
+    'nproc': resource.getrlimit(resource.RLIMIT_NPROC), 'core': resource.getrlimit(resource.RLIMIT_CORE),
+    'umask': old, 'home': os.environ['HOME'], 'user': os.environ.get('USER'), 'cwd': os.getcwd(),
+}), flush=True)
+"""
+
+
+def _isolating() -> bool:
+    try:
+        return detect_isolation("auto").enabled
+    except IsolationUnavailable:
+        return False
+
+
+needs_root = pytest.mark.skipif(not _isolating(), reason="needs a plane that may switch users (root)")
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[NodeAgent]:
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root, job_max_open_files=1000, job_max_processes=500)
+    settings.home.mkdir(mode=0o711)
+    a = NodeAgent("n0", settings.runs_dir, settings=settings)
+    yield a
+    a.close()
+    kill_runs(settings.runs_dir)
+    remove_cgroups(cgroup_root)
+
+
+def _exit(agent: NodeAgent, job_id: str) -> JobExited:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for e in agent.poll():
+            if isinstance(e, JobExited) and e.job_id == job_id:
+                return e
+        time.sleep(0.05)
+    pytest.fail(f"{job_id} did not end")
+
+
+@needs_root
+def test_the_job_runs_as_its_tenant_uid_confined(agent: NodeAgent, tmp_path: Path) -> None:
+    req = LaunchRequest(
+        "probe", 1, "t", JobSpec(command=["python", "-c", PROBE]), Allocation.single("n0"), "", run_as=USER
+    )
+    agent.launch(req)
+    assert _exit(agent, "probe").exit_code == 0
+    log = Path(agent.log_path("probe")).read_text()
+    got = json.loads(next(ln for ln in log.splitlines() if ln.startswith("PROBE ")).removeprefix("PROBE "))
+    work = agent.job_dir("probe") / "work"
+    assert (got["uid"], got["euid"], got["gid"], got["groups"]) == (USER.uid, USER.uid, USER.gid, [])
+    assert got["no_new_privs"] == "1" and got["umask"] == 0o077
+    assert got["nofile"] == [1000, 1000] and got["nproc"] == [500, 500] and got["core"] == [0, 0]
+    assert got["home"] == str(work) == got["cwd"] and got["user"] is None
+    # The folders it may write are its own; the plane's around them are passable only.
+    assert (work.stat().st_uid, stat.S_IMODE(work.stat().st_mode)) == (USER.uid, 0o700)
+    adir = agent.attempt_dir("probe", 1)
+    assert (adir / "progress.jsonl").stat().st_uid == USER.uid
+    assert stat.S_IMODE(adir.stat().st_mode) == 0o711 and adir.stat().st_uid == os.geteuid()
+    for plane_file in ("state.json", "exit_code", "child.json", "exit_reported"):
+        assert stat.S_IMODE((adir / plane_file).stat().st_mode) == 0o600, plane_file
+
+
+@needs_root
+def test_a_program_the_job_uid_cannot_reach_is_refused_with_the_reason(agent: NodeAgent, tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    script = private / "train.py"
+    script.write_text("print('never')\n")
+    script.chmod(0o755)
+    req = LaunchRequest("hidden", 1, "t", JobSpec(command=[str(script)]), Allocation.single("n0"), "", run_as=USER)
+    with pytest.raises(LaunchError, match=f"runs as uid {USER.uid} and cannot use"):
+        agent.launch(req)
+    exited = _exit(agent, "hidden")
+    assert exited.exit_code == 127 and str(private) in exited.reason
+
+
+def test_privilege_detection_names_what_is_missing() -> None:
+    everything = "CapEff:\t000001ffffffffff\n"
+    assert detect_isolation("auto", status=everything).enabled
+    without_setuid = f"CapEff:\t{(0x1FFFFFFFFFF & ~(1 << REQUIRED_CAPS['CAP_SETUID'])):016x}\n"
+    off = detect_isolation("auto", status=without_setuid)
+    assert not off.enabled and "CAP_SETUID" in off.reason and "isolation is off" in off.reason
+    with pytest.raises(IsolationUnavailable, match="CAP_SETUID"):
+        detect_isolation("on", status=without_setuid)
+    assert not detect_isolation("off", status=everything).enabled
+
+
+def test_the_permission_walk_reads_every_folder_on_the_way(tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    inner = outer / "inner"
+    inner.mkdir(parents=True)
+    f = inner / "f"
+    f.write_text("x")
+    tmp_path.chmod(0o711)
+    outer.chmod(0o700)
+    f.chmod(0o644)
+    problem = unreachable(f, USER, os.R_OK)
+    assert problem is not None and str(outer) in problem
+    outer.chmod(0o711)
+    assert unreachable(f, USER, os.R_OK) is None
+    assert unreachable(f, USER, os.X_OK) is not None  # 0644: not executable
+    if os.geteuid() == 0:
+        os.chown(f, USER.uid, USER.gid)
+        f.chmod(0o700)
+        assert unreachable(f, USER, os.R_OK | os.X_OK) is None  # the owner bits are its own

@@ -1,0 +1,250 @@
+"""The job book: one writer, atomic record + event, and crash safety at every failure point.
+
+Crash tests arm a named failure point (control/failpoints.py), let the controller run into
+it, then build a new controller on the same SQLite file and the same engine — what a
+restarted control plane does — and check: no accepted job lost, none duplicated, none
+resurrected after it finished, no attempt counted twice or run twice, restarts within
+max_restarts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.control.book import JobBook
+from sluice.control.controller import Controller
+from sluice.control.failpoints import POINTS, FailpointCrash, Failpoints
+from sluice.control.recovery import recover
+from sluice.model import JobExited, JobProgress, JobRecord, JobStarted, Phase, StopKind
+from sluice.policy import make_policy
+from sluice.spec import parse_job_spec
+from sluice.store import MemoryStore, StoreUnavailable
+from sluice.store.sql import SqlStore
+
+from .fake_engine import FakeEngine
+
+
+def spec(**kw: object):
+    return parse_job_spec({"command": ["python", "train.py"], "resources": {"cpu": 1}, **kw})
+
+
+class BrokenStore(MemoryStore):
+    """A MemoryStore whose writes fail on demand, as a full disk's would (a fake medium)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+
+    def save_job(self, job, events=()):  # type: ignore[no-untyped-def]
+        if self.broken:
+            raise StoreUnavailable("the database cannot take writes: database or disk is full")
+        super().save_job(job, events)
+
+
+def test_a_failed_write_changes_nothing_in_memory_or_on_disk() -> None:
+    store = BrokenStore()
+    book = JobBook(store, lambda: 5.0)
+    job = book.create("t", spec(), job_id="j1")
+    store.broken = True
+    with pytest.raises(StoreUnavailable):
+        book.transition("j1", Phase.QUEUED, "admitted")
+    assert book.get("j1") == job == store.get_job("j1")
+    assert [e.kind for e in store.events(job_id="j1")] == ["phase"]  # no orphan event either
+    store.broken = False
+    moved = book.transition("j1", Phase.QUEUED, "admitted")
+    assert store.get_job("j1") == moved and moved.phase == Phase.QUEUED
+
+
+def test_observe_takes_only_facts_and_never_touches_a_finished_job() -> None:
+    book = JobBook(MemoryStore(), lambda: 0.0)
+    book.create("t", spec(), job_id="j1")
+    with pytest.raises(ValueError, match="decisions, not observations"):
+        book.observe("j1", phase=Phase.RUNNING)
+    book.transition("j1", Phase.CANCELLED, "cancelled by t")
+    assert book.observe("j1", step=10) is None
+    done = book.get("j1")
+    assert done is not None and done.step == 0 and done.finished_at == 0.0
+
+
+def test_progress_is_written_at_most_every_interval_and_with_any_transition() -> None:
+    now = [0.0]
+    store = MemoryStore()
+    book = JobBook(store, lambda: now[0], save_progress_every_s=5.0)
+    book.create("t", spec(), job_id="j1")
+    book.observe("j1", step=3)
+    book.flush()
+    assert store.get_job("j1").step == 0  # type: ignore[union-attr]
+    now[0] = 6.0
+    book.flush()
+    assert store.get_job("j1").step == 3  # type: ignore[union-attr]
+    book.observe("j1", step=9)
+    book.transition("j1", Phase.QUEUED, "admitted")
+    assert store.get_job("j1").step == 9  # type: ignore[union-attr]
+
+
+def test_failpoints_reject_unknown_names_and_parse_the_setting() -> None:
+    with pytest.raises(ValueError, match="unknown point"):
+        Failpoints().arm("book.typo")
+    fp = Failpoints.parse("book.create.after_write=raise@3, book.flush.before_write=exit")
+    assert fp.armed == {"book.create.after_write": ("raise", 2), "book.flush.before_write": ("exit", 0)}
+    fp.hit("book.create.after_write")
+    fp.hit("book.create.after_write")
+    with pytest.raises(FailpointCrash):
+        fp.hit("book.create.after_write")
+    fp.hit("book.create.after_write")  # fired once, then disarmed
+
+
+# ---------------------------------------------------------------------- crash at every point
+
+
+def _boot(db: Path, engine: FakeEngine, fp: Failpoints | None = None) -> Controller:
+    return Controller(
+        SqlStore(f"sqlite:///{db}"),
+        engine,
+        make_policy("kube"),
+        checkpoint_root="/ckpt",
+        restart_backoff_s=0.0,
+        failpoints=fp,
+        save_progress_every_s=0.0,
+    )
+
+
+def _script(ctl: Controller, engine: FakeEngine) -> list[str]:
+    """A day in the life: submit, place, start, a crash retried, a cancel, a success."""
+    ids = [ctl.submit("t", spec(max_restarts=1)).id for _ in range(3)]
+    ctl.step()
+    for jid in ids:
+        job = ctl.book.get(jid)
+        assert job is not None and job.phase == Phase.STARTING
+        engine.pending.append(JobStarted(jid, job.attempt, "n0", engine.now))
+        engine.pending.append(JobProgress(jid, job.attempt, engine.now, 5, 0.5))
+    ctl.step()
+    for jid in ids:
+        job = ctl.book.get(jid)
+        assert job is not None
+        engine.pending.append(JobProgress(jid, job.attempt, engine.now + 1, 9, 0.4))
+    ctl.step()
+    first = ctl.book.get(ids[0])
+    assert first is not None
+    engine.pending.append(JobExited(ids[0], first.attempt, engine.now, 3))
+    engine.running.pop(ids[0], None)
+    ctl.cancel(ids[1])
+    ctl.step()
+    second = ctl.book.get(ids[2])
+    assert second is not None
+    engine.pending.append(JobExited(ids[2], second.attempt, engine.now, 0))
+    engine.running.pop(ids[2], None)
+    ctl.step()
+    return ids
+
+
+def _invariants(ctl: Controller, engine: FakeEngine, acked: list[str], finished: dict[str, JobRecord]) -> None:
+    stored = {j.id: j for j in ctl.store.list_jobs()}
+    assert set(acked) <= set(stored), "an acknowledged job was lost"
+    assert len(stored) == len(set(stored)), "a job was duplicated"
+    for jid, done in finished.items():
+        assert stored[jid].phase == done.phase, f"{jid} finished as {done.phase}, now {stored[jid].phase}"
+    for job in stored.values():
+        assert job.restarts <= job.spec.max_restarts
+        launches = [r.attempt for r in engine.launched if r.job_id == job.id]
+        assert len(launches) == len(set(launches)), f"{job.id}: an attempt was launched twice"
+        assert not launches or max(launches) <= job.attempt, f"{job.id}: a launch the book does not know"
+        if job.phase.terminal:
+            assert (
+                job.id not in engine.running
+                or engine.running[job.id] != job.attempt
+                or ((job.id, job.attempt, False) in engine.stopped or (job.id, job.attempt, True) in engine.stopped)
+            )
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("nth", [1, 3])
+def test_a_crash_at_any_failure_point_loses_duplicates_and_resurrects_nothing(
+    tmp_path: Path, point: str, nth: int
+) -> None:
+    db = tmp_path / "sluice.db"
+    engine = FakeEngine()
+    fp = Failpoints()
+    fp.arm(point, "raise", nth)  # crash on the nth time this point is reached
+    ctl = _boot(db, engine, fp)
+    acked: list[str] = []
+    orig_submit = ctl.submit
+
+    def submit(*a, **kw):  # type: ignore[no-untyped-def]
+        job = orig_submit(*a, **kw)
+        acked.append(job.id)  # returned to the caller = acknowledged
+        return job
+
+    ctl.submit = submit  # type: ignore[method-assign]
+    crashed = False
+    try:
+        _script(ctl, engine)
+    except FailpointCrash:
+        crashed = True
+    finished = {j.id: j for j in ctl.store.list_jobs() if j.phase.terminal}
+
+    ctl2 = _boot(db, engine)  # the restarted control plane
+    recover(ctl2)
+    for _ in range(3):
+        ctl2.step()
+    _invariants(ctl2, engine, acked, finished)
+    assert crashed, f"the script never reached {point} {nth} time(s): this case tested nothing"
+    # After the restart, the plane carries on: every job reaches an end once its process ends.
+    for _ in range(5):
+        for job in ctl2.book.live():
+            if job.phase.active:
+                engine.pending.append(JobStarted(job.id, job.attempt, "n0", engine.now))
+                engine.pending.append(JobExited(job.id, job.attempt, engine.now, 0))
+                engine.running.pop(job.id, None)
+        ctl2.step()
+    _invariants(ctl2, engine, acked, finished)
+    cancelled = [j for j in ctl2.store.list_jobs() if j.phase == Phase.CANCELLED]
+    for j in cancelled:
+        later = [r for r in engine.launched if r.job_id == j.id and r.attempt > j.attempt]
+        assert not later, "a cancelled job ran again"
+
+
+def test_a_cancel_in_flight_survives_a_restart_and_the_job_never_runs_again(tmp_path: Path) -> None:
+    """The bug in the issue: a job being stopped for a cancel, whose process is gone when the
+    control plane comes back, was requeued and relaunched on every restart."""
+    db = tmp_path / "sluice.db"
+    engine = FakeEngine()
+    ctl = _boot(db, engine)
+    jid = ctl.submit("t", spec()).id
+    ctl.step()
+    engine.pending.append(JobStarted(jid, 1, "n0", engine.now))
+    ctl.step()
+    ctl.cancel(jid, "cancelled by t")
+    stopping = ctl.book.get(jid)
+    assert stopping is not None and stopping.stop_intent is not None
+    assert stopping.stop_intent.kind == StopKind.CANCEL
+    engine.running.pop(jid)  # the process ends while the plane is down; no exit code kept
+    for _ in range(3):  # restart, again and again
+        ctl = _boot(db, engine)
+        recover(ctl)
+        ctl.step()
+    final = ctl.store.get_job(jid)
+    assert final is not None and final.phase == Phase.CANCELLED and final.attempt == 1
+    assert [r.attempt for r in engine.launched if r.job_id == jid] == [1]
+
+
+def test_a_preemption_in_flight_survives_a_restart_and_resumes(tmp_path: Path) -> None:
+    db = tmp_path / "sluice.db"
+    engine = FakeEngine()
+    ctl = _boot(db, engine)
+    jid = ctl.submit("t", spec(max_restarts=0)).id
+    ctl.step()
+    engine.pending.append(JobStarted(jid, 1, "n0", engine.now))
+    ctl.step()
+    node = ctl.book.get(jid).allocation.primary_node  # type: ignore[union-attr]
+    ctl.set_node_health(node, ctl.node(node).health.__class__("Cordoned"), "disk failing")  # type: ignore[union-attr]
+    ctl = _boot(db, engine)  # crash while it is Stopping
+    recover(ctl)
+    engine.pending.append(JobExited(jid, 1, engine.now, 0))  # it checkpointed and exited
+    engine.running.pop(jid)
+    ctl.step()
+    job = ctl.store.get_job(jid)
+    assert job is not None and job.phase == Phase.STARTING and job.attempt == 2, job.reason
+    assert job.restarts == 0, "a preemption is not a failure"

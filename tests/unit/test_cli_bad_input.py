@@ -1,0 +1,114 @@
+"""Every `sluice` command, found by walking the typer app (a new command is covered without
+touching this file), run with input a user can type wrongly: missing arguments, unknown
+options, files that are not spec files (/dev/zero, a FIFO, a directory, a missing path,
+garbage YAML), numbers that are not numbers or are absurd, and a server that is down.
+
+What must hold for each: a non-zero exit and no Python traceback — the user gets a message.
+
+Commands that talk to the API (job, node, tenant, dataset, down) get every bad value in every
+parameter. Commands that do long local work (demo, up, bench, sim run, health eval) would
+start that work if handed a value their type accepts, so they get only what must fail before
+any work starts: a missing required argument, an unknown option, an unusable file argument.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sluice.cli.main import app
+
+from ..live_api import free_port
+
+API_GROUPS = {"job", "node", "tenant", "dataset", "down"}
+"""Commands that only talk to the server: safe to hand any value while it is down."""
+
+NUMBERS = ["1e400", "nan", "-1", "99999999999999999999999", "x"]
+
+
+def commands() -> list[tuple[list[str], Any]]:
+    def walk(cmd: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in sorted(subs.items()):
+                yield from walk(sub, [*path, name])
+        else:
+            yield path, cmd
+
+    return list(walk(typer.main.get_command(app), []))
+
+
+@pytest.fixture
+def bad_files(tmp_path: Path) -> dict[str, str]:
+    garbage = tmp_path / "garbage.yaml"
+    garbage.write_text("command: [python\n  - : :\n\t]]]")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return {
+        "/dev/zero": "/dev/zero",
+        "fifo": str(fifo),
+        "directory": str(tmp_path),
+        "missing": str(tmp_path / "nope.yaml"),
+        "garbage": str(garbage),
+    }
+
+
+@pytest.fixture(autouse=True)
+def server_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("SLUICE_TOKEN", "not-a-token")
+
+
+def run(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args)
+    text = (result.stdout or "") + (result.stderr or "")
+    where = f"sluice {' '.join(args)} -> exit {result.exit_code}\n{text[-2000:]}"
+    assert result.exit_code != 0, where
+    assert "Traceback" not in text, where
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"{where}\nraised {result.exception!r}")
+
+
+def invocations(path: list[str], cmd: Any, files: dict[str, str]) -> Iterator[list[str]]:
+    params = [p for p in cmd.params if p.name != "help"]
+    arguments = [p for p in params if p.param_type_name == "argument"]
+    options = [p for p in params if p.param_type_name == "option" and not p.is_flag]
+    if any(p.required for p in params):
+        yield path  # required arguments missing
+    yield [*path, "--no-such-option"]
+    # every argument gets each unusable file; a non-file argument just gets a strange name
+    for value in files.values():
+        if arguments:
+            yield [*path, *([value] * len(arguments)), *_required_options(options)]
+    if path[0] not in API_GROUPS:
+        return
+    fill = ["x"] * len(arguments)
+    for opt in options:
+        for value in [*NUMBERS, *files.values()]:
+            yield [*path, *fill, *_required_options([o for o in options if o is not opt]), opt.opts[0], value]
+
+
+def _required_options(options: list[Any]) -> list[str]:
+    out: list[str] = []
+    for o in options:
+        if o.required:
+            out += [o.opts[0], "x"]
+    return out
+
+
+def test_the_walk_finds_every_noun() -> None:
+    found = {p[0] for p, _ in commands()}
+    assert {"job", "node", "tenant", "dataset", "sim", "bench", "health", "up", "down", "demo"} <= found
+
+
+@pytest.mark.parametrize(("path", "cmd"), commands(), ids=lambda x: " ".join(x) if isinstance(x, list) else "")
+def test_no_command_prints_a_traceback_for_bad_input(path: list[str], cmd: Any, bad_files: dict[str, str]) -> None:
+    for args in invocations(path, cmd, bad_files):
+        run(args)

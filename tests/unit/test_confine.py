@@ -1,0 +1,92 @@
+"""The pure confinement rules: checkpoint locations (control/confine.py) and the source guard's
+address and path checks (data/guard.py), over random paths with `..`, symlinks and absolute
+parts."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.control.confine import checkpoint_dir, confine_checkpoint
+from sluice.data.guard import SourceGuard, SourceRefused, address_refusal
+from sluice.spec import SpecError
+
+segment = st.sampled_from(["..", ".", "a", "b", "escape", "", "ckpt"])
+paths = st.lists(segment, min_size=1, max_size=8).map("/".join)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("confine")
+    (base / "root" / "a").mkdir(parents=True)
+    (base / "root" / "escape").symlink_to("/etc")
+    (base / "outside").mkdir()
+    return base
+
+
+@settings(max_examples=300, deadline=None)
+@given(rel=paths, absolute=st.booleans())
+def test_an_accepted_location_always_stays_in_a_root_or_the_run_folder(tree: Path, rel: str, absolute: bool) -> None:
+    root = str(tree / "root")
+    location = f"{root}/{rel}" if absolute else rel
+    try:
+        kept = confine_checkpoint(location, [root])
+    except SpecError as err:
+        assert err.problems[0].field == "checkpoint.location"
+        return
+    assert kept is not None
+    folder = checkpoint_dir(kept, "/runs", "job-1")
+    if absolute:
+        assert _inside(os.path.realpath(folder), os.path.realpath(root))
+    else:
+        assert _inside(os.path.normpath(folder), "/runs/job-1")
+
+
+def test_symlink_and_dotdot_examples(tree: Path) -> None:
+    root = str(tree / "root")
+    with pytest.raises(SpecError):
+        confine_checkpoint(f"{root}/escape/cron.d", [root])
+    with pytest.raises(SpecError):
+        confine_checkpoint(f"{root}/../outside", [root])
+    assert confine_checkpoint(f"{root}/a/../a", [root]) == os.path.realpath(f"{root}/a")
+    assert checkpoint_dir(None, "/runs/", "j") == "/runs/j/checkpoints"
+    assert checkpoint_dir("s3://b/ck", "/runs", "j") == "s3://b/ck/j/checkpoints"
+
+
+@given(rel=paths)
+def test_local_sources_accepted_only_inside_the_roots(tree: Path, rel: str) -> None:
+    root = str(tree / "root")
+    guard = SourceGuard.of([root], [])
+    try:
+        guard.check(f"{root}/{rel}")
+    except SourceRefused as err:
+        assert err.field == "source"
+        return
+    assert _inside(os.path.realpath(f"{root}/{rel}"), os.path.realpath(root))
+
+
+@given(n=st.integers(min_value=0, max_value=2**32 - 1))
+def test_every_ipv4_refusal_matches_the_standard_classes(n: int) -> None:
+    ip = ipaddress.IPv4Address(n)
+    refused = address_refusal(ip) is not None
+    assert refused == (not ip.is_global or ip.is_multicast)
+    mapped = ipaddress.IPv6Address(f"::ffff:{ip}")
+    assert (address_refusal(mapped) is not None) == refused
+
+
+def test_allow_list_by_network_and_by_name() -> None:
+    guard = SourceGuard.of([], ["10.0.0.0/8", "Objects.Internal"])
+    assert guard.address_problem(ipaddress.ip_address("10.2.3.4")) is None
+    assert guard.address_problem(ipaddress.ip_address("192.168.1.1")) == "a private address"
+    guard.check_host("objects.internal")  # allowed by name, never resolved
+    with pytest.raises(SourceRefused):
+        guard.check_host("127.0.0.1")
