@@ -124,3 +124,16 @@ def test_config_rejects_bad_smoothing() -> None:
 def test_unfitted_detector_says_so() -> None:
     with pytest.raises(RuntimeError, match="not fitted"):
         FlowDetector().score(np.zeros((20, 3), np.float32))
+
+
+def test_scaler_absolute_floor_keeps_tick_jitter_small() -> None:
+    # A CPU share that read 0 or 1 % while healthy: without an absolute floor a 3-point
+    # wobble is ~6 standard deviations; with a 2-point floor it is 1.5.
+    x = np.zeros((60, 1), dtype=np.float32)
+    x[::10, 0] = 1.0
+    loose = Scaler.fit(x, min_scale=0.1)
+    floored = Scaler.fit(x, min_scale=0.1, min_abs=np.array([2.0], np.float32))
+    wobble = np.array([[3.0]], np.float32)
+    assert float(loose.transform(wobble)[0, 0]) > 5.0
+    assert float(floored.transform(wobble)[0, 0]) < 2.0
+    assert float(floored.transform(np.array([[98.0]], np.float32))[0, 0]) == floored.clip  # a storm still saturates

@@ -39,3 +39,30 @@ def test_streaming_flags_outliers_and_does_not_learn_from_them() -> None:
 def test_fit_rejects_no_scores() -> None:
     with pytest.raises(ValueError, match="finite calibration score"):
         Spot().fit(np.array([np.nan]))
+
+
+def test_ceiling_bounds_a_heavy_tailed_fit_so_faults_still_alarm() -> None:
+    # A dozen calm scores with one stray: the GPD fit on so few excesses can extrapolate the
+    # threshold to absurd heights (1e20 in the e2e test), and every fault score below it then
+    # becomes a healthy "peak" that SPOT learns.
+    calm = np.array([-0.9, -0.92, -0.88, -0.91, -0.9, -0.93, -0.89, -0.9, -0.5, 3.0, -0.9, -0.91])
+    loose = Spot(q=1e-4, level=0.8).fit(calm)
+    bounded = Spot(q=1e-4, level=0.8, ceiling=10.0).fit(calm)
+    assert loose.threshold > 1e6  # the unbounded fit: a fault scoring 40 is "healthy"...
+    assert loose.step(40.0) is False
+    assert bounded.threshold <= 10.0
+    assert bounded.step(40.0) is True  # ...and with the ceiling it alarms
+    assert bounded.threshold <= 10.0
+    restored = Spot.from_dict(bounded.to_dict())
+    assert restored.ceiling == 10.0 and restored.threshold == pytest.approx(bounded.threshold)
+
+
+def test_monitor_spot_keeps_short_calibration_thresholds_between_floor_and_ceiling() -> None:
+    from sluice.health.monitor import CEILING_SPREADS, _spot
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        cal = np.concatenate([rng.normal(-1.0, 0.05, 12), rng.pareto(0.3, 2)])
+        spot = _spot(1e-4, cal)
+        top, mid = float(cal.max()), float(np.median(cal))
+        assert top + (top - mid) - 1e-9 <= spot.threshold <= top + CEILING_SPREADS * (top - mid) + 1e-9

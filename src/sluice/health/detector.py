@@ -65,6 +65,12 @@ class DetectorConfig:
     min_scale: float = 0.02
     """Floor of each KPI's spread, as a share of its healthy range or level: how small a
     change may count as many standard deviations. Raise it for short, calm training windows."""
+    pct_floor: float = 0.0
+    """Floor of the spread of every KPI named `*_pct`, in percentage points (0 = none). The
+    kernel counts CPU time in clock ticks (USER_HZ = 100 a second), so a core's share over a
+    one-second sample moves in steps of one point: a share that read 0 or 1 % while the model
+    learned would otherwise make a three-point wobble — one process waking on that core —
+    many standard deviations."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.decay <= 1.0:
@@ -122,7 +128,8 @@ class FlowDetector:
         train = np.asarray(train, dtype=np.float32)
         k = train.shape[1]
         self.kpis = list(kpis) if kpis else [f"kpi{i}" for i in range(k)]
-        self.scaler = Scaler.fit(train, min_scale=cfg.min_scale)
+        pct = np.asarray([cfg.pct_floor if name.endswith("_pct") else 0.0 for name in self.kpis], dtype=np.float32)
+        self.scaler = Scaler.fit(train, min_scale=cfg.min_scale, min_abs=pct)
         hist, tgt = windows(self.scaler.transform(train), cfg.history, cfg.target)
         n_val = int(len(hist) * cfg.val_fraction) if len(hist) >= 50 else 0
         # A gap of one window between train and validation so no validation target was a
@@ -205,6 +212,23 @@ class FlowDetector:
     def score_windows(self, x: Array) -> Array:
         """One score per complete window of `x` (higher = more anomalous)."""
         return self._smooth(self._nll(*self._windows(x)))
+
+    def score_against(self, context: Array, targets: Array) -> float:
+        """The score of the newest `smooth` rows of `targets`, each taken as the window right
+        after `context` (the `history` rows the encoder reads), instead of after the rows
+        just before it. The ordinary score asks "is this step likely after the last few?"; a
+        fault that lasts becomes its own history and stops looking unlikely (a node at 98 %
+        kernel time scored as healthy after ten seconds of it). Anchoring the context on what
+        came before the anomaly keeps asking "is this likely after the healthy state?"."""
+        if self.scaler is None or self.net is None:
+            raise RuntimeError("detector is not fitted: call fit() or load() first")
+        cfg = self.config
+        if cfg.target != 1:
+            raise ValueError("score_against needs target = 1 (one row per window)")
+        ctx = self.scaler.transform(np.asarray(context, dtype=np.float32))[-cfg.history :]
+        tgt = self.scaler.transform(np.asarray(targets, dtype=np.float32))[-cfg.smooth :]
+        hist = torch.from_numpy(np.repeat(ctx[None], len(tgt), axis=0))
+        return float(self._smooth(self._nll(hist, torch.from_numpy(tgt)))[-1])
 
     def score(self, x: Array) -> Array:
         """One score per time step of `x` (T,), aligned with its labels."""

@@ -28,12 +28,16 @@ class Scaler:
     clip: float = 10.0
 
     @classmethod
-    def fit(cls, x: Array, min_scale: float = 0.02, clip: float = 10.0) -> Scaler:
+    def fit(cls, x: Array, min_scale: float = 0.02, clip: float = 10.0, min_abs: Array | None = None) -> Scaler:
+        """`min_abs`: per-KPI floor of the spread in the KPI's own units (0 = none), for
+        KPIs whose readings move in known steps (CPU shares in clock ticks)."""
         x = np.asarray(x, dtype=np.float32)
         mean = x.mean(axis=0)
         std = x.std(axis=0)
         span = x.max(axis=0) - x.min(axis=0)
         floor = np.maximum(min_scale * np.maximum(span, np.abs(mean)), 1e-3)
+        if min_abs is not None:
+            floor = np.maximum(floor, np.asarray(min_abs, dtype=np.float32))
         return cls(mean.astype(np.float32), np.maximum(std, floor).astype(np.float32), clip)
 
     def transform(self, x: Array) -> Array:

@@ -67,6 +67,8 @@ class Spot:
     peaks: list[float] = field(default_factory=list)
     floor: float = float("-inf")
     """The threshold never goes below this (a caller's guard when calibration is short)."""
+    ceiling: float = float("inf")
+    """Nor above this: a GPD fitted to a handful of excesses can extrapolate without bound."""
 
     def fit(self, scores: NDArray[np.floating]) -> Spot:
         s = np.asarray(scores, dtype=np.float64)
@@ -84,7 +86,7 @@ class Spot:
         z = pot_threshold(self.init, self.gamma, self.sigma, self.q, self.n, len(self.peaks))
         # The threshold never drops below the initial quantile (a GPD with a short tail and a
         # tiny sample can extrapolate downwards).
-        self.threshold = max(z if math.isfinite(z) else self.init, self.init, self.floor)
+        self.threshold = min(max(z if math.isfinite(z) else self.init, self.init, self.floor), self.ceiling)
 
     def step(self, score: float) -> bool:
         """Feed one new score; True = alarm. Alarms do not update the model (a fault must not
@@ -105,6 +107,7 @@ class Spot:
             "n": self.n,
             "peaks": list(self.peaks),
             "floor": self.floor,
+            "ceiling": self.ceiling,
         }
 
     @classmethod
@@ -113,5 +116,6 @@ class Spot:
         sp.init, sp.n = float(d["init"]), int(d["n"])  # type: ignore[arg-type,call-overload]
         sp.peaks = [float(p) for p in d["peaks"]]  # type: ignore[attr-defined]
         sp.floor = float(d.get("floor", float("-inf")))  # type: ignore[arg-type]
+        sp.ceiling = float(d.get("ceiling", float("inf")))  # type: ignore[arg-type]
         sp._refit()
         return sp
