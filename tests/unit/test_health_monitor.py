@@ -247,3 +247,40 @@ def test_a_change_does_not_explain_alarms_that_began_before_it() -> None:
     feed(mon, rng, 302, 6, fault=True)
     assert NodeHealth.CORDONED in [c[1] for c in ctl.calls]
     assert mon.status()["node-1"]["held"] == 0
+
+
+REPLAY = Path(__file__).parent / "data" / "health_storm_replay.json"
+
+
+def replay_storm(mon: HealthMonitor) -> tuple[float, list[tuple[str, float, NodeHealth]]]:
+    import json
+
+    data = json.loads(REPLAY.read_text())
+    for t, node, *values in data["rows"]:
+        mon.score(NodeKPIs(node, t, dict(zip(data["kpis"], values, strict=True))))
+    return data["storm_at"], [(tr.node, tr.time - data["storm_at"], tr.new) for tr in mon.transitions]
+
+
+def test_a_storm_is_cordoned_on_logged_kpis() -> None:
+    """KPIs logged from the e2e test (two virtual nodes, a kernel-time storm pinned to node-1's
+    core): node-1 is cordoned within seconds and node-0 is not. On this log the unbounded SPOT
+    fit put node-1's threshold above every storm score, SPOT then learned the storm's scores
+    as healthy peaks, and nothing was cordoned (CI failed that way); the short-calibration
+    ceiling is what catches it."""
+    from sluice.health.monitor import MACHINE_WIDE
+
+    mon = HealthMonitor(
+        MonitorConfig(
+            train_samples=60,
+            q=1e-4,
+            rules=HealthRules(cordon_alarms=5, cordon_window_s=20, clear_s=60, readmit_s=3600),
+            ignore=("jobs", *MACHINE_WIDE),
+            background=False,
+        )
+    )
+    storm_at, moves = replay_storm(mon)
+    cordons = [(node, dt) for node, dt, new in moves if new == NodeHealth.CORDONED]
+    assert cordons and cordons[0][0] == "node-1", moves
+    assert -1.0 <= cordons[0][1] <= 15.0, moves
+    assert mon.status()["node-1"]["threshold"] < 1e3
+    assert all(node == "node-1" for node, _ in cordons)

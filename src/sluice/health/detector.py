@@ -213,23 +213,6 @@ class FlowDetector:
         """One score per complete window of `x` (higher = more anomalous)."""
         return self._smooth(self._nll(*self._windows(x)))
 
-    def score_against(self, context: Array, targets: Array) -> float:
-        """The score of the newest `smooth` rows of `targets`, each taken as the window right
-        after `context` (the `history` rows the encoder reads), instead of after the rows
-        just before it. The ordinary score asks "is this step likely after the last few?"; a
-        fault that lasts becomes its own history and stops looking unlikely (a node at 98 %
-        kernel time scored as healthy after ten seconds of it). Anchoring the context on what
-        came before the anomaly keeps asking "is this likely after the healthy state?"."""
-        if self.scaler is None or self.net is None:
-            raise RuntimeError("detector is not fitted: call fit() or load() first")
-        cfg = self.config
-        if cfg.target != 1:
-            raise ValueError("score_against needs target = 1 (one row per window)")
-        ctx = self.scaler.transform(np.asarray(context, dtype=np.float32))[-cfg.history :]
-        tgt = self.scaler.transform(np.asarray(targets, dtype=np.float32))[-cfg.smooth :]
-        hist = torch.from_numpy(np.repeat(ctx[None], len(tgt), axis=0))
-        return float(self._smooth(self._nll(hist, torch.from_numpy(tgt)))[-1])
-
     def score(self, x: Array) -> Array:
         """One score per time step of `x` (T,), aligned with its labels."""
         return per_step(self.score_windows(x), len(x))

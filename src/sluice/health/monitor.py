@@ -195,13 +195,6 @@ class NodeTrack:
     """Time of the newest over-threshold score (held or not): ends a run after `run_gap_s`."""
     held: int = 0
     """Alarms held because a scheduling change explains them."""
-    anchor: np.ndarray | None = None
-    """The rows the model read just before an unexplained run of alarms began: while set, a
-    sample is also scored as if it came right after them, so a fault that lasts does not
-    become its own context and look normal (see FlowDetector.score_against)."""
-    anchor_until: float = float("-inf")
-    """The anchor is dropped after this time (one cordon window after the run began): a
-    shift that outlasts it without a cordon is left to the ordinary score and to refits."""
     detector: FlowDetector | None = None
     spot: Spot | None = None
     training: threading.Thread | None = None
@@ -337,24 +330,12 @@ class HealthMonitor:
         need = det.config.history + det.config.target + det.config.smooth - 1
         window = np.stack(list(tr.rows)[-need:])
         score = float(det.score_windows(window)[-1])
-        explain = window
-        if tr.anchor is not None and e.time > tr.anchor_until:
-            tr.anchor = None
-        if tr.anchor is not None and det.config.target == 1:
-            anchored = det.score_against(tr.anchor, window)
-            if anchored > score:
-                score, explain = anchored, np.concatenate([tr.anchor, window[-1:]])
         tr.last_score, tr.scored = score, tr.scored + 1
         alarm = spot.step(score)
         why = ""
         if alarm:
             if tr.last_alarm_at is None or e.time - tr.last_alarm_at > self.config.run_gap_s:
                 tr.explained_until = tr.grace_until  # a new run of alarms: which changes came before it
-                if e.time >= tr.explained_until:
-                    # An unexplained run begins: for the cordon window, also score what comes
-                    # next against the context before it (see FlowDetector.score_against).
-                    tr.anchor = window[: det.config.history].copy()
-                    tr.anchor_until = e.time + self.config.rules.cordon_window_s
             tr.last_alarm_at = e.time
         if alarm and e.time < tr.explained_until:
             tr.held += 1
@@ -362,7 +343,7 @@ class HealthMonitor:
         if alarm:
             tr.alarms += 1
             tr.severity.append(score / max(abs(spot.threshold), 1e-9))
-            why = describe(score, spot.threshold, det.attribute(explain), self.config.top_n)
+            why = describe(score, spot.threshold, det.attribute(window), self.config.top_n)
             tr.last_reason = why
         t = tr.machine.observe(e.time, alarm, why, may_cordon=False)
         if t is not None:
