@@ -278,7 +278,7 @@ def test_a_storm_is_cordoned_on_logged_kpis() -> None:
             background=False,
         )
     )
-    storm_at, moves = replay_storm(mon)
+    _, moves = replay_storm(mon)
     cordons = [(node, dt) for node, dt, new in moves if new == NodeHealth.CORDONED]
     assert cordons and cordons[0][0] == "node-1", moves
     assert -1.0 <= cordons[0][1] <= 15.0, moves
