@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sluice.model import LaunchRequest
@@ -132,3 +132,30 @@ def build_env(
         }
     )
     return env
+
+
+def gang_env(rank: int, nodes: Sequence[str], master_addr: str, master_port: int) -> dict[str, str]:
+    """torchrun's variables for replica `rank` of a gang whose replica k runs on `nodes[k]`.
+
+    So a script written for `torchrun` (`init_process_group("gloo")`, env://) runs unchanged:
+    each distinct node is one of torchrun's groups (GROUP_RANK, in order of first use);
+    LOCAL_RANK counts the replicas before this one on the same node. Ranks follow the
+    allocation's order, as the Ray engine's do. Each replica sees only its own GPUs
+    (CUDA_VISIBLE_DEVICES), so it uses `cuda:0`, not `cuda:LOCAL_RANK`."""
+    groups = list(dict.fromkeys(nodes))
+    node = nodes[rank]
+    local = [k for k, n in enumerate(nodes) if n == node]
+    world = str(len(nodes))
+    return {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "WORLD_SIZE": world,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local.index(rank)),
+        "LOCAL_WORLD_SIZE": str(len(local)),
+        "GROUP_RANK": str(groups.index(node)),
+        "GROUP_WORLD_SIZE": str(len(groups)),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": world,
+        "SLUICE_REPLICA": str(rank),
+    }

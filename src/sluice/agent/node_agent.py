@@ -3,6 +3,7 @@
 Everything needed to find an attempt again lives on disk, under `runs_dir`:
 
     runs_dir/<job_id>/job.log               one log per job, appended across attempts
+                                            (and by every replica of a gang: `log_job`)
     runs_dir/<job_id>/attempt-<n>/
         state.json      node, shim pid + create time, cgroup name, current limits
         progress.jsonl  written by sluice.sdk inside the job (SLUICE_RUN_DIR)
@@ -105,6 +106,8 @@ class _Attempt:
     last_usage: tuple[float, float] | None = None
     next_usage: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    log_job: str = ""
+    """The job whose log this attempt writes to (a gang's replicas share their job's)."""
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -247,7 +250,12 @@ class NodeAgent:
         return None if data is None else int(data["pid"])
 
     # ------------------------------------------------------------------ launch
-    def launch(self, req: LaunchRequest) -> None:
+    def launch(self, req: LaunchRequest, *, log_job: str | None = None, prefix: str = "") -> None:
+        """Start one attempt under its shim; JobStarted (or JobExited) follows from poll().
+
+        A replica of a gang is launched as a job of its own (`req.job_id` names the replica)
+        that writes into its gang's log: `log_job` names that job, `prefix` ("[rank1] ")
+        starts each of its lines there."""
         with self._lock:
             key = (req.job_id, req.attempt)
             adir = self.attempt_dir(req.job_id, req.attempt)
@@ -256,7 +264,9 @@ class NodeAgent:
             user = req.run_as
             jdir = plane_dirs(self.job_dir(req.job_id), stop=self.runs_dir)
             own_dir(adir, PLANE_DIR_MODE)
-            log_file = own_file(Path(self.log_path(req.job_id)), None)
+            log_job = log_job or req.job_id
+            plane_dirs(self.job_dir(log_job), stop=self.runs_dir)  # a gang's: made by its first replica
+            log_file = own_file(Path(self.log_path(log_job)), None)
             try:
                 own_file(adir / PROGRESS_FILE, user)  # the one file of the attempt folder the job writes
                 cwd = resolve_workdir(req, own_dir(jdir / WORK_DIR, PRIVATE_DIR_MODE, user))
@@ -311,6 +321,7 @@ class NodeAgent:
                 str(cwd),
                 "--header",
                 header,
+                *(["--prefix", prefix] if prefix else []),
                 *join.to_argv(),
                 *(["--guard", f"{self.guard[0]}:{self.guard[1]}"] if self.guard else []),
                 *(["--uid", str(user.uid), "--gid", str(user.gid)] if user is not None else []),
@@ -334,10 +345,10 @@ class NodeAgent:
             att = _Attempt(
                 req.job_id, req.attempt, adir, popen.pid, proc.create_time(), ctrl, JsonlTail(adir / PROGRESS_FILE), mem
             )
-            att.popen, att.proc = popen, proc
+            att.popen, att.proc, att.log_job = popen, proc, log_job
             att.next_usage = now + self.settings.usage_sample_s
             memory = {"memory_mb": mem.limit_mb} if mem is not None else {}
-            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, **memory)
+            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, log_job=log_job, **memory)
             self._watched[key] = att
             self._pending.append(JobStarted(req.job_id, req.attempt, self.name, now, pid=popen.pid))
 
@@ -564,7 +575,7 @@ class NodeAgent:
             reason = f"stopped by sluice ({stop_sig}): {reason}"
         oom = None if att.mem is None or node_lost else att.mem.oom(code)
         if oom is not None:
-            self._note_in_log(att.job_id, f"[sluice] {oom}")
+            self._note_in_log(att.log_job or att.job_id, f"[sluice] {oom}")
         att.ctrl.cleanup()
         if att.mem is not None:
             att.mem.cleanup()
@@ -605,7 +616,8 @@ class NodeAgent:
                 JsonlTail(adir / PROGRESS_FILE),
                 mem,
             )
-            att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb")}
+            att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb", "log_job")}
+            att.log_job = str(state.get("log_job") or job_id)
             att.proc = _same_process(att.shim_pid, att.shim_create)
             if att.proc is None and not (adir / EXIT_FILE).exists():
                 child = _read_json(adir / CHILD_FILE)

@@ -27,6 +27,11 @@ with no supplementary groups, between fork and exec. There, after the switch (a 
 change clears the parent-death signal, so that comes after it), the job also gets
 `PR_SET_NO_NEW_PRIVS` (no set-uid binary or file capability gives it back any privilege),
 its rlimits (`--rlimit`) and umask 077.
+
+Gangs (`--prefix "[rank1] "`): every replica of a job appends to the job's one log, so
+`sluice job logs` shows all ranks, a crashing rank's traceback included. Then the job's
+output goes through a pipe and the shim writes it a whole line at a time (O_APPEND: lines of
+different ranks interleave, never mix), each line starting with the prefix.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -48,6 +54,9 @@ EXIT_FILE = "exit_code"
 CHILD_FILE = "child.json"
 GUARD_POLL_S = 0.2
 """How often the shim checks that its guard process is still there (seconds)."""
+LONGEST_LINE = 64 * 1024
+"""With --prefix, a line longer than this (or a progress bar that never ends one) is written
+out in pieces, each prefixed, rather than held back."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 RLIMITS = {
@@ -143,6 +152,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--join", action="append", default=[], help="cgroup.procs file to write our pid to")
     p.add_argument("--cpus", default=None, help="comma-separated cores to pin to")
     p.add_argument("--header", default="", help="line written to the log before the job starts")
+    p.add_argument("--prefix", default="", help="put this before every line of the job's output (a gang's rank)")
     p.add_argument("--guard", default=None, type=parse_guard, help="PID:START of the process the node lives by")
     p.add_argument("--uid", default=None, type=int, help="run the job as this uid (tenant isolation)")
     p.add_argument("--gid", default=None, type=int, help="... and this gid, with no supplementary groups")
@@ -164,11 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _ignore)
     attempt_dir: Path = ns.attempt_dir
     log_fd = os.open(ns.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    tag = ns.prefix.encode()
     with open(log_fd, "ab", buffering=0) as log:
         if ns.header:
-            log.write(ns.header.encode() + b"\n")
+            log.write(tag + ns.header.encode() + b"\n")
         for problem in _join(ns.join, ns.cpus):
-            log.write(f"[sluice] warning: {problem}\n".encode())
+            log.write(tag + f"[sluice] warning: {problem}\n".encode())
         if ns.guard is not None and process_start_ticks(ns.guard[0]) != ns.guard[1]:
             _node_lost(attempt_dir, log, ns.guard[0], started=False)
         me, libc = os.getpid(), ctypes.CDLL(None, use_errno=True)
@@ -184,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 ns.command,
                 cwd=ns.cwd,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE if tag else log,
                 stderr=subprocess.STDOUT,
                 close_fds=True,
                 preexec_fn=in_child,
@@ -193,13 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, subprocess.SubprocessError) as err:
             who = f" as uid {ns.uid}" if isolated else ""
             reason = f"could not start {ns.command[0]!r}{who}: {getattr(err, 'strerror', None) or err}"
-            log.write(f"[sluice] {reason}\n".encode())
+            log.write(tag + f"[sluice] {reason}\n".encode())
             write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": 127, "time": time.time(), "reason": reason})
             return 127
         write_json_atomic(attempt_dir / CHILD_FILE, {"pid": child.pid, "started": time.time()})
+        if tag:
+            _copy_prefixed(child, tag, ns.guard, attempt_dir, log)
         code = _wait(child, ns.guard, attempt_dir, log)
         reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        log.write(f"[sluice] attempt ended: {reason}\n".encode())
+        log.write(tag + f"[sluice] attempt ended: {reason}\n".encode())
     write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": code, "time": time.time(), "reason": reason})
     return 0
 
@@ -214,6 +227,57 @@ def _wait(child: subprocess.Popen[bytes], guard: tuple[int, int] | None, attempt
         except subprocess.TimeoutExpired:
             if process_start_ticks(guard[0]) != guard[1]:
                 _node_lost(attempt_dir, log, guard[0], started=True)
+
+
+def _copy_prefixed(
+    child: subprocess.Popen[bytes], tag: bytes, guard: tuple[int, int] | None, attempt_dir: Path, log: Any
+) -> None:
+    """Copy the job's output from its pipe into the log, `tag` before every line, until the
+    pipe closes or the job has exited (then what is buffered is drained, and output its
+    leftover children write later is dropped: they are killed with the job's group). One
+    thread, so the guard is checked every GUARD_POLL_S here too."""
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    os.set_blocking(fd, False)
+    rest = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], GUARD_POLL_S)
+        ended = child.poll() is not None
+        data, closed = _read_available(fd) if ready or ended else (b"", False)
+        rest = _write_lines(log, tag, rest + data)
+        if closed or ended:
+            break
+        if guard is not None and process_start_ticks(guard[0]) != guard[1]:
+            _node_lost(attempt_dir, log, guard[0], started=True)
+    if rest:
+        log.write(tag + rest + b"\n")
+    child.stdout.close()
+
+
+def _read_available(fd: int) -> tuple[bytes, bool]:
+    """What the pipe holds now (at most 4 MiB: a writer that never pauses does not hold the
+    shim here), and whether it is closed (every writer gone)."""
+    chunks: list[bytes] = []
+    for _ in range(64):
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            return b"".join(chunks), True
+        chunks.append(chunk)
+    return b"".join(chunks), False
+
+
+def _write_lines(log: Any, tag: bytes, data: bytes) -> bytes:
+    """Write the whole lines of `data`, each after `tag`, in one write; returns the rest."""
+    cut = data.rfind(b"\n") + 1
+    if cut == 0 and len(data) > LONGEST_LINE:
+        data += b"\n"
+        cut = len(data)
+    if cut:
+        log.write(b"".join(tag + line for line in data[:cut].splitlines(keepends=True)))
+    return data[cut:]
 
 
 def _node_lost(attempt_dir: Path, log: Any, guard_pid: int, started: bool) -> None:
