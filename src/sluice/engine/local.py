@@ -7,12 +7,23 @@ detached shims and outlive the engine: a new LocalEngine on the same SLUICE_HOME
 A request that can never work (missing workdir, unknown program) does not raise into the
 control plane: the agent reports it as JobExited with the reason, which the controller turns
 into a failed attempt like any other.
+
+Gangs (resources.replicas > 1, docs/engines.md): replica k is launched on the virtual node of
+the allocation's k-th assignment, as an agent-level job `<job>--r<k>of<N>` with a CPU cgroup
+(and memory limit) of its own, sized by that assignment, and torchrun's variables
+(launchenv.gang_env, MASTER_ADDR=127.0.0.1). The same GangBook as the Ray engine's turns the
+replicas' events back into the job's: started when all have started, progress from rank 0,
+exited once when all have exited. All or nothing: a replica that cannot start stops the
+ones started before it, and the others are never started; a replica that dies stops the
+rest (SIGTERM, SIGKILL after the grace period) and the job exits with its code. Every
+replica writes into the job's one log, each line prefixed with its rank.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -21,14 +32,43 @@ from typing import Any
 
 from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
 from sluice.agent.faults import FaultReport
-from sluice.agent.launchenv import LaunchError
+from sluice.agent.launchenv import LaunchError, gang_env
 from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
-from sluice.model import Allocation, EngineCapabilities, Event, JobExited, LaunchRequest, NodeInfo
+from sluice.engine.ray_gang import GangBook, Stop, parse_replica
+from sluice.model import (
+    Allocation,
+    EngineCapabilities,
+    Event,
+    JobCheckpointed,
+    JobExited,
+    JobProgress,
+    JobStarted,
+    JobUsage,
+    LaunchRequest,
+    NodeInfo,
+)
 from sluice.settings import Settings
 
 log = logging.getLogger(__name__)
+
+MASTER_ADDR = "127.0.0.1"
+"""Every replica runs on this machine: the gang meets on loopback."""
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a gang's rendezvous (MASTER_PORT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((MASTER_ADDR, 0))
+        return int(s.getsockname()[1])
+
+
+def _replica_event(e: Event) -> bool:
+    """An event of one replica of a gang (the GangBook's to translate), not of a whole job."""
+    if not isinstance(e, JobStarted | JobProgress | JobUsage | JobCheckpointed | JobExited):
+        return False
+    return parse_replica(e.job_id)[2] > 1
 
 
 def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
@@ -45,9 +85,11 @@ class LocalEngine:
         node_kpis=True,
         job_progress=True,
         measured_throughput=True,
+        gang_launch=True,  # replicas start together on their virtual nodes or not at all
+        max_replicas=64,  # one machine: more processes than this only contend for its cores
     )
-    """One process per job: no gangs (multi-replica jobs are refused), no live GPU changes.
-    memory_limits is decided per machine in __init__ (a cgroup memory controller or not)."""
+    """No live GPU changes. memory_limits is decided per machine in __init__ (a cgroup
+    memory controller or not)."""
     checkpoint_root: str | None = None  # every virtual node shares this machine's disk
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -73,12 +115,24 @@ class LocalEngine:
                 labels={"engine": "local"},
             )
         self._extra: list[Event] = []
+        self.gangs = GangBook()
+        self._unstarted: list[tuple[Event, str]] = []
+        """Exits of replicas never started (a rank before them could not start), with their
+        node: the GangBook needs every rank's exit to close the gang."""
 
     def clock(self) -> float:
         return time.time()
 
     def nodes(self) -> list[NodeInfo]:
         return [a.info() for a in self.agents.values()]
+
+    def _stop_replicas(self, stops: list[Stop], checkpoint: bool = True) -> None:
+        """Stop replicas the GangBook names (the rest of a gang one replica of which died):
+        SIGTERM, then SIGKILL after the grace period, like any stop."""
+        for node, rid, attempt in stops:
+            agent = self.agents.get(node)
+            if agent is not None:
+                agent.stop(rid, attempt, checkpoint)
 
     def _agent_of(self, job_id: str, attempt: int) -> NodeAgent | None:
         for agent in self.agents.values():
@@ -87,46 +141,98 @@ class LocalEngine:
         return None
 
     def launch(self, req: LaunchRequest) -> None:
-        if req.allocation.replicas > 1:
-            log.warning("local engine runs one process per job; %s asked for %d", req.job_id, req.allocation.replicas)
-        agent = self.agents.get(req.allocation.primary_node)
-        if agent is None:
+        nodes = [a.node for a in req.allocation.assignments]
+        missing = [n for n in dict.fromkeys(nodes) if n not in self.agents]
+        if missing:  # before any replica starts
+            names = ", ".join(map(repr, missing))
             self._extra.append(
                 JobExited(
                     req.job_id,
                     req.attempt,
                     self.clock(),
                     127,
-                    f"launch failed: no node {req.allocation.primary_node!r} (nodes: {', '.join(self.agents)})",
+                    f"launch failed: no node {names} (nodes: {', '.join(self.agents)})",
                 )
             )
             return
+        if len(nodes) > 1:
+            self._launch_gang(req, nodes)
+            return
         try:
-            agent.launch(req)
+            self.agents[nodes[0]].launch(req)
         except LaunchError as err:
             log.info("launch of %s attempt %d refused: %s", req.job_id, req.attempt, err)
 
+    def _launch_gang(self, req: LaunchRequest, nodes: list[str]) -> None:
+        """Start replica k on nodes[k], in rank order. When one cannot start, its agent reports
+        why (exit 127), the replicas started before it are killed at once, and the ones after
+        it are never started: the job exits once, with that reason."""
+        port = free_port()
+        replicas = self.gangs.open(req.job_id, req.attempt, nodes)
+        for rank, ((rid, node), assignment) in enumerate(zip(replicas, req.allocation.assignments, strict=True)):
+            sub = replace(
+                req,
+                job_id=rid,
+                allocation=Allocation((assignment,)),
+                env={**req.env, **gang_env(rank, nodes, MASTER_ADDR, port)},
+            )
+            try:
+                self.agents[node].launch(sub, log_job=req.job_id, prefix=f"[rank{rank}] ")
+            except LaunchError as err:
+                log.info("replica %d of %s attempt %d refused: %s", rank, req.job_id, req.attempt, err)
+                for started, on in replicas[:rank]:
+                    self.agents[on].stop(started, req.attempt, checkpoint=False)
+                now = self.clock()
+                why = f"not started: replica {rank} could not start"
+                self._unstarted += [(JobExited(r, req.attempt, now, 127, why), on) for r, on in replicas[rank + 1 :]]
+                return
+
     def resize(self, job_id: str, attempt: int, allocation: Allocation) -> None:
+        replicas = self.gangs.replicas(job_id, attempt)
+        if replicas:  # each replica's cgroup gets its own assignment's limit
+            for rid, node in replicas:
+                a = allocation.assignments[min(parse_replica(rid)[1], len(allocation.assignments) - 1)]
+                self.agents[node].resize(rid, attempt, Allocation((a,)))
+            return
         agent = self._agent_of(job_id, attempt)
         if agent is None:
             raise LookupError(f"attempt {attempt} of {job_id} is not running")
         agent.resize(job_id, attempt, allocation)
 
     def stop(self, job_id: str, attempt: int, checkpoint: bool = True) -> None:
+        replicas = self.gangs.replicas(job_id, attempt)
+        if replicas:
+            self._stop_replicas([(node, rid, attempt) for rid, node in replicas], checkpoint)
+            return
         agent = self._agent_of(job_id, attempt)
         if agent is not None:
             agent.stop(job_id, attempt, checkpoint)
 
     def poll(self) -> list[Event]:
         events, self._extra = self._extra, []
-        for agent in self.agents.values():
-            events.extend(agent.poll())
+        replicas: list[tuple[Event, str]] = []
+        for name, agent in self.agents.items():
+            for e in agent.poll():
+                if _replica_event(e):
+                    replicas.append((e, name))
+                else:
+                    events.append(e)
+        replicas, self._unstarted = replicas + self._unstarted, []
+        # In the order they happened, whichever agent told first: the first failure of a gang
+        # is its reason (a replica that could not start, not the others killed for it).
+        for e, node in sorted(replicas, key=lambda en: en[0].time):
+            out, stops = self.gangs.translate(e, node)
+            events += out
+            self._stop_replicas(stops)
         return events
 
     def alive(self) -> dict[str, int]:
+        """Running jobs; a gang's replicas (adopted after a restart) are booked as its gang."""
         out: dict[str, int] = {}
-        for agent in self.agents.values():
-            out.update(agent.alive())
+        for name, agent in self.agents.items():
+            for rid, attempt in agent.alive().items():
+                job_id = self.gangs.adopt(rid, attempt, name) if parse_replica(rid)[2] > 1 else rid
+                out[job_id] = max(attempt, out.get(job_id, 0))
         return out
 
     def log_path(self, job_id: str) -> str | None:
