@@ -1,19 +1,23 @@
 """Data-parallel MLP on scikit-learn's digits: PyTorch DDP over gloo, one process per replica.
 
-The engine (Ray, gang-scheduled) gives each replica MASTER_ADDR/MASTER_PORT, RANK and
-WORLD_SIZE; each replica draws its own batches (seeded by step and rank) and DDP all-reduces
-the gradients every step, so the step time is compute + one all-reduce of the model's
+The engine (local or Ray, gang-launched) gives each replica MASTER_ADDR/MASTER_PORT, RANK,
+WORLD_SIZE and torchrun's other variables (so `torchrun --nproc-per-node 2 ddp.py` runs it
+too); each replica draws its own batches (seeded by step and rank) and DDP all-reduces the
+gradients every step, so the step time is compute + one all-reduce of the model's
 gradients (~4.4 MB at the default width) — what the network lab (`sluice net bench`)
 times across each datapath. GLOO_SOCKET_IFNAME, when sluice's `net_interface` setting is
 set, pins that traffic to the chosen interface.
 
 Rank 0 reports progress and saves checkpoints; every rank resumes from the same checkpoint.
-`--stats FILE` writes this rank's step times as JSON (the lab reads rank 0's).
+`--stats FILE` writes this rank's step times as JSON (the lab reads rank 0's), with the step
+it started from and a checksum of its parameters at the end (equal on every rank: that is
+what DDP promises); a `{rank}` in FILE gives each rank a file of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -74,8 +78,10 @@ def main() -> int:
             if stop.item() > 0:
                 break
     if a.stats:
-        with open(a.stats, "w") as f:
-            json.dump({"rank": rank, "world": world, "step_s": step_s[min(5, len(step_s) - 1) :]}, f)
+        digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
+        stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
+        with open(a.stats.replace("{rank}", str(rank)), "w") as f:
+            json.dump({**stats, "step_s": step_s[min(5, len(step_s) - 1) :]}, f)
     # Both ranks leave together: a rank that tears its gloo group down while the other still
     # talks to it aborts ("terminate called without an active exception", seen in net bench).
     dist.barrier()
