@@ -39,7 +39,10 @@ def main() -> int:
     p.add_argument("--stats", default=None)
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
-    dist.init_process_group("gloo")  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the engine (or the lab)
+    if "WORLD_SIZE" in os.environ:  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the engine (or the lab)
+        dist.init_process_group("gloo")
+    else:  # one process (by hand, or a job of one replica): a group of one needs no rendezvous
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
     digits = load_digits()
     x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
