@@ -8,7 +8,7 @@ A request that can never work (missing workdir, unknown program) does not raise 
 control plane: the agent reports it as JobExited with the reason, which the controller turns
 into a failed attempt like any other.
 
-Gangs (resources.replicas > 1, docs/engines.md): replica k is launched on the virtual node of
+Gangs (resources.replicas > 1, docs/architecture.md): replica k is launched on the virtual node of
 the allocation's k-th assignment, as an agent-level job `<job>--r<k>of<N>` with a CPU cgroup
 (and memory limit) of its own, sized by that assignment, and torchrun's variables
 (launchenv.gang_env, MASTER_ADDR=127.0.0.1). The same GangBook as the Ray engine's turns the
