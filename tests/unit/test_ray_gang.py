@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sluice.engine.ray_gang import GangBook, parse_replica, replica_id
 from sluice.engine.ray_membership import NAME_LABEL, Membership, live_nodes
-from sluice.model import JobExited, JobProgress, JobStarted, NodeKPIs, NodeLost, NodeUp
+from sluice.model import JobExited, JobProgress, JobStarted, NodeKPIs, NodeLost, NodeUp, OomKill
 
 
 def raw(node_id: str, alive: bool = True, cpu: float = 1.0, name: str | None = None) -> dict[str, object]:
@@ -49,6 +49,15 @@ def test_first_failing_replica_takes_the_gang_down_and_the_job_exits_once() -> N
     out, stops = book.translate(JobExited(r2, 4, 3.0, -9), "c")
     assert [(e.job_id, e.exit_code, e.reason) for e in out if isinstance(e, JobExited)] == [("j", 3, "boom")]
     assert stops == []
+
+
+def test_an_oom_killed_replica_makes_the_gang_exit_as_oom_killed() -> None:
+    book = GangBook()
+    (r0, _), (r1, _) = book.open("j", 1, ["a", "b"])
+    oom = OomKill(limit_mb=64, peak_bytes=64 << 20)
+    book.translate(JobExited(r1, 1, 1.0, -9, "OOMKilled", oom=oom), "b")
+    out, _ = book.translate(JobExited(r0, 1, 2.0, -15), "a")
+    assert [(e.exit_code, e.oom) for e in out if isinstance(e, JobExited)] == [(-9, oom)]
 
 
 def test_node_loss_exits_the_jobs_on_it_as_node_lost_and_kills_their_other_replicas() -> None:

@@ -25,6 +25,7 @@ from sluice.model import (
     JobProgress,
     JobStarted,
     JobUsage,
+    OomKill,
 )
 
 _REPLICA = re.compile(r"^(?P<job>.+)--r(?P<k>\d+)of(?P<n>\d+)$")
@@ -59,6 +60,8 @@ class Gang:
     reason: str = ""
     node_lost: bool = False
     """A replica died with its node: the job resumes elsewhere without counting a failure."""
+    oom: OomKill | None = None
+    """The first failing replica's OOM kill, if that is how it died: the gang's exit says so."""
 
     def running_ranks(self) -> list[int]:
         return [r for r in self.nodes if r not in self.exited]
@@ -117,7 +120,7 @@ class GangBook:
             gang.announced = True
             return [JobStarted(job_id, e.attempt, gang.nodes.get(0, node), e.time, e.pid if rank == 0 else None)], []
         if isinstance(e, JobExited):
-            return self._exited(gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost)
+            return self._exited(gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost, oom=e.oom)
         if rank != 0 or gang.closed:
             return [], []
         return [replace(e, job_id=job_id)], []
@@ -142,9 +145,12 @@ class GangBook:
         now: float,
         close_now: bool = False,
         node_lost: bool = False,
+        oom: OomKill | None = None,
     ) -> tuple[list[Event], list[Stop]]:
         gang.node_lost = gang.node_lost or node_lost
         first_failure = code != 0 and not any(c != 0 for c in gang.exited.values())
+        if first_failure:
+            gang.oom = oom
         gang.exited[rank] = code
         stops: list[Stop] = []
         if first_failure and gang.world > 1:
@@ -159,4 +165,6 @@ class GangBook:
         failed = [c for c in gang.exited.values() if c != 0]
         exit_code = failed[0] if failed else 0
         why = reason if close_now else (gang.reason if failed and gang.world > 1 else reason)
-        return [JobExited(gang.job_id, gang.attempt, now, exit_code, why, node_lost=gang.node_lost)], stops
+        return [
+            JobExited(gang.job_id, gang.attempt, now, exit_code, why, node_lost=gang.node_lost, oom=gang.oom)
+        ], stops
