@@ -25,9 +25,9 @@ def healthz() -> dict[str, str]:
 def metrics_scope(request: Request, creds: HTTPAuthorizationCredentials | None) -> Scope:
     """No token: cluster-wide series only. The `metrics_token` setting or an admin token:
     every tenant's series. A tenant's token: its own. Anything else: 401."""
-    if creds is None:
+    if creds is None and "authorization" not in request.headers:
         return PUBLIC
-    if creds.scheme.lower() != "bearer" or not creds.credentials:
+    if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:  # a misconfigured scraper
         raise Unauthorized("malformed credentials: send 'Authorization: Bearer <token>'")
     plane = plane_of(request)
     token = plane.settings.metrics_token
