@@ -109,7 +109,7 @@ def test_job_node_and_tenant_values_match_the_plane(env: Env) -> None:
     ]
     env.plane.step()
     m = scrape(env, env.admin)
-    key = {"job": job, "tenant": "alice", "queue": "default"}
+    key = {"job_id": job, "tenant": "alice", "queue": "default"}
     rec = env.plane.controller.book.get(job)
     assert rec is not None and rec.allocation is not None
     assert value(m, "sluice_job_info", **key, phase="Running") == 1.0
@@ -149,9 +149,9 @@ def test_finished_jobs_are_bounded_to_the_newest(env: Env) -> None:
         jobs.append(job)
     live = submit(env, env.alice)
     m = scrape(env, env.admin)
-    shown = {s["job"]: s["phase"] for s in series(m, "sluice_job_info")}
+    shown = {s["job_id"]: s["phase"] for s in series(m, "sluice_job_info")}
     assert shown == {**dict.fromkeys(jobs[-3:], "Succeeded"), live: "Pending"}  # metrics_recent_finished=3
-    key = {"job": jobs[-1], "tenant": "alice", "queue": "default"}
+    key = {"job_id": jobs[-1], "tenant": "alice", "queue": "default"}
     assert value(m, "sluice_job_cpu_used_cores", **key) == 0.0
     assert value(m, "sluice_job_replicas", **key) == 0
 
@@ -165,12 +165,12 @@ def test_tokens_scope_what_a_scrape_sees(env: Env) -> None:
     assert mine not in public and theirs not in public and "alice" not in public and "sluice_job_" not in public
 
     for who in (env.admin, bearer(METRICS_TOKEN)):
-        jobs = {s["job"] for s in series(scrape(env, who), "sluice_job_info")}
+        jobs = {s["job_id"] for s in series(scrape(env, who), "sluice_job_info")}
         assert jobs == {mine, theirs}
 
     alice = scrape(env, env.alice)
     text = env.client.get("/metrics", headers=env.alice).text
-    assert {s["job"] for s in series(alice, "sluice_job_info")} == {mine}
+    assert {s["job_id"] for s in series(alice, "sluice_job_info")} == {mine}
     assert {s["tenant"] for s in series(alice, "sluice_tenant_running_jobs")} == {"alice"}
     assert theirs not in text and "bob" not in text
 

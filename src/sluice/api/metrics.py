@@ -260,7 +260,7 @@ class PlaneMetrics:
         return live + done
 
     def _jobs(self, scope: Scope) -> Iterator[Metric]:
-        labels = ["job", "tenant", "queue"]
+        labels = ["job_id", "tenant", "queue"]
 
         def fam(name: str, doc: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=labels)
