@@ -4,6 +4,8 @@ the way deploy/prometheus/prometheus.yml does it (docs/metrics.md)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from .conftest import JOBS, wait_for
 pytestmark = pytest.mark.integration
 
 PROMETHEUS = shutil.which("prometheus")
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "sluice.json"
 TOKEN = "metrics-token-for-the-test"
 WAIT_S = 40.0
 """Ceiling for the first useful scrape (a guard against hanging, not a speed assertion)."""
@@ -129,3 +132,24 @@ def test_prometheus_scrapes_a_running_jobs_series(
         up = query(prom, 'up{job="sluice"}')
         assert up and up[0]["value"][1] == "1"
         assert query(prom, 'sluice_node_health{state="Healthy"} == 1')
+        dashboard_queries_are_valid(prom, url)
+
+
+def dashboard_queries_are_valid(prom: str, url: str) -> None:
+    """Every query of deploy/grafana/sluice.json parses in this Prometheus, and every sluice
+    series it names is one the server exports."""
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exported = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).text
+    # Families are declared (# TYPE) even while they have no sample; the anomaly ones only
+    # where the health monitor runs (off here: it would spend the test's CPU training).
+    bare = re.compile(r"_(total|bucket|count|sum)$")
+    names = {bare.sub("", n) for n in re.findall(r"^# TYPE (sluice_[a-z_]+)", exported, re.M)}
+    names |= {"sluice_node_anomaly_score", "sluice_node_anomaly_threshold"}
+    for expr in exprs:
+        expr = expr.replace("$tenant", ".*").replace("$queue", ".*")
+        r = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=5)
+        assert r.status_code == 200 and r.json()["status"] == "success", (expr, r.text)
+        for name in re.findall(r"\bsluice_[a-z_]+", expr):
+            name = bare.sub("", name)
+            assert name in names, f"the dashboard uses {name}, which /metrics does not export"
