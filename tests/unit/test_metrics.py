@@ -3,6 +3,7 @@ finished-job bound holds, and tokens scope what a scrape sees (docs/metrics.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,3 +233,18 @@ def test_anomaly_score_and_threshold_where_the_health_monitor_runs(env: Env, mon
     assert value(m, "sluice_node_anomaly_score", node="n0") == 3.5
     assert value(m, "sluice_node_anomaly_threshold", node="n0") == 7.25
     assert series(m, "sluice_node_anomaly_score") == [{"node": "n0"}]  # no model yet: no sample, not NaN
+
+
+def test_every_series_is_documented(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monitor = HealthMonitor(MonitorConfig())
+    monkeypatch.setattr(monitor, "status", lambda: {"n0": {"score": 1.0, "threshold": 2.0}})
+    env.plane.health = monitor
+    text = env.client.get("/metrics", headers=env.admin).text
+    families = set(re.findall(r"^# TYPE (sluice_[a-z_]+) (\w+)", text, re.M))
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    assert len(families) > 30
+    for name, kind in families:
+        if name.endswith("_created"):  # prometheus_client's own creation time of the histogram
+            continue
+        documented = name if kind != "counter" else f"{name.removesuffix('_total')}_total"
+        assert f"`{documented}`" in docs, f"{documented} is not in docs/metrics.md"
