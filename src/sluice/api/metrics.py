@@ -145,9 +145,8 @@ class PlaneMetrics:
             for e in events:
                 if isinstance(e, NodeKPIs):
                     self._kpis[e.node] = {k: float(e.values[k]) for k in NODE_KPIS if k in e.values}
-                elif isinstance(e, JobProgress) and e.metrics:
-                    jv = view.jobs.get(e.job_id)
-                    self._count_cache(e, set(jv.datasets) if jv else set())
+                elif isinstance(e, JobProgress) and any(k.startswith(CACHE_PREFIX) for k in e.metrics):
+                    self._count_cache(e, self._mounted(view, e.job_id))
             for job_id in self._live - live:
                 job = ctl.book.get(job_id)
                 if job is not None and job.phase.terminal:
@@ -158,6 +157,17 @@ class PlaneMetrics:
             self._live = live
             self._cache_last = {k: v for k, v in self._cache_last.items() if k[0] in live}
         return []
+
+    def _mounted(self, view: ClusterView, job_id: str) -> set[str]:
+        """The cache keys of the datasets a job mounts. A job whose last report arrived with
+        its exit is no longer in the view: then from its record."""
+        jv = view.jobs.get(job_id)
+        if jv is not None:
+            return set(jv.datasets)
+        job = self.plane.controller.book.get(job_id)
+        if job is None or not job.spec.datasets:
+            return set()
+        return set(self.plane.datasets.dataset_bytes(job.tenant, [d.name for d in job.spec.datasets]))
 
     def _count_cache(self, e: JobProgress, datasets: set[str]) -> None:
         """Fold a job's cumulative per-dataset cache counters into the totals; only datasets
