@@ -265,8 +265,9 @@ class PlaneMetrics:
         ctl = self.plane.controller
         with ctl.lock:
             live = [sample_job(j, ctl.progress(j.id)) for j in ctl.book.live() if scope.sees(j.tenant)]
+        live_ids = {s.id for s in live}
         with self._mu:
-            done = [s for s in self._recent.values() if scope.sees(s.tenant) and s.id not in ctl.book.live_ids()]
+            done = [s for s in self._recent.values() if scope.sees(s.tenant) and s.id not in live_ids]
         return live + done
 
     def _jobs(self, scope: Scope) -> Iterator[Metric]:
