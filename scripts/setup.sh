@@ -16,11 +16,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 # Debian tools some integration tests and benchmarks use (stress-ng for fault injection,
-# nginx as a real HTTP source, iperf3 for the network lab `sluice net bench`). Only when we are
+# nginx as a real HTTP source, iperf3 for the network lab `sluice net bench`, prometheus to scrape
+# /metrics in tests/integration/test_prometheus.py). Only when we are
 # root and apt exists; tests skip with a clear reason when a tool is missing.
 if [ "${SLUICE_SKIP_APT:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   missing=""
-  for tool in stress-ng nginx iperf3; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  for tool in stress-ng nginx iperf3 prometheus; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
   # PostgreSQL server binaries (initdb, pg_ctl) live outside PATH on Debian; the store tests start one.
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
   if [ -n "$missing" ]; then

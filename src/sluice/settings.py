@@ -212,6 +212,22 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, Field(gt=0, description="Largest API request body in bytes. Default 1 MiB.")] = (
         1024 * 1024
     )
+    metrics_token: Annotated[
+        str | None,
+        Field(
+            description="Bearer token a Prometheus server sends to read every tenant's series on "
+            "/metrics (an admin tenant's token works too; docs/metrics.md). Default: none.",
+        ),
+    ] = None
+    metrics_recent_finished: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=1000,
+            description="Finished jobs /metrics keeps reporting (the newest ones) besides every "
+            "unfinished job, so a short job is still seen by the next scrape. Default 50.",
+        ),
+    ] = 50
     pollux_data: Annotated[
         Path | None,
         Field(

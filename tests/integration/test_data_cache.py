@@ -268,6 +268,10 @@ def test_sdk_dataset_with_dataloader_workers_reports_stall(server: DataServer, s
     assert got == sorted(digests.values())
     assert ds[0] == digests[ds.handle.reader().cached.keys[0]]
     assert "stall_s" in data_metrics() and data_metrics()["stall_s"] >= 0
+    # per-dataset cache counters for /metrics (this process read ds[0]: one hit or miss at least)
+    cache = {k: v for k, v in data_metrics().items() if k.startswith("cache:toy:")}
+    assert set(cache) == {"cache:toy:hits_memory", "cache:toy:hits_disk", "cache:toy:misses"}
+    assert sum(cache.values()) >= 1
     stream = dataset("toy", streaming=True, merge=64 * 1024)
     items = list(torch_data.DataLoader(stream, batch_size=None, num_workers=2))
     assert sorted(hashlib.sha1(bytes(b)).hexdigest() for b in items) == sorted(digests.values())

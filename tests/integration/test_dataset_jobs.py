@@ -3,6 +3,7 @@ the policy's ClusterView (data-aware placement sees where the data is)."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -37,6 +38,7 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
     )
     plane = ControlPlane.from_settings(settings)
     tokens = plane.bootstrap_tenants()
+    app = create_app(plane)  # before the job: /metrics counts the cache reads it reports
     plane.start()
     try:
         caller = plane.store.get_tenant("default")
@@ -72,11 +74,16 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
         assert cached.get("default/blobs", 0) >= 0.99  # the cache is per tenant: owner/name
         # ... and `sluice dataset list` shows it per node (the API's cached_on)
         node = plane.engine.nodes()[0].name
-        with TestClient(create_app(plane)) as http:
+        with TestClient(app) as http:
             listed = http.get("/v1/datasets", headers={"Authorization": f"Bearer {tokens['default']}"})
+            metrics = http.get("/metrics", headers={"Authorization": f"Bearer {tokens['admin']}"}).text
         assert listed.status_code == 200, listed.text
         [row] = listed.json()["items"]
         assert row["cached_on"][node] >= 0.99
+        # ... and /metrics counts the job's 20 first reads as misses, and the bytes now cached
+        assert 'sluice_dataset_cache_misses_total{dataset="default/blobs"} 20.0' in metrics
+        held = re.findall(r'sluice_dataset_cached_bytes\{dataset="default/blobs",tier="\w+"\} (\S+)', metrics)
+        assert held and float(max(held, key=float)) == sum(1000 + i for i in range(20))
         # warming goes through the local engine's agent, into the same cache the job filled
         [report] = plane.datasets.warm(caller, "blobs")
         assert report.node == plane.engine.nodes()[0].name and report.error is None

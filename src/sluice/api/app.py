@@ -11,7 +11,7 @@ from fastapi import FastAPI
 import sluice
 from sluice.api import docs, errors, routes_datasets
 from sluice.api.limits import BodyLimit
-from sluice.api.metrics import build_registry
+from sluice.api.metrics import build_metrics
 from sluice.api.routes import jobs, nodes, queues, system, tenants
 from sluice.control.plane import ControlPlane
 
@@ -31,7 +31,7 @@ def create_app(plane: ControlPlane, *, max_body_bytes: int | None = None) -> Fas
         redoc_url=None,
     )
     app.state.plane = plane
-    app.state.registry = build_registry(plane)
+    app.state.metrics = build_metrics(plane)
     errors.install(app)
     for module in (system, jobs, nodes, tenants, queues):
         app.include_router(module.router)

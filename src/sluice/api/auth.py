@@ -10,7 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sluice.control.errors import Unauthorized
 from sluice.control.plane import ControlPlane
 
-_bearer = HTTPBearer(auto_error=False, description="A tenant's API token (see `sluice tenant create`).")
+bearer = HTTPBearer(auto_error=False, description="A tenant's API token (see `sluice tenant create`).")
 
 
 def plane_of(request: Request) -> ControlPlane:
@@ -18,7 +18,7 @@ def plane_of(request: Request) -> ControlPlane:
     return plane
 
 
-def caller(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Any:
+def caller(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Any:
     """The authenticated tenant; 401 for a missing, malformed or unknown token."""
     if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
         raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")

@@ -80,6 +80,11 @@ log = logging.getLogger("sluice.controller")
 JobEvent = JobStarted | JobProgress | JobUsage | JobCheckpointed | JobExited
 
 
+REASON_CLASSES = ("policy", "quota", "engine_refused", "detector", "operator", "other")
+"""Why a decision was made, as a fixed category: the policy chose it, admission took quota
+back, the engine could not carry it out, the health detector or an operator changed a node."""
+
+
 class RoundObserver(Protocol):
     """Something that watches every round and may ask for node changes (the health monitor).
     It sees the round's view and engine events and returns decisions; it never acts."""
@@ -146,6 +151,9 @@ class Controller:
         """Launches so far; the reconcile loop runs a quick extra round after one."""
         self.decisions: dict[str, int] = {}
         """Decisions executed so far, by kind (Place, Resize, ..., refused)."""
+        self.decision_reasons: dict[tuple[str, str], int] = {}
+        """Decisions so far by (kind, reason class): the class is one of REASON_CLASSES, never
+        the free-text reason, so a metrics label made of it stays bounded."""
         self._nodes: dict[str, NodeState] = {}
         self._node_views: dict[str, tuple[tuple[object, ...], NodeView]] = {}
         self._observers: list[RoundObserver] = []
@@ -518,11 +526,17 @@ class Controller:
             elif isinstance(d, Wait) and job.phase == Phase.QUEUED:
                 self.book.wait(job.id, d.reason)
                 return
-            self.decisions[type(d).__name__] = self.decisions.get(type(d).__name__, 0) + 1
+            self._count(type(d).__name__, "policy")
         except StoreUnavailable:
             raise
         except Exception as err:
             self._contain(job.id, f"executing {type(d).__name__}", err)
+
+    def _count(self, kind: str, reason_class: str) -> None:
+        """Count an executed decision by kind and by (kind, reason class) for metrics."""
+        self.decisions[kind] = self.decisions.get(kind, 0) + 1
+        key = (kind, reason_class)
+        self.decision_reasons[key] = self.decision_reasons.get(key, 0) + 1
 
     def _refusal(self, d: Decision, job: JobRecord) -> str | None:
         """Why the engine cannot carry `d` out, or None if it can."""
@@ -549,6 +563,8 @@ class Controller:
     def _refuse(self, job: JobRecord, d: Decision, why: str) -> None:
         msg = f"refused {type(d).__name__}: {why} (policy's reason: {d.reason})"
         self.decisions["refused"] = self.decisions.get("refused", 0) + 1
+        key = (type(d).__name__, "engine_refused")
+        self.decision_reasons[key] = self.decision_reasons.get(key, 0) + 1
         if job.phase == Phase.QUEUED:
             self.book.wait(job.id, msg)
         else:
@@ -655,7 +671,7 @@ class Controller:
         self.store.save_node(NodeRecord(d.node, d.health, d.reason, cordoned_by, now))
         st.health, st.reason = d.health, d.reason
         self.store.append_event(now, "node", f"{d.node} -> {d.health}: {d.reason}", node=d.node)
-        self.decisions[f"node {d.health}"] = self.decisions.get(f"node {d.health}", 0) + 1
+        self._count(f"node {d.health}", d.by if d.by in ("detector", "operator") else "other")
         if d.health in (NodeHealth.CORDONED, NodeHealth.LOST):
             for job in self._jobs_on(d.node):
                 if job.phase in (Phase.STARTING, Phase.RUNNING):
@@ -737,10 +753,10 @@ class Controller:
         Pending in the next admission that still needs its quota."""
         if job.phase == Phase.QUEUED:
             self.book.transition(job.id, Phase.PENDING, reason, not_before=0.0)
-            self.decisions["Evict"] = self.decisions.get("Evict", 0) + 1
+            self._count("Evict", "quota")
         elif job.phase in (Phase.STARTING, Phase.RUNNING):
             self._stop(job, StopIntent(StopKind.PREEMPT, reason, asked_at=now))
-            self.decisions["Preempt"] = self.decisions.get("Preempt", 0) + 1
+            self._count("Preempt", "quota")
 
     def queues(self) -> dict[str, QueueConfig]:
         """Every queue as the store has it now (quotas change live), with the built-in

@@ -16,6 +16,7 @@ at `create` time rather than a job that dies on its first batch.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from typing import Any
@@ -25,6 +26,7 @@ from sluice.control.errors import Conflict, Forbidden, NotFound
 from sluice.data.cache import DatasetCache, cache_key
 from sluice.data.errors import DataError
 from sluice.data.guard import SourceGuard, SourceRefused
+from sluice.data.index import Index
 from sluice.data.settings import CacheSettings
 from sluice.data.source import Source
 from sluice.data.warm import WarmReport, warm_node
@@ -48,6 +50,7 @@ class DatasetService:
         """The engine, when its nodes' agents can warm their caches (local, Ray)."""
         self.guard = guard or SourceGuard()
         """The admin's policy for sources (default: no local sources, public addresses only)."""
+        self._index: Index | None = None
 
     def _owner(self, caller: Caller, tenant: str | None) -> str:
         owner = tenant or caller.name
@@ -176,6 +179,17 @@ class DatasetService:
 
     def node_cache(self) -> DatasetCache:
         return DatasetCache(self.cache_settings)
+
+    def cached_bytes_by_tier(self) -> dict[tuple[str, str], int]:
+        """(cache key `owner/name`, tier) -> bytes held in this host's node cache (metrics).
+        Reads the cache's index only: opening a DatasetCache would resize tiers and start
+        writers, which a scrape must never do. Empty until some job has used the cache."""
+        if self._index is None:
+            path = os.path.join(self.cache_settings.resolved_disk_dir(), "index.sqlite")
+            if not os.path.exists(path):
+                return {}
+            self._index = Index(path, self.cache_settings.lrfu_lambda)
+        return self._index.bytes_by_tier()
 
     def warm(
         self, caller: Caller, name: str, nodes: list[str] | None = None, workers: int = 16, tenant: str | None = None

@@ -201,6 +201,14 @@ class Index:
         q = "SELECT ds, SUM(size) FROM (SELECT ds, key, MAX(size) AS size FROM entries GROUP BY ds, key) GROUP BY ds"
         return {ds: int(total) for ds, total in self._db().execute(q)}
 
+    def bytes_by_tier(self) -> dict[tuple[str, str], int]:
+        """(dataset name, tier) -> bytes held there (metrics: one grouped query, not every entry)."""
+        q = "SELECT d.name, e.tier, SUM(e.size) FROM entries e JOIN datasets d ON d.ds = e.ds GROUP BY d.name, e.tier"
+        out: dict[tuple[str, str], int] = {}
+        for name, tier, total in self._db().execute(q):
+            out[(name, tier)] = out.get((name, tier), 0) + int(total)
+        return out
+
     def close(self) -> None:
         db = getattr(self._local, "db", None)
         if db is not None:

@@ -88,14 +88,25 @@ def dataset(
     return ds
 
 
+CACHE_METRIC = "cache:"
+"""Prefix of the per-dataset cache counters in a progress record: `cache:<owner/name>:<counter>`."""
+
+
 def data_metrics() -> dict[str, float]:
     """Summed over the datasets this process opened: what `sdk.report()` adds to each record."""
     stall = 0.0
     read = 0
+    cache: dict[str, float] = {}
     for ds in list(_OPEN):
         reader = ds.handle._reader
         if reader is not None:
             stall += reader.stall_s
             read += reader.bytes_read
+            # Per-dataset cache counters (cumulative in this process), keyed by the cache key
+            # (`owner/name`): the control plane's /metrics turns them into per-dataset counters.
+            c = reader.cached.counters
+            for what, v in (("hits_memory", c.hits_memory), ("hits_disk", c.hits_disk), ("misses", c.misses)):
+                k = f"{CACHE_METRIC}{ds.handle.name}:{what}"
+                cache[k] = cache.get(k, 0.0) + float(v)
     # data_bytes lets the node agent size the cache's memory tier to what jobs consume
-    return {"stall_s": round(stall, 4), "data_bytes": float(read)} if _OPEN else {}
+    return {"stall_s": round(stall, 4), "data_bytes": float(read), **cache} if _OPEN else {}

@@ -1,9 +1,17 @@
-"""Unauthenticated operational routes: liveness and Prometheus metrics."""
+"""Operational routes: liveness (unauthenticated) and Prometheus metrics (scoped by token)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+import hmac
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from sluice.api.auth import bearer, plane_of
+from sluice.api.metrics import EVERYONE, PUBLIC, Scope, scoped
+from sluice.control.errors import Unauthorized
 
 router = APIRouter(tags=["system"])
 
@@ -14,7 +22,25 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def metrics_scope(request: Request, creds: HTTPAuthorizationCredentials | None) -> Scope:
+    """No token: cluster-wide series only. The `metrics_token` setting or an admin token:
+    every tenant's series. A tenant's token: its own. Anything else: 401."""
+    if creds is None and "authorization" not in request.headers:
+        return PUBLIC
+    if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:  # a misconfigured scraper
+        raise Unauthorized("malformed credentials: send 'Authorization: Bearer <token>'")
+    plane = plane_of(request)
+    token = plane.settings.metrics_token
+    if token and hmac.compare_digest(creds.credentials.encode(), token.encode()):
+        return EVERYONE
+    tenant = plane.authenticate(creds.credentials)
+    return EVERYONE if tenant.admin else Scope(tenant=tenant.name)
+
+
 @router.get("/metrics", response_class=Response)
-def metrics(request: Request) -> Response:
-    """Prometheus text format: sluice_jobs{phase}, sluice_reconcile_round_seconds, ..."""
-    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Response:
+    """Prometheus text format (docs/metrics.md). Without a token: jobs by phase, decisions,
+    round times and nodes; with a metrics, admin or tenant token also per-job, tenant, queue
+    and dataset series (a tenant's token: only its own)."""
+    scope = metrics_scope(request, creds)
+    return Response(generate_latest(scoped(request.app.state.metrics, scope)), media_type=CONTENT_TYPE_LATEST)
