@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.agent.faults import FaultReport
+from sluice.agent.launchenv import gang_env
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
 from sluice.engine.ray_gang import GangBook, Stop
@@ -195,10 +196,10 @@ class RayEngine:
         agents = [self._agent(n) for n in nodes]  # all or nothing: fail before starting any
         env = dict(req.env)
         world = len(nodes)
+        master_addr, master_port = "", 0
         if world > 1:
-            master_addr = self._get(agents[0].address.remote())
-            master_port = self._get(agents[0].free_port.remote())
-            env.update(MASTER_ADDR=str(master_addr), MASTER_PORT=str(master_port), WORLD_SIZE=str(world))
+            master_addr = str(self._get(agents[0].address.remote()))
+            master_port = int(self._get(agents[0].free_port.remote()))
         replicas = self._gangs.open(req.job_id, req.attempt, nodes)
         t = self._timing.setdefault(req.job_id, {})
         t["launched_at"] = self._clock()
@@ -207,7 +208,9 @@ class RayEngine:
         ):
             renv = dict(env)
             if world > 1:
-                renv.update(RANK=str(rank), LOCAL_RANK="0", SLUICE_REPLICA=str(rank))
+                # The same torchrun variables as the local engine's gangs: one Ray node is
+                # one of torchrun's groups.
+                renv.update(gang_env(rank, nodes, master_addr, master_port))
             sub = LaunchRequest(
                 job_id=rid,
                 attempt=req.attempt,
