@@ -281,6 +281,11 @@ def test_agents_are_pinned_one_per_ray_node(plane: tuple[Controller, RayEngine, 
         actor = ray.get_actor(f"sluice-agent-{node_id}", namespace="sluice")
         assert ray.get(actor.info.remote()).name == name
     assert {n.name for n in ctl.view().nodes.values()} == set(names)
+    # What only the agents know (whether a node can enforce memory_mb) reaches the node's labels,
+    # in the engine's list and in the controller's view, so the plane can refuse at submit.
+    run_until(ctl, lambda: all("memory-limits" in (ctl.node(n).labels or {}) for n in names), 30)  # type: ignore[union-attr]
+    kinds = {n.name: n.labels.get("memory-limits") for n in engine.nodes()}
+    assert set(kinds) == set(names) and all(k in ("cgroup-v1", "cgroup-v2", "none") for k in kinds.values()), kinds
 
 
 @pytest.mark.skipif(not cgroups_writable(), reason="no writable cgroup cpu controller: limits fall back to affinity")

@@ -412,7 +412,11 @@ class Controller:
             elif st.health == NodeHealth.LOST:
                 st.health, st.reason = NodeHealth.HEALTHY, "node came back"
                 st.cpu, st.gpus = e.cpu, e.gpus
+                st.labels = {**(st.labels or {}), **e.labels}
                 self.store.append_event(now, "node", f"{e.node} came back", node=e.node)
+            else:
+                # A live node's engine learned more about it (a Ray node's agent answered).
+                st.labels = {**(st.labels or {}), **e.labels}
         elif isinstance(e, NodeLost):
             st = self._nodes.get(e.node)
             if st is None:

@@ -37,6 +37,7 @@ from sluice.model import (
     LaunchRequest,
     NodeInfo,
     NodeLost,
+    NodeUp,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ log = logging.getLogger("sluice.engine.ray")
 
 NAMESPACE = "sluice"
 AGENT_PREFIX = "sluice-agent-"
+AGENT_MEMORY_LABEL = "memory-limits"
+"""The label each node agent sets to its memory controller (cgroup-v1, cgroup-v2 or none)."""
 
 
 class RayEngine:
@@ -60,10 +63,10 @@ class RayEngine:
         job_progress=True,
         measured_throughput=True,
         max_replicas=256,
-        # Every replica runs under its node agent's shim in that node's memory cgroup. A node
-        # without a memory controller refuses to launch a memory_mb job (a failed attempt
-        # naming resources.memory_mb); its agent labels itself memory-limits=none, but the
-        # nodes listed here come from Ray's membership, which does not carry that label yet.
+        # Every replica runs under its node agent's shim in that node's memory cgroup. Each
+        # agent labels its node memory-limits=<cgroup-v1|cgroup-v2|none> (merged into the node's labels
+        # when it first answers), so the plane refuses memory_mb at submit when no node can
+        # enforce it; a node without a controller also refuses to launch such a job.
         memory_limits=True,
     )
 
@@ -121,6 +124,11 @@ class RayEngine:
         """Events made by the engine itself (node changes, node-lost exits), not yet polled."""
         self._inflight: dict[str, Any] = {}
         """node name -> ObjectRef of a poll not yet answered (kept so no event is dropped)."""
+        self._agent_labels: dict[str, dict[str, str]] = {}
+        """node name -> what its agent knows of its node and Ray's list does not (e.g. whether
+        it can enforce memory limits), merged into the node's labels once the agent answers."""
+        self._label_asks: dict[str, Any] = {}
+        """node name -> ObjectRef of the agent's info() not yet answered."""
         self._last_sync = float("-inf")
         self._unreachable: set[str] = set()
         self._log_paths: dict[str, str] = {}
@@ -143,6 +151,8 @@ class RayEngine:
             if isinstance(e, NodeLost):
                 self._agents.pop(e.node, None)
                 self._inflight.pop(e.node, None)
+                self._label_asks.pop(e.node, None)
+                self._agent_labels.pop(e.node, None)
                 exits, stops = self._gangs.node_lost(e.node, now)
                 for x in exits:
                     if isinstance(x, JobExited):
@@ -152,7 +162,32 @@ class RayEngine:
         for name, node in self._membership.nodes.items():
             if name not in self._agents:
                 self._agents[name] = self._agent_for(node)
+                self._label_asks[name] = self._agents[name].info.remote()
         self._pending += [e for e in changes if not isinstance(e, NodeLost)]
+
+    def _collect_labels(self) -> list[Event]:
+        """Labels the agents answered since the last round, as NodeUp updates of their nodes:
+        the control plane then knows, at submit, which nodes can enforce `memory_mb`."""
+        if not self._label_asks:
+            return []
+        ready, _ = self._ray.wait(list(self._label_asks.values()), num_returns=len(self._label_asks), timeout=0)
+        done = set(ready)
+        out: list[Event] = []
+        for name, ref in list(self._label_asks.items()):
+            if ref not in done:
+                continue
+            del self._label_asks[name]
+            try:
+                info = self._ray.get(ref)
+            except Exception:  # the agent is restarting or its node dying: membership will tell
+                continue
+            node = self._membership.nodes.get(name)
+            if node is None:
+                continue
+            self._agent_labels[name] = {AGENT_MEMORY_LABEL: info.labels.get(AGENT_MEMORY_LABEL, "none")}
+            merged = {**node.labels, **self._agent_labels[name]}
+            out.append(NodeUp(name, self._clock(), node.cpu, node.gpus, node.memory_mb, merged))
+        return out
 
     def _agent_for(self, node: RayNode) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -188,7 +223,13 @@ class RayEngine:
 
     def nodes(self) -> list[NodeInfo]:
         self._sync()
-        return [n.info() for n in self._membership.nodes.values() if n.name in self._agents]
+        out = []
+        for n in self._membership.nodes.values():
+            if n.name in self._agents:
+                info = n.info()
+                info.labels.update(self._agent_labels.get(n.name, {}))
+                out.append(info)
+        return out
 
     def launch(self, req: LaunchRequest) -> None:
         self._sync()
@@ -256,6 +297,7 @@ class RayEngine:
         ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.poll_wait_s)
         done = set(ready)
         events, self._pending = self._pending, []
+        events += self._collect_labels()
         for name, ref in list(self._inflight.items()):
             if ref not in done:
                 continue  # a slow agent: its answer is collected next round
