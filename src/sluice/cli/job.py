@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sluice.cli.client import EXIT_USAGE, CliError, connect
+from sluice.cli.client import EXIT_FAILURE, EXIT_USAGE, CliError, connect
 from sluice.cli.output import (
     Output,
     OutputOpt,
@@ -23,6 +25,8 @@ from sluice.cli.output import (
     table,
     when,
 )
+from sluice.cli.plot import plot_job
+from sluice.client import Client, JobOut
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
 
@@ -207,3 +211,70 @@ def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
             console.print(f"now: {job['phase']} — {job['reason']}", markup=False)
 
     emit(events, output, render)
+
+
+def _watch(client: Client, job_id: str, interval: float) -> JobOut:
+    """Redraw one progress line from the job and its progress record until the job ends."""
+    columns = (
+        TextColumn("{task.fields[phase]:<9}"),
+        BarColumn(),
+        TextColumn("step {task.completed:.0f}{task.fields[of]}"),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(job_id, total=None, phase="", of="", loss="-", rate="-")
+        p = None
+        while True:
+            job = client.job(job_id)
+            p = client.progress(job_id) or p  # the server drops it when the job ends: keep the last
+            total = p.total_steps if p else None
+            bar.update(
+                task,
+                completed=p.step if p else job.step,
+                total=total,
+                phase=job.phase,
+                of=f"/{total}" if total else "",
+                loss=number(p.loss if p else job.loss) or "-",
+                rate=f"{p.throughput:.3g}" if p and p.throughput else "-",
+            )
+            if Phase(job.phase).terminal:
+                return job
+            time.sleep(interval)
+
+
+@app.command()
+def watch(
+    job_id: JobId,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, max=60, help="Seconds between updates.")] = 1.0,
+) -> None:
+    """Follow a job live: a progress bar with its phase, step (of the total, when the job
+    states one), loss and steps/s, until it ends. Exits 0 if it succeeded, 1 otherwise."""
+    with errors_reported(), connect() as client:
+        job = _watch(client, job_id, interval)
+    console.print(f"{job.id}: {job.phase} — {job.reason}", markup=False)
+    if job.phase != Phase.SUCCEEDED.value:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def plot(
+    job_id: JobId,
+    out: Annotated[
+        Path, typer.Option("--out", "-O", dir_okay=False, help="Image to write; .png, .svg or .pdf by its suffix.")
+    ],
+) -> None:
+    """Plot a job's loss, throughput (steps/s) and CPU (requested, limit, used) over time.
+    Loss, throughput and CPU used come from its progress, which the server keeps while the
+    job is live; the CPU it was given comes from its events, kept for good."""
+    with errors_reported(), connect() as client:
+        job = client.job(job_id)
+        progress = client.progress(job_id)
+        events = client.why(job_id)
+    with errors_reported():
+        try:
+            plot_job(job, progress, events, out)
+        except (OSError, ValueError) as err:
+            raise CliError(f"cannot write {out}: {err}", EXIT_USAGE) from None
+    console.print(f"wrote {out}", markup=False)

@@ -45,7 +45,8 @@ class Progress(_Open):
     """A job's progress as the scheduler sees it (GET /v1/jobs/{id}/progress).
 
     loss_history: (time s, loss / max loss so far) pairs; usage_history: (time s, CPU cores
-    used) pairs; throughput: steps per second over the recent window (0 when unknown)."""
+    used) pairs; report_history: (time s, step, loss) of each report; throughput: steps per
+    second over the recent window (0 when unknown). Histories keep the last 240 points."""
 
     step: int = 0
     loss: float | None = None
@@ -59,6 +60,7 @@ class Progress(_Open):
     io_stall_fraction: float = 0.0
     loss_history: list[tuple[float, float]] = []
     usage_history: list[tuple[float, float]] = []
+    report_history: list[tuple[float, int, float | None]] = []
 
 
 class NodeOut(_Open):
