@@ -63,8 +63,10 @@ def _spec(model: type[S], spec: Any, what: str) -> S:
     try:
         if isinstance(spec, model):
             return spec
-        if isinstance(spec, str | Path):
-            return load_job_spec(spec) if model is JobSpec else parse_model(model, load_spec_file(spec))  # type: ignore[return-value]
+        if isinstance(spec, str | Path):  # a job's file also sets its default workdir: its folder
+            loaded = load_job_spec(spec) if model is JobSpec else parse_model(model, load_spec_file(spec))
+            assert isinstance(loaded, model)
+            return loaded
         if isinstance(spec, Mapping):
             return parse_model(model, dict(spec))
     except SpecError as err:
