@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sluice.cli.main import app
 from sluice.control.plane import ControlPlane
-from sluice.model import JobExited, JobStarted, Phase
+from sluice.model import JobExited, JobProgress, JobStarted, JobUsage, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import TenantSpec
@@ -323,3 +323,100 @@ def test_job_list_keeps_one_line_per_job_at_80_columns(
     monkeypatch.setenv("COLUMNS", "250")  # wide: every column and the whole reason
     _, out, _ = sluice("job", "list")
     assert "TENANT" in out and "CPU req/lim" in out and "shares only)" in out and "…" not in out
+
+
+# --------------------------------------------------------------------------- watch, plot, up --home
+
+
+def _running(live: Live, tmp_path: Path) -> tuple[str, int]:
+    [job_id] = _submitted_and_placed(live, tmp_path)
+    attempt = live.plane.controller.book.get(job_id).attempt
+    live.engine.pending.append(JobStarted(job_id, attempt, "n0", live.engine.now))
+    live.plane.step()
+    return job_id, attempt
+
+
+def _report(live: Live, job_id: str, attempt: int, step: int, loss: float, dt: float) -> None:
+    t = live.engine.now + dt
+    live.engine.pending += [
+        JobProgress(job_id, attempt, t, step=step, loss=loss, metrics={"total_steps": 100}),
+        JobUsage(job_id, attempt, t, cpu_cores=1.5),
+    ]
+    live.plane.step()
+
+
+def test_job_watch_follows_until_the_end_and_exits_by_outcome(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id, attempt = _running(live, tmp_path)
+    _report(live, job_id, attempt, 10, 2.0, 1)
+    ticks: list[float] = []
+
+    def tick(s: float) -> None:  # between two redraws: the job moves on, then ends
+        ticks.append(s)
+        if len(ticks) == 1:
+            _report(live, job_id, attempt, 50, 1.0, 5)
+        else:
+            live.engine.pending.append(JobExited(job_id, attempt, live.engine.now + 6, 0))
+            live.plane.step()
+
+    monkeypatch.setattr("sluice.cli.job.time.sleep", tick)
+    code, out, err = sluice("job", "watch", job_id, "--interval", "0.5")
+    assert code == 0, err
+    assert ticks == [0.5, 0.5] and "step 50/100" in out and f"{job_id}: Succeeded" in out
+    cancelled = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))[1].strip()
+    sluice("job", "cancel", cancelled)
+    code, out, _ = sluice("job", "watch", cancelled)
+    assert code == 1 and f"{cancelled}: Cancelled" in out
+    assert sluice("job", "watch", "j-nope")[0] == 1
+
+
+def test_job_plot_writes_an_image_of_loss_throughput_and_cpu(live: Live, tmp_path: Path) -> None:
+    job_id, attempt = _running(live, tmp_path)
+    for i in range(1, 6):
+        _report(live, job_id, attempt, 10 * i, 2.0 / i, 2 * i)
+    code, out, err = sluice("job", "plot", job_id, "--out", str(tmp_path / "job.png"))
+    assert code == 0, err
+    assert (tmp_path / "job.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "wrote" in out
+    pending = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))[1].strip()
+    code, _, err = sluice("job", "plot", pending, "--out", str(tmp_path / "pending.svg"))  # nothing reported yet
+    assert code == 0, err
+    assert (tmp_path / "pending.svg").read_text().lstrip().startswith("<?xml")
+    code, _, err = sluice("job", "plot", job_id, "--out", str(tmp_path / "no" / "such" / "dir.png"))
+    assert code == 2 and "cannot write" in err
+
+
+def test_plot_series_from_progress_and_events() -> None:
+    from sluice.cli.plot import allocation_series, throughput_series
+    from sluice.client import EventOut, JobOut
+
+    assert throughput_series([(0.0, 0, 1.0), (2.0, 10, 0.9), (2.0, 10, 0.9), (4.0, 30, None)]) == [
+        (2.0, 5.0),
+        (4.0, 10.0),
+    ]
+    one = [{"node": "n0", "cpu_request": 1.0, "cpu_limit": 2.0, "gpus": 0}]
+    two = [{"node": "n0", "cpu_request": 2.0, "cpu_limit": None, "gpus": 0}]
+    events = [
+        EventOut(seq=1, time=10.0, kind="phase", message="-> Pending", data={"to": "Pending"}),
+        EventOut(seq=2, time=11.0, kind="place", message="", data={"allocation": one}),
+        EventOut(seq=3, time=15.0, kind="resize", message="", data={"allocation": two}),
+        EventOut(seq=4, time=20.0, kind="phase", message="", data={"to": "Queued"}),
+    ]
+    job = JobOut.model_validate(
+        {
+            **dict.fromkeys(["id", "tenant", "name", "phase", "reason"], "x"),
+            **dict.fromkeys(["started_at", "finished_at", "allocation", "exit_code", "checkpoint", "loss"]),
+            **dict(submitted_at=10.0, attempt=1, restarts=0, step=0, attained_service=0.0, spec={}),
+        }
+    )
+    assert allocation_series(events, job) == [(11.0, 1.0, 2.0), (15.0, 2.0, None), (20.0, 0.0, 0.0)]
+
+
+def test_up_takes_a_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "elsewhere"))
+    home = tmp_path / "other"
+    home.mkdir()
+    (home / "server.json").write_text(json.dumps({"pid": os.getpid(), "url": "http://127.0.0.1:1"}))
+    code, out, _ = sluice("up", "--detach", "--home", str(home))
+    assert code == 0 and "already running at http://127.0.0.1:1" in out
+    assert os.environ["SLUICE_HOME"] == str(tmp_path / "elsewhere")  # the command did not leak its home

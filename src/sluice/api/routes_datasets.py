@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
+from sluice.api.schemas import DatasetOut, DeletedOut
 from sluice.control.datasets import DatasetService
 from sluice.control.plane import ControlPlane
 from sluice.data.cache import cache_key
@@ -23,46 +24,28 @@ from sluice.spec import DatasetSpec
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
 
-class DatasetOut(BaseModel):
-    tenant: str
-    name: str
-    source: str
-    format: str
-    cache: bool
-    storage_option_names: list[str]
-    created_at: float
-    items: int | None
-    total_bytes: int | None
-    cached_fraction: float | None = None
-    """Share of the dataset's bytes held by this node's cache (the control plane's node)."""
-    cached_on: dict[str, float] = {}
-    """Per node of the cluster (as its agent last reported, every few seconds): share of the
-    dataset's bytes in that node's cache; nodes holding none are left out."""
-    published: bool = False
-    """Published by an admin to every tenant: any tenant may read and mount it by name."""
-
-    @staticmethod
-    def of(
-        rec: Any,
-        cached: dict[str, float] | None = None,
-        by_node: dict[str, dict[str, float]] | None = None,
-        published: dict[str, str] | None = None,
-    ) -> DatasetOut:
-        key = cache_key(rec.tenant, rec.name)
-        return DatasetOut(
-            tenant=rec.tenant,
-            name=rec.name,
-            source=rec.spec.source,
-            format=rec.spec.format,
-            cache=rec.spec.cache,
-            storage_option_names=sorted(rec.spec.storage_options),
-            created_at=rec.created_at,
-            items=rec.items,
-            total_bytes=rec.total_bytes,
-            cached_fraction=None if cached is None else cached.get(key, 0.0),
-            cached_on={n: d[key] for n, d in sorted((by_node or {}).items()) if d.get(key, 0.0) > 0},
-            published=(published or {}).get(rec.name) == rec.tenant,
-        )
+def dataset_out(
+    rec: Any,
+    cached: dict[str, float] | None = None,
+    by_node: dict[str, dict[str, float]] | None = None,
+    published: dict[str, str] | None = None,
+) -> DatasetOut:
+    """The record as the API shows it, with how much of it each node caches."""
+    key = cache_key(rec.tenant, rec.name)
+    return DatasetOut(
+        tenant=rec.tenant,
+        name=rec.name,
+        source=rec.spec.source,
+        format=rec.spec.format,
+        cache=rec.spec.cache,
+        storage_option_names=sorted(rec.spec.storage_options),
+        created_at=rec.created_at,
+        items=rec.items,
+        total_bytes=rec.total_bytes,
+        cached_fraction=None if cached is None else cached.get(key, 0.0),
+        cached_on={n: d[key] for n, d in sorted((by_node or {}).items()) if d.get(key, 0.0) > 0},
+        published=(published or {}).get(rec.name) == rec.tenant,
+    )
 
 
 def service(request: Request, plane: ControlPlane) -> DatasetService:
@@ -91,7 +74,7 @@ def list_datasets(
     records = svc.list_datasets(caller, after=after, limit=limit + 1)
     page, nxt = page_of(records, limit, "datasets", lambda r: (r.tenant, r.name))
     cached, by_node, pub = _cached(svc), _by_node(plane), svc.published()
-    return Page[DatasetOut](items=[DatasetOut.of(r, cached, by_node, pub) for r in page], next_cursor=nxt)
+    return Page[DatasetOut](items=[dataset_out(r, cached, by_node, pub) for r in page], next_cursor=nxt)
 
 
 @router.post("", status_code=201, response_model=DatasetOut)
@@ -99,7 +82,7 @@ def create_dataset(
     request: Request, plane: PlaneDep, caller: CallerDep, spec: DatasetSpec, probe: bool = True
 ) -> DatasetOut:
     """Register a dataset. With probe (default) its source is listed now: a wrong URL is a 422."""
-    return DatasetOut.of(service(request, plane).create(caller, spec, probe=probe))
+    return dataset_out(service(request, plane).create(caller, spec, probe=probe))
 
 
 Owner = Query(default=None, description="The owning tenant (admin: any; others: their own or a publisher).")
@@ -111,13 +94,7 @@ def get_dataset(
 ) -> DatasetOut:
     """One dataset the caller may read: its own, else a published one of that name."""
     svc = service(request, plane)
-    return DatasetOut.of(svc.get(caller, name, tenant), _cached(svc), _by_node(plane), svc.published())
-
-
-class DeletedOut(BaseModel):
-    name: str
-    nodes: dict[str, str]
-    """Per node, what dropping the dataset from its cache did ("removed", "not cached", or an error)."""
+    return dataset_out(svc.get(caller, name, tenant), _cached(svc), _by_node(plane), svc.published())
 
 
 @router.delete("/{name}", response_model=DeletedOut)
@@ -136,7 +113,7 @@ def publish_dataset(
     """Admin only: make the dataset readable and mountable by every tenant (not deletable by
     them). A second published dataset of the same name is a 409."""
     svc = service(request, plane)
-    return DatasetOut.of(svc.publish(caller, name, tenant), published=svc.published())
+    return dataset_out(svc.publish(caller, name, tenant), published=svc.published())
 
 
 @router.delete("/{name}/publish", response_model=DatasetOut)
@@ -145,7 +122,7 @@ def withdraw_dataset(
 ) -> DatasetOut:
     """Admin only: withdraw a published dataset; it is its owner's alone again."""
     svc = service(request, plane)
-    return DatasetOut.of(svc.publish(caller, name, tenant, published=False), published=svc.published())
+    return dataset_out(svc.publish(caller, name, tenant, published=False), published=svc.published())
 
 
 class WarmOut(BaseModel):

@@ -178,3 +178,31 @@ class InvalidOut(BaseModel):
 class ErrorOut(BaseModel):
     error: str
     detail: str
+
+
+class DatasetOut(BaseModel):
+    """A dataset as its tenant (or an admin) sees it. Storage options can hold credentials,
+    so only their names are ever returned."""
+
+    tenant: str
+    name: str
+    source: str
+    format: str
+    cache: bool
+    storage_option_names: list[str]
+    created_at: float
+    items: int | None
+    total_bytes: int | None
+    cached_fraction: float | None = None
+    """Share of the dataset's bytes held by this node's cache (the control plane's node)."""
+    cached_on: dict[str, float] = {}
+    """Per node of the cluster (as its agent last reported, every few seconds): share of the
+    dataset's bytes in that node's cache; nodes holding none are left out."""
+    published: bool = False
+    """Published by an admin to every tenant: any tenant may read and mount it by name."""
+
+
+class DeletedOut(BaseModel):
+    name: str
+    nodes: dict[str, str]
+    """Per node, what dropping the dataset from its cache did ("removed", "not cached", or an error)."""

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.client import EXIT_USAGE, CliError, connect
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table, when
 from sluice.spec import DatasetSpec, SpecError
 from sluice.spec.loading import load_spec_file, parse_model
@@ -62,14 +62,8 @@ def create(
             spec = parse_model(DatasetSpec, load_spec_file(file))
         except SpecError as err:
             raise CliError(f"invalid dataset spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
-        with Client.from_env() as client:
-            ds = client.call(
-                "POST",
-                "/v1/datasets",
-                json=spec.model_dump(mode="json"),
-                params={"probe": str(not no_probe).lower()},
-                timeout=600,
-            )
+        with connect() as client:
+            ds = client.create_dataset(spec, probe=not no_probe)
     emit(
         ds,
         output,
@@ -83,16 +77,16 @@ def create(
 def list_(output: OutputOpt = Output.table) -> None:
     """Your datasets and the published ones (every tenant's with an admin token), and how much
     of each the nodes cache."""
-    with errors_reported(), Client.from_env() as client:
-        items = client.pages("/v1/datasets")
+    with errors_reported(), connect() as client:
+        items = client.datasets()
     emit(items, output, lambda ds: table(COLUMNS, _rows(ds)))
 
 
 @app.command()
 def get(name: Name, output: OutputOpt = Output.table) -> None:
     """One dataset."""
-    with errors_reported(), Client.from_env() as client:
-        d = client.call("GET", f"/v1/datasets/{name}")
+    with errors_reported(), connect() as client:
+        d = client.dataset(name)
     emit(d, output, lambda x: table(COLUMNS, _rows([x])))
 
 
@@ -115,10 +109,10 @@ def warm(
 ) -> None:
     """Fetch the whole dataset into the cache of every node now (or the --node ones), so the
     first epoch reads it warm there. Prints, per node, what was fetched and how long it took."""
-    with errors_reported(), Client.from_env() as client, console.status(f"warming {name} ..."):
-        res = client.call("POST", f"/v1/datasets/{name}/warm", params={"node": list(node or [])}, timeout=24 * 3600)
+    with errors_reported(), connect() as client, console.status(f"warming {name} ..."):
+        res = client.warm_dataset(name, nodes=node or ())
     emit(res, output, lambda r: console.print("\n".join(_warm_line(name, n) for n in r["nodes"]), markup=False))
-    failed = [n["node"] for n in res["nodes"] if n.get("error")]
+    failed = [n.node for n in res.nodes if n.error]
     if failed:
         raise typer.Exit(1)
 
@@ -128,9 +122,9 @@ Owner = Annotated[
 ]
 
 
-def _publish(name: str, tenant: str | None, method: str, output: Output, verb: str) -> None:
-    with errors_reported(), Client.from_env() as client:
-        d = client.call(method, f"/v1/datasets/{name}/publish", params={"tenant": tenant} if tenant else None)
+def _publish(name: str, tenant: str | None, published: bool, output: Output, verb: str) -> None:
+    with errors_reported(), connect() as client:
+        d = client.publish_dataset(name, tenant, published=published)
     emit(d, output, lambda x: console.print(f"{verb} dataset {x['name']} of tenant {x['tenant']}", markup=False))
 
 
@@ -138,20 +132,20 @@ def _publish(name: str, tenant: str | None, method: str, output: Output, verb: s
 def publish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
     """Publish a dataset to every tenant (admin token): any tenant may then list, read and mount
     it by name and jobs share its cache; only its owner or an admin can delete it."""
-    _publish(name, tenant, "POST", output, "published")
+    _publish(name, tenant, True, output, "published")
 
 
 @app.command()
 def unpublish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
     """Withdraw a published dataset (admin token): it is its owner's alone again."""
-    _publish(name, tenant, "DELETE", output, "withdrew")
+    _publish(name, tenant, False, output, "withdrew")
 
 
 @app.command("rm")
 def rm(name: Name) -> None:
     """Delete a dataset and drop it from every node's cache (its source is not touched)."""
-    with errors_reported(), Client.from_env() as client:
-        out = client.call("DELETE", f"/v1/datasets/{name}")
+    with errors_reported(), connect() as client:
+        out = client.delete_dataset(name)
     console.print(f"deleted dataset {name}", markup=False)
-    for node, what in sorted((out or {}).get("nodes", {}).items()):
+    for node, what in sorted(out.nodes.items()):
         console.print(f"  {node}: {what}", markup=False)

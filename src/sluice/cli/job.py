@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.client import EXIT_FAILURE, EXIT_USAGE, CliError, connect
 from sluice.cli.output import (
     Output,
     OutputOpt,
@@ -18,10 +20,13 @@ from sluice.cli.output import (
     errors_reported,
     list_table,
     number,
+    plain,
     stamp,
     table,
     when,
 )
+from sluice.cli.plot import plot_job
+from sluice.client import Client, JobOut
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
 
@@ -68,8 +73,8 @@ def submit(
                 spec = parse_job_spec({**spec.model_dump(mode="json", exclude_none=True), "resume_from": resume_from})
         except SpecError as err:
             raise CliError(f"invalid job spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
-        with Client.from_env() as client:
-            job = client.call("POST", "/v1/jobs", json=spec.model_dump(mode="json"))
+        with connect() as client:
+            job = client.submit(spec)
         emit(job, output, lambda j: typer.echo(j["id"]))
 
 
@@ -84,9 +89,8 @@ def list_(
     """Your jobs (every tenant's with an admin token), oldest first. On a narrow terminal the
     LOSS, STEP, CPU, NODE and TENANT columns are left out (in that order) so that REASON stays
     one line, cut with an ellipsis; -o json has every field, times as Unix seconds."""
-    with errors_reported(), Client.from_env() as client:
-        params = [("phase", p.value) for p in phase or []]
-        jobs = client.pages("/v1/jobs", params=params)
+    with errors_reported(), connect() as client:
+        jobs = client.jobs(phase=phase or None)
 
     def render(rows: list[dict[str, Any]]) -> None:
         list_table(
@@ -115,8 +119,8 @@ def list_(
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
-    with errors_reported(), Client.from_env() as client:
-        job = client.call("GET", f"/v1/jobs/{job_id}")
+    with errors_reported(), connect() as client:
+        job = client.job(job_id)
 
     def render(j: dict[str, Any]) -> None:
         spec = j["spec"]
@@ -156,46 +160,45 @@ def logs(
     ] = None,
 ) -> None:
     """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines."""
-    params: dict[str, str] = {} if tail is None else {"tail": str(tail)}
-    with errors_reported(), Client.from_env() as client:
+    with errors_reported(), connect() as client:
         if follow:
-            for chunk in client.stream(f"/v1/jobs/{job_id}/logs", params={"follow": "true", **params}):
+            for chunk in client.follow_logs(job_id, tail=tail, raw=True):
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
         else:
-            sys.stdout.write(client.call("GET", f"/v1/jobs/{job_id}/logs", params=params) or "")
+            sys.stdout.write(client.logs(job_id, tail=tail))
 
 
 @app.command()
 def cancel(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Cancel a job: a queued one ends now, a running one checkpoints and exits."""
-    with errors_reported(), Client.from_env() as client:
-        job = client.call("POST", f"/v1/jobs/{job_id}/cancel")
+    with errors_reported(), connect() as client:
+        job = client.cancel(job_id)
     emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
 
 
 @app.command()
 def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
-    with errors_reported(), Client.from_env() as client:
-        job = client.call("POST", f"/v1/jobs/{job_id}/suspend")
+    with errors_reported(), connect() as client:
+        job = client.suspend(job_id)
     emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
 
 
 @app.command()
 def resume(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Resume a suspended job: it is admitted again and starts from its checkpoint."""
-    with errors_reported(), Client.from_env() as client:
-        job = client.call("POST", f"/v1/jobs/{job_id}/resume")
+    with errors_reported(), connect() as client:
+        job = client.resume(job_id)
     emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
 
 
 @app.command()
 def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Why the job is where it is: every phase change and decision, with time and reason."""
-    with errors_reported(), Client.from_env() as client:
-        events = client.pages(f"/v1/jobs/{job_id}/why")
-        job = client.call("GET", f"/v1/jobs/{job_id}") if output == Output.table else None
+    with errors_reported(), connect() as client:
+        events = client.why(job_id)
+        job = plain(client.job(job_id)) if output == Output.table else None
 
     def render(rows: list[dict[str, Any]]) -> None:
         t0 = rows[0]["time"] if rows else 0.0
@@ -208,3 +211,70 @@ def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
             console.print(f"now: {job['phase']} — {job['reason']}", markup=False)
 
     emit(events, output, render)
+
+
+def _watch(client: Client, job_id: str, interval: float) -> JobOut:
+    """Redraw one progress line from the job and its progress record until the job ends."""
+    columns = (
+        TextColumn("{task.fields[phase]:<9}"),
+        BarColumn(),
+        TextColumn("step {task.completed:.0f}{task.fields[of]}"),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(job_id, total=None, phase="", of="", loss="-", rate="-")
+        p = None
+        while True:
+            job = client.job(job_id)
+            p = client.progress(job_id) or p  # the server drops it when the job ends: keep the last
+            total = p.total_steps if p else None
+            bar.update(
+                task,
+                completed=p.step if p else job.step,
+                total=total,
+                phase=job.phase,
+                of=f"/{total}" if total else "",
+                loss=number(p.loss if p else job.loss) or "-",
+                rate=f"{p.throughput:.3g}" if p and p.throughput else "-",
+            )
+            if Phase(job.phase).terminal:
+                return job
+            time.sleep(interval)
+
+
+@app.command()
+def watch(
+    job_id: JobId,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, max=60, help="Seconds between updates.")] = 1.0,
+) -> None:
+    """Follow a job live: a progress bar with its phase, step (of the total, when the job
+    states one), loss and steps/s, until it ends. Exits 0 if it succeeded, 1 otherwise."""
+    with errors_reported(), connect() as client:
+        job = _watch(client, job_id, interval)
+    console.print(f"{job.id}: {job.phase} — {job.reason}", markup=False)
+    if job.phase != Phase.SUCCEEDED.value:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def plot(
+    job_id: JobId,
+    out: Annotated[
+        Path, typer.Option("--out", "-O", dir_okay=False, help="Image to write; .png, .svg or .pdf by its suffix.")
+    ],
+) -> None:
+    """Plot a job's loss, throughput (steps/s) and CPU (requested, limit, used) over time.
+    Loss, throughput and CPU used come from its progress, which the server keeps while the
+    job is live; the CPU it was given comes from its events, kept for good."""
+    with errors_reported(), connect() as client:
+        job = client.job(job_id)
+        progress = client.progress(job_id)
+        events = client.why(job_id)
+    with errors_reported():
+        try:
+            plot_job(job, progress, events, out)
+        except (OSError, ValueError) as err:
+            raise CliError(f"cannot write {out}: {err}", EXIT_USAGE) from None
+    console.print(f"wrote {out}", markup=False)

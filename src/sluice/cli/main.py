@@ -10,9 +10,10 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from sluice.cli import bench, dataset, health, job, net, node, queue, sim, tenant, up
-from sluice.cli.client import CliError
+from sluice.cli.client import CliError, cli_error
 from sluice.cli.demo import demo
 from sluice.cli.output import err_console, fail
+from sluice.client import SluiceError
 
 DEBUG_ENV = "SLUICE_DEBUG"
 """Set to 1 to see the Python traceback of an unexpected failure (for bug reports)."""
@@ -30,6 +31,8 @@ class _NoTracebacks(TyperGroup):
             raise
         except CliError as err:
             fail(err)
+        except SluiceError as err:
+            fail(cli_error(err))
         except Exception as err:
             if os.environ.get(DEBUG_ENV):
                 raise

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sluice.cli.client import Client
+from sluice.cli.client import connect
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, number, table
 
 app = typer.Typer(help="Nodes: list, cordon, uncordon, inject faults.", no_args_is_help=True)
@@ -18,8 +18,8 @@ NodeName = Annotated[str, typer.Argument(help="Node name (as `sluice node list` 
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
     """Every node: CPUs, GPUs, health and why, jobs and CPU handed out."""
-    with errors_reported(), Client.from_env() as client:
-        nodes = client.pages("/v1/nodes")
+    with errors_reported(), connect() as client:
+        nodes = client.nodes()
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(
@@ -49,16 +49,16 @@ def cordon(
     output: OutputOpt = Output.table,
 ) -> None:
     """Take a node out of service: nothing new is placed; its jobs move off via checkpoints (admin)."""
-    with errors_reported(), Client.from_env(admin=True) as client:
-        node = client.call("POST", f"/v1/nodes/{name}/cordon", json={"reason": reason})
+    with errors_reported(), connect(admin=True) as client:
+        node = client.cordon(name, reason)
     emit(node, output, lambda n: console.print(f"{name}: {n.get('health', 'Cordoned')} — {reason}", markup=False))
 
 
 @app.command()
 def uncordon(name: NodeName, output: OutputOpt = Output.table) -> None:
     """Put a node back in service (admin)."""
-    with errors_reported(), Client.from_env(admin=True) as client:
-        node = client.call("POST", f"/v1/nodes/{name}/uncordon")
+    with errors_reported(), connect(admin=True) as client:
+        node = client.uncordon(name)
     emit(node, output, lambda n: console.print(f"{name}: {n.get('health', 'Healthy')}", markup=False))
 
 
@@ -88,16 +88,13 @@ def fault(
     if stop == (kind is not None):
         console.print("give a fault KIND (cpu, memory, io), or --stop to stop the node's faults", markup=False)
         raise typer.Exit(2)
-    with errors_reported(), Client.from_env(admin=True) as client:
+    with errors_reported(), connect(admin=True) as client:
         if stop:
-            out = client.call("DELETE", f"/v1/nodes/{name}/faults")
+            out = client.stop_faults(name)
             emit(out, output, lambda o: console.print(f"{name}: {o.get('stopped', 0)} fault(s) stopped", markup=False))
             return
         assert kind is not None
-        body: dict[str, Any] = {"kind": kind.value, "seconds": seconds, "memory_mb": memory_mb}
-        if workers is not None:
-            body["workers"] = workers
-        out = client.call("POST", f"/v1/nodes/{name}/faults", json=body)
+        out = client.inject_fault(name, kind.value, seconds, workers, memory_mb)
 
     def render(o: dict[str, Any]) -> None:
         cores = ",".join(map(str, o.get("cores", [])))

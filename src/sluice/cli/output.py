@@ -10,11 +10,13 @@ from enum import StrEnum
 from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from sluice.cli.client import CliError
+from sluice.cli.client import CliError, cli_error
+from sluice.client import SluiceError
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -28,7 +30,18 @@ class Output(StrEnum):
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table (for people) or json (for programs).")]
 
 
+def plain(data: Any) -> Any:
+    """The client's models (and lists of them) as the JSON the server sent."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, list):
+        return [plain(x) for x in data]
+    return data
+
+
 def emit(data: Any, output: Output, render: Callable[[Any], None]) -> None:
+    """Print `data` (JSON values or client models) as JSON, or hand it to `render` as JSON values."""
+    data = plain(data)
     if output == Output.json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
@@ -135,8 +148,10 @@ def number(x: float | None, digits: int = 4) -> str:
 
 @contextmanager
 def errors_reported() -> Iterator[None]:
-    """`with errors_reported():` turns a CliError into a printed message and its exit code."""
+    """`with errors_reported():` turns a CliError or a client error into a printed message and its exit code."""
     try:
         yield
     except CliError as err:
         fail(err)
+    except SluiceError as err:
+        fail(cli_error(err))

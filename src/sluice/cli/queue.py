@@ -7,7 +7,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 
-from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.client import EXIT_USAGE, CliError, connect
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
 from sluice.spec import GrantSpec, QueuePatch, QueueSpec, SpecError
 from sluice.spec.loading import parse_model
@@ -120,8 +120,8 @@ def create(
             ),
         }
         spec = _parsed(QueueSpec, raw, "invalid queue")
-        with Client.from_env(admin=True) as client:
-            q = client.call("POST", "/v1/queues", json=spec.model_dump(mode="json"))
+        with connect(admin=True) as client:
+            q = client.create_queue(spec)
     emit(q, output, _render_one)
 
 
@@ -161,8 +161,8 @@ def set_(
             within_queue,
         )
         patch = _parsed(QueuePatch, raw, "invalid queue change")
-        with Client.from_env(admin=True) as client:
-            q = client.call("PATCH", f"/v1/queues/{name}", json=patch.model_dump(mode="json", exclude_none=True))
+        with connect(admin=True) as client:
+            q = client.update_queue(name, patch)
     emit(q, output, _render_one)
 
 
@@ -176,8 +176,8 @@ def grant(
     """Let a tenant submit to a queue (admin)."""
     with errors_reported():
         g = _parsed(GrantSpec, {"tenant": tenant, "granted": not revoke}, "invalid grant")
-        with Client.from_env(admin=True) as client:
-            q = client.call("POST", f"/v1/queues/{name}/grants", json=g.model_dump(mode="json"))
+        with connect(admin=True) as client:
+            q = client.grant_queue(name, g.tenant, g.granted)
     emit(
         q, output, lambda q: console.print(f"queue {q['name']}: tenants {', '.join(q['tenants']) or '-'}", markup=False)
     )
@@ -186,8 +186,8 @@ def grant(
 @app.command()
 def delete(name: QueueName) -> None:
     """Delete a queue (admin); it must have no unfinished jobs."""
-    with errors_reported(), Client.from_env(admin=True) as client:
-        client.call("DELETE", f"/v1/queues/{name}")
+    with errors_reported(), connect(admin=True) as client:
+        client.delete_queue(name)
     console.print(f"deleted queue {name}", markup=False)
 
 
@@ -198,8 +198,8 @@ def _amounts(d: dict[str, float]) -> str:
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
     """Queues with their quotas, usage, what they borrow and how many jobs wait."""
-    with errors_reported(), Client.from_env() as client:
-        queues = client.pages("/v1/queues")
+    with errors_reported(), connect() as client:
+        queues = client.queues()
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(

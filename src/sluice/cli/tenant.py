@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sluice.cli.client import EXIT_USAGE, Client, CliError
+from sluice.cli.client import EXIT_USAGE, CliError, connect
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table, when
 from sluice.spec import SpecError, TenantPatch, TenantSpec
 from sluice.spec.loading import parse_model
@@ -39,10 +39,8 @@ def create(
             spec = parse_model(TenantSpec, fields)
         except SpecError as err:
             raise CliError("invalid tenant", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
-        with Client.from_env(admin=True) as client:
-            created = client.call(
-                "POST", "/v1/tenants", json=spec.model_dump(mode="json"), params={"force": "true"} if force else None
-            )
+        with connect(admin=True) as client:
+            created = client.create_tenant(spec, force=force)
 
     def render(t: dict[str, Any]) -> None:
         console.print(f"created tenant {t['name']}; its token (shown once, keep it safe):", markup=False)
@@ -65,8 +63,8 @@ def set_(
             patch = parse_model(TenantPatch, fields)
         except SpecError as err:
             raise CliError("invalid tenant change", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
-        with Client.from_env(admin=True) as client:
-            t = client.call("PATCH", f"/v1/tenants/{name}", json=patch.model_dump(mode="json", exclude_none=True))
+        with connect(admin=True) as client:
+            t = client.update_tenant(name, patch)
     emit(
         t,
         output,
@@ -80,8 +78,8 @@ def set_(
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
     """Every tenant with its role and quota (never tokens)."""
-    with errors_reported(), Client.from_env(admin=True) as client:
-        tenants = client.pages("/v1/tenants")
+    with errors_reported(), connect(admin=True) as client:
+        tenants = client.tenants()
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(
@@ -106,6 +104,6 @@ def delete(
     name: Annotated[str, typer.Argument(help="The tenant to delete (it must have no unfinished jobs).")],
 ) -> None:
     """Delete a tenant; its token stops working at once."""
-    with errors_reported(), Client.from_env(admin=True) as client:
-        client.call("DELETE", f"/v1/tenants/{name}")
+    with errors_reported(), connect(admin=True) as client:
+        client.delete_tenant(name)
     console.print(f"deleted tenant {name}", markup=False)

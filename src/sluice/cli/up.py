@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import httpx
@@ -59,6 +61,35 @@ def _settings(
     return load_settings(**overrides), env
 
 
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--home",
+        file_okay=False,
+        help="State folder to use instead of $SLUICE_HOME (default ~/.sluice); other commands "
+        "(`sluice down` too) find this server with SLUICE_HOME set to the same folder.",
+    ),
+]
+
+
+@contextlib.contextmanager
+def _home(home: Path | None) -> Iterator[None]:
+    """Run as if $SLUICE_HOME were `home` (its settings.yaml included), then put it back:
+    the same as setting the variable, without leaking it past the command."""
+    if home is None:
+        yield
+        return
+    before = os.environ.get("SLUICE_HOME")
+    os.environ["SLUICE_HOME"] = str(home.expanduser().resolve())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SLUICE_HOME", None)
+        else:
+            os.environ["SLUICE_HOME"] = before
+
+
 def _healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200
@@ -93,8 +124,14 @@ def up(
         str | None,
         typer.Option(help="Ray cluster to join with --engine ray (e.g. 10.0.0.5:6379); none starts a local one."),
     ] = None,
+    home: HomeOpt = None,
 ) -> None:
-    """Start the control plane (reconcile loop + REST API) for $SLUICE_HOME."""
+    """Start the control plane (reconcile loop + REST API) for $SLUICE_HOME (or --home)."""
+    with _home(home):
+        _up(detach, policy, engine, port, address)
+
+
+def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int | None, address: str | None) -> None:
     settings, env = _settings(policy, engine, port, address)
     known = policy_names()
     if settings.policy not in known:

@@ -26,6 +26,8 @@ class ProgressSignals:
     predicted_remaining_s: remaining time from total_steps/throughput, or a fitted
                    learning curve reaching the QoE loss target; None when unknown.
     io_stall_fraction: share of wall time the job waited on data (0..1).
+    report_history: (time s, step, loss or None) of each report, oldest first: the raw
+                   series behind the others, for people (`sluice job plot`), not policies.
     """
 
     step: int = 0
@@ -40,6 +42,7 @@ class ProgressSignals:
     io_stall_fraction: float = 0.0
     loss_history: tuple[tuple[float, float], ...] = ()
     usage_history: tuple[tuple[float, float], ...] = ()
+    report_history: tuple[tuple[float, int, float | None], ...] = ()
 
     def mean_loss_between(self, t0: float, t1: float) -> float | None:
         """Mean normalised loss of reports with t0 < t <= t1 (None if none)."""
@@ -135,6 +138,7 @@ class ProgressTracker:
             io_stall_fraction=stall,
             loss_history=hist,
             usage_history=tuple(self._usage),
+            report_history=tuple(self._raw),
         )
         return self._snapshot
 

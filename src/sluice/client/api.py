@@ -1,0 +1,400 @@
+"""`Client`: typed calls to a sluice server, for notebooks, scripts and the `sluice` CLI.
+
+Every method returns a pydantic model (sluice.client.models) or an iterator of them, and
+raises a `SluiceError` subclass (sluice.client.errors) carrying the server's own words. List
+methods walk every page; `follow_*` methods stream until the job ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from sluice.client.config import server_url, token_for
+from sluice.client.errors import BadRequest, ProtocolError, SluiceError, Unreachable, WaitTimeout, from_response
+from sluice.client.models import (
+    DatasetOut,
+    DeletedOut,
+    EventOut,
+    FaultOut,
+    JobOut,
+    NewTenantOut,
+    NodeOut,
+    Progress,
+    QueueOut,
+    TenantOut,
+    WarmOut,
+)
+from sluice.model import Phase
+from sluice.settings import load_settings
+from sluice.spec import (
+    DatasetSpec,
+    GrantSpec,
+    JobSpec,
+    QueuePatch,
+    QueueSpec,
+    SpecError,
+    TenantPatch,
+    TenantSpec,
+    load_job_spec,
+)
+from sluice.spec.loading import load_spec_file, parse_model
+
+PAGE_SIZE = 500
+"""Items asked per page when a list is walked (the API allows up to 1000)."""
+DEFAULT_TIMEOUT_S = 30.0
+LONG_TIMEOUT_S = 24 * 3600.0
+"""For calls that do long work before answering (warming a dataset on every node)."""
+
+M = TypeVar("M", bound=BaseModel)
+S = TypeVar("S", bound=BaseModel)
+
+SpecLike = BaseModel | Mapping[str, Any] | str | Path
+"""A spec as a model, a mapping of its fields, or the path of a YAML/JSON file."""
+
+
+def _spec(model: type[S], spec: Any, what: str) -> S:
+    """`spec` validated here, so a bad field fails before any request, as a BadRequest."""
+    try:
+        if isinstance(spec, model):
+            return spec
+        if isinstance(spec, str | Path):  # a job's file also sets its default workdir: its folder
+            loaded = load_job_spec(spec) if model is JobSpec else parse_model(model, load_spec_file(spec))
+            assert isinstance(loaded, model)
+            return loaded
+        if isinstance(spec, Mapping):
+            return parse_model(model, dict(spec))
+    except SpecError as err:
+        raise BadRequest(f"invalid {what}: {err}", error=f"invalid {what}", problems=err.problems) from None
+    raise TypeError(f"a {what} is a {model.__name__}, a mapping or a file path, not {type(spec).__name__}")
+
+
+class Client:
+    """A connection to one sluice server as one tenant.
+
+    `url` and `token` default to what the CLI uses: $SLUICE_URL / $SLUICE_TOKEN, else the
+    files the server wrote in $SLUICE_HOME (server.json, token; admin.token first with
+    `admin=True`). Use it as a context manager, or call `close()`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        admin: bool = False,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        settings = load_settings() if url is None or token is None else None
+        self.url = (url or server_url(settings)).rstrip("/")
+        token = token if token is not None else token_for(settings, admin=admin)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    # ---------------------------------------------------------------- transport
+
+    def _unreachable(self, err: Exception) -> Unreachable:
+        return Unreachable(f"cannot reach the sluice server at {self.url} ({err})", detail=str(err))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Any = None,
+        json: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One call; decoded JSON (text for text answers, None for none). For endpoints that
+        have no typed method yet; raises the SluiceError the status implies."""
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        try:
+            resp = self._http.request(method, path, params=params, json=json, **extra)
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+        if resp.status_code >= 400:
+            raise _error(resp)
+        if resp.status_code == 204 or not resp.content:
+            return None
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            try:
+                return resp.json()
+            except ValueError:
+                raise ProtocolError(f"the server at {self.url} answered {path} with broken JSON") from None
+        return resp.text
+
+    def pages(self, path: str, params: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> Iterator[Any]:
+        """Every item of a paginated list endpoint, following `next_cursor` to the last page."""
+        base = list(params.items()) if isinstance(params, Mapping) else list(params or [])
+        cursor: str | None = None
+        seen: set[str] = set()
+        while True:
+            query = [*base, ("limit", PAGE_SIZE), *([("cursor", cursor)] if cursor else [])]
+            page = self.request("GET", path, params=query)
+            if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+                raise ProtocolError(f"the server at {self.url} answered {path} with something that is not a list page")
+            yield from page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+            if cursor in seen:  # a server bug must not spin a client forever
+                raise ProtocolError(f"the server at {self.url} repeated a page cursor for {path}")
+            seen.add(cursor)
+
+    def _one(self, model: type[M], method: str, path: str, **kwargs: Any) -> M:
+        return _parse(model, self.request(method, path, **kwargs), path)
+
+    def _all(self, model: type[M], path: str, params: Any = None) -> list[M]:
+        return [_parse(model, item, path) for item in self.pages(path, params)]
+
+    def _stream(self, path: str, params: Mapping[str, Any], lines: bool) -> Iterator[str]:
+        """A streamed text answer as it arrives (no read timeout): lines without their
+        newline, or raw chunks (for a terminal, which should show partial lines too)."""
+        try:
+            with self._http.stream("GET", path, params=params, timeout=httpx.Timeout(30.0, read=None)) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise _error(resp)
+                yield from resp.iter_lines() if lines else resp.iter_text()
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+
+    # ---------------------------------------------------------------- jobs
+
+    def submit(self, spec: SpecLike, *, resume_from: str | None = None) -> JobOut:
+        """Submit a job: a JobSpec, a mapping of its fields, or a YAML/JSON spec file (whose
+        folder is the default workdir). `resume_from`: start from that job's newest checkpoint."""
+        job = _spec(JobSpec, spec, "job spec")
+        if resume_from is not None:
+            job = _spec(
+                JobSpec, {**job.model_dump(mode="json", exclude_none=True), "resume_from": resume_from}, "job spec"
+            )
+        return self._one(JobOut, "POST", "/v1/jobs", json=job.model_dump(mode="json"))
+
+    def jobs(
+        self,
+        phase: Phase | str | Iterable[Phase | str] | None = None,
+        *,
+        tenant: str | None = None,
+        queue: str | None = None,
+    ) -> list[JobOut]:
+        """Your jobs (every tenant's for an admin), oldest first, all pages. The server
+        filters by phase; `tenant` and `queue` are filtered here (the API has no such filter)."""
+        phases = [phase] if isinstance(phase, Phase | str) else list(phase or [])
+        params = [("phase", Phase(p).value if isinstance(p, Phase) else _phase(p)) for p in phases]
+        out = self._all(JobOut, "/v1/jobs", params)
+        if tenant is not None:
+            out = [j for j in out if j.tenant == tenant]
+        if queue is not None:
+            out = [j for j in out if j.spec.get("queue") == queue]
+        return out
+
+    def job(self, job_id: str) -> JobOut:
+        return self._one(JobOut, "GET", f"/v1/jobs/{job_id}")
+
+    def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobOut:
+        """Poll until the job is in a terminal phase (Succeeded, Failed, Cancelled) and return
+        it; raises WaitTimeout (with `.job`) after `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if Phase(job.phase).terminal:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"job {job_id} is still {job.phase} after {timeout_s:g}s", job)
+            time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
+
+    def logs(self, job_id: str, tail: int | None = None) -> str:
+        """The job's output so far (its last 8 MiB), or its last `tail` lines."""
+        params = {} if tail is None else {"tail": tail}
+        return str(self.request("GET", f"/v1/jobs/{job_id}/logs", params=params) or "")
+
+    def follow_logs(self, job_id: str, tail: int | None = None, *, raw: bool = False) -> Iterator[str]:
+        """The job's output as it writes it, until it ends: lines without their newline (raw:
+        text chunks as they arrive); with `tail`, starting from its last `tail` lines."""
+        params: dict[str, Any] = {"follow": "true", **({} if tail is None else {"tail": tail})}
+        return self._stream(f"/v1/jobs/{job_id}/logs", params, lines=not raw)
+
+    def progress(self, job_id: str) -> Progress | None:
+        """The job's latest progress (step, loss, throughput, histories); None before its first report."""
+        data = self.request("GET", f"/v1/jobs/{job_id}/progress")
+        return _parse(Progress, data, "progress") if data else None
+
+    def follow_progress(self, job_id: str, poll_s: float = 1.0) -> Iterator[Progress]:
+        """Each new progress report (polled every `poll_s`) until the job ends; the last one
+        seen is yielded once more only if it is new."""
+        last: float | None = None
+        while True:
+            job = self.job(job_id)
+            p = self.progress(job_id)
+            if p is not None and p.last_report != last:
+                last = p.last_report
+                yield p
+            if Phase(job.phase).terminal:
+                return
+            time.sleep(poll_s)
+
+    def cancel(self, job_id: str) -> JobOut:
+        """Cancel: a queued job ends now, a running one checkpoints and exits."""
+        return self._one(JobOut, "POST", f"/v1/jobs/{job_id}/cancel")
+
+    def suspend(self, job_id: str) -> JobOut:
+        """Suspend: the job checkpoints, stops and gives its quota back until resumed."""
+        return self._one(JobOut, "POST", f"/v1/jobs/{job_id}/suspend")
+
+    def resume(self, job_id: str) -> JobOut:
+        """Resume a suspended job from its checkpoint."""
+        return self._one(JobOut, "POST", f"/v1/jobs/{job_id}/resume")
+
+    def why(self, job_id: str) -> list[EventOut]:
+        """The job's history with reasons: phase changes, placement, CPU changes, restarts."""
+        return self._all(EventOut, f"/v1/jobs/{job_id}/why")
+
+    explain = why
+
+    # ---------------------------------------------------------------- datasets
+
+    def create_dataset(self, spec: SpecLike, *, probe: bool = True) -> DatasetOut:
+        """Register a dataset; with `probe` its source is listed now (a wrong URL fails here)."""
+        ds = _spec(DatasetSpec, spec, "dataset spec")
+        return self._one(
+            DatasetOut,
+            "POST",
+            "/v1/datasets",
+            json=ds.model_dump(mode="json"),
+            params={"probe": str(probe).lower()},
+            timeout=600,
+        )
+
+    def datasets(self) -> list[DatasetOut]:
+        """Your datasets and the published ones (every tenant's for an admin)."""
+        return self._all(DatasetOut, "/v1/datasets")
+
+    def dataset(self, name: str, tenant: str | None = None) -> DatasetOut:
+        return self._one(DatasetOut, "GET", f"/v1/datasets/{name}", params=_owner(tenant))
+
+    def delete_dataset(self, name: str, tenant: str | None = None) -> DeletedOut:
+        """Delete a dataset and drop it from every node's cache (its source is not touched)."""
+        return self._one(DeletedOut, "DELETE", f"/v1/datasets/{name}", params=_owner(tenant))
+
+    def warm_dataset(self, name: str, nodes: Iterable[str] = (), tenant: str | None = None) -> WarmOut:
+        """Fetch the dataset into every node's cache (or `nodes`'); returns when all are done."""
+        params = {"node": list(nodes), **_owner(tenant)}
+        return self._one(WarmOut, "POST", f"/v1/datasets/{name}/warm", params=params, timeout=LONG_TIMEOUT_S)
+
+    def publish_dataset(self, name: str, tenant: str | None = None, published: bool = True) -> DatasetOut:
+        """Admin: make a dataset readable by every tenant (or withdraw it, published=False)."""
+        method = "POST" if published else "DELETE"
+        return self._one(DatasetOut, method, f"/v1/datasets/{name}/publish", params=_owner(tenant))
+
+    # ---------------------------------------------------------------- tenants (admin)
+
+    def create_tenant(self, spec: TenantSpec | Mapping[str, Any], *, force: bool = False) -> NewTenantOut:
+        """Create a tenant; the answer carries its token, shown only this once."""
+        t = _spec(TenantSpec, spec, "tenant")
+        params = {"force": "true"} if force else None
+        return self._one(NewTenantOut, "POST", "/v1/tenants", json=t.model_dump(mode="json"), params=params)
+
+    def tenants(self) -> list[TenantOut]:
+        return self._all(TenantOut, "/v1/tenants")
+
+    def update_tenant(self, name: str, patch: TenantPatch | Mapping[str, Any]) -> TenantOut:
+        """Change a tenant's weight or job limit live (0 removes the limit)."""
+        p = _spec(TenantPatch, patch, "tenant change")
+        return self._one(TenantOut, "PATCH", f"/v1/tenants/{name}", json=p.model_dump(mode="json", exclude_none=True))
+
+    def delete_tenant(self, name: str) -> None:
+        """Delete a tenant (it must have no unfinished jobs); its token stops working."""
+        self.request("DELETE", f"/v1/tenants/{name}")
+
+    # ---------------------------------------------------------------- queues
+
+    def queues(self) -> list[QueueOut]:
+        """Every queue (admin) or those granted to you, with usage and backlog."""
+        return self._all(QueueOut, "/v1/queues")
+
+    def create_queue(self, spec: QueueSpec | Mapping[str, Any]) -> QueueOut:
+        q = _spec(QueueSpec, spec, "queue")
+        return self._one(QueueOut, "POST", "/v1/queues", json=q.model_dump(mode="json"))
+
+    def update_queue(self, name: str, patch: QueuePatch | Mapping[str, Any]) -> QueueOut:
+        p = _spec(QueuePatch, patch, "queue change")
+        return self._one(QueueOut, "PATCH", f"/v1/queues/{name}", json=p.model_dump(mode="json", exclude_none=True))
+
+    def grant_queue(self, name: str, tenant: str, granted: bool = True) -> QueueOut:
+        g = _spec(GrantSpec, {"tenant": tenant, "granted": granted}, "grant")
+        return self._one(QueueOut, "POST", f"/v1/queues/{name}/grants", json=g.model_dump(mode="json"))
+
+    def delete_queue(self, name: str) -> None:
+        self.request("DELETE", f"/v1/queues/{name}")
+
+    # ---------------------------------------------------------------- nodes
+
+    def nodes(self) -> list[NodeOut]:
+        return self._all(NodeOut, "/v1/nodes")
+
+    def cordon(self, node: str, reason: str) -> NodeOut:
+        """Admin: place nothing new on the node and move its jobs off through checkpoints."""
+        return self._one(NodeOut, "POST", f"/v1/nodes/{node}/cordon", json={"reason": reason})
+
+    def uncordon(self, node: str) -> NodeOut:
+        return self._one(NodeOut, "POST", f"/v1/nodes/{node}/uncordon")
+
+    def inject_fault(
+        self, node: str, kind: str, seconds: float = 60.0, workers: int | None = None, memory_mb: int = 512
+    ) -> FaultOut:
+        """Admin: make the node sick on purpose for a while (cpu, memory or io)."""
+        body: dict[str, Any] = {"kind": kind, "seconds": seconds, "memory_mb": memory_mb}
+        if workers is not None:
+            body["workers"] = workers
+        return self._one(FaultOut, "POST", f"/v1/nodes/{node}/faults", json=body)
+
+    def stop_faults(self, node: str) -> FaultOut:
+        return self._one(FaultOut, "DELETE", f"/v1/nodes/{node}/faults")
+
+
+def _owner(tenant: str | None) -> dict[str, str]:
+    return {"tenant": tenant} if tenant else {}
+
+
+def _phase(name: str) -> str:
+    """A phase name in any case, as the server spells it."""
+    for p in Phase:
+        if p.value.lower() == name.lower():
+            return p.value
+    raise BadRequest(
+        f"phase: unknown phase {name!r}; one of {', '.join(p.value for p in Phase)}", error="invalid request"
+    )
+
+
+def _parse(model: type[M], data: Any, what: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ProtocolError(f"the server's answer to {what} is not a {model.__name__}: {err}") from None
+
+
+def _error(resp: httpx.Response) -> SluiceError:
+    try:
+        body: Any = resp.json()
+    except ValueError:
+        body = {"detail": resp.text.strip() or resp.reason_phrase}
+    return from_response(resp.status_code, body, resp.reason_phrase)
