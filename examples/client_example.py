@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from sluice.client import BadRequest, Client, NotFound, SluiceError
+from sluice.client import BadRequestError, Client, NotFoundError, SluiceError
 
 # A tiny job that needs nothing but the sluice SDK: 40 steps, a falling loss, 0.1 s a step.
 TINY_JOB = {
@@ -34,7 +34,7 @@ def main(spec: object = TINY_JOB) -> int:
     with Client() as c:
         try:
             job = c.submit(spec)  # a dict, a YAML path or a JobSpec; checked here before it is sent
-        except BadRequest as err:
+        except BadRequestError as err:
             for p in err.problems:  # each bad field, named as the server names it
                 print(f"  {p.field}: {p.problem}", file=sys.stderr)
             return 2
@@ -52,7 +52,7 @@ def main(spec: object = TINY_JOB) -> int:
 
         try:
             c.job("j-does-not-exist")
-        except NotFound as err:
+        except NotFoundError as err:
             print(f"as expected: {err} (HTTP {err.status})")
         return 0 if done.phase == "Succeeded" else 1
 

@@ -14,16 +14,16 @@ import pytest
 
 import sluice.client.api as client_api
 from sluice.client import (
-    BadRequest,
+    BadRequestError,
     Client,
-    Conflict,
-    Forbidden,
+    ConflictError,
+    ForbiddenError,
     JobOut,
-    NotFound,
+    NotFoundError,
     ProtocolError,
     SluiceError,
-    Unauthorized,
-    Unreachable,
+    UnauthorizedError,
+    UnreachableError,
     WaitTimeout,
 )
 from sluice.control.plane import ControlPlane
@@ -124,7 +124,7 @@ def test_submit_from_dict_yaml_and_model_then_get_list_why(live: Live, tmp_path:
         events = c.why(a.id)
         assert events[0].kind == "phase" and "submitted by tenant default" in events[0].message
         assert c.explain(a.id) == events
-        with pytest.raises(BadRequest, match="phase"):
+        with pytest.raises(BadRequestError, match="phase"):
             c.jobs(phase="sleeping")
 
 
@@ -160,32 +160,35 @@ def test_a_repeated_cursor_or_a_non_page_is_a_protocol_error() -> None:
 def test_errors_carry_the_status_and_the_servers_words(live: Live, tmp_path: Path) -> None:
     with Client() as c:
         job = c.submit(SPEC)
-        with pytest.raises(NotFound) as nf:
+        with pytest.raises(NotFoundError) as nf:
             c.job("nope")
         assert nf.value.status == 404 and str(nf.value) == "job nope not found"
-        with pytest.raises(Forbidden) as fb:
+        with pytest.raises(ForbiddenError) as fb:
             c.tenants()  # the default tenant is no admin
         assert fb.value.status == 403
-        with pytest.raises(BadRequest) as br:  # the server's 422, naming the parameter
+        with pytest.raises(BadRequestError) as br:  # the server's 422, naming the parameter
             c.logs(job.id, tail=0)
         assert br.value.status == 422 and [p.field for p in br.value.problems] == ["tail"]
         assert "tail:" in str(br.value)
-        with pytest.raises(BadRequest) as local:  # checked here before any request
+        with pytest.raises(BadRequestError) as local:  # checked here before any request
             c.submit({"name": "x", "resources": {"cpu": -1}})
         assert {p.field for p in local.value.problems} >= {"command", "resources.cpu.min"}
     with Client(admin=True) as admin:
-        with pytest.raises(Conflict, match="already exists") as cf:
+        with pytest.raises(ConflictError, match="already exists") as cf:
             admin.create_tenant({"name": "bob"})
         assert cf.value.status == 409
-    with Client(token="slc_not-a-token") as stranger, pytest.raises(Unauthorized) as ua:
+    with Client(token="slc_not-a-token") as stranger, pytest.raises(UnauthorizedError) as ua:
         stranger.jobs()
     assert ua.value.status == 401
-    with Client(token=live.tokens["bob"]) as bob, pytest.raises(NotFound, match=f"job {job.id} not found"):
+    with Client(token=live.tokens["bob"]) as bob, pytest.raises(NotFoundError, match=f"job {job.id} not found"):
         bob.cancel(job.id)  # another tenant's job does not exist for bob
-    with Client(f"http://127.0.0.1:{free_port()}", "t") as down, pytest.raises(Unreachable) as ur:
+    with Client(f"http://127.0.0.1:{free_port()}", "t") as down, pytest.raises(UnreachableError) as ur:
         down.jobs()
     assert ur.value.status is None and "cannot reach the sluice server" in str(ur.value)
-    assert all(issubclass(e, SluiceError) for e in (NotFound, Forbidden, Conflict, BadRequest, Unreachable))
+    assert all(
+        issubclass(e, SluiceError)
+        for e in (NotFoundError, ForbiddenError, ConflictError, BadRequestError, UnreachableError)
+    )
 
 
 def test_logs_progress_wait_and_cancel(live: Live, tmp_path: Path) -> None:
@@ -219,7 +222,7 @@ def test_logs_progress_wait_and_cancel(live: Live, tmp_path: Path) -> None:
 
         other = c.submit(SPEC)
         assert c.cancel(other.id).phase == "Cancelled"
-        with pytest.raises(Conflict):
+        with pytest.raises(ConflictError):
             c.suspend(other.id)
 
 
@@ -233,7 +236,7 @@ def test_datasets_tenants_queues_nodes(live: Live, tmp_path: Path) -> None:
         assert admin.update_tenant("carol", {"weight": 2}).weight == 2
         assert [t.name for t in admin.tenants()] == ["admin", "bob", "carol", "default"]
         admin.delete_tenant("carol")
-        with pytest.raises(NotFound):
+        with pytest.raises(NotFoundError):
             admin.delete_tenant("carol")
 
         q = admin.create_queue({"name": "research", "nominal": {"cores": 2}})
@@ -252,9 +255,9 @@ def test_datasets_tenants_queues_nodes(live: Live, tmp_path: Path) -> None:
         assert [d.name for d in c.datasets()] == ["digits"]
         assert c.dataset("digits").source == str(data)
         assert c.delete_dataset("digits").name == "digits"
-        with pytest.raises(NotFound):
+        with pytest.raises(NotFoundError):
             c.dataset("digits")
-        with pytest.raises(BadRequest) as bad:
+        with pytest.raises(BadRequestError) as bad:
             c.create_dataset({"name": "x"})
         assert "source" in {p.field for p in bad.value.problems}
 

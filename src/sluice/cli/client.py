@@ -3,7 +3,7 @@ into the messages and exit codes the CLI promises. The HTTP itself is sluice.cli
 
 from __future__ import annotations
 
-from sluice.client import BadRequest, Client, SluiceError, Unreachable
+from sluice.client import BadRequestError, Client, SluiceError, UnreachableError
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -28,12 +28,12 @@ def cli_error(err: SluiceError) -> CliError:
     """The message and exit code for a failed call: bad input exits 2, anything else 1."""
     problems = [{"field": p.field, "problem": p.problem} for p in err.problems]
     status, detail = err.status, err.detail
-    if isinstance(err, Unreachable):
+    if isinstance(err, UnreachableError):
         return CliError(f"{err}; is it running? start it with `sluice up`")
-    if isinstance(err, BadRequest) and problems:
+    if isinstance(err, BadRequestError) and problems:
         return CliError(err.error or "invalid request", EXIT_USAGE, problems)
     if status is None:
-        return CliError(str(err), EXIT_USAGE if isinstance(err, BadRequest) else EXIT_FAILURE)
+        return CliError(str(err), EXIT_USAGE if isinstance(err, BadRequestError) else EXIT_FAILURE)
     if status == 401:
         return CliError(f"not authenticated ({detail}); set SLUICE_TOKEN or check $SLUICE_HOME/token")
     if status == 403:

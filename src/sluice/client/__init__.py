@@ -7,22 +7,22 @@
             print(line)
         print(c.wait(job.id).phase)
 
-Errors are `SluiceError` subclasses (`NotFound`, `Forbidden`, `Conflict`, `BadRequest`, ...)
-with the HTTP `status` and the server's words; a `BadRequest` names each bad field.
+Errors are `SluiceError` subclasses (`NotFoundError`, `ForbiddenError`, `ConflictError`, `BadRequestError`, ...)
+with the HTTP `status` and the server's words; a `BadRequestError` names each bad field.
 """
 
 from sluice.client.api import Client
 from sluice.client.config import server_url, token_for
 from sluice.client.errors import (
-    BadRequest,
-    Conflict,
-    Forbidden,
-    NotFound,
+    BadRequestError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
     ProtocolError,
     SluiceError,
-    Unauthorized,
-    Unavailable,
-    Unreachable,
+    UnauthorizedError,
+    UnavailableError,
+    UnreachableError,
     WaitTimeout,
 )
 from sluice.client.models import (
@@ -37,33 +37,33 @@ from sluice.client.models import (
     QueueOut,
     TenantOut,
     WarmNode,
-    WarmOut,
+    WarmResult,
 )
 
 __all__ = [
-    "BadRequest",
+    "BadRequestError",
     "Client",
-    "Conflict",
+    "ConflictError",
     "DatasetOut",
     "DeletedOut",
     "EventOut",
     "FaultOut",
-    "Forbidden",
+    "ForbiddenError",
     "JobOut",
     "NewTenantOut",
     "NodeOut",
-    "NotFound",
+    "NotFoundError",
     "Progress",
     "ProtocolError",
     "QueueOut",
     "SluiceError",
     "TenantOut",
-    "Unauthorized",
-    "Unavailable",
-    "Unreachable",
+    "UnauthorizedError",
+    "UnavailableError",
+    "UnreachableError",
     "WaitTimeout",
     "WarmNode",
-    "WarmOut",
+    "WarmResult",
     "server_url",
     "token_for",
 ]

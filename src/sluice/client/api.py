@@ -16,7 +16,14 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from sluice.client.config import server_url, token_for
-from sluice.client.errors import BadRequest, ProtocolError, SluiceError, Unreachable, WaitTimeout, from_response
+from sluice.client.errors import (
+    BadRequestError,
+    ProtocolError,
+    SluiceError,
+    UnreachableError,
+    WaitTimeout,
+    from_response,
+)
 from sluice.client.models import (
     DatasetOut,
     DeletedOut,
@@ -28,7 +35,7 @@ from sluice.client.models import (
     Progress,
     QueueOut,
     TenantOut,
-    WarmOut,
+    WarmResult,
 )
 from sluice.model import Phase
 from sluice.settings import load_settings
@@ -59,7 +66,7 @@ SpecLike = BaseModel | Mapping[str, Any] | str | Path
 
 
 def _spec(model: type[S], spec: Any, what: str) -> S:
-    """`spec` validated here, so a bad field fails before any request, as a BadRequest."""
+    """`spec` validated here, so a bad field fails before any request, as a BadRequestError."""
     try:
         if isinstance(spec, model):
             return spec
@@ -70,7 +77,7 @@ def _spec(model: type[S], spec: Any, what: str) -> S:
         if isinstance(spec, Mapping):
             return parse_model(model, dict(spec))
     except SpecError as err:
-        raise BadRequest(f"invalid {what}: {err}", error=f"invalid {what}", problems=err.problems) from None
+        raise BadRequestError(f"invalid {what}: {err}", error=f"invalid {what}", problems=err.problems) from None
     raise TypeError(f"a {what} is a {model.__name__}, a mapping or a file path, not {type(spec).__name__}")
 
 
@@ -111,8 +118,8 @@ class Client:
 
     # ---------------------------------------------------------------- transport
 
-    def _unreachable(self, err: Exception) -> Unreachable:
-        return Unreachable(f"cannot reach the sluice server at {self.url} ({err})", detail=str(err))
+    def _unreachable(self, err: Exception) -> UnreachableError:
+        return UnreachableError(f"cannot reach the sluice server at {self.url} ({err})", detail=str(err))
 
     def request(
         self,
@@ -295,10 +302,10 @@ class Client:
         """Delete a dataset and drop it from every node's cache (its source is not touched)."""
         return self._one(DeletedOut, "DELETE", f"/v1/datasets/{name}", params=_owner(tenant))
 
-    def warm_dataset(self, name: str, nodes: Iterable[str] = (), tenant: str | None = None) -> WarmOut:
+    def warm_dataset(self, name: str, nodes: Iterable[str] = (), tenant: str | None = None) -> WarmResult:
         """Fetch the dataset into every node's cache (or `nodes`'); returns when all are done."""
         params = {"node": list(nodes), **_owner(tenant)}
-        return self._one(WarmOut, "POST", f"/v1/datasets/{name}/warm", params=params, timeout=LONG_TIMEOUT_S)
+        return self._one(WarmResult, "POST", f"/v1/datasets/{name}/warm", params=params, timeout=LONG_TIMEOUT_S)
 
     def publish_dataset(self, name: str, tenant: str | None = None, published: bool = True) -> DatasetOut:
         """Admin: make a dataset readable by every tenant (or withdraw it, published=False)."""
@@ -380,7 +387,7 @@ def _phase(name: str) -> str:
     for p in Phase:
         if p.value.lower() == name.lower():
             return p.value
-    raise BadRequest(
+    raise BadRequestError(
         f"phase: unknown phase {name!r}; one of {', '.join(p.value for p in Phase)}", error="invalid request"
     )
 

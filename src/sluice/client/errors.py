@@ -1,6 +1,6 @@
 """One exception hierarchy for every way a call to the sluice API can fail.
 
-Why one: a notebook user writes `except sluice.client.NotFound`, and the CLI maps each class
+Why one: a notebook user writes `except sluice.client.NotFoundError`, and the CLI maps each class
 to an exit code in one place, instead of both parsing HTTP statuses. Every error carries the
 server's own words (`detail`) and, for bad input, each bad field with its problem.
 """
@@ -27,31 +27,31 @@ class SluiceError(Exception):
         self.problems: list[FieldProblem] = list(problems)
 
 
-class BadRequest(SluiceError):
+class BadRequestError(SluiceError):
     """The request was refused for its content (400, 413, 422): `problems` names the fields."""
 
 
-class Unauthorized(SluiceError):
+class UnauthorizedError(SluiceError):
     """401: no token, or one the server does not know."""
 
 
-class Forbidden(SluiceError):
+class ForbiddenError(SluiceError):
     """403: the token is valid but may not do this (e.g. an admin-only call)."""
 
 
-class NotFound(SluiceError):
+class NotFoundError(SluiceError):
     """404: no such job, dataset, tenant, queue or node (or it is another tenant's)."""
 
 
-class Conflict(SluiceError):
+class ConflictError(SluiceError):
     """409: the thing exists already, or is in a state that forbids the call."""
 
 
-class Unavailable(SluiceError):
+class UnavailableError(SluiceError):
     """503: the server could not keep the change now (nothing was kept); retry later."""
 
 
-class Unreachable(SluiceError):
+class UnreachableError(SluiceError):
     """No answer at all: the server is down, or the URL is wrong."""
 
 
@@ -68,14 +68,14 @@ class WaitTimeout(SluiceError, TimeoutError):
 
 
 _BY_STATUS: dict[int, type[SluiceError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: BadRequest,
-    422: BadRequest,
-    503: Unavailable,
+    400: BadRequestError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: BadRequestError,
+    422: BadRequestError,
+    503: UnavailableError,
 }
 
 

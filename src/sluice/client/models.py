@@ -33,7 +33,7 @@ __all__ = [
     "QueueOut",
     "TenantOut",
     "WarmNode",
-    "WarmOut",
+    "WarmResult",
 ]
 
 
@@ -112,6 +112,6 @@ class WarmNode(_Open):
     error: str | None = None
 
 
-class WarmOut(_Open):
+class WarmResult(_Open):
     name: str
     nodes: list[WarmNode]
