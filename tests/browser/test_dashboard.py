@@ -1,0 +1,83 @@
+"""The dashboard in a real browser against a real sluice: sign in with a tenant token, watch
+a real job's loss chart grow, cancel it from its page, and see only one's own jobs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.integration.conftest import wait_for
+
+from .conftest import Live
+
+pytestmark = pytest.mark.integration
+
+
+def sign_in(page: Any, live: Live, tenant: str) -> None:
+    page.get(live.url + "/")  # redirects to /ui/, which asks for a token
+    box = WebDriverWait(page, 20).until(lambda d: d.find_element(By.ID, "token"))
+    box.send_keys(live.tokens[tenant])
+    page.find_element(By.ID, "signin-button").click()
+    WebDriverWait(page, 20).until(lambda d: not d.find_elements(By.ID, "signin"))
+
+
+def points(page: Any, chart: str) -> int:
+    return int(page.find_element(By.ID, chart).get_attribute("data-points") or 0)
+
+
+def test_sign_in_watch_the_loss_chart_grow_and_cancel_the_job(page: Any, live: Live) -> None:
+    job = live.submit("alice", "dash-loop")
+    sign_in(page, live, "alice")
+
+    page.get(f"{live.url}/ui/jobs")
+    link = WebDriverWait(page, 30).until(lambda d: d.find_element(By.CSS_SELECTOR, f'tr[data-job="{job["id"]}"] a'))
+    assert link.text == "dash-loop"
+    link.click()
+
+    WebDriverWait(page, 60).until(lambda d: points(d, "loss-chart") >= 2)
+    before = points(page, "loss-chart")
+    WebDriverWait(page, 30).until(lambda d: points(d, "loss-chart") > before)  # live: it keeps growing
+    assert "Running" in page.find_element(By.ID, "job-phase").text
+    assert page.find_elements(By.CSS_SELECTOR, "#timeline tr"), "no decision timeline"
+    WebDriverWait(page, 30).until(lambda d: "fresh start" in d.find_element(By.ID, "log").text)
+
+    page.find_element(By.ID, "cancel-button").click()
+    WebDriverWait(page, 10).until(lambda d: _alert(d)).accept()  # "Cancel job dash-loop?"
+    assert wait_for(lambda: live.job("alice", job["id"])["phase"] == "Cancelled", 30), live.job("alice", job["id"])
+    WebDriverWait(page, 20).until(lambda d: d.find_element(By.ID, "job-phase").text == "Cancelled")
+    assert not page.find_elements(By.ID, "cancel-button")
+
+
+def _alert(driver: Any) -> Any:
+    try:
+        return driver.switch_to.alert
+    except NoAlertPresentException:
+        return False
+
+
+def test_a_tenant_sees_only_its_own_jobs(page: Any, live: Live) -> None:
+    mine = live.submit("alice", "alice-job")
+    theirs = live.submit("bob", "bob-job")
+    sign_in(page, live, "alice")
+
+    page.get(f"{live.url}/ui/jobs")
+    WebDriverWait(page, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{mine["id"]}"]'))
+    time.sleep(2.5)  # at least one more poll of the list
+    rows = [r.get_attribute("data-job") for r in page.find_elements(By.CSS_SELECTOR, "tr[data-job]")]
+    assert rows == [mine["id"]]
+    assert theirs["id"] not in page.page_source and "bob-job" not in page.page_source
+
+    page.get(f"{live.url}/ui/jobs/{theirs['id']}")  # bob's job page, by URL
+    error = WebDriverWait(page, 20).until(lambda d: d.find_element(By.ID, "error"))
+    assert "not found" in error.text
+    assert "bob-job" not in page.page_source
+
+    page.get(f"{live.url}/ui/nodes")  # a tenant sees the nodes, but has no cordon button
+    WebDriverWait(page, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-node]"))
+    assert not page.find_elements(By.XPATH, "//button[text()='Cordon']")
+    assert theirs["id"] not in page.page_source
