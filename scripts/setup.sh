@@ -16,11 +16,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 # Debian tools some integration tests and benchmarks use (stress-ng for fault injection,
-# nginx as a real HTTP source, iperf3 for the network lab `sluice net bench`). Only when we are
-# root and apt exists; tests skip with a clear reason when a tool is missing.
+# nginx as a real HTTP source, iperf3 for the network lab `sluice net bench`, chromium and its
+# chromedriver for the dashboard's browser tests in tests/browser). Only when we are root and
+# apt exists; tests skip with a clear reason when a tool is missing.
 if [ "${SLUICE_SKIP_APT:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   missing=""
-  for tool in stress-ng nginx iperf3; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  for tool in stress-ng nginx iperf3 chromium; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  command -v chromedriver >/dev/null || missing="$missing chromium-driver"  # the package's name differs from its command's
   # PostgreSQL server binaries (initdb, pg_ctl) live outside PATH on Debian; the store tests start one.
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
   if [ -n "$missing" ]; then
