@@ -111,6 +111,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "SEVERE"})  # page errors, read by the tests
     driver = webdriver.Chrome(options=opts, service=Service(executable_path=driver_bin))
     driver.set_page_load_timeout(30)
     try:

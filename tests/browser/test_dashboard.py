@@ -81,3 +81,35 @@ def test_a_tenant_sees_only_its_own_jobs(page: Any, live: Live) -> None:
     WebDriverWait(page, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-node]"))
     assert not page.find_elements(By.XPATH, "//button[text()='Cordon']")
     assert theirs["id"] not in page.page_source
+
+
+def test_an_admin_cordons_and_uncordons_a_node_from_the_nodes_page(page: Any, live: Live) -> None:
+    sign_in(page, live, "admin")
+    page.get(f"{live.url}/ui/nodes")
+    button = WebDriverWait(page, 20).until(lambda d: d.find_element(By.XPATH, "//button[text()='Cordon']"))
+    node = button.find_element(By.XPATH, "ancestor::tr").get_attribute("data-node")
+    button.click()
+    prompt = WebDriverWait(page, 10).until(lambda d: _alert(d))
+    prompt.send_keys("disk check")
+    prompt.accept()
+
+    def health() -> str:
+        with live.api("admin") as c:
+            return str(next(n for n in c.get("/v1/nodes").json()["items"] if n["name"] == node)["health"])
+
+    assert wait_for(lambda: health() == "Cordoned", 20), health()
+    WebDriverWait(page, 20).until(lambda d: d.find_element(By.XPATH, "//button[text()='Uncordon']")).click()
+    assert wait_for(lambda: health() == "Healthy", 20), health()
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [("/ui/", "Jobs by phase"), ("/ui/queues", "default"), ("/ui/datasets", "No datasets."), ("/ui/jobs", "No jobs.")],
+)
+def test_the_other_pages_render_without_errors(page: Any, live: Live, path: str, shown: str) -> None:
+    sign_in(page, live, "alice")
+    page.get_log("browser")  # drop what earlier pages logged (the 404 of another tenant's job, say)
+    page.get(live.url + path)
+    WebDriverWait(page, 20).until(lambda d: shown in d.find_element(By.ID, "main").text)
+    assert not page.find_elements(By.ID, "error")
+    assert [e for e in page.get_log("browser") if e["level"] == "SEVERE"] == []

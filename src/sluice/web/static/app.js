@@ -150,7 +150,7 @@ async function overviewPage() {
         h("div", { class: "cards" },
           card("Running jobs", count(jobs, (j) => j.phase === "Running"), `${jobs.length} visible to you`),
           card("Waiting jobs", count(jobs, (j) => ["Pending", "Queued"].includes(j.phase)), ""),
-          card("Nodes", nodes.length, `${count(nodes, (n) => n.health !== "healthy")} not healthy`),
+          card("Nodes", nodes.length, `${count(nodes, (n) => n.health !== "Healthy")} not healthy`),
           card("CPU requested", `${fmtNum(requested)} / ${fmtNum(cores)}`, "cores, whole cluster"),
           card("Queues", queues.length, "you may use")),
         h("h2", {}, "Jobs by phase"),
@@ -339,7 +339,7 @@ async function nodesPage() {
         h("td", {}, n.name), h("td", { class: `health-${n.health}` }, n.health), h("td", { class: "muted" }, n.reason),
         h("td", {}, fmtNum(n.cpu)), h("td", {}, n.gpus), h("td", {}, `${fmtNum(n.cpu_requested)}${n.cpu_limits === null ? "" : ` (limits ${fmtNum(n.cpu_limits)})`}`),
         h("td", {}, n.jobs), h("td", {}, on(n.name).map((j, i) => [i ? ", " : "", jobLink(j)])),
-        admin ? h("td", {}, n.health === "cordoned" ? nodeAction(n, "uncordon") : nodeAction(n, "cordon")) : ""));
+        admin ? h("td", {}, n.health === "Cordoned" ? nodeAction(n, "uncordon") : nodeAction(n, "cordon")) : ""));
       body.replaceChildren(table(["Node", "Health", "Why", "CPU", "GPUs", "CPU requested", "Jobs", "Your jobs there", ...(admin ? ["Action"] : [])], rows, { id: "nodes" }));
     } catch (e) {
       showError(body, e);
