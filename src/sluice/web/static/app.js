@@ -263,14 +263,14 @@ async function jobPage(id) {
   function render() {
     const alloc = (job.allocation || []).map((a) => `${a.node}: ${fmtNum(a.cpu_request)} CPU${a.gpus ? `, ${a.gpus} GPU` : ""}`).join("; ");
     const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v));
-    head.replaceChildren(table(["", ""], [
+    head.replaceChildren(h("table", { id: "job-fields" }, h("tbody", {}, [
       row("Id", job.id), row("Tenant", job.tenant), row("Queue", job.spec.queue || "default"),
       row("Phase", h("span", { id: "job-phase", class: `phase phase-${job.phase}` }, job.phase)), row("Reason", job.reason),
       row("Step", job.step), row("Loss", fmtNum(job.loss)), row("Allocation", alloc || "none"),
       row("Attempt / restarts", `${job.attempt} / ${job.restarts}`), row("Submitted", fmtTime(job.submitted_at)),
       row("Started", fmtTime(job.started_at)), row("Finished", fmtTime(job.finished_at)),
       row("Exit code", job.exit_code ?? ""), row("Command", (job.spec.command || []).join(" ")),
-    ]));
+    ])));
     const b = [];
     if (!TERMINAL.has(job.phase)) b.push(act("cancel", "Cancel", "danger"));
     if (!TERMINAL.has(job.phase) && !["Suspended", "Stopping"].includes(job.phase)) b.push(act("suspend", "Suspend"));
