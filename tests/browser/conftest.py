@@ -68,7 +68,9 @@ class Live:
 
 
 @pytest.fixture
-def live(sluice_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:  # noqa: F811
+def live(sluice_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:  # noqa: F811
+    # The nodes' memory cache tier would default to a folder in /dev/shm that outlives the test.
+    monkeypatch.setenv("SLUICE_CACHE_MEMORY_DIR", str(tmp_path / "memory-cache"))
     settings = sluice_settings.model_copy(update={"reconcile_interval_s": 0.1, "policy": "kube"})
     plane = ControlPlane.from_settings(settings)
     tokens = plane.bootstrap_tenants()

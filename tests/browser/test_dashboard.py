@@ -63,13 +63,19 @@ def _alert(driver: Any) -> Any:
 def test_a_tenant_sees_only_its_own_jobs(page: Any, live: Live) -> None:
     mine = live.submit("alice", "alice-job")
     theirs = live.submit("bob", "bob-job")
+    page.get(live.url + "/")
+    WebDriverWait(page, 20).until(lambda d: d.find_element(By.ID, "token")).send_keys("slc_not-a-token")
+    page.find_element(By.ID, "signin-button").click()
+    WebDriverWait(page, 20).until(lambda d: "not accepted" in d.find_element(By.ID, "signin").text)
     sign_in(page, live, "alice")
 
     page.get(f"{live.url}/ui/jobs")
     WebDriverWait(page, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{mine["id"]}"]'))
+    later = live.submit("alice", "alice-later")  # the open list picks it up by polling
+    WebDriverWait(page, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{later["id"]}"]'))
     time.sleep(2.5)  # at least one more poll of the list
     rows = [r.get_attribute("data-job") for r in page.find_elements(By.CSS_SELECTOR, "tr[data-job]")]
-    assert rows == [mine["id"]]
+    assert sorted(rows) == sorted([mine["id"], later["id"]])
     assert theirs["id"] not in page.page_source and "bob-job" not in page.page_source
 
     page.get(f"{live.url}/ui/jobs/{theirs['id']}")  # bob's job page, by URL
