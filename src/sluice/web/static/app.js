@@ -271,6 +271,8 @@ async function jobPage(id) {
       row("Started", fmtTime(job.started_at)), row("Finished", fmtTime(job.finished_at)),
       row("Exit code", job.exit_code ?? ""), row("Command", (job.spec.command || []).join(" ")),
     ])));
+    if (buttons.dataset.phase === job.phase) return; // same buttons: keep them (no flicker, no lost click)
+    buttons.dataset.phase = job.phase;
     const b = [];
     if (!TERMINAL.has(job.phase)) b.push(act("cancel", "Cancel", "danger"));
     if (!TERMINAL.has(job.phase) && !["Suspended", "Stopping"].includes(job.phase)) b.push(act("suspend", "Suspend"));
