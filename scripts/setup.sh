@@ -17,11 +17,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # Debian tools some integration tests and benchmarks use (stress-ng for fault injection,
 # nginx as a real HTTP source, iperf3 for the network lab `sluice net bench`, prometheus to scrape
-# /metrics in tests/integration/test_prometheus.py). Only when we are
-# root and apt exists; tests skip with a clear reason when a tool is missing.
+# /metrics in tests/integration/test_prometheus.py, chromium and its chromedriver for the
+# dashboard's browser tests in tests/browser). Only when we are root and apt exists; tests skip
+# with a clear reason when a tool is missing.
 if [ "${SLUICE_SKIP_APT:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   missing=""
-  for tool in stress-ng nginx iperf3 prometheus; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  for tool in stress-ng nginx iperf3 prometheus chromium; do command -v "$tool" >/dev/null || missing="$missing $tool"; done
+  command -v chromedriver >/dev/null || missing="$missing chromium-driver"  # the package's name differs from its command's
   # PostgreSQL server binaries (initdb, pg_ctl) live outside PATH on Debian; the store tests start one.
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
   if [ -n "$missing" ]; then

@@ -14,6 +14,7 @@ from sluice.api.limits import BodyLimit
 from sluice.api.metrics import build_metrics
 from sluice.api.routes import jobs, nodes, queues, system, tenants
 from sluice.control.plane import ControlPlane
+from sluice.web import install as install_dashboard
 
 
 def create_app(plane: ControlPlane, *, max_body_bytes: int | None = None) -> FastAPI:
@@ -37,5 +38,6 @@ def create_app(plane: ControlPlane, *, max_body_bytes: int | None = None) -> Fas
         app.include_router(module.router)
     app.include_router(routes_datasets.router)
     docs.install(app)
+    install_dashboard(app)  # the web dashboard at /ui (/ redirects there): static files over this API
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     return app

@@ -1,0 +1,158 @@
+"""The dashboard in a real browser against a real sluice: sign in with a tenant token, watch
+a real job's loss chart grow, cancel it from its page, and see only one's own jobs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from selenium.common.exceptions import NoAlertPresentException, NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.integration.conftest import wait_for
+
+from .conftest import Live
+
+pytestmark = pytest.mark.integration
+
+
+def sign_in(page: Any, live: Live, tenant: str) -> None:
+    page.get(live.url + "/")  # redirects to /ui/, which asks for a token
+    box = wait(page, 20).until(lambda d: d.find_element(By.ID, "token"))
+    box.send_keys(live.tokens[tenant])
+    page.find_element(By.ID, "signin-button").click()
+    wait(page, 20).until(lambda d: not d.find_elements(By.ID, "signin"))
+
+
+def wait(page: Any, timeout: float) -> WebDriverWait:  # type: ignore[type-arg]
+    """WebDriverWait that looks again when the page re-rendered (it polls the API) under it."""
+    return WebDriverWait(page, timeout, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+
+
+def job_rows(page: Any) -> list[str]:
+    """The job ids the list shows now, read in one go (the table is replaced on each poll)."""
+    script = "return [...document.querySelectorAll('tr[data-job]')].map(r => r.dataset.job)"
+    ids: list[str] = page.execute_script(script)
+    return ids
+
+
+def click(page: Any, by: str, what: str) -> None:
+    """Click the element once it exists; the page re-renders as it polls, so an element found
+    just before a refresh is looked up again."""
+
+    def clicked(d: Any) -> bool:
+        try:
+            d.find_element(by, what).click()
+            return True
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+
+    wait(page, 20).until(clicked)
+
+
+def points(page: Any, chart: str) -> int:
+    return int(page.find_element(By.ID, chart).get_attribute("data-points") or 0)
+
+
+def test_sign_in_watch_the_loss_chart_grow_and_cancel_the_job(page: Any, live: Live) -> None:
+    job = live.submit("alice", "dash-loop")
+    sign_in(page, live, "alice")
+
+    page.get(f"{live.url}/ui/jobs")
+    link = f'tr[data-job="{job["id"]}"] a'
+    wait(page, 30).until(lambda d: d.find_element(By.CSS_SELECTOR, link).text == "dash-loop")
+    click(page, By.CSS_SELECTOR, link)
+
+    wait(page, 60).until(lambda d: points(d, "loss-chart") >= 2)
+    before = points(page, "loss-chart")
+    wait(page, 30).until(lambda d: points(d, "loss-chart") > before)  # live: it keeps growing
+    wait(page, 10).until(lambda d: d.find_element(By.ID, "job-phase").text == "Running")
+    assert page.find_elements(By.CSS_SELECTOR, "#timeline tr"), "no decision timeline"
+    wait(page, 30).until(lambda d: "fresh start" in d.find_element(By.ID, "log").text)
+
+    click(page, By.ID, "cancel-button")
+    wait(page, 10).until(lambda d: _alert(d)).accept()  # "Cancel job dash-loop?"
+    assert wait_for(lambda: live.job("alice", job["id"])["phase"] == "Cancelled", 30), live.job("alice", job["id"])
+    wait(page, 20).until(lambda d: d.find_element(By.ID, "job-phase").text == "Cancelled")
+    assert not page.find_elements(By.ID, "cancel-button")
+
+
+def _alert(driver: Any) -> Any:
+    try:
+        return driver.switch_to.alert
+    except NoAlertPresentException:
+        return False
+
+
+def test_a_tenant_sees_only_its_own_jobs(page: Any, live: Live) -> None:
+    mine = live.submit("alice", "alice-job")
+    theirs = live.submit("bob", "bob-job")
+    page.get(live.url + "/")
+    wait(page, 20).until(lambda d: d.find_element(By.ID, "token")).send_keys("slc_not-a-token")
+    page.find_element(By.ID, "signin-button").click()
+    wait(page, 20).until(lambda d: "not accepted" in d.find_element(By.ID, "signin").text)
+    sign_in(page, live, "alice")
+
+    page.get(f"{live.url}/ui/jobs")
+    wait(page, 30).until(lambda d: mine["id"] in job_rows(d))
+    later = live.submit("alice", "alice-later")  # the open list picks it up by polling
+    wait(page, 30).until(lambda d: later["id"] in job_rows(d))
+    time.sleep(2.5)  # at least one more poll of the list
+    assert sorted(job_rows(page)) == sorted([mine["id"], later["id"]])
+    assert theirs["id"] not in page.page_source and "bob-job" not in page.page_source
+
+    page.get(f"{live.url}/ui/jobs/{theirs['id']}")  # bob's job page, by URL
+    error = wait(page, 20).until(lambda d: d.find_element(By.ID, "error"))
+    assert "not found" in error.text
+    assert "bob-job" not in page.page_source
+
+    page.get(f"{live.url}/ui/nodes")  # a tenant sees the nodes, but has no cordon button
+    wait(page, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-node]"))
+    assert not page.find_elements(By.XPATH, "//button[text()='Cordon']")
+    assert theirs["id"] not in page.page_source
+
+
+def test_an_admin_cordons_and_uncordons_a_node_from_the_nodes_page(page: Any, live: Live) -> None:
+    sign_in(page, live, "admin")
+    page.get(f"{live.url}/ui/nodes")
+    node = wait(page, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "tr[data-node]").get_attribute("data-node"))
+    click(page, By.XPATH, f"//tr[@data-node='{node}']//button[text()='Cordon']")
+    prompt = wait(page, 10).until(lambda d: _alert(d))
+    prompt.send_keys("disk check")
+    prompt.accept()
+
+    def health() -> str:
+        with live.api("admin") as c:
+            return str(next(n for n in c.get("/v1/nodes").json()["items"] if n["name"] == node)["health"])
+
+    assert wait_for(lambda: health() == "Cordoned", 20), health()
+    click(page, By.XPATH, f"//tr[@data-node='{node}']//button[text()='Uncordon']")
+    assert wait_for(lambda: health() == "Healthy", 20), health()
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [("/ui/", "Jobs by phase"), ("/ui/queues", "default"), ("/ui/datasets", "No datasets."), ("/ui/jobs", "No jobs.")],
+)
+def test_the_other_pages_render_without_errors(page: Any, live: Live, path: str, shown: str) -> None:
+    sign_in(page, live, "alice")
+    page.get_log("browser")  # drop what earlier pages logged (the 404 of another tenant's job, say)
+    page.get(live.url + path)
+    wait(page, 20).until(lambda d: shown in d.find_element(By.ID, "main").text)
+    assert not page.find_elements(By.ID, "error")
+    assert [e for e in page.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_suspend_and_resume_from_the_job_page(page: Any, live: Live) -> None:
+    job = live.submit("alice", "pausable")
+    sign_in(page, live, "alice")
+    page.get(f"{live.url}/ui/jobs/{job['id']}")
+    wait(page, 60).until(lambda d: d.find_element(By.ID, "job-phase").text == "Running")
+
+    click(page, By.ID, "suspend-button")
+    assert wait_for(lambda: live.job("alice", job["id"])["phase"] == "Suspended", 30), live.job("alice", job["id"])
+    click(page, By.ID, "resume-button")
+    assert wait_for(lambda: live.job("alice", job["id"])["phase"] == "Running", 60), live.job("alice", job["id"])
+    wait(page, 20).until(lambda d: d.find_element(By.ID, "job-phase").text == "Running")
