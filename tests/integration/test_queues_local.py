@@ -15,7 +15,7 @@ from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
-from sluice.spec import GrantSpec, QueueSpec, SpecError, TenantSpec, parse_job_spec
+from sluice.spec import GrantSpec, PriorityClassSpec, QueueSpec, SpecError, TenantSpec, parse_job_spec
 from sluice.store import TenantRecord
 
 from ..live_api import serve_for_cli
@@ -180,3 +180,27 @@ def test_suspend_resume_and_resume_from_another_job_of_the_same_tenant(plane: Co
     log2 = Path(p.engine.log_path(again.id) or "")
     assert wait_for(lambda: f"resumed at step {last + 1}" in log2.read_text(), 30)
     assert any(f"starts from job {job.id}'s checkpoint at step {last}" in m for m in why(p, again))
+
+
+def test_a_high_priority_class_preempts_a_low_job_in_the_default_queue_which_resumes(plane: ControlPlane) -> None:
+    p = plane
+    admin = p.store.get_tenant("admin")
+    assert admin is not None
+    alice = tenant(p, "alice")
+    p.create_priority_class(admin, PriorityClassSpec(name="high", value=100))
+    low = p.submit(alice, loop(cpu=2.0))  # fills the node; default queue, no quota
+    assert wait_for(lambda: running(p, low), 60), get(p, low).reason
+
+    high = p.submit(alice, loop(cpu=2.0, priority_class="high"))
+    assert get(p, high).spec.priority == 100
+    assert wait_for(lambda: running(p, high), 60), get(p, high).reason
+    assert any(f"preempted to place {high.id}" in m and "priority 100 > 0" in m for m in why(p, low))
+    v = get(p, low)
+    assert v.phase in (Phase.PENDING, Phase.QUEUED) and v.checkpoint_step is not None
+    step_at_stop = v.checkpoint_step
+
+    p.cancel(alice, high.id)  # the node is free again: the low job resumes from its checkpoint
+    assert wait_for(lambda: running(p, low), 60), get(p, low).reason
+    assert any(f"resumes from checkpoint at step {step_at_stop}" in m for m in why(p, low))
+    log = Path(p.engine.log_path(low.id) or "")
+    assert wait_for(lambda: f"resumed at step {step_at_stop + 1}" in log.read_text(), 30)

@@ -219,6 +219,25 @@ def test_tenants(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     assert sluice("job", "list")[0] == 1
 
 
+def test_priority_classes(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = sluice("priority", "create", "high", "--value", "100", "--description", "urgent")
+    assert code == 0 and "priority class high: value 100" in out
+    code, _, err = sluice("priority", "create", "bad", "--value", "5000")
+    assert code == 2 and "value" in err
+    code, out, _ = sluice("priority", "list", "-o", "json")
+    assert code == 0 and [(p["name"], p["value"]) for p in json.loads(out)] == [("high", 100)]
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    code, out, err = sluice("priority", "list")
+    assert code == 0 and "high" in out, err  # tenants read the classes their jobs may name
+    code, _, err = sluice("priority", "delete", "high")
+    assert code == 1
+    monkeypatch.delenv("SLUICE_TOKEN")
+    code, out, _ = sluice("priority", "delete", "high")
+    assert code == 0 and "deleted" in out
+    code, _, err = sluice("priority", "delete", "high")
+    assert code == 1 and "not found" in err
+
+
 def test_up_refuses_an_unknown_policy_before_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
     code, _, err = sluice("up", "--policy", "nope")

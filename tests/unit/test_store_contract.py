@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sluice.model import Allocation, Assignment, JobRecord, NodeHealth, Phase, StopIntent, StopKind
-from sluice.model.queue import Limits, QueueConfig, Reclaim, WithinQueue
+from sluice.model.queue import Limits, PriorityClass, QueueConfig, Reclaim, WithinQueue
 from sluice.spec import DatasetSpec, JobSpec
 from sluice.store import DuplicateError, NewEvent, NodeRecord, TenantRecord
 from sluice.store.base import DatasetRecord, QueueRecord, Store
@@ -113,6 +113,24 @@ class StoreContract:
         store.save_queue(QueueRecord(replace(config, reclaim_within_cohort=Reclaim.NEVER), 12.5))
         got = store.get_queue("research")
         assert got is not None and got.config.reclaim_within_cohort == Reclaim.NEVER
+
+    def test_priority_class_round_trips_exactly(self, store: SqlStore) -> None:
+        high = PriorityClass("high", 100, "production training", preempts=True, default=False, created_at=3.5)
+        low = PriorityClass("low", -5, "", preempts=False, default=True, created_at=4.0)
+        store.save_priority_class(high)
+        store.save_priority_class(low)
+        assert store.get_priority_class("high") == high
+        assert store.list_priority_classes() == [high, low]
+        store.save_priority_class(replace(low, default=False, description="batch"))
+        assert store.get_priority_class("low") == replace(low, default=False, description="batch")
+        store.delete_priority_class("high")
+        assert store.get_priority_class("high") is None
+        assert [p.name for p in store.list_priority_classes()] == ["low"]
+        job = make_job("j-pc")
+        job = replace(job, spec=job.spec.model_copy(update={"priority": -5, "priority_class": "low"}))
+        store.create_job(job)
+        got = store.get_job("j-pc")
+        assert got is not None and (got.spec.priority, got.spec.priority_class) == (-5, "low")
 
     def test_save_job_updates_with_its_events(self, store: SqlStore) -> None:
         job = make_job("j1")

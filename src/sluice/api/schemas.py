@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sluice.model import JobRecord
+from sluice.model.queue import PriorityClass
 
 
 def jsonable(obj: Any) -> Any:
@@ -206,3 +207,26 @@ class DeletedOut(BaseModel):
     name: str
     nodes: dict[str, str]
     """Per node, what dropping the dataset from its cache did ("removed", "not cached", or an error)."""
+
+
+class PriorityClassOut(BaseModel):
+    """A named priority class (docs/queues.md): the priority its jobs get and whether they
+    may preempt lower ones. Shared with the Python client."""
+
+    name: str
+    value: int
+    description: str
+    preemption: Literal["allowed", "never"]
+    default: bool
+    created_at: float
+
+    @staticmethod
+    def of(p: PriorityClass) -> PriorityClassOut:
+        return PriorityClassOut(
+            name=p.name,
+            value=p.value,
+            description=p.description,
+            preemption="allowed" if p.preempts else "never",
+            default=p.default,
+            created_at=p.created_at,
+        )

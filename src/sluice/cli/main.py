@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from sluice.cli import bench, dataset, health, job, net, node, queue, sim, tenant, up
+from sluice.cli import bench, dataset, health, job, net, node, priority, queue, sim, tenant, up
 from sluice.cli.client import CliError, cli_error
 from sluice.cli.demo import demo
 from sluice.cli.output import err_console, fail
@@ -51,6 +51,7 @@ app.add_typer(job.app, name="job")
 app.add_typer(node.app, name="node")
 app.add_typer(tenant.app, name="tenant")
 app.add_typer(queue.app, name="queue")
+app.add_typer(priority.app, name="priority")
 app.add_typer(dataset.app, name="dataset")
 app.add_typer(sim.app, name="sim")
 app.add_typer(bench.app, name="bench")

@@ -32,6 +32,7 @@ from sluice.client.models import (
     JobOut,
     NewTenantOut,
     NodeOut,
+    PriorityClassOut,
     Progress,
     QueueOut,
     TenantOut,
@@ -43,6 +44,7 @@ from sluice.spec import (
     DatasetSpec,
     GrantSpec,
     JobSpec,
+    PriorityClassSpec,
     QueuePatch,
     QueueSpec,
     SpecError,
@@ -352,6 +354,22 @@ class Client:
 
     def delete_queue(self, name: str) -> None:
         self.request("DELETE", f"/v1/queues/{name}")
+
+    # ---------------------------------------------------------------- priority classes
+
+    def priority_classes(self) -> list[PriorityClassOut]:
+        """Every named priority class (readable by every tenant: jobs name them)."""
+        answer = self.request("GET", "/v1/priority-classes")
+        return [_parse(PriorityClassOut, item, "/v1/priority-classes") for item in answer["items"]]
+
+    def create_priority_class(self, spec: PriorityClassSpec | Mapping[str, Any]) -> PriorityClassOut:
+        """Admin: a class jobs may name with `priority_class`."""
+        p = _spec(PriorityClassSpec, spec, "priority class")
+        return self._one(PriorityClassOut, "POST", "/v1/priority-classes", json=p.model_dump(mode="json"))
+
+    def delete_priority_class(self, name: str) -> None:
+        """Admin: refused (ConflictError) while an unfinished job uses it."""
+        self.request("DELETE", f"/v1/priority-classes/{name}")
 
     # ---------------------------------------------------------------- nodes
 

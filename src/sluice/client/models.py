@@ -17,6 +17,7 @@ from sluice.api.schemas import (
     EventOut,
     JobOut,
     NewTenantOut,
+    PriorityClassOut,
     TenantOut,
 )
 
@@ -29,6 +30,7 @@ __all__ = [
     "JobOut",
     "NewTenantOut",
     "NodeOut",
+    "PriorityClassOut",
     "Progress",
     "QueueOut",
     "TenantOut",

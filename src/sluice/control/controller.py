@@ -719,10 +719,15 @@ class Controller:
         with the quota reason, or take quota back from borrowing or lower-priority jobs; the
         decisions are carried out here through the book."""
         live = self.book.live()
-        if not any(j.phase == Phase.PENDING for j in live):
+        if not any(j.phase == Phase.PENDING for j in live) and not _priorities_differ(live):
             return
         now = self.engine.clock()
-        jobs = [self._admission_job(j) for j in live if j.phase != Phase.SUSPENDED]
+        no_preempt = self._non_preempting_classes(live)
+        jobs = [self._admission_job(j, no_preempt) for j in live if j.phase != Phase.SUSPENDED]
+        if not any(j.stage == admission.Stage.PENDING for j in jobs) and not admission.capacity_preemption_possible(
+            jobs
+        ):
+            return
         tenants = {
             t.name: admission.TenantLimits(weight=t.weight, max_jobs=t.max_running_jobs)
             for t in self.store.list_tenants()
@@ -769,7 +774,13 @@ class Controller:
         out.setdefault(DEFAULT_QUEUE, QueueConfig(DEFAULT_QUEUE))
         return out
 
-    def _admission_job(self, job: JobRecord) -> admission.AdmissionJob:
+    def _non_preempting_classes(self, live: Iterable[JobRecord]) -> frozenset[str]:
+        """The priority classes whose jobs never preempt (read only when a job names a class)."""
+        if not any(j.spec.priority_class for j in live):
+            return frozenset()
+        return frozenset(p.name for p in self.store.list_priority_classes() if not p.preempts)
+
+    def _admission_job(self, job: JobRecord, no_preempt: frozenset[str] = frozenset()) -> admission.AdmissionJob:
         stage = {
             Phase.PENDING: admission.Stage.PENDING,
             Phase.QUEUED: admission.Stage.QUEUED,
@@ -786,6 +797,7 @@ class Controller:
             stage=stage,
             running_since=self._placed_at.get(job.id, job.started_at) if stage == admission.Stage.ACTIVE else None,
             preempted=intent is not None and intent.kind in (StopKind.PREEMPT, StopKind.SUSPEND, StopKind.CANCEL),
+            may_preempt=job.spec.priority_class not in no_preempt,
         )
 
     def _capacity(self) -> Amounts:
@@ -887,6 +899,16 @@ class Controller:
     def jobs_on_nodes(self, names: Iterable[str]) -> dict[str, int]:
         """How many active jobs each named node holds."""
         return {n: len(self._jobs_on(n)) for n in names}
+
+
+def _priorities_differ(live: Iterable[JobRecord]) -> bool:
+    """Whether an admitted, unplaced job outranks a placed one (a cheap pre-check: only then
+    may admission preempt for capacity with no job pending; policy/admission.py)."""
+    queued = [j.spec.priority for j in live if j.phase == Phase.QUEUED]
+    if not queued:
+        return False
+    top = max(queued)
+    return any(j.spec.priority < top for j in live if j.phase in (Phase.STARTING, Phase.RUNNING))
 
 
 def job_demand(spec: JobSpec) -> Amounts:

@@ -24,6 +24,7 @@ from sluice.control.controller import Controller
 from sluice.control.datasets import DatasetService
 from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
 from sluice.control.failpoints import Failpoints
+from sluice.control.priorities import PriorityClassService
 from sluice.control.queues import QueueService, QueueStatus
 from sluice.control.recovery import RecoveryReport, recover
 from sluice.control.resume import copy_checkpoints
@@ -31,9 +32,19 @@ from sluice.data.guard import guard_from
 from sluice.engine.base import Engine, FaultInjector
 from sluice.health.monitor import HealthMonitor, MonitorConfig
 from sluice.model import JobRecord, JobUser, NodeHealth, Phase, ProgressSignals
+from sluice.model.queue import PriorityClass
 from sluice.policy import Policy, make_policy
 from sluice.settings import Settings
-from sluice.spec import GrantSpec, JobSpec, QueuePatch, QueueSpec, SpecError, TenantPatch, TenantSpec
+from sluice.spec import (
+    GrantSpec,
+    JobSpec,
+    PriorityClassSpec,
+    QueuePatch,
+    QueueSpec,
+    SpecError,
+    TenantPatch,
+    TenantSpec,
+)
 from sluice.spec.errors import FieldProblem
 from sluice.store import Store, StoreUnavailable, TenantRecord, open_store
 from sluice.store.base import EventRecord
@@ -146,6 +157,7 @@ class ControlPlane:
             failpoints=Failpoints.parse(settings.failpoints),
         )
         self.queues = QueueService(store, self.controller)
+        self.priorities = PriorityClassService(store, self.controller)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -346,10 +358,16 @@ class ControlPlane:
             )
         self._check_capacity(spec)
         self.queues.check_submit(tenant, spec)
+        spec = self.priorities.resolve(spec)
         if spec.resume_from is None:
             job = self.controller.submit(tenant, spec)
         else:
             job = self._submit_resuming(tenant, spec, spec.resume_from)
+        if spec.priority_class is not None:  # `sluice job why` says where the priority came from
+            with self.controller.lock:
+                self.controller.book.note(
+                    job.id, "priority", f"priority class {spec.priority_class}: priority {spec.priority}"
+                )
         self.wake()
         return job
 
@@ -527,6 +545,21 @@ class ControlPlane:
     def grant_queue(self, caller: TenantRecord, name: str, grant: GrantSpec) -> QueueStatus:
         self._require_admin(caller)
         return self.queues.grant(name, grant.tenant, grant.granted)
+
+    # ---------------------------------------------------------------- priority classes
+
+    def list_priority_classes(self, caller: TenantRecord) -> list[PriorityClass]:
+        """Every class, for every tenant: a tenant needs the names to submit with them (as
+        Kubernetes lets every user read PriorityClasses)."""
+        return self.priorities.list()
+
+    def create_priority_class(self, caller: TenantRecord, spec: PriorityClassSpec) -> PriorityClass:
+        self._require_admin(caller)
+        return self.priorities.create(spec)
+
+    def delete_priority_class(self, caller: TenantRecord, name: str) -> None:
+        self._require_admin(caller)
+        self.priorities.delete(name)
 
     def update_tenant(self, caller: TenantRecord, name: str, patch: TenantPatch) -> TenantRecord:
         """Change a tenant's fair-share weight or job limit live (0 removes the limit)."""

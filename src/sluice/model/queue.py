@@ -119,6 +119,22 @@ class QueueConfig:
         return None if nom is None or lend is None else nom - lend
 
 
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    """A named priority an admin defines (Kueue's WorkloadPriorityClass, Kubernetes'
+    PriorityClass): jobs name it instead of a bare integer, so the numbers stay one admin's
+    decision. `preempts` False is Kubernetes' `preemptionPolicy: Never`: its jobs go ahead of
+    lower priorities in line but never preempt them. `default`: applied to jobs that set
+    neither `priority` nor `priority_class` (at most one class is the default)."""
+
+    name: str
+    value: int
+    description: str = ""
+    preempts: bool = True
+    default: bool = False
+    created_at: float = 0.0
+
+
 def fmt(x: float) -> str:
     """A quota number as people write it (8, 2.5, 16384)."""
     return f"{round(x, 3):g}"
@@ -130,6 +146,7 @@ __all__ = [
     "SHARE_RESOURCES",
     "Amounts",
     "Limits",
+    "PriorityClass",
     "QueueConfig",
     "Reclaim",
     "WithinQueue",

@@ -58,6 +58,10 @@ class AdmissionJob:
     """When its current attempt was placed (ACTIVE jobs): the preemption rate limit."""
     preempted: bool = False
     """A STOPPING job that is being preempted (so its quota will come back)."""
+    may_preempt: bool = True
+    """False for a job whose priority class says `preemption: never`: it goes ahead of lower
+    priorities in line but never preempts them for being higher (reclaiming its queue's own
+    lent nominal quota is not a priority matter and still happens)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +299,116 @@ def admit(
         tenant_jobs[t] = tenant_jobs.get(t, 0) + 1
         admitted.append(job)
         out.append(Admit(job.id, f"admitted to {ledger.describe(q, job.demand)}"))
+    out += _preempt_for_capacity(queues, jobs, evicted, capacity, now, preempt_min_runtime_s)
     return out
+
+
+def _unlimited(cfg: QueueConfig) -> bool:
+    """A queue with no quota at all (the built-in `default` until an admin gives it one)."""
+    return not cfg.nominal.to_dict()
+
+
+def _fits(d: Amounts, free: Amounts) -> bool:
+    return all(d.get(r) <= free.get(r) + _EPS for r in SHARE_RESOURCES if d.get(r) > 0)
+
+
+def capacity_preemption_possible(jobs: Iterable[AdmissionJob]) -> bool:
+    """Whether `_preempt_for_capacity` could preempt anyone: some admitted, unplaced job has
+    a higher priority than some placed job of its queue. False whenever priorities are all
+    equal, so the controller skips admission then as it always did (the simulator's
+    equal-priority benchmarks run exactly as before)."""
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for j in jobs:
+        if j.stage == Stage.ACTIVE:
+            low[j.queue] = min(low.get(j.queue, j.priority), j.priority)
+        elif j.stage == Stage.QUEUED and j.may_preempt:
+            high[j.queue] = max(high.get(j.queue, j.priority), j.priority)
+    return any(q in low and low[q] < p for q, p in high.items())
+
+
+def _preempt_for_capacity(
+    queues: Mapping[str, QueueConfig],
+    jobs: Sequence[AdmissionJob],
+    evicted: set[str],
+    capacity: Amounts,
+    now: float,
+    min_runtime_s: float,
+) -> list[AdmissionDecision]:
+    """Priority preemption in queues with no quota (the `default` queue).
+
+    Such a queue admits everything at once, so quota never makes a high-priority job preempt:
+    it sits Queued while lower-priority jobs of its queue hold the nodes. Here an admitted,
+    unplaced job that does not fit the cluster's free capacity (summed over healthy nodes)
+    preempts placed jobs of its own queue with strictly lower priority — lowest priority and
+    newest first, only as many as make it fit, never one placed less than `min_runtime_s` ago,
+    and only if its queue's `within_queue` is `lower_priority` and its class may preempt.
+
+    Jobs are not held back (they stay Queued, so placement policies still see every one of
+    them), and with equal priorities there is never a victim, so nothing changes for them.
+    Capacity is summed, not per node: a job that fits the sum but no single node waits without
+    preempting (fragmentation is left to the placement policy)."""
+    if capacity.get("cores") <= 0 and capacity.get("gpus") <= 0:
+        return []
+    placed = [j for j in jobs if j.stage in (Stage.ACTIVE, Stage.STOPPING) and j.id not in evicted]
+    used = Amounts()
+    for j in placed:
+        used = used.plus(j.demand)
+    free = capacity.minus(used)
+    soon = Amounts()  # what jobs already being preempted give back when they stop
+    for j in placed:
+        if j.stage == Stage.STOPPING and j.preempted:
+            soon = soon.plus(j.demand)
+    waiting = sorted(
+        (j for j in jobs if j.stage == Stage.QUEUED and j.queue in queues and _unlimited(queues[j.queue])),
+        key=lambda j: (-j.priority, j.submitted_at, j.id),
+    )
+    out: list[AdmissionDecision] = []
+    for w in waiting:
+        if _fits(w.demand, free):
+            free = free.minus(w.demand)  # the placement policy can place it: keep it for it
+            continue
+        if _fits(w.demand, free.plus(soon)):
+            free, soon = free.plus(soon).minus(w.demand), Amounts()
+            continue  # preempted jobs are still stopping: wait for them, take nobody else
+        if not w.may_preempt or queues[w.queue].within_queue == WithinQueue.NEVER:
+            continue
+        cands = sorted(
+            (
+                a
+                for a in placed
+                if a.stage == Stage.ACTIVE
+                and a.queue == w.queue
+                and a.priority < w.priority
+                and a.id not in evicted
+                and not (a.running_since is not None and now - a.running_since < min_runtime_s)
+            ),
+            key=lambda a: (a.priority, -(a.running_since or 0.0), a.id),
+        )
+        trial, chosen = free, []
+        for a in cands:
+            if _fits(w.demand, trial):
+                break
+            if any(a.demand.get(r) > 0 and w.demand.get(r) > 0 for r in SHARE_RESOURCES):
+                trial = trial.plus(a.demand)
+                chosen.append(a)
+        if not chosen or not _fits(w.demand, trial):
+            continue
+        for a in chosen:
+            evicted.add(a.id)
+            why = (
+                f"preempted to place {w.id}: job {w.id} of queue {w.queue} has priority {w.priority} > {a.priority} "
+                f"and the cluster has no room for it ({_describe_free(free, w.demand)})"
+            )
+            out.append(Evict(a.id, why, w.id))
+        free = trial.minus(w.demand)
+    return out
+
+
+def _describe_free(free: Amounts, d: Amounts) -> str:
+    return ", ".join(
+        f"{r} {fmt(max(0.0, free.get(r)))} free, needs {fmt(d.get(r))}" for r in SHARE_RESOURCES if d.get(r) > 0
+    )
 
 
 def _share(u: Amounts, capacity: Amounts) -> float:
@@ -335,10 +448,10 @@ def _reclaim(
         if a.queue == q:
             if a.priority >= job.priority:
                 continue
-            if cfg.within_queue == WithinQueue.NEVER:
+            if cfg.within_queue == WithinQueue.NEVER or not job.may_preempt:
                 refused += 1
                 continue
-        elif not ledger.borrowing(a.queue) or not (in_quota or a.priority < job.priority):
+        elif not ledger.borrowing(a.queue) or not (in_quota or (a.priority < job.priority and job.may_preempt)):
             continue
         elif cfg.reclaim_within_cohort == Reclaim.NEVER or (
             cfg.reclaim_within_cohort == Reclaim.LOWER_PRIORITY and a.priority >= job.priority
@@ -387,4 +500,5 @@ __all__ = [
     "Stage",
     "TenantLimits",
     "admit",
+    "capacity_preemption_possible",
 ]

@@ -13,7 +13,15 @@ from sluice.spec.job import (
     Resources,
 )
 from sluice.spec.loading import load_job_spec, load_spec_file, parse_job_spec
-from sluice.spec.queue import GrantSpec, PreemptionSpec, QueuePatch, QueueSpec, QuotaSpec, TenantPatch
+from sluice.spec.queue import (
+    GrantSpec,
+    PreemptionSpec,
+    PriorityClassSpec,
+    QueuePatch,
+    QueueSpec,
+    QuotaSpec,
+    TenantPatch,
+)
 from sluice.spec.tenant import TenantSpec
 
 __all__ = [
@@ -23,6 +31,7 @@ __all__ = [
     "GrantSpec",
     "JobSpec",
     "PreemptionSpec",
+    "PriorityClassSpec",
     "QoETarget",
     "QueuePatch",
     "QueueSpec",

@@ -159,6 +159,13 @@ class JobSpec(_Strict):
     checkpoint: CheckpointSpec = CheckpointSpec()
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+    priority_class: Annotated[
+        str | None,
+        Field(
+            pattern=NAME_PATTERN,
+            description="A priority class an admin defined (docs/queues.md); the job's priority is its value.",
+        ),
+    ] = None
     qoe: QoETarget | None = None
     labels: Annotated[dict[str, str], Field(max_length=64)] = {}
     resume_from: Annotated[

@@ -76,6 +76,22 @@ class GrantSpec(SpecModel):
     granted: bool = True
 
 
+class PriorityClassSpec(SpecModel):
+    """A named priority class (Kueue's WorkloadPriorityClass): jobs name it with
+    `priority_class` and get its value as their priority."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    value: Annotated[int, Field(ge=-1000, le=1000, description="The priority its jobs get (higher goes first).")]
+    description: Annotated[str, Field(max_length=256)] = ""
+    preemption: Annotated[
+        Literal["allowed", "never"],
+        Field(description="Whether its jobs may preempt lower-priority jobs (never: they only go first in line)."),
+    ] = "allowed"
+    default: Annotated[
+        bool, Field(description="Applied to jobs that set neither priority nor priority_class (one class at most).")
+    ] = False
+
+
 class TenantPatch(SpecModel):
     """A live change to a tenant's share: only the fields given change."""
 

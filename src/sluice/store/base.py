@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.model import JobRecord, NodeHealth, Phase
-from sluice.model.queue import QueueConfig
+from sluice.model.queue import PriorityClass, QueueConfig
 from sluice.spec import DatasetSpec
 
 
@@ -185,6 +185,17 @@ class Store(Protocol):
     def queue_grants(self) -> dict[str, list[str]]:
         """queue -> the tenants granted it, sorted."""
         ...
+
+    def save_priority_class(self, pc: PriorityClass) -> None:
+        """Create or replace a priority class (docs/queues.md)."""
+        ...
+
+    def get_priority_class(self, name: str) -> PriorityClass | None: ...
+    def list_priority_classes(self) -> list[PriorityClass]:
+        """Every priority class, by name."""
+        ...
+
+    def delete_priority_class(self, name: str) -> None: ...
 
     def close(self) -> None: ...
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sluice.model import JobRecord, Phase
+from sluice.model.queue import PriorityClass
 from sluice.store.base import (
     DatasetRecord,
     DuplicateError,
@@ -30,6 +31,7 @@ class MemoryStore:
         self._datasets: dict[tuple[str, str], DatasetRecord] = {}
         self._published: dict[str, str] = {}
         self._queues: dict[str, QueueRecord] = {}
+        self._priority_classes: dict[str, PriorityClass] = {}
         self._grants: set[tuple[str, str]] = set()
 
     def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
@@ -162,6 +164,18 @@ class MemoryStore:
         for q, t in sorted(self._grants):
             out.setdefault(q, []).append(t)
         return out
+
+    def save_priority_class(self, pc: PriorityClass) -> None:
+        self._priority_classes[pc.name] = pc  # frozen: no copy needed
+
+    def get_priority_class(self, name: str) -> PriorityClass | None:
+        return self._priority_classes.get(name)
+
+    def list_priority_classes(self) -> list[PriorityClass]:
+        return [self._priority_classes[k] for k in sorted(self._priority_classes)]
+
+    def delete_priority_class(self, name: str) -> None:
+        self._priority_classes.pop(name, None)
 
     def save_node(self, node: NodeRecord) -> None:
         self._nodes[node.name] = copy.copy(node)

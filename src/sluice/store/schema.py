@@ -22,10 +22,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
     insert,
     inspect,
     select,
     text,
+    true,
     update,
 )
 
@@ -169,6 +171,18 @@ queue_grants = Table(
 )
 """Which tenants may submit to which queue (the `default` queue is granted to everyone
 without a row). A new table, added by `create_all`."""
+
+priority_classes = Table(
+    "priority_classes",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Integer, nullable=False),
+    Column("description", String(256), nullable=False, server_default=""),
+    Column("preempts", Boolean, nullable=False, server_default=true()),
+    Column("is_default", Boolean, nullable=False, server_default=false()),
+    Column("created_at", Double, nullable=False),
+)
+"""Named priority classes (docs/queues.md). A new table, added by `create_all`."""
 
 Migration = Callable[[Connection], None]
 

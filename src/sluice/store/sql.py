@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from sluice.model import Allocation, JobRecord, NodeHealth, Phase, StopIntent
-from sluice.model.queue import Limits, QueueConfig, Reclaim, WithinQueue
+from sluice.model.queue import Limits, PriorityClass, QueueConfig, Reclaim, WithinQueue
 from sluice.spec import DatasetSpec, JobSpec
 from sluice.store import schema
 from sluice.store.base import (
@@ -146,6 +146,17 @@ def _tenant_from_row(row: Row[Any]) -> TenantRecord:
         max_running_jobs=m["max_running_jobs"],
         weight=m["weight"],
         created_at=m["created_at"],
+    )
+
+
+def _priority_class_from_row(row: Row[Any]) -> PriorityClass:
+    return PriorityClass(
+        name=row.name,
+        value=int(row.value),
+        description=row.description or "",
+        preempts=bool(row.preempts),
+        default=bool(row.is_default),
+        created_at=float(row.created_at),
     )
 
 
@@ -447,6 +458,37 @@ class SqlStore:
             for r in conn.execute(select(g.c.queue, g.c.tenant).order_by(g.c.queue, g.c.tenant)):
                 out.setdefault(r.queue, []).append(r.tenant)
         return out
+
+    # priority classes ---------------------------------------------------------------------
+    def save_priority_class(self, pc: PriorityClass) -> None:
+        values = {
+            "name": pc.name,
+            "value": pc.value,
+            "description": pc.description,
+            "preempts": pc.preempts,
+            "is_default": pc.default,
+            "created_at": pc.created_at,
+        }
+        t = schema.priority_classes
+        with self._write() as conn:
+            if conn.execute(update(t).where(t.c.name == pc.name).values(**values)).rowcount == 0:
+                conn.execute(insert(t).values(**values))
+
+    def get_priority_class(self, name: str) -> PriorityClass | None:
+        t = schema.priority_classes
+        with self._engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.name == name)).first()
+        return _priority_class_from_row(row) if row else None
+
+    def list_priority_classes(self) -> list[PriorityClass]:
+        t = schema.priority_classes
+        with self._engine.connect() as conn:
+            return [_priority_class_from_row(r) for r in conn.execute(select(t).order_by(t.c.name))]
+
+    def delete_priority_class(self, name: str) -> None:
+        t = schema.priority_classes
+        with self._write() as conn:
+            conn.execute(delete(t).where(t.c.name == name))
 
     # nodes --------------------------------------------------------------------------------
     def save_node(self, node: NodeRecord) -> None:

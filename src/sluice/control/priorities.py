@@ -1,0 +1,94 @@
+"""Priority classes as admins manage them, and how a submitted spec gets its priority from one
+(docs/queues.md).
+
+A job's priority is resolved once, at submit, and written into its spec (`priority` = the
+class's value, `priority_class` = its name), as Kubernetes' priority admission plugin and
+Kueue do: admission, placement and every policy keep reading one integer, and deleting a class
+is refused while a job still uses it, so a job's class can always be looked up.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sluice.control.controller import Controller
+from sluice.control.errors import Conflict, NotFound
+from sluice.model.queue import PriorityClass
+from sluice.spec import JobSpec, PriorityClassSpec, SpecError
+from sluice.spec.errors import FieldProblem
+from sluice.store import Store
+
+
+def class_of(spec: PriorityClassSpec) -> PriorityClass:
+    return PriorityClass(
+        name=spec.name,
+        value=spec.value,
+        description=spec.description,
+        preempts=spec.preemption == "allowed",
+        default=spec.default,
+        created_at=time.time(),
+    )
+
+
+class PriorityClassService:
+    def __init__(self, store: Store, controller: Controller) -> None:
+        self.store = store
+        self.controller = controller
+
+    def create(self, spec: PriorityClassSpec) -> PriorityClass:
+        """A new class; a second default is refused (which one would a job get?)."""
+        if self.store.get_priority_class(spec.name) is not None:
+            raise Conflict(f"priority class {spec.name!r} already exists; delete it first to change it")
+        if spec.default:
+            other = next((p for p in self.store.list_priority_classes() if p.default), None)
+            if other is not None:
+                raise Conflict(f"priority class {other.name!r} is already the default; only one class can be")
+        pc = class_of(spec)
+        self.store.save_priority_class(pc)
+        return pc
+
+    def list(self) -> list[PriorityClass]:
+        return self.store.list_priority_classes()
+
+    def delete(self, name: str) -> None:
+        """Refused while a job that has not finished uses it: its `job get` names the class."""
+        if self.store.get_priority_class(name) is None:
+            raise NotFound(f"priority class {name!r} not found")
+        with self.controller.lock:
+            live = [j.id for j in self.controller.book.live() if j.spec.priority_class == name]
+        if live:
+            shown = ", ".join(live[:5]) + (", ..." if len(live) > 5 else "")
+            raise Conflict(f"priority class {name!r} is used by {len(live)} unfinished job(s): {shown}")
+        self.store.delete_priority_class(name)
+
+    def resolve(self, spec: JobSpec) -> JobSpec:
+        """The spec with its priority taken from its class (or the default class when it sets
+        neither `priority` nor `priority_class`). A `priority` that differs from the named
+        class's value is refused, as Kubernetes refuses a pod whose priority contradicts its
+        class; the same value is accepted, so a resolved spec can be submitted again."""
+        name = spec.priority_class
+        if name is None:
+            if "priority" in spec.model_fields_set:
+                return spec  # a bare integer, as before classes existed
+            pc = next((p for p in self.store.list_priority_classes() if p.default), None)
+            if pc is None:
+                return spec
+        else:
+            found = self.store.get_priority_class(name)
+            if found is None:
+                raise SpecError([FieldProblem("priority_class", f"no priority class named {name!r}; ask an admin")])
+            pc = found
+            if "priority" in spec.model_fields_set and spec.priority != pc.value:
+                raise SpecError(
+                    [
+                        FieldProblem(
+                            "priority",
+                            f"{spec.priority} contradicts priority_class {name!r} (value {pc.value}); "
+                            "set one of them, not both",
+                        )
+                    ]
+                )
+        return spec.model_copy(update={"priority": pc.value, "priority_class": pc.name})
+
+
+__all__ = ["PriorityClassService", "class_of"]
