@@ -27,10 +27,21 @@ import pytest
 from tests.jobpython import make_job_python
 
 _made: list[Path] = []
+_SHM = Path("/dev/shm")
+_shm_before: set[str] = set()
+
+
+def _shm_entries() -> set[str]:
+    """sluice's folders in /dev/shm (node caches' memory tier, e2e scratch): RAM, not disk."""
+    try:
+        return {p.name for p in _SHM.iterdir() if p.name.startswith("sluice-")}
+    except OSError:
+        return set()
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
+    _shm_before.update(_shm_entries())
     if os.geteuid() != 0:
         return
     if config.option.basetemp is None:
@@ -72,6 +83,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for folder in _made:
         shutil.rmtree(folder, ignore_errors=True)
     _made.clear()
+    # Planes the tests started put their cache's memory tier in /dev/shm/sluice-<hash>; what
+    # this session made there goes with it (RAM, and a later session's planes would find it).
+    for name in _shm_entries() - _shm_before:
+        shutil.rmtree(_SHM / name, ignore_errors=True)
     status = getattr(config, "_sluice_exitstatus", None)
     if status is None or os.environ.get("SLUICE_TEST_FINALIZE") == "1":
         return
