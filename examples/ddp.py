@@ -10,9 +10,9 @@ set, pins that traffic to the chosen interface.
 
 Rank 0 reports progress and saves checkpoints; every rank resumes from the same checkpoint.
 `--stats FILE` writes this rank's step times as JSON (the lab reads rank 0's), with the step
-it started from, its world size, batch, lr and first loss, and a checksum of its parameters at
-the end (equal on every rank: that is what DDP promises); a `{rank}` in FILE gives each rank
-a file of its own, an `{attempt}` each attempt.
+it started from, its world size, batch, lr, first loss, the loop's wall-clock span and a
+checksum of its parameters at the end (equal on every rank: that is what DDP promises); a
+`{rank}` in FILE gives each rank a file of its own, an `{attempt}` each attempt.
 
 Elastic: a policy may restart the job at another number of replicas (within the spec's
 `resources.replicas` range); it resumes from the checkpoint at the new world size.
@@ -74,6 +74,7 @@ def main() -> int:
     if rank == 0:
         print(f"[ddp] world {world}, batch {el.batch}/replica ({el.global_batch} global), lr {lr:g}, from step {start}")
     first_loss: float | None = None  # where this attempt starts: near ln 10 only on a fresh start
+    t_first = t_end = time.time()  # wall clock of the loop (`sluice bench elastic`: seconds lost per resize)
     gen = torch.Generator()
     step_s: list[float] = []
     step = start - 1
@@ -86,6 +87,8 @@ def main() -> int:
         loss.backward()  # DDP all-reduces the gradients here
         opt.step()
         step_s.append(time.perf_counter() - t0)
+        if step == start:
+            t_first = time.time() - step_s[-1]
         if first_loss is None:
             first_loss = loss.item()
         if a.step_sleep:
@@ -99,10 +102,11 @@ def main() -> int:
                 sdk.checkpoint.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step}, step)
             if stop.item() > 0:
                 break
+    t_end = time.time()
     if a.stats:
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
         stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
-        stats |= {"batch": el.batch, "lr": lr, "first_loss": first_loss}
+        stats |= {"batch": el.batch, "lr": lr, "first_loss": first_loss, "t_first": t_first, "t_end": t_end}
         path = a.stats.replace("{rank}", str(rank)).replace("{attempt}", str(sdk.context().attempt))
         with open(path, "w") as f:
             json.dump({**stats, "step_s": step_s[min(5, len(step_s) - 1) :]}, f)
