@@ -74,7 +74,7 @@ def main() -> int:
     if rank == 0:
         print(f"[ddp] world {world}, batch {el.batch}/replica ({el.global_batch} global), lr {lr:g}, from step {start}")
     first_loss: float | None = None  # where this attempt starts: near ln 10 only on a fresh start
-    t_first = t_end = time.time()  # wall clock of the loop (`sluice bench elastic`: seconds lost per resize)
+    t_first = t_end = time.time()  # first step's start, last step's end: `sluice bench elastic`'s time lost
     gen = torch.Generator()
     step_s: list[float] = []
     step = start - 1
@@ -87,8 +87,9 @@ def main() -> int:
         loss.backward()  # DDP all-reduces the gradients here
         opt.step()
         step_s.append(time.perf_counter() - t0)
+        t_end = time.time()
         if step == start:
-            t_first = time.time() - step_s[-1]
+            t_first = t_end - step_s[-1]
         if first_loss is None:
             first_loss = loss.item()
         if a.step_sleep:
@@ -102,7 +103,6 @@ def main() -> int:
                 sdk.checkpoint.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step}, step)
             if stop.item() > 0:
                 break
-    t_end = time.time()
     if a.stats:
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
         stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
