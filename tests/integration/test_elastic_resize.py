@@ -49,9 +49,10 @@ class Driven:
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[tuple[ControlPlane, Driven]]:
+def plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ControlPlane, Driven]]:
     if len(psutil.Process().cpu_affinity() or []) < 2:
         pytest.skip("needs at least 2 cores to split into virtual nodes")
+    monkeypatch.setenv("SLUICE_CACHE_MEMORY_DIR", str(tmp_path / "memory-tier"))  # not a folder in /dev/shm
     settings = Settings(
         home=tmp_path / "home", reconcile_interval_s=0.1, restart_backoff_s=0.3, stop_grace_s=10, virtual_nodes=2
     )

@@ -14,6 +14,7 @@ A resize pays off when the time it loses is small next to the time the new size 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import tempfile
 import threading
@@ -130,6 +131,8 @@ def run(
     rates: list[Throughput] = []
     costs: list[ResizeCost] = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-elastic-") as tmp:
+        # No datasets here: the node cache's memory tier goes with the run, not into /dev/shm.
+        os.environ.setdefault("SLUICE_CACHE_MEMORY_DIR", str(Path(tmp) / "memory-tier"))
         opts = {"virtual_nodes": 2, "reconcile_interval_s": 0.1, "stop_grace_s": 20.0}
         with embedded_plane(Path(tmp) / "home", "kube", **opts) as plane:
             for n in replicas:
