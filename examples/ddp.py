@@ -10,8 +10,15 @@ set, pins that traffic to the chosen interface.
 
 Rank 0 reports progress and saves checkpoints; every rank resumes from the same checkpoint.
 `--stats FILE` writes this rank's step times as JSON (the lab reads rank 0's), with the step
-it started from and a checksum of its parameters at the end (equal on every rank: that is
-what DDP promises); a `{rank}` in FILE gives each rank a file of its own.
+it started from, its world size, batch, lr, first loss, the loop's wall-clock span and a
+checksum of its parameters at the end (equal on every rank: that is what DDP promises); a
+`{rank}` in FILE gives each rank a file of its own, an `{attempt}` each attempt.
+
+Elastic: a policy may restart the job at another number of replicas (within the spec's
+`resources.replicas` range); it resumes from the checkpoint at the new world size.
+`sdk.elastic()` gives this replica's batch and learning-rate scale for it: `--batch` is the
+global batch at the spec's `min` replicas (the spec's `resources.replicas.global_batch`
+wins), kept or scaled with the replicas as the spec's `resources.replicas.batch` says.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--width", type=int, default=1024, help="hidden width: sets the gradient size per step")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=128, help="global batch at min replicas (64 a replica at 2)")
     p.add_argument("--stats", default=None)
+    p.add_argument("--step-sleep", type=float, default=0.0, help="seconds to idle after each step (stretches tests)")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
     if "WORLD_SIZE" in os.environ:  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the engine (or the lab)
@@ -44,6 +52,7 @@ def main() -> int:
     else:  # one process (by hand, or a job of one replica): a group of one needs no rendezvous
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
+    el = sdk.elastic(global_batch=a.batch)  # this replica's batch and lr scale at this world size
     digits = load_digits()
     x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
     y_all = torch.tensor(digits.target, dtype=torch.long)
@@ -52,25 +61,39 @@ def main() -> int:
         nn.Linear(64, a.width), nn.ReLU(), nn.Linear(a.width, a.width), nn.ReLU(), nn.Linear(a.width, 10)
     )
     model = nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    lr = 0.05 * el.lr_scale
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     start = 0
     state = sdk.checkpoint.load()
     if state is not None:
         net.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
+        for group in opt.param_groups:  # the checkpoint's lr was for its world size
+            group["lr"] = lr
         start = int(state["step"]) + 1
+    if rank == 0:
+        print(f"[ddp] world {world}, batch {el.batch}/replica ({el.global_batch} global), lr {lr:g}, from step {start}")
+    first_loss: float | None = None  # where this attempt starts: near ln 10 only on a fresh start
+    t_first = t_end = time.time()  # first step's start, last step's end: `sluice bench elastic`'s time lost
     gen = torch.Generator()
     step_s: list[float] = []
     step = start - 1
     for step in range(start, a.steps):
         gen.manual_seed(1_000_003 * step + 7919 * rank)
-        idx = torch.randint(0, len(x_all), (a.batch,), generator=gen)
+        idx = torch.randint(0, len(x_all), (el.batch,), generator=gen)
         t0 = time.perf_counter()
         loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces the gradients here
         opt.step()
         step_s.append(time.perf_counter() - t0)
+        t_end = time.time()
+        if step == start:
+            t_first = t_end - step_s[-1]
+        if first_loss is None:
+            first_loss = loss.item()
+        if a.step_sleep:
+            time.sleep(a.step_sleep)
         stop = torch.tensor([1.0 if sdk.should_stop() else 0.0])
         dist.all_reduce(stop)  # every rank stops at the same step
         if rank == 0 and (step % 20 == 0 or step + 1 == a.steps):
@@ -83,7 +106,9 @@ def main() -> int:
     if a.stats:
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
         stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
-        with open(a.stats.replace("{rank}", str(rank)), "w") as f:
+        stats |= {"batch": el.batch, "lr": lr, "first_loss": first_loss, "t_first": t_first, "t_end": t_end}
+        path = a.stats.replace("{rank}", str(rank)).replace("{attempt}", str(sdk.context().attempt))
+        with open(path, "w") as f:
             json.dump({**stats, "step_s": step_s[min(5, len(step_s) - 1) :]}, f)
     # Both ranks leave together: a rank that tears its gloo group down while the other still
     # talks to it aborts ("terminate called without an active exception", seen in net bench).

@@ -7,7 +7,8 @@ Invariants:
 - restarts never exceed max_restarts, and no attempt is launched twice;
 - a job holds an allocation exactly while it is Starting, Running or Stopping;
 - what the book shows of a live job is what the store holds (phase, attempt, intent);
-- no accepted job is lost.
+- no accepted job is lost;
+- every launch, elastic resizes' relaunches included, is within the spec's replica range.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from sluice.control.controller import Controller
 from sluice.model import (
     TRANSITIONS,
     Allocation,
+    Assignment,
+    ClusterView,
+    Decision,
     JobCheckpointed,
     JobExited,
     JobProgress,
@@ -29,6 +33,7 @@ from sluice.model import (
     NodeLost,
     NodeUp,
     Phase,
+    Resize,
 )
 from sluice.model.queue import Limits, QueueConfig
 from sluice.policy import make_policy
@@ -40,7 +45,10 @@ from .fake_engine import FakeEngine
 specs = st.fixed_dictionaries(
     {
         "command": st.just(["python", "train.py"]),
-        "resources": st.fixed_dictionaries({"cpu": st.sampled_from([0.25, 0.5, 1, 2, 3])}),
+        "resources": st.fixed_dictionaries(
+            {"cpu": st.sampled_from([0.25, 0.5, 1, 2, 3])},
+            optional={"replicas": st.fixed_dictionaries({"max": st.integers(1, 3)})},
+        ),
         "max_restarts": st.integers(0, 3),
         "priority": st.integers(-5, 5),
     },
@@ -48,15 +56,30 @@ specs = st.fixed_dictionaries(
 )
 
 
+class Pushed:
+    """flowcon, plus the decisions a rule pushes for the next round (elastic resizes)."""
+
+    name = "flowcon+pushed"
+
+    def __init__(self) -> None:
+        self.base = make_policy("flowcon", interval_s=1.0)
+        self.extra: list[Decision] = []
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        out, self.extra = [*self.base.decide(view), *self.extra], []
+        return out
+
+
 class ControllerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.store = MemoryStore()
         self.engine = FakeEngine()
+        self.policy = Pushed()
         self.ctl = Controller(
             self.store,
             self.engine,
-            make_policy("flowcon", interval_s=1.0),
+            self.policy,
             checkpoint_root="/c",
             restart_backoff_s=0,
             preempt_min_runtime_s=0.0,
@@ -96,6 +119,13 @@ class ControllerMachine(RuleBasedStateMachine):
     @rule(node=st.sampled_from(["n0", "n1"]), health=st.sampled_from([NodeHealth.CORDONED, NodeHealth.HEALTHY]))
     def operator(self, node: str, health: NodeHealth) -> None:
         self.ctl.set_node_health(node, health, "operator", by="operator")
+
+    @rule(data=st.data(), n=st.integers(1, 4))
+    def policy_resizes_replicas(self, data: st.DataObject, n: int) -> None:
+        job = self._some_live(data)
+        if job is not None:
+            alloc = Allocation(tuple(Assignment(f"n{k % 2}", 0.25) for k in range(n)))
+            self.policy.extra.append(Resize(job.id, alloc, f"to {n} replicas"))
 
     # ------------------------------------------------------------------ what engines report
     def _some_live(self, data: st.DataObject) -> JobRecord | None:
@@ -170,6 +200,12 @@ class ControllerMachine(RuleBasedStateMachine):
             seen.add((r.job_id, r.attempt))
         for job in self.store.list_jobs():
             assert job.restarts <= job.spec.max_restarts
+
+    @invariant()
+    def launches_stay_in_the_replica_range(self) -> None:
+        for r in self.engine.launched:
+            rng = r.spec.resources.replicas
+            assert rng.min <= r.allocation.replicas <= (rng.max or rng.min), (r.job_id, r.allocation)
 
     @invariant()
     def allocation_exactly_while_active(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,62 @@ def test_should_stop_after_sigterm_and_import_stays_light(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "True"]
+
+
+# ---------------------------------------------------------------- elastic (issue 12)
+
+ELASTIC_VARS = ("WORLD_SIZE", "RANK", "SLUICE_BATCH_MODE", "SLUICE_REPLICAS_MIN", "SLUICE_GLOBAL_BATCH")
+
+
+def _elastic_env(monkeypatch: pytest.MonkeyPatch, **env: object) -> None:
+    for name in ELASTIC_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+
+
+def test_elastic_by_hand_is_one_replica_with_the_scripts_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    _elastic_env(monkeypatch)
+    assert sdk.elastic(global_batch=128) == sdk.Elastic(1, 0, 128, 128, 1.0, "keep_global")
+
+
+def test_keep_global_splits_the_same_global_batch_at_every_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    for world in (1, 2, 3, 4):
+        shares = []
+        for rank in range(world):
+            _elastic_env(monkeypatch, WORLD_SIZE=world, RANK=rank, SLUICE_BATCH_MODE="keep_global")
+            el = sdk.elastic(global_batch=10)
+            assert el.global_batch == 10 and el.lr_scale == 1.0 and el.world_size == world
+            shares.append(el.batch)
+        assert sum(shares) == 10 and max(shares) - min(shares) <= 1, shares
+
+
+def test_the_specs_global_batch_wins_over_the_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
+    _elastic_env(monkeypatch, WORLD_SIZE=2, RANK=1, SLUICE_GLOBAL_BATCH=64)
+    assert sdk.elastic(global_batch=128).batch == 32
+
+
+def test_scale_keeps_each_replicas_batch_and_scales_the_learning_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    for world, lr_scale in ((2, 1.0), (1, 0.5), (4, 2.0)):
+        _elastic_env(
+            monkeypatch, WORLD_SIZE=world, RANK=0, SLUICE_BATCH_MODE="scale", SLUICE_REPLICAS_MIN=2,
+            SLUICE_GLOBAL_BATCH=128,
+        )  # fmt: skip
+        el = sdk.elastic()
+        assert (el.batch, el.global_batch, el.lr_scale) == (64, 64 * world, lr_scale)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "no global batch"),
+        ({"WORLD_SIZE": 4, "RANK": 0, "SLUICE_GLOBAL_BATCH": 3}, "cannot be split over 4 replicas"),
+        ({"WORLD_SIZE": 2, "RANK": 2, "SLUICE_GLOBAL_BATCH": 8}, "RANK=2 is not below WORLD_SIZE=2"),
+        ({"SLUICE_BATCH_MODE": "keep", "SLUICE_GLOBAL_BATCH": 8}, "SLUICE_BATCH_MODE='keep'"),
+        ({"WORLD_SIZE": "two", "SLUICE_GLOBAL_BATCH": 8}, "WORLD_SIZE='two' is not an integer"),
+    ],
+)
+def test_elastic_says_what_is_wrong(monkeypatch: pytest.MonkeyPatch, env: dict[str, object], message: str) -> None:
+    _elastic_env(monkeypatch, **env)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        sdk.elastic()

@@ -15,6 +15,11 @@ def test_minimal_spec_has_defaults() -> None:
     assert spec.resources.cpu.min == 1.0 and spec.max_restarts == 3 and spec.name == "job"
 
 
+def test_replicas_keep_the_global_batch_unless_told_to_scale() -> None:
+    replicas = parse_job_spec({"command": ["x"], "resources": {"replicas": {"max": 2}}}).resources.replicas
+    assert (replicas.batch, replicas.global_batch) == ("keep_global", None)
+
+
 def test_cpu_shorthand() -> None:
     assert parse_job_spec({"command": ["x"], "resources": {"cpu": 0.5}}).resources.cpu.min == 0.5
 
@@ -32,6 +37,21 @@ def test_cpu_shorthand() -> None:
         ({"command": ["x"], "resources": {"cpu": {"min": 2, "max": 1}}}, "resources.cpu", "smaller than min"),
         ({"command": ["x"], "env": {"SLUICE_JOB_ID": "1"}}, "env", "set by sluice"),
         ({"command": ["x"], "name": "Bad Name!"}, "name", "pattern"),
+        (
+            {"command": ["x"], "resources": {"replicas": {"max": 2, "batch": "keep"}}},
+            "resources.replicas.batch",
+            "keep_global (the global batch stays",
+        ),
+        (
+            {"command": ["x"], "resources": {"replicas": {"max": 4, "global_batch": 3}}},
+            "resources.replicas",
+            "smaller than the most replicas (4)",
+        ),
+        (
+            {"command": ["x"], "resources": {"replicas": {"min": 2, "batch": "scale", "global_batch": 5}}},
+            "resources.replicas",
+            "does not split evenly over min (2)",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(data: dict, field: str, words: str) -> None:

@@ -129,8 +129,20 @@ def build_env(
             "SLUICE_CHECKPOINT_INTERVAL_S": repr(float(req.spec.checkpoint.interval_s)),
             "SLUICE_CHECKPOINT_KEEP": str(req.spec.checkpoint.keep),
             "SLUICE_CPU_MAX": threads,
+            **elastic_env(req),
         }
     )
+    return env
+
+
+def elastic_env(req: LaunchRequest) -> dict[str, str]:
+    """The spec's batch semantics for `sluice.sdk.elastic()`, which combines them with
+    WORLD_SIZE and RANK: every attempt of a resized job gets the same values, so each
+    computes its own per-replica batch and learning-rate scale at its new world size."""
+    rng = req.spec.resources.replicas
+    env = {"SLUICE_BATCH_MODE": rng.batch, "SLUICE_REPLICAS_MIN": str(rng.min)}
+    if rng.global_batch is not None:
+        env["SLUICE_GLOBAL_BATCH"] = str(rng.global_batch)
     return env
 
 

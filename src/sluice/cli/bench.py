@@ -29,6 +29,18 @@ def local(
     bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)
 
 
+@app.command("elastic")
+def elastic(
+    steps: Annotated[int, typer.Option(help="Steps of each ddp.py run.")] = 600,
+    width: Annotated[int, typer.Option(help="ddp.py's hidden width (sets the gradient size).")] = 256,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """examples/ddp.py at 1, 2 and 4 replicas, and the seconds lost per resize (2 → 1 → 2)."""
+    from sluice.bench import elastic as bench_elastic
+
+    bench_elastic.run(steps=steps, width=width, out=out)
+
+
 @app.command("data")
 def data(
     files: Annotated[int, typer.Option(help="Small image-like files (3-100 KB) in the dataset.")] = 20_000,

@@ -450,6 +450,12 @@ class Controller:
                     job, f"stopped for migration after {took:.1f}s ({code})", exit_code=e.exit_code, last_stop_s=took
                 )
                 self._place(queued, intent.target, f"migrate: {intent.reason}", now)
+            elif intent.kind == StopKind.RESIZE and intent.target is not None:
+                # Not a failure: `restarts` is untouched, the relaunch resumes from the checkpoint.
+                queued = self._requeue(
+                    job, f"stopped for resize after {took:.1f}s ({code})", exit_code=e.exit_code, last_stop_s=took
+                )
+                self._place(queued, intent.target, f"resized {intent.reason}", now)
             else:
                 self._requeue(
                     job,
@@ -520,7 +526,10 @@ class Controller:
                     self._place(job, d.allocation, d.reason, now)
             elif isinstance(d, Resize):
                 if job.phase in (Phase.STARTING, Phase.RUNNING) and job.allocation is not None:
-                    self._resize(job, d)
+                    if self._restarts_to_resize(job.allocation, d.allocation):
+                        self._stop(job, self._resize_intent(job.allocation, d, now))
+                    else:
+                        self._resize(job, d)
             elif isinstance(d, Preempt):
                 if job.phase in (Phase.STARTING, Phase.RUNNING):
                     self._stop(job, StopIntent(StopKind.PREEMPT, d.reason, asked_at=now))
@@ -554,15 +563,44 @@ class Controller:
             return f"the {name} engine cannot migrate jobs"
         if isinstance(d, Resize) and job.allocation is not None:
             old, new = job.allocation, d.allocation
+            if self._restarts_to_resize(old, new):
+                return self._elastic_refusal(job, new)
             shape_changed = old.replicas != new.replicas or old.gpus_per_node() != new.gpus_per_node()
             if shape_changed and not caps.gpu_resize:
                 return (
-                    f"the {name} engine cannot change a running job's GPUs or replicas in place "
-                    f"({old.describe()} -> {new.describe()}); that takes a checkpointed restart"
+                    f"the {name} engine cannot change a running job's GPUs in place "
+                    f"({old.describe()} -> {new.describe()}); only its number of replicas, by a checkpointed restart"
                 )
             if not shape_changed and not caps.live_cpu_resize:
                 return f"the {name} engine cannot change a running job's CPU limit in place"
         return None
+
+    def _restarts_to_resize(self, old: Allocation, new: Allocation) -> bool:
+        """A change of replica count cannot be made to running processes (the world size is
+        fixed when a process group forms): on an engine without in-place GPU resizes (every
+        real one) it is a checkpointed stop and a relaunch at the new size."""
+        return old.replicas != new.replicas and not self.engine.capabilities.gpu_resize
+
+    def _elastic_refusal(self, job: JobRecord, new: Allocation) -> str | None:
+        """Why a restarting resize to `new` cannot be carried out, or None: it must stay in
+        the spec's `resources.replicas` range, and the engine must be able to stop a job
+        through its checkpoint and launch that many replicas."""
+        caps, name = self.engine.capabilities, self.engine.name
+        rng = job.spec.resources.replicas
+        lo, hi, n = rng.min, rng.max or rng.min, new.replicas
+        if not lo <= n <= hi:
+            return f"{n} replicas is outside the spec's resources.replicas range [{lo}, {hi}]"
+        if not caps.migration:
+            return f"the {name} engine cannot restart a job from its checkpoint at a new size"
+        if n > caps.max_replicas or (n > 1 and not caps.gang_launch):
+            return f"the {name} engine cannot run {n} replicas of one job (at most {caps.max_replicas})"
+        return None
+
+    def _resize_intent(self, old: Allocation, d: Resize, now: float) -> StopIntent:
+        """The stop that carries an elastic resize; its reason is what `sluice job why` shows
+        when the job is relaunched: "resized 2 → 1 replicas: <policy's reason>"."""
+        why = f"{old.replicas} → {d.allocation.replicas} replicas: {d.reason}"
+        return StopIntent(StopKind.RESIZE, why, d.allocation, asked_at=now)
 
     def _refuse(self, job: JobRecord, d: Decision, why: str) -> None:
         msg = f"refused {type(d).__name__}: {why} (policy's reason: {d.reason})"

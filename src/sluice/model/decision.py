@@ -24,7 +24,10 @@ class Place:
 
 @dataclass(frozen=True, slots=True)
 class Resize:
-    """Change a running job's resources in place, without restarting it (live CPU limit)."""
+    """Change a running job's resources: in place where the engine can (live CPU limit); a
+    change of replica count on an engine that runs replicas as processes is carried out as
+    a checkpointed restart at the new world size (elastic resize, docs/architecture.md),
+    within the spec's `resources.replicas` range."""
 
     job_id: str
     allocation: Allocation

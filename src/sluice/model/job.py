@@ -22,6 +22,7 @@ class StopKind(StrEnum):
 
     PREEMPT = "preempt"  # back to the queue, resume from the checkpoint
     MIGRATE = "migrate"  # resume at once on `target`
+    RESIZE = "resize"  # resume at once on `target`, a different number of replicas (elastic)
     SUSPEND = "suspend"  # end as Suspended, checkpoint kept, until its user resumes it
     CANCEL = "cancel"  # end as Cancelled, never run again
 
@@ -29,7 +30,7 @@ class StopKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class StopIntent:
     """Persisted with the job, so an exit that arrives after a control-plane crash is still
-    read as the preemption, migration or cancel it was, not as a crash."""
+    read as the preemption, migration, resize or cancel it was, not as a crash."""
 
     kind: StopKind
     reason: str

@@ -31,6 +31,11 @@ Environment contract (set by the node agent for every attempt):
                                    run 16 threads fighting over them
     SLUICE_TENANT, SLUICE_NODE     for the job's own logging
     CUDA_VISIBLE_DEVICES           the GPUs given to the job ("" when none)
+    SLUICE_BATCH_MODE, SLUICE_REPLICAS_MIN, SLUICE_GLOBAL_BATCH
+                                   the spec's `resources.replicas` batch semantics; with
+                                   WORLD_SIZE and RANK (a gang's torchrun variables) they give
+                                   `elastic()`: this replica's batch and learning-rate scale
+                                   at the current world size (a policy may resize the job)
 
 A leading "python"/"python3" in a job's command is replaced by the interpreter the control
 plane runs under, so the job sees this same sluice package.
@@ -43,6 +48,7 @@ lets the control plane predict the remaining time.
 from __future__ import annotations
 
 import sluice.sdk.checkpoint as checkpoint
+from sluice.sdk._elastic import Elastic, elastic
 from sluice.sdk._env import RunContext, context
 from sluice.sdk._progress import report
 from sluice.sdk._stop import install_stop_handler, should_stop
@@ -53,4 +59,4 @@ if context().under_sluice:
     # merely importing the SDK never changes how the host process reacts to SIGTERM.
     install_stop_handler()
 
-__all__ = ["RunContext", "checkpoint", "context", "install_stop_handler", "report", "should_stop"]
+__all__ = ["Elastic", "RunContext", "checkpoint", "context", "elastic", "install_stop_handler", "report", "should_stop"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
@@ -55,15 +55,51 @@ class CpuRange(_Strict):
 
 
 class ReplicaRange(_Strict):
-    """How many replicas (processes, possibly on different nodes) the job runs, gang-scheduled."""
+    """How many replicas (processes, possibly on different nodes) the job runs, gang-scheduled.
+
+    A policy may resize a running job anywhere in [min, max] (a checkpointed restart at the
+    new world size). `batch` says what that does to the batch: `keep_global` keeps the
+    global batch (`global_batch` samples a step, split over the replicas: training is the
+    same run at any size), `scale` keeps each replica's share (`global_batch / min`) so the
+    global batch grows with the replicas and the SDK scales the learning rate linearly.
+    The job reads both through `sluice.sdk.elastic()`."""
 
     min: Annotated[int, Field(ge=1, le=1024)] = 1
     max: Annotated[int | None, Field(ge=1, le=1024)] = None
+    batch: Annotated[
+        Literal["keep_global", "scale"],
+        Field(description="On a resize: keep the global batch (default) or scale it with the replicas."),
+    ] = "keep_global"
+    global_batch: Annotated[
+        int | None,
+        Field(ge=1, le=1 << 24, description="Global batch at `min` replicas; default: the job's own (sdk.elastic)."),
+    ] = None
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch_mode(cls, v: object) -> object:
+        if v not in ("keep_global", "scale"):
+            raise ValueError(
+                f"{v!r} is not a batch mode: keep_global (the global batch stays, split over the replicas) "
+                "or scale (each replica keeps its batch, the global batch grows with the replicas)"
+            )
+        return v
 
     @model_validator(mode="after")
     def _min_le_max(self) -> ReplicaRange:
         if self.max is not None and self.max < self.min:
             raise ValueError(f"max ({self.max}) is smaller than min ({self.min})")
+        g = self.global_batch
+        if g is not None and self.batch == "keep_global" and g < (self.max or self.min):
+            raise ValueError(
+                f"global_batch ({g}) is smaller than the most replicas ({self.max or self.min}): "
+                "with keep_global every replica needs at least one sample a step"
+            )
+        if g is not None and self.batch == "scale" and g % self.min:
+            raise ValueError(
+                f"global_batch ({g}) does not split evenly over min ({self.min}) replicas: "
+                "with scale each replica keeps global_batch / min samples a step"
+            )
         return self
 
 

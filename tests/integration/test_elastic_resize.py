@@ -1,0 +1,120 @@
+"""Elastic resize on the local engine with real processes (issue 12): examples/ddp.py runs on
+2 replicas over 2 virtual nodes, a policy resizes it 2 → 1 → 2, and every relaunch resumes
+from the checkpoint the stop saved (step and loss go on), at the new world size, with the
+resize and its reason in `why`, no failure restart counted, and the job ends Succeeded."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sluice.control.plane import ControlPlane
+from sluice.model import Allocation, Assignment, ClusterView, Decision, Phase, Place, Resize
+from sluice.settings import Settings
+from sluice.spec import parse_job_spec
+from tests.integration.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def spread(n: int) -> Allocation:
+    return Allocation(tuple(Assignment(f"node-{k % 2}", 0.5) for k in range(n)))
+
+
+class Driven:
+    """Places a queued job at its most replicas; runs whatever resizes the test pushes."""
+
+    name = "driven"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._extra: list[Decision] = []
+
+    def push(self, d: Decision) -> None:
+        with self._lock:
+            self._extra.append(d)
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        out: list[Decision] = [Place(j.id, spread(j.replicas_max), "test: at max replicas") for j in view.queued]
+        with self._lock:
+            out, self._extra = out + self._extra, []
+        return out
+
+
+@pytest.fixture
+def plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ControlPlane, Driven]]:
+    if len(psutil.Process().cpu_affinity() or []) < 2:
+        pytest.skip("needs at least 2 cores to split into virtual nodes")
+    monkeypatch.setenv("SLUICE_CACHE_MEMORY_DIR", str(tmp_path / "memory-tier"))  # not a folder in /dev/shm
+    settings = Settings(
+        home=tmp_path / "home", reconcile_interval_s=0.1, restart_backoff_s=0.3, stop_grace_s=10, virtual_nodes=2
+    )
+    p = ControlPlane.from_settings(settings)
+    policy = Driven()
+    p.controller.policy = policy
+    p.bootstrap_tenants()
+    p.start()
+    yield p, policy
+    admin = next(t for t in p.store.list_tenants() if t.admin)
+    for j in p.list_jobs(admin):
+        if not j.phase.terminal:
+            p.cancel(admin, j.id)
+    wait_for(lambda: all(j.phase.terminal for j in p.list_jobs(admin)), timeout=15)
+    p.stop()
+
+
+def test_ddp_resized_2_1_2_resumes_from_its_checkpoint_each_time(
+    plane: tuple[ControlPlane, Driven], tmp_path: Path
+) -> None:
+    p, policy = plane
+    caller = p.store.get_tenant("default")
+    stats = tmp_path / "stats-a{attempt}-r{rank}.json"
+    raw = {
+        "name": "ddp-elastic",
+        "command": ["python", "ddp.py", "--steps", "400", "--width", "64", "--step-sleep", "0.01"],
+        "workdir": str(EXAMPLES),
+        "resources": {"cpu": {"min": 0.5}, "replicas": {"min": 1, "max": 2, "global_batch": 64}},
+        "checkpoint": {"interval_s": 60},  # only the stops save: each relaunch resumes from its stop
+        "max_restarts": 0,  # a resize counted as a failure would fail the job
+    }
+    raw["command"] += ["--stats", str(stats)]  # type: ignore[operator]
+    job_id = p.submit(caller, parse_job_spec(raw)).id
+
+    def job():  # type: ignore[no-untyped-def]
+        return p.get_job(caller, job_id)
+
+    def running_past(attempt: int, step: int) -> bool:
+        j = job()
+        return j.phase.terminal or (j.attempt == attempt and j.phase == Phase.RUNNING and j.step >= step)
+
+    assert wait_for(lambda: running_past(1, 40), timeout=60, every=0.1), job()
+    assert job().allocation.replicas == 2
+    policy.push(Resize(job_id, spread(1), "test: shrink"))
+    assert wait_for(lambda: running_past(2, (job().checkpoint_step or 10**9) + 40), timeout=60, every=0.1), job()
+    assert job().allocation.replicas == 1
+    policy.push(Resize(job_id, spread(2), "test: grow"))
+    assert wait_for(lambda: job().phase.terminal, timeout=60, every=0.2), job()
+
+    final = job()
+    assert final.phase == Phase.SUCCEEDED, final.reason
+    assert final.attempt == 3 and final.restarts == 0 and final.step == 399
+    runs = {a: json.loads((tmp_path / f"stats-a{a}-r0.json").read_text()) for a in (1, 2, 3)}
+    assert [runs[a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
+    assert [runs[a]["batch"] for a in (1, 2, 3)] == [32, 64, 32]  # keep_global: 64 a step at any size
+    assert runs[1]["start"] == 0
+    for a in (2, 3):  # resumed where the stop saved, not from scratch: steps go on, the loss too
+        assert runs[a]["start"] == runs[a - 1]["last"] + 1 > 0, runs
+        assert runs[a]["first_loss"] < 0.8 * runs[1]["first_loss"], runs
+    assert json.loads((tmp_path / "stats-a3-r1.json").read_text())["params_sha256"] == runs[3]["params_sha256"]
+    why = [e.message for e in p.why(caller, job_id)]
+    text = "\n".join(why)
+    assert "resized 2 → 1 replicas: test: shrink" in text, text
+    assert "resized 1 → 2 replicas: test: grow" in text, text
+    assert sum("stopped for resize" in m for m in why) == 2, text
