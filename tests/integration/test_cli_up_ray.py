@@ -1,7 +1,7 @@
 """`sluice up --engine ray --address ADDR` as a user runs it: a real server process joins a
 real multi-node Ray cluster (ray.cluster_utils.Cluster on this machine); nodes that join or
-leave the cluster show up in `sluice node list`, and a job submitted with the CLI runs on a
-Ray node."""
+leave the cluster show up in `sluice node list`, a job submitted with the CLI runs on a Ray
+node, and a queue's quota holds a job back on Ray as on the local engine."""
 
 from __future__ import annotations
 
@@ -102,12 +102,26 @@ def test_up_joins_a_ray_cluster_tracks_its_nodes_and_runs_a_job_there(
         assert sub.returncode == 0, sub.stderr
         job_id = sub.stdout.strip()
 
-        def phase() -> str:
-            got = sluice(home, "job", "get", job_id, "-o", "json")
+        def phase(job: str) -> str:
+            got = sluice(home, "job", "get", job, "-o", "json")
             return str(json.loads(got.stdout)["phase"]) if got.returncode == 0 else got.stderr
 
-        eventually(lambda: phase() == "Succeeded", lambda: f"job {job_id}: {phase()}")
+        eventually(lambda: phase(job_id) == "Succeeded", lambda: f"job {job_id}: {phase(job_id)}")
         assert done.read_text() in {"h0", "w1", "w2"}
+
+        # ... queues admit on Ray as they do on the local engine (the controller's admission):
+        # a 1-core quota runs one 1-core job and holds the next with the quota's reason
+        for args in (("queue", "create", "solo", "--cores", "1"), ("queue", "grant", "solo", "default")):
+            r = sluice(home, *args)
+            assert r.returncode == 0, r.stdout + r.stderr
+        nap = {"name": "nap", "queue": "solo", "command": ["python", "-c", "import time; time.sleep(8)"]}
+        (tmp_path / "nap.json").write_text(json.dumps({**nap, "resources": {"cpu": 1}}))
+        first, second = (sluice(home, "job", "submit", str(tmp_path / "nap.json")).stdout.strip() for _ in range(2))
+        eventually(lambda: phase(first) == "Running", lambda: f"job {first}: {phase(first)}")
+        held = json.loads(sluice(home, "job", "get", second, "-o", "json").stdout)
+        assert held["phase"] == "Pending" and held["reason"].startswith("queue solo: cores 1/1 nominal"), held
+        eventually(lambda: phase(second) == "Succeeded", lambda: f"job {second}: {phase(second)}")
+        assert phase(first) == "Succeeded"
 
         # ... and a node that leaves is no longer usable
         cluster.remove_node(w2, allow_graceful=False)
