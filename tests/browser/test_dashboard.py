@@ -156,3 +156,29 @@ def test_suspend_and_resume_from_the_job_page(page: Any, live: Live) -> None:
     click(page, By.ID, "resume-button")
     assert wait_for(lambda: live.job("alice", job["id"])["phase"] == "Running", 60), live.job("alice", job["id"])
     wait(page, 20).until(lambda d: d.find_element(By.ID, "job-phase").text == "Running")
+
+
+def test_nodes_show_kpi_sparklines_and_the_other_pages_the_new_fields(page: Any, live: Live) -> None:
+    with live.api("alice") as c:
+        r = c.post("/v1/datasets?probe=false", json={"name": "imgs", "source": "s3://bucket/imgs"})
+    assert r.status_code == 201, r.text
+    sign_in(page, live, "alice")
+
+    page.get(f"{live.url}/ui/nodes")  # the agents sample KPIs every second: the sparkline fills
+    spark = "tr[data-node] td.kpi-cpu .spark"
+    wait(page, 30).until(lambda d: int(d.find_element(By.CSS_SELECTOR, spark).get_attribute("data-points")) >= 2)
+    assert page.find_element(By.CSS_SELECTOR, f"{spark} canvas")
+    assert "Anomaly score / threshold" in page.find_element(By.ID, "nodes").text
+    assert page.find_element(By.CSS_SELECTOR, "td.anomaly").text == "no monitor"  # health monitor off here
+    page.get_log("browser")  # drop the nodes page's admin probe (GET /v1/tenants is a 403 for alice)
+
+    page.get(f"{live.url}/ui/datasets")
+    wait(page, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "#datasets td.hit-rate").text == "no reads yet")
+    assert page.find_element(By.CSS_SELECTOR, "#datasets td.hits").text == "0 / 0"
+
+    page.get(f"{live.url}/ui/")
+    wait(page, 20).until(lambda d: "ms" in d.find_element(By.ID, "round-latency").text)
+    assert page.find_element(By.CSS_SELECTOR, '#queue-depth tr[data-queue="default"]')
+    wait(page, 20).until(lambda d: points(d, "allocation-chart") >= 1)
+    assert not page.find_elements(By.ID, "error")
+    assert [e for e in page.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -48,6 +48,17 @@ NODE_KPIS = (
     "job_steps_ps",
 )
 """The node KPIs exported (of the many the agents sample): a fixed list keeps the label bounded."""
+
+DASH_KPIS = ("cpu_busy_pct", "mem_used_pct", "peer_excess_cpu_system_pct", "peer_excess_cpu_iowait_pct")
+"""The KPIs kept as a short history per node for the dashboard's sparklines (the peer-excess
+shares only where the node shares its machine with other nodes' cores)."""
+KPI_HISTORY = 300
+"""Samples kept per node (about five minutes at the agents' default of one a second)."""
+ROUND_HISTORY = 200
+"""Reconcile round times kept for the latency summary (GET /v1/cluster/stats)."""
+ALLOC_HISTORY = 300
+ALLOC_EVERY_S = 2.0
+"""Cluster allocation samples: one every 2 s at most, 300 of them (ten minutes)."""
 
 CACHE_PREFIX = "cache:"
 """Progress-record metric keys `cache:<owner/name>:<counter>` (sluice.sdk.dataset.CACHE_METRIC)."""
@@ -123,6 +134,11 @@ class PlaneMetrics:
         self._mu = threading.Lock()
         self._seen_rounds = int(plane.controller.rounds)
         self._kpis: dict[str, dict[str, float]] = {}
+        self._kpi_history: dict[str, deque[tuple[float, dict[str, float]]]] = {}
+        """node -> its last KPI_HISTORY samples of DASH_KPIS (time, values), oldest first."""
+        self._round_times: deque[float] = deque(maxlen=ROUND_HISTORY)
+        self._alloc: deque[tuple[float, float, float]] = deque(maxlen=ALLOC_HISTORY)
+        """(time, cores requested by active jobs, cluster cores), oldest first."""
         self._cache: Counter[tuple[str, str]] = Counter()
         """(dataset cache key, counter) -> total over every job attempt so far."""
         self._cache_last: dict[tuple[str, int, str], float] = {}
@@ -140,11 +156,16 @@ class PlaneMetrics:
         if ctl.rounds > self._seen_rounds:
             self._seen_rounds = ctl.rounds
             self.hist.observe(float(ctl.round_seconds))
+            with self._mu:
+                self._round_times.append(float(ctl.round_seconds))
         live = set(ctl.book.live_ids())
         with self._mu:
+            self._sample_allocation(view)
             for e in events:
                 if isinstance(e, NodeKPIs):
                     self._kpis[e.node] = {k: float(e.values[k]) for k in NODE_KPIS if k in e.values}
+                    ring = self._kpi_history.setdefault(e.node, deque(maxlen=KPI_HISTORY))
+                    ring.append((e.time, {k: float(e.values[k]) for k in DASH_KPIS if k in e.values}))
                 elif isinstance(e, JobProgress) and any(k.startswith(CACHE_PREFIX) for k in e.metrics):
                     self._count_cache(e, self._mounted(view, e.job_id))
             for job_id in self._live - live:
@@ -156,7 +177,52 @@ class PlaneMetrics:
                 self._recent.popitem(last=False)
             self._live = live
             self._cache_last = {k: v for k, v in self._cache_last.items() if k[0] in live}
+            for gone in set(self._kpi_history) - set(view.nodes):  # a node that left: forget it
+                del self._kpi_history[gone]
         return []
+
+    def _sample_allocation(self, view: ClusterView) -> None:
+        """Cores requested against cluster cores, at most every ALLOC_EVERY_S: a server-side
+        history, so the overview's timeline is full as soon as the page opens."""
+        if self._alloc and view.now - self._alloc[-1][0] < ALLOC_EVERY_S:
+            return
+        requested = sum(
+            a.cpu_request
+            for j in view.jobs.values()
+            if j.phase.active and j.allocation
+            for a in j.allocation.assignments
+        )
+        self._alloc.append((view.now, float(requested), float(sum(n.cpu for n in view.nodes.values()))))
+
+    # ------------------------------------------------------------------ dashboard reads
+
+    def kpi_history(self, node: str) -> list[dict[str, object]]:
+        """The node's recent KPI samples, oldest first (at most KPI_HISTORY)."""
+        with self._mu:
+            ring = list(self._kpi_history.get(node, ()))
+        return [{"time": t, "values": dict(v)} for t, v in ring]
+
+    def cache_counts(self, dataset: str) -> dict[str, int]:
+        """Totals of one dataset's cache counters (`hits_memory`, `hits_disk`, `misses`)."""
+        with self._mu:
+            return {what: self._cache.get((dataset, what), 0) for what in CACHE_COUNTERS}
+
+    def round_summary(self) -> dict[str, float | int | None]:
+        """p50/p95/max of the last ROUND_HISTORY round times (seconds), and how many."""
+        with self._mu:
+            times = sorted(self._round_times)
+        if not times:
+            return {"count": 0, "p50": None, "p95": None, "max": None}
+
+        def q(p: float) -> float:
+            return times[min(len(times) - 1, int(p * len(times)))]
+
+        return {"count": len(times), "p50": q(0.5), "p95": q(0.95), "max": times[-1]}
+
+    def allocation_history(self) -> list[tuple[float, float, float]]:
+        """(time, requested cores, cluster cores), oldest first (at most ALLOC_HISTORY)."""
+        with self._mu:
+            return list(self._alloc)
 
     def _mounted(self, view: ClusterView, job_id: str) -> set[str]:
         """The cache keys of the datasets a job mounts. A job whose last report arrived with

@@ -29,9 +29,14 @@ def dataset_out(
     cached: dict[str, float] | None = None,
     by_node: dict[str, dict[str, float]] | None = None,
     published: dict[str, str] | None = None,
+    counts: dict[str, int] | None = None,
 ) -> DatasetOut:
-    """The record as the API shows it, with how much of it each node caches."""
+    """The record as the API shows it, with how much of it each node caches and, given
+    `counts` (see `_counts`), its cache hits and misses."""
     key = cache_key(rec.tenant, rec.name)
+    hits = None if counts is None else {t: counts[f"hits_{t}"] for t in ("memory", "disk")}
+    misses = None if counts is None else counts["misses"]
+    total = 0 if hits is None or misses is None else sum(hits.values()) + misses
     return DatasetOut(
         tenant=rec.tenant,
         name=rec.name,
@@ -45,7 +50,19 @@ def dataset_out(
         cached_fraction=None if cached is None else cached.get(key, 0.0),
         cached_on={n: d[key] for n, d in sorted((by_node or {}).items()) if d.get(key, 0.0) > 0},
         published=(published or {}).get(rec.name) == rec.tenant,
+        cache_hits=hits,
+        cache_misses=misses,
+        hit_rate=sum(hits.values()) / total if hits is not None and total else None,
     )
+
+
+def _counts(request: Request, caller: Any, rec: Any) -> dict[str, int] | None:
+    """The dataset's cache counters, for its owner or an admin only (None for anyone else):
+    a published dataset's counters include other tenants' reads."""
+    if not (caller.admin or caller.name == rec.tenant):
+        return None
+    counts: dict[str, int] = request.app.state.metrics.cache_counts(cache_key(rec.tenant, rec.name))
+    return counts
 
 
 def service(request: Request, plane: ControlPlane) -> DatasetService:
@@ -74,7 +91,8 @@ def list_datasets(
     records = svc.list_datasets(caller, after=after, limit=limit + 1)
     page, nxt = page_of(records, limit, "datasets", lambda r: (r.tenant, r.name))
     cached, by_node, pub = _cached(svc), _by_node(plane), svc.published()
-    return Page[DatasetOut](items=[dataset_out(r, cached, by_node, pub) for r in page], next_cursor=nxt)
+    items = [dataset_out(r, cached, by_node, pub, _counts(request, caller, r)) for r in page]
+    return Page[DatasetOut](items=items, next_cursor=nxt)
 
 
 @router.post("", status_code=201, response_model=DatasetOut)
@@ -94,7 +112,8 @@ def get_dataset(
 ) -> DatasetOut:
     """One dataset the caller may read: its own, else a published one of that name."""
     svc = service(request, plane)
-    return dataset_out(svc.get(caller, name, tenant), _cached(svc), _by_node(plane), svc.published())
+    rec = svc.get(caller, name, tenant)
+    return dataset_out(rec, _cached(svc), _by_node(plane), svc.published(), _counts(request, caller, rec))
 
 
 @router.delete("/{name}", response_model=DeletedOut)

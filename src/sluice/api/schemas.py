@@ -201,6 +201,14 @@ class DatasetOut(BaseModel):
     dataset's bytes in that node's cache; nodes holding none are left out."""
     published: bool = False
     """Published by an admin to every tenant: any tenant may read and mount it by name."""
+    cache_hits: dict[str, int] | None = None
+    """Items jobs read from the node cache since the control plane started, by tier (`memory`,
+    `disk`), as /metrics counts them. Only for the owner (or an admin): on a published dataset
+    they add up every tenant's reads, which other tenants must not see. Else null."""
+    cache_misses: int | None = None
+    """Items jobs had to fetch from the source (same counting and visibility)."""
+    hit_rate: float | None = None
+    """hits / (hits + misses); null before any read is counted, or where the counters are hidden."""
 
 
 class DeletedOut(BaseModel):

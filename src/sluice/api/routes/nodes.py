@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import CordonIn, ErrorOut, FaultIn, jsonable
+from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
+from sluice.health.monitor import HealthMonitor
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -39,6 +42,37 @@ def list_nodes(
     rest = [n for n in nodes if after is None or n["name"] > after[0]]
     page, nxt = page_of(rest[: limit + 1], limit, "nodes", lambda n: (n["name"],))
     return Page[dict[str, Any]](items=page, next_cursor=nxt)
+
+
+def _monitor_status(plane: ControlPlane, name: str) -> dict[str, Any] | None:
+    """The health monitor's view of the node (None where it does not run or has not seen the
+    node): score against threshold, health, alarms. NaN (no model yet) becomes null. The
+    free-text reason is left out: the node's own JSON carries it already."""
+    if not isinstance(plane.health, HealthMonitor):
+        return None
+    st = plane.health.status().get(name)
+    if st is None:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("health", "model", "score", "threshold", "alarms", "samples"):
+        v = st.get(key)
+        out[key] = None if isinstance(v, float) and not math.isfinite(v) else v
+    return out
+
+
+@router.get("/{name}/kpis", responses=_ERRORS)
+def node_kpis(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -> dict[str, Any]:
+    """The node's recent KPI samples (CPU busy %, memory used %, and the peer-excess kernel
+    and iowait shares where present), oldest first, at most the last 300; and the health
+    monitor's score against its threshold where it runs. Machine facts only: visible to every
+    tenant, as the node list is, and naming no job."""
+    if name not in {n.name for n in plane.nodes()}:
+        raise NotFound(f"node {name!r} not found")
+    return {
+        "node": name,
+        "samples": request.app.state.metrics.kpi_history(name),
+        "monitor": _monitor_status(plane, name),
+    }
 
 
 @router.post("/{name}/cordon", responses=_ERRORS)

@@ -138,24 +138,36 @@ function signIn(message) {
 
 async function overviewPage() {
   const body = h("div", {});
-  main.replaceChildren(h("h1", {}, "Cluster overview"), body);
+  const depth = h("div", {});
+  const charts = h("div", { class: "charts" });
+  main.replaceChildren(h("h1", {}, "Cluster overview"), body, h("h2", {}, "Queue depth"), depth, charts);
+  // The allocation timeline is the server's bounded history (GET /v1/cluster/stats: a sample
+  // every 2 s, the last ten minutes), so it is full as soon as the page opens.
+  const allocChart = chart(charts, "CPU cores: requested vs cluster (last 10 minutes)", ["requested", "cluster cores"], { id: "allocation-chart" });
   every(POLL_MS * 2, async () => {
     try {
-      const [jobs, nodes, queues] = await Promise.all([all("/v1/jobs"), all("/v1/nodes"), all("/v1/queues")]);
+      const [jobs, nodes, queues, stats] = await Promise.all([all("/v1/jobs"), all("/v1/nodes"), all("/v1/queues"), api("/v1/cluster/stats")]);
       const count = (xs, f) => xs.filter(f).length;
       const cores = nodes.reduce((s, n) => s + n.cpu, 0);
       const requested = nodes.reduce((s, n) => s + n.cpu_requested, 0);
-      const card = (label, value, sub) => h("div", { class: "card" }, h("div", {}, label), h("div", { class: "big" }, value), h("div", { class: "muted" }, sub || ""));
+      const ms = (x) => (x === null || x === undefined ? "–" : `${fmtNum(x * 1000)} ms`);
+      const r = stats.rounds;
+      const card = (label, value, sub, id) => h("div", { class: "card", id }, h("div", {}, label), h("div", { class: "big" }, value), h("div", { class: "muted" }, sub || ""));
       body.replaceChildren(
         h("div", { class: "cards" },
           card("Running jobs", count(jobs, (j) => j.phase === "Running"), `${jobs.length} visible to you`),
           card("Waiting jobs", count(jobs, (j) => ["Pending", "Queued"].includes(j.phase)), ""),
           card("Nodes", nodes.length, `${count(nodes, (n) => n.health !== "Healthy")} not healthy`),
           card("CPU requested", `${fmtNum(requested)} / ${fmtNum(cores)}`, "cores, whole cluster"),
+          card("Round latency", `p50 ${ms(r.p50)}`, `p95 ${ms(r.p95)}, max ${ms(r.max)}, last ${r.count} rounds`, "round-latency"),
           card("Queues", queues.length, "you may use")),
         h("h2", {}, "Jobs by phase"),
         table(PHASES, [h("tr", {}, PHASES.map((p) => h("td", {}, h("a", { href: `/ui/jobs?phase=${p}` }, count(jobs, (j) => j.phase === p)))))]),
       );
+      depth.replaceChildren(table(["Queue", "Pending", "Admitted"], queues.map((q) => h("tr", { "data-queue": q.name },
+        h("td", {}, h("a", { href: `/ui/jobs?queue=${encodeURIComponent(q.name)}` }, q.name)), h("td", {}, q.pending), h("td", {}, q.admitted))), { id: "queue-depth" }));
+      const a = stats.allocation;
+      allocChart([a.map((x) => x[0]), a.map((x) => x[1]), a.map((x) => x[2])]);
     } catch (e) {
       showError(body, e);
     }
@@ -212,6 +224,19 @@ function chart(box, title, series, opts = {}) {
     holder.parentElement.dataset.points = data[0].length;
     plot.setData(data);
   };
+}
+
+/** A small uPlot line (no axes, no legend) for a table cell; returns {el, set(data)}. The
+ * number of points is kept on the element (data-points), as chart() does. */
+function sparkline(label, series, { min = 0, max = 100 } = {}) {
+  const el = h("span", { class: "spark", title: label, "data-points": 0 });
+  const colors = ["#1d3557", "#e63946"];
+  const plot = new uPlot({
+    width: 120, height: 32, legend: { show: false }, cursor: { show: false }, axes: [{ show: false }, { show: false }],
+    scales: { x: { time: false }, y: { range: (_u, lo, hi) => [Math.min(min, lo), Math.max(max, hi)] } },
+    series: [{}, ...series.map((s, i) => ({ label: s, stroke: colors[i], width: 1.5 }))],
+  }, [[], ...series.map(() => [])], el);
+  return { el, set(data) { el.dataset.points = data[0].length; plot.setData(data); } };
 }
 
 /** CPU cores allocated at each time: a step function from the launch/resize events, which
@@ -333,16 +358,46 @@ async function nodesPage() {
       msg.replaceChildren(h("p", { class: "error" }, `${verb} ${n.name} failed: ${e.message}`));
     }
   } }, verb === "cordon" ? "Cordon" : "Uncordon");
+  // One set of sparklines per node, made once and moved into each new row (the table is
+  // rebuilt on every poll; the charts keep their uPlot instances).
+  const sparks = new Map();
+  const sparksOf = (name) => {
+    if (!sparks.has(name)) {
+      sparks.set(name, { cpu: sparkline(`${name}: CPU busy %`, ["cpu busy %"]), mem: sparkline(`${name}: memory used %`, ["mem used %"]),
+        excess: sparkline(`${name}: kernel / iowait share above the machine's other cores (%)`, ["kernel", "iowait"], { max: 10 }) });
+    }
+    return sparks.get(name);
+  };
+  const kpiCells = (n, k) => {
+    const sp = sparksOf(n.name);
+    const xs = k.samples.map((s) => s.time);
+    const col = (key) => k.samples.map((s) => s.values[key] ?? null);
+    sp.cpu.set([xs, col("cpu_busy_pct")]);
+    sp.mem.set([xs, col("mem_used_pct")]);
+    const last = k.samples.length ? k.samples[k.samples.length - 1].values : {};
+    const hasExcess = "peer_excess_cpu_system_pct" in last || "peer_excess_cpu_iowait_pct" in last;
+    if (hasExcess) sp.excess.set([xs, col("peer_excess_cpu_system_pct"), col("peer_excess_cpu_iowait_pct")]);
+    const pct = (key) => (key in last ? ` ${fmtNum(last[key], 2)}%` : "");
+    const m = k.monitor;
+    const anomaly = !m ? h("span", { class: "muted" }, "no monitor")
+      : m.score === null || m.threshold === null ? h("span", { class: "muted" }, m.model ? "no score yet" : "learning")
+        : h("span", { class: m.score > m.threshold ? "alarm" : "" }, `${fmtNum(m.score)} / ${fmtNum(m.threshold)}`,
+          h("meter", { min: 0, max: m.threshold, value: Math.min(m.score, m.threshold), high: m.threshold * 0.8 }),
+          m.alarms ? h("span", { class: "muted" }, ` ${m.alarms} alarms`) : "");
+    return [h("td", { class: "kpi-cpu" }, sp.cpu.el, pct("cpu_busy_pct")), h("td", { class: "kpi-mem" }, sp.mem.el, pct("mem_used_pct")),
+      h("td", {}, hasExcess ? sp.excess.el : h("span", { class: "muted" }, "–")), h("td", { class: "anomaly" }, anomaly)];
+  };
   every(POLL_MS, async () => {
     try {
       const [nodes, jobs] = await Promise.all([all("/v1/nodes"), all("/v1/jobs")]);
+      const kpis = await Promise.all(nodes.map((n) => api(`/v1/nodes/${encodeURIComponent(n.name)}/kpis`)));
       const on = (name) => jobs.filter((j) => !TERMINAL.has(j.phase) && (j.allocation || []).some((a) => a.node === name));
-      const rows = nodes.map((n) => h("tr", { "data-node": n.name },
+      const rows = nodes.map((n, i) => h("tr", { "data-node": n.name },
         h("td", {}, n.name), h("td", { class: `health-${n.health}` }, n.health), h("td", { class: "muted" }, n.reason),
         h("td", {}, fmtNum(n.cpu)), h("td", {}, n.gpus), h("td", {}, `${fmtNum(n.cpu_requested)}${n.cpu_limits === null ? "" : ` (limits ${fmtNum(n.cpu_limits)})`}`),
-        h("td", {}, n.jobs), h("td", {}, on(n.name).map((j, i) => [i ? ", " : "", jobLink(j)])),
+        h("td", {}, n.jobs), h("td", {}, on(n.name).map((j, k) => [k ? ", " : "", jobLink(j)])), kpiCells(n, kpis[i]),
         admin ? h("td", {}, n.health === "Cordoned" ? nodeAction(n, "uncordon") : nodeAction(n, "cordon")) : ""));
-      body.replaceChildren(table(["Node", "Health", "Why", "CPU", "GPUs", "CPU requested", "Jobs", "Your jobs there", ...(admin ? ["Action"] : [])], rows, { id: "nodes" }));
+      body.replaceChildren(table(["Node", "Health", "Why", "CPU", "GPUs", "CPU requested", "Jobs", "Your jobs there", "CPU busy", "Memory used", "Kernel / iowait excess", "Anomaly score / threshold", ...(admin ? ["Action"] : [])], rows, { id: "nodes" }));
     } catch (e) {
       showError(body, e);
     }
@@ -384,10 +439,13 @@ async function datasetsPage() {
     try {
       const ds = await all("/v1/datasets");
       const pct = (x) => (x === null || x === undefined ? "" : `${(100 * x).toFixed(0)}%`);
-      body.replaceChildren(ds.length ? table(["Dataset", "Owner", "Source", "Format", "Items", "Size (bytes)", "Cached here", "Cached on nodes", "Published"],
+      body.replaceChildren(ds.length ? table(["Dataset", "Owner", "Source", "Format", "Items", "Size (bytes)", "Cached here", "Cached on nodes", "Hits (memory / disk)", "Misses", "Hit rate", "Published"],
         ds.map((d) => h("tr", {}, h("td", {}, d.name), h("td", {}, d.tenant), h("td", {}, d.source), h("td", {}, d.format),
           h("td", {}, d.items ?? ""), h("td", {}, d.total_bytes ?? ""), h("td", {}, d.cache ? pct(d.cached_fraction) : "not cached"),
-          h("td", {}, Object.entries(d.cached_on).map(([n, f]) => `${n} ${pct(f)}`).join(", ")), h("td", {}, d.published ? "yes" : ""))), { id: "datasets" })
+          h("td", {}, Object.entries(d.cached_on).map(([n, f]) => `${n} ${pct(f)}`).join(", ")),
+          h("td", { class: "hits" }, d.cache_hits ? `${d.cache_hits.memory} / ${d.cache_hits.disk}` : ""), h("td", { class: "misses" }, d.cache_misses ?? ""),
+          h("td", { class: "hit-rate" }, d.cache_hits ? (d.hit_rate === null ? "no reads yet" : pct(d.hit_rate)) : ""),
+          h("td", {}, d.published ? "yes" : ""))), { id: "datasets" })
         : h("p", { class: "muted", id: "datasets" }, "No datasets."));
     } catch (e) {
       showError(body, e);
