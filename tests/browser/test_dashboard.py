@@ -182,3 +182,16 @@ def test_nodes_show_kpi_sparklines_and_the_other_pages_the_new_fields(page: Any,
     wait(page, 20).until(lambda d: points(d, "allocation-chart") >= 1)
     assert not page.find_elements(By.ID, "error")
     assert [e for e in page.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_an_admin_filters_the_job_list_by_tenant(page: Any, live: Live) -> None:
+    a, b = live.submit("alice", "alice-job"), live.submit("bob", "bob-job")
+    sign_in(page, live, "admin")
+    page.get(f"{live.url}/ui/jobs")
+    wait(page, 30).until(lambda d: {a["id"], b["id"]} <= set(job_rows(d)))  # an admin sees every tenant's
+    options = page.execute_script("return [...document.querySelectorAll('#filter-tenant option')].map(o => o.value)")
+    assert {"alice", "bob"} <= set(options)
+    page.get(f"{live.url}/ui/jobs?tenant=bob")
+    wait(page, 30).until(lambda d: job_rows(d) == [b["id"]])
+    time.sleep(2.5)  # still only bob's after another poll
+    assert job_rows(page) == [b["id"]]

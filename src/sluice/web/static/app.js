@@ -180,20 +180,32 @@ async function jobsPage() {
   const params = new URLSearchParams(location.search);
   const phase = params.get("phase") || "";
   const queue = params.get("queue") || "";
+  const tenant = params.get("tenant") || "";
   const phaseSel = h("select", { name: "phase", id: "filter-phase" }, h("option", { value: "" }, "any phase"),
     PHASES.map((p) => h("option", { value: p, selected: p === phase }, p)));
   const queueSel = h("select", { name: "queue", id: "filter-queue" }, h("option", { value: "" }, "any queue"));
   if (queue) queueSel.append(h("option", { value: queue, selected: true }, queue));
+  // Tenants: those whose jobs the caller sees (an admin sees every tenant's; a tenant, its own).
+  const tenantSel = h("select", { name: "tenant", id: "filter-tenant" }, h("option", { value: "" }, "any tenant"));
+  if (tenant) tenantSel.append(h("option", { value: tenant, selected: true }, tenant));
+  const seenTenants = new Set(tenant ? [tenant] : []);
   const form = h("form", { class: "filters", method: "get", action: "/ui/jobs" }, "Phase", phaseSel, "Queue", queueSel,
-    h("button", { type: "submit" }, "Filter"));
-  for (const sel of [phaseSel, queueSel]) sel.addEventListener("change", () => form.submit());
+    "Tenant", tenantSel, h("button", { type: "submit" }, "Filter"));
+  for (const sel of [phaseSel, queueSel, tenantSel]) sel.addEventListener("change", () => form.submit());
   const body = h("div", {});
   main.replaceChildren(h("h1", {}, "Jobs"), form, body);
   all("/v1/queues").then((qs) => qs.forEach((q) => q.name !== queue && queueSel.append(h("option", { value: q.name }, q.name)))).catch(() => {});
   every(POLL_MS, async () => {
     try {
       let jobs = await all(`/v1/jobs${phase ? `?phase=${encodeURIComponent(phase)}` : ""}`);
+      for (const j of jobs) {
+        if (!seenTenants.has(j.tenant)) {
+          seenTenants.add(j.tenant);
+          tenantSel.append(h("option", { value: j.tenant }, j.tenant));
+        }
+      }
       if (queue) jobs = jobs.filter((j) => (j.spec.queue || "default") === queue);
+      if (tenant) jobs = jobs.filter((j) => j.tenant === tenant);
       jobs.reverse(); // newest first
       const rows = jobs.map((j) => h("tr", { "data-job": j.id },
         h("td", {}, jobLink(j)), h("td", {}, j.tenant), h("td", {}, j.spec.queue || "default"), h("td", {}, phaseCell(j.phase)),
