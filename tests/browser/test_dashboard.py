@@ -70,6 +70,9 @@ def test_sign_in_watch_the_loss_chart_grow_and_cancel_the_job(page: Any, live: L
     wait(page, 30).until(lambda d: points(d, "loss-chart") > before)  # live: it keeps growing
     wait(page, 10).until(lambda d: d.find_element(By.ID, "job-phase").text == "Running")
     assert page.find_elements(By.CSS_SELECTOR, "#timeline tr"), "no decision timeline"
+    fields = page.find_element(By.ID, "job-fields").text
+    assert "Replicas 1 running (spec: 1)" in fields, fields
+    assert "Latest checkpoint none yet" in fields  # sdk_loop saves only when asked to stop
     wait(page, 30).until(lambda d: "fresh start" in d.find_element(By.ID, "log").text)
 
     click(page, By.ID, "cancel-button")
@@ -77,6 +80,8 @@ def test_sign_in_watch_the_loss_chart_grow_and_cancel_the_job(page: Any, live: L
     assert wait_for(lambda: live.job("alice", job["id"])["phase"] == "Cancelled", 30), live.job("alice", job["id"])
     wait(page, 20).until(lambda d: d.find_element(By.ID, "job-phase").text == "Cancelled")
     assert not page.find_elements(By.ID, "cancel-button")
+    # the cancel asked it to stop: it saved a checkpoint, which the page now shows
+    wait(page, 20).until(lambda d: "Latest checkpoint none yet" not in d.find_element(By.ID, "job-fields").text)
 
 
 def _alert(driver: Any) -> Any:

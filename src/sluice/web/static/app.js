@@ -297,6 +297,14 @@ async function jobPage(id) {
     }
   } }, label);
 
+  /** Replicas running now, and the range the spec allows (elastic jobs move within it). */
+  function replicasOf(j) {
+    const r = (j.spec.resources || {}).replicas || {};
+    const now = (j.allocation || []).length;
+    const range = r.max == null || r.min === r.max ? `${r.min ?? 1}` : `${r.min}–${r.max}`;
+    return `${now} running (spec: ${range})`;
+  }
+
   function render() {
     const alloc = (job.allocation || []).map((a) => `${a.node}: ${fmtNum(a.cpu_request)} CPU${a.gpus ? `, ${a.gpus} GPU` : ""}`).join("; ");
     const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v));
@@ -304,6 +312,7 @@ async function jobPage(id) {
       row("Id", job.id), row("Tenant", job.tenant), row("Queue", job.spec.queue || "default"),
       row("Phase", h("span", { id: "job-phase", class: `phase phase-${job.phase}` }, job.phase)), row("Reason", job.reason),
       row("Step", job.step), row("Loss", fmtNum(job.loss)), row("Allocation", alloc || "none"),
+      row("Replicas", replicasOf(job)), row("Latest checkpoint", job.checkpoint || "none yet"),
       row("Attempt / restarts", `${job.attempt} / ${job.restarts}`), row("Submitted", fmtTime(job.submitted_at)),
       row("Started", fmtTime(job.started_at)), row("Finished", fmtTime(job.finished_at)),
       row("Exit code", job.exit_code ?? ""), row("Command", (job.spec.command || []).join(" ")),
