@@ -11,7 +11,7 @@ test: setup
 	.venv/bin/ruff check src tests
 	.venv/bin/mypy
 	.venv/bin/lint-imports
-	.venv/bin/python -X faulthandler -m pytest -q -rs -p no:cacheprovider tests
+	.venv/bin/python -X faulthandler -m pytest -q -rs --durations=15 -p no:cacheprovider tests
 
 lint: setup
 	.venv/bin/ruff check src tests
