@@ -114,7 +114,7 @@ def test_up_joins_a_ray_cluster_tracks_its_nodes_and_runs_a_job_there(
         for args in (("queue", "create", "solo", "--cores", "1"), ("queue", "grant", "solo", "default")):
             r = sluice(home, *args)
             assert r.returncode == 0, r.stdout + r.stderr
-        nap = {"name": "nap", "queue": "solo", "command": ["python", "-c", "import time; time.sleep(8)"]}
+        nap = {"name": "nap", "queue": "solo", "command": ["python", "-c", "import time; time.sleep(5)"]}
         (tmp_path / "nap.json").write_text(json.dumps({**nap, "resources": {"cpu": 1}}))
         first, second = (sluice(home, "job", "submit", str(tmp_path / "nap.json")).stdout.strip() for _ in range(2))
         eventually(lambda: phase(first) == "Running", lambda: f"job {first}: {phase(first)}")
