@@ -37,7 +37,13 @@ from sluice.control.simulate import (
     run_simulation,
 )
 
-GPU_POLICIES = ("fifo", "binpack", "kube", "tiresias", "optimus", "pollux", "sluice")
+GPU_POLICIES = ("fifo", "binpack", "kube", "tiresias", "optimus", "pollux", "pollux-prior", "sluice", "sluice-prior")
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "pollux-prior": ("pollux", {"learn_speedup": False}),
+    "sluice-prior": ("sluice", {"learn_speedup": False}),
+}
+"""Rows that run a policy with one option changed: the fixed n^0.8 speed-up prior instead of
+curves learned from each job's measured rates, to show what learning buys."""
 LOADS = ("0.5", "1.0", "1.5", "2.0")
 PUBLISHED = ("pollux", "optimus", "tiresias")
 CPU_POLICIES = ("kube", "flowcon", "specon", "dqoes", "sluice")
@@ -72,7 +78,9 @@ def _one_gpu(args: tuple[str, str, int, str, bool]) -> tuple[str, str, int, floa
     policy, load, w, base, oracle = args
     jobs = load_workload(_workload_file(Path(base), load, w))
     t0 = time.perf_counter()
-    res = run_simulation(jobs, policy, SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0, oracle=oracle))
+    name, options = VARIANTS.get(policy, (policy, {}))
+    cfg = SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0, oracle=oracle, policy_options=options)
+    res = run_simulation(jobs, name, cfg)
     return policy, load, w, res.avg_jct_s, res.restarts, time.perf_counter() - t0
 
 
@@ -112,11 +120,13 @@ def run_pollux(
 ) -> dict[str, dict[str, float]]:
     tasks = [(p, load, w, str(base), oracle) for p in policies for load in loads for w in workloads]
     acc: dict[tuple[str, str], list[float]] = {}
+    per_w: dict[tuple[str, str, int], float] = {}
     restarts: dict[tuple[str, str], int] = {}
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers) as ex:
-        for i, (p, load, _w, avg, rs, _wall) in enumerate(ex.map(_one_gpu, tasks), start=1):
+        for i, (p, load, w, avg, rs, _wall) in enumerate(ex.map(_one_gpu, tasks), start=1):
             acc.setdefault((p, load), []).append(avg)
+            per_w[(p, load, w)] = avg
             restarts[(p, load)] = restarts.get((p, load), 0) + rs
             console.print(f"  [{i}/{len(tasks)}] {p} {load}× done ({time.perf_counter() - started:.0f}s)", end="\r")
     console.print()
@@ -170,7 +180,41 @@ def run_pollux(
                 f"{1 - s / pub['pollux']['1.0']:+.1%} below published Pollux ({pub['pollux']['1.0'] / 3600:.2f} h)"
             )
         console.print(("ORACLE (UPPER BOUND): " if oracle else "") + "; ".join(msg))
+    if {"sluice", "pollux"} <= set(ours):
+        _goals(ours, per_w, restarts, pub, loads, workloads, oracle)
     return {p: {load: v / 3600 for load, v in d.items()} for p, d in ours.items()}
+
+
+def _goals(
+    ours: dict[str, dict[str, float]],
+    per_w: dict[tuple[str, str, int], float],
+    restarts: dict[tuple[str, str], int],
+    pub: dict[str, dict[str, float]],
+    loads: list[str],
+    workloads: list[int],
+    oracle: bool,
+) -> None:
+    """Issue 14's goals for `sluice`, per load: average JCT at most 0.9x our `pollux` on every
+    workload (against the better of its learned and prior variants when both ran), mean below
+    the published Pollux, and at most 2x Pollux's restarts."""
+    t = Table(title=_title("Goals for sluice: JCT ratio to our best pollux per workload, restarts ratio", oracle))
+    for c in ("load", "worst workload (ratio)", "workloads <= 0.9x", "mean / published Pollux", "restarts / pollux"):
+        t.add_column(c, justify="right")
+    rivals = [p for p in ("pollux", "pollux-prior") if p in ours]
+    for load in loads:
+        ratios = {w: per_w[("sluice", load, w)] / min(per_w[(p, load, w)] for p in rivals) for w in workloads}
+        worst = max(ratios, key=lambda w: ratios[w])
+        ok = sum(1 for r in ratios.values() if r <= 0.9)
+        best = min(rivals, key=lambda p: restarts[(p, load)])
+        pub_p = pub.get("pollux", {}).get(load)
+        t.add_row(
+            f"{load}x",
+            f"w{worst} ({ratios[worst]:.2f})",
+            f"{ok}/{len(workloads)}",
+            f"{ours['sluice'][load] / pub_p:.2f}" if pub_p else "-",
+            f"{restarts[('sluice', load)] / max(restarts[(best, load)], 1):.2f} (vs {best})",
+        )
+    console.print(t)
 
 
 def _cell(v: float, ref: float | None) -> str:

@@ -66,6 +66,7 @@ from sluice.model import (
     StopIntent,
     StopKind,
     Wait,
+    alloc_shape,
 )
 from sluice.model.phase import TERMINAL as TERMINAL_PHASES
 from sluice.model.queue import DEFAULT_QUEUE, Amounts, QueueConfig
@@ -392,7 +393,7 @@ class Controller:
                 self.book.transition(job.id, Phase.RUNNING, where, started_at=job.started_at or e.time)
         elif isinstance(e, JobProgress):
             tr = self._tracker(job)
-            tr.report(e.time, e.step, e.loss, e.metrics)
+            tr.report(e.time, e.step, e.loss, e.metrics, shape=alloc_shape(job.allocation), attempt=job.attempt)
             self.book.observe(job.id, step=tr.step, loss=tr.loss)
             self._check_qoe(job, tr, e.time)
         elif isinstance(e, JobUsage):

@@ -20,13 +20,14 @@ from sluice.model.job import JobRecord, StopIntent, StopKind
 from sluice.model.launch import JobUser, LaunchRequest, NodeInfo
 from sluice.model.oracle import ORACLE_LABEL, OracleInfo, OracleSource, SpeedupFn
 from sluice.model.phase import TERMINAL, TRANSITIONS, IllegalTransition, Phase, can_transition
-from sluice.model.progress import ProgressSignals, ProgressTracker
+from sluice.model.progress import AllocShape, ProgressSignals, ProgressTracker, RateSample, alloc_shape
 from sluice.model.view import ClusterView, JobView, NodeHealth, NodeView
 
 __all__ = [
     "ORACLE_LABEL",
     "TERMINAL",
     "TRANSITIONS",
+    "AllocShape",
     "Allocation",
     "Assignment",
     "ClusterView",
@@ -60,11 +61,13 @@ __all__ = [
     "Preempt",
     "ProgressSignals",
     "ProgressTracker",
+    "RateSample",
     "Resize",
     "SetNodeHealth",
     "SpeedupFn",
     "StopIntent",
     "StopKind",
     "Wait",
+    "alloc_shape",
     "can_transition",
 ]

@@ -11,8 +11,44 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from sluice.model.allocation import Allocation
+
 HISTORY_POINTS = 240
 """Samples kept per job for loss and usage history (older points are dropped)."""
+
+RATE_SHAPES = 32
+"""Allocation shapes a job's measured rates are kept for (the oldest measurement is dropped)."""
+
+RATE_WINDOW_S = 300.0
+"""Recent span a rate is measured over, within one allocation: long enough to average out
+report jitter, short enough to follow a job whose speed changes as it trains."""
+
+AllocShape = tuple[int, int, int]
+"""What a job held while a rate was measured: (GPUs, nodes, replicas)."""
+
+
+def alloc_shape(alloc: Allocation | None) -> AllocShape | None:
+    """The shape a rate is recorded under (None: the job holds nothing)."""
+    if alloc is None:
+        return None
+    return (alloc.total_gpus, len(alloc.nodes), len(alloc.assignments))
+
+
+@dataclass(frozen=True, slots=True)
+class RateSample:
+    """Steps per second a job was measured at while it held one allocation shape.
+
+    Measured between reports of the same attempt on the same shape, so start-up, restore and
+    the restart itself are never counted against the allocation (a restart used to halve
+    the measured rate for a minute). `seconds` is the span measured, `at` its end.
+    """
+
+    gpus: int
+    nodes: int
+    replicas: int
+    steps_per_s: float
+    seconds: float
+    at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +64,8 @@ class ProgressSignals:
     io_stall_fraction: share of wall time the job waited on data (0..1).
     report_history: (time s, step, loss or None) of each report, oldest first: the raw
                    series behind the others, for people (`sluice job plot`), not policies.
+    rates:         measured steps/s at each allocation shape the job has held (RateSample),
+                   what learned speedup models are fitted from.
     """
 
     step: int = 0
@@ -43,6 +81,7 @@ class ProgressSignals:
     loss_history: tuple[tuple[float, float], ...] = ()
     usage_history: tuple[tuple[float, float], ...] = ()
     report_history: tuple[tuple[float, int, float | None], ...] = ()
+    rates: tuple[RateSample, ...] = ()
 
     def mean_loss_between(self, t0: float, t1: float) -> float | None:
         """Mean normalised loss of reports with t0 < t <= t1 (None if none)."""
@@ -76,9 +115,25 @@ class ProgressTracker:
     _raw: deque[tuple[float, int, float | None]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     _usage: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
     _snapshot: ProgressSignals | None = None
+    _segment: tuple[AllocShape, int] | None = None
+    _seg_points: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
+    _rates: dict[AllocShape, RateSample] = field(default_factory=dict)
 
-    def report(self, time: float, step: int, loss: float | None, metrics: dict[str, float] | None = None) -> None:
+    def report(
+        self,
+        time: float,
+        step: int,
+        loss: float | None,
+        metrics: dict[str, float] | None = None,
+        shape: AllocShape | None = None,
+        attempt: int = 0,
+    ) -> None:
+        """Take in one progress report. `shape` is what the job held when it reported (None:
+        unknown, no rate is recorded); a new shape or attempt starts a new measurement whose
+        first report is only its baseline."""
         self._snapshot = None
+        if shape is not None:
+            self._measure(time, int(step), shape, attempt)
         if self.first_report is None:
             self.first_report = time
         self.last_report = time
@@ -93,6 +148,35 @@ class ProgressTracker:
             self.max_loss = loss if self.max_loss is None else max(self.max_loss, loss)
             self.best_loss = loss if self.best_loss is None else min(self.best_loss, loss)
         self._raw.append((time, int(step), loss if loss is not None and math.isfinite(loss) else None))
+
+    def _measure(self, time: float, step: int, shape: AllocShape, attempt: int) -> None:
+        if self._segment != (shape, attempt):
+            self._segment = (shape, attempt)
+            self._seg_points.clear()
+            self._seg_points.append((time, step))
+            return
+        if time <= self._seg_points[-1][0]:
+            return
+        self._seg_points.append((time, step))
+        start = next((p for p in self._seg_points if p[0] >= time - RATE_WINDOW_S), self._seg_points[0])
+        if start[0] >= time:
+            start = self._seg_points[-2]
+        span = time - start[0]
+        rate = max(0.0, (step - start[1]) / span)
+        self._rates.pop(shape, None)
+        self._rates[shape] = RateSample(shape[0], shape[1], shape[2], rate, span, time)
+        while len(self._rates) > RATE_SHAPES:
+            del self._rates[next(iter(self._rates))]
+
+    def _segment_rate(self) -> float | None:
+        """The current allocation's measured rate; right after a change, before the new shape
+        is measured, the last one measured on that shape or else on any shape."""
+        if self._segment is None or not self._rates:
+            return None
+        r = self._rates.get(self._segment[0])
+        if r is None:
+            r = max(self._rates.values(), key=lambda x: x.at)
+        return r.steps_per_s
 
     def usage(self, time: float, cores: float) -> None:
         self._snapshot = None
@@ -112,7 +196,8 @@ class ProgressTracker:
     def snapshot(self) -> ProgressSignals:
         if self._snapshot is not None:
             return self._snapshot
-        thr = self._throughput()
+        seg = self._segment_rate()
+        thr = seg if seg is not None else self._throughput()
         remaining: float | None = None
         if self.total_steps and thr > 0:
             remaining = max(0.0, (self.total_steps - self.step) / thr)
@@ -139,6 +224,7 @@ class ProgressTracker:
             loss_history=hist,
             usage_history=tuple(self._usage),
             report_history=tuple(self._raw),
+            rates=tuple(self._rates.values()),
         )
         return self._snapshot
 

@@ -10,8 +10,8 @@ paying the restart each time — which is what the published comparison measured
 from __future__ import annotations
 
 from sluice.model import ClusterView, Decision, JobView, Phase
-from sluice.policy.parts.elastic import Speedups, apply_targets, remaining_ref_s
-from sluice.policy.parts.gpu import GpuLedger, max_gpus, uses_gpus
+from sluice.policy.parts.elastic import Speedups, apply_targets
+from sluice.policy.parts.gpu import GpuLedger, uses_gpus
 from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
 
@@ -19,14 +19,18 @@ from sluice.policy.parts.ordering import ready
 class OptimusPolicy:
     name = "optimus"
 
+    def __init__(self, learn_speedup: bool = True) -> None:
+        self.learn_speedup = learn_speedup
+        """Learn each job's speed-up curve from its measured rates (else the n^0.8 prior)."""
+
     def decide(self, view: ClusterView) -> list[Decision]:
         queued, _ = ready(view, view.queued)
         jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
         jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
         ledger = GpuLedger(view)
         total = sum(ledger.capacity.values())
-        sp = Speedups(ledger.per_node)
-        rem = {j.id: remaining_ref_s(j) for j in jobs}
+        sp = Speedups(ledger.per_node, learn=self.learn_speedup)
+        rem = {j.id: sp.remaining_ref_s(j) for j in jobs}
         n: dict[str, int] = {}
         free = total
         for j in jobs:
@@ -35,7 +39,7 @@ class OptimusPolicy:
 
         def gain(j: JobView) -> float:
             k = n[j.id]
-            if k == 0 or k + 1 > max_gpus(j):
+            if k == 0 or k + 1 > sp.most(j):
                 return 0.0
             return rem[j.id] / sp(j, k) - rem[j.id] / sp(j, k + 1)
 

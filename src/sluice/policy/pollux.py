@@ -16,8 +16,8 @@ over consolidated GPU counts is the simplification (documented in docs/policies.
 from __future__ import annotations
 
 from sluice.model import ClusterView, Decision, JobView, Phase
-from sluice.policy.parts.elastic import Speedups, apply_targets, remaining_ref_s, restart_s
-from sluice.policy.parts.gpu import GpuLedger, held_gpus, max_gpus, uses_gpus
+from sluice.policy.parts.elastic import Speedups, apply_targets, restart_s
+from sluice.policy.parts.gpu import GpuLedger, held_gpus, uses_gpus
 from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
 
@@ -26,10 +26,12 @@ class PolluxPolicy:
     name = "pollux"
     adaptive_batch = True
 
-    def __init__(self, p: float = -1.0) -> None:
+    def __init__(self, p: float = -1.0, learn_speedup: bool = True) -> None:
         if p >= 0:
             raise ValueError(f"p must be negative (a fairness-leaning mean), got {p}")
         self.p = p
+        self.learn_speedup = learn_speedup
+        """Learn each job's goodput curve from its measured rates (else the n^0.8 prior)."""
 
     def decide(self, view: ClusterView) -> list[Decision]:
         queued, _ = ready(view, view.queued)
@@ -37,8 +39,8 @@ class PolluxPolicy:
         jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
         ledger = GpuLedger(view)
         free = sum(ledger.capacity.values())
-        sp = Speedups(ledger.per_node)
-        rem = {j.id: remaining_ref_s(j) for j in jobs}
+        sp = Speedups(ledger.per_node, learn=self.learn_speedup)
+        rem = {j.id: sp.remaining_ref_s(j) for j in jobs}
 
         def eff(j: JobView, k: int) -> float:
             """Speedup at k GPUs, counting the restart a change would cost."""
@@ -55,7 +57,7 @@ class PolluxPolicy:
 
         def gain(j: JobView) -> float:
             k = n[j.id]
-            if k == 0 or k + 1 > max_gpus(j):
+            if k == 0 or k + 1 > sp.most(j):
                 return 0.0
             return eff(j, k) ** self.p - eff(j, k + 1) ** self.p
 

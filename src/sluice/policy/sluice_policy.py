@@ -22,8 +22,8 @@ from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView,
 from sluice.policy.dqoes import time_to_target
 from sluice.policy.kube import place_queued
 from sluice.policy.parts.capacity import Ledger
-from sluice.policy.parts.elastic import Speedups, apply_targets, remaining_ref_s, restart_s
-from sluice.policy.parts.gpu import GpuLedger, held_gpus, max_gpus, uses_gpus
+from sluice.policy.parts.elastic import Speedups, apply_targets, restart_s
+from sluice.policy.parts.gpu import GpuLedger, held_gpus, uses_gpus
 from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
 from sluice.policy.parts.placement import spread
@@ -34,9 +34,20 @@ class SluicePolicy:
     adaptive_batch = True
 
     def __init__(
-        self, preempt_ratio: float = 2.0, deadline_slack: float = 1.2, queue_price: float = 1.0, alpha: float = 3.0
+        self,
+        preempt_ratio: float = 2.0,
+        deadline_slack: float = 1.2,
+        queue_price: float = 1.0,
+        alpha: float = 2.0,
+        change_margin: float = 0.05,
+        learn_speedup: bool = True,
     ) -> None:
         self.alpha = alpha
+        self.change_margin = change_margin
+        """A running job's other allocations are taken as this much slower than predicted
+        (besides the restart): hysteresis against churn on a model's small errors."""
+        self.learn_speedup = learn_speedup
+        """Learn each job's goodput curve from its measured rates (else the n^0.8 prior)."""
         self.preempt_ratio = preempt_ratio
         self.deadline_slack = deadline_slack
         self.queue_price = queue_price
@@ -97,13 +108,15 @@ class SluicePolicy:
             return []
         ledger = GpuLedger(view)
         free = sum(ledger.capacity.values())
-        sp = Speedups(ledger.per_node)
-        rem = {j.id: remaining_ref_s(j) for j in jobs}
+        sp = Speedups(ledger.per_node, learn=self.learn_speedup)
+        rem = {j.id: sp.remaining_ref_s(j) for j in jobs}
 
         def time_at(j: JobView, k: int) -> float:
             """Seconds to finish on k GPUs, counting the restart a change would cost."""
             t = rem[j.id] / sp(j, k)
-            return t if k == held_gpus(j) else t + restart_s(j)
+            if k == held_gpus(j):
+                return t
+            return t * (1.0 + self.change_margin) + restart_s(j)
 
         def key(j: JobView) -> tuple[int, float, float, str]:
             urgent = 0
@@ -127,7 +140,7 @@ class SluicePolicy:
 
         def gain(j: JobView) -> float:
             k = n[j.id]
-            if k == 0 or k + 1 > max_gpus(j):
+            if k == 0 or k + 1 > sp.most(j):
                 return 0.0
             t0, t1 = time_at(j, k), time_at(j, k + 1)
             cost = (k + 1) * t1 - k * t0

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Place, Preempt, Resize, Wait
-from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, held_gpus, requested_gpus
+from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, held_gpus, max_gpus, requested_gpus
 from sluice.policy.parts.placement import unschedulable, wait_reason
+from sluice.policy.parts.speedup import PRIOR_EXPONENT, LearnedCurve
 
 DEFAULT_REMAINING_S = 3600.0
 """What a job with no estimate of its remaining time is assumed to need."""
@@ -23,9 +24,8 @@ DEFAULT_RESTART_S = 30.0
 """What a restart (or change of GPUs) is assumed to cost a job: checkpoint, relaunch, restore.
 No engine measures it yet; the simulator's GPU jobs charge exactly this much."""
 
-SCALING_EXPONENT = 0.8
-"""Default goodput model without an oracle: n GPUs instead of the reference r go (n/r)^0.8
-as fast — typical sub-linear data-parallel scaling. A learned per-job model is future work."""
+SCALING_EXPONENT = PRIOR_EXPONENT
+"""The prior goodput model where a job has not been measured (see `speedup.LearnedCurve`)."""
 
 
 def shape(n: int, per_node: int) -> tuple[int, ...]:
@@ -38,11 +38,26 @@ def shape(n: int, per_node: int) -> tuple[int, ...]:
 
 
 class Speedups:
-    """Memoised relative goodput of each job at n consolidated GPUs (0 GPUs -> 0)."""
+    """Memoised relative goodput of each job at n consolidated GPUs (0 GPUs -> 0), and what
+    follows from it: remaining time at the reference allocation and the most GPUs worth trying.
 
-    def __init__(self, per_node: int) -> None:
+    Outside an oracle study each job's curve is learned from its own measured rates
+    (`speedup.LearnedCurve`); in one, the simulator's true curve is used.
+    """
+
+    def __init__(self, per_node: int, learn: bool = True) -> None:
         self.per_node = max(per_node, 1)
+        self.learn = learn
+        """False: every job gets the prior curve and may use its spec's maximum at once (the
+        fixed model used before curves were learned; kept as a baseline)."""
         self._memo: dict[tuple[str, int], float] = {}
+        self._curves: dict[str, LearnedCurve] = {}
+
+    def curve(self, job: JobView) -> LearnedCurve:
+        c = self._curves.get(job.id)
+        if c is None:
+            c = self._curves[job.id] = LearnedCurve(job.progress.rates if self.learn else ())
+        return c
 
     def __call__(self, job: JobView, n: int) -> float:
         if n <= 0:
@@ -55,9 +70,35 @@ class Speedups:
                 alloc = Allocation(tuple(Assignment(f"_{i}", gpus=g) for i, g in enumerate(shape(n, self.per_node))))
                 v = max(truth(alloc), 1e-9)
             else:
-                v = (n / ref_gpus(job)) ** SCALING_EXPONENT
+                v = self.curve(job).speedup(n, ref_gpus(job))
             self._memo[key] = v
         return v
+
+    def most(self, job: JobView) -> int:
+        """Most GPUs a policy may give the job: the spec's maximum, and outside an oracle
+        study no more than the learned curve is confident to try."""
+        if job.oracle is not None or not self.learn:
+            return max_gpus(job)
+        return min(max_gpus(job), self.curve(job).explore_cap(requested_gpus(job)))
+
+    def remaining_ref_s(self, job: JobView) -> float:
+        """Seconds left at the job's reference allocation.
+
+        The oracle's exact figure in an oracle study; else the steps left (declared total −
+        reported step) at the learned curve's speed on the reference GPUs; else the
+        progress tracker's prediction at the GPUs held, converted with the curve; else
+        DEFAULT_REMAINING_S.
+        """
+        if job.oracle is not None:
+            return max(job.oracle.remaining_ref_s, 1.0)
+        pr = job.progress
+        rate = self.curve(job).rate(ref_gpus(job))
+        if pr.total_steps and rate:
+            return max((pr.total_steps - pr.step) / rate, 1.0)
+        if pr.predicted_remaining_s is not None:
+            held = held_gpus(job)
+            return max(pr.predicted_remaining_s * self(job, held) if held else pr.predicted_remaining_s, 1.0)
+        return DEFAULT_REMAINING_S
 
 
 def ref_gpus(job: JobView) -> int:
@@ -67,20 +108,9 @@ def ref_gpus(job: JobView) -> int:
     return max(requested_gpus(job), 1)
 
 
-def remaining_ref_s(job: JobView) -> float:
-    """Seconds left at the job's reference allocation.
-
-    The oracle's exact figure in an oracle study; else the progress tracker's prediction
-    (declared total steps / measured throughput, at the GPUs the job holds, converted to the
-    reference with the default scaling model); else DEFAULT_REMAINING_S.
-    """
-    if job.oracle is not None:
-        return max(job.oracle.remaining_ref_s, 1.0)
-    pr = job.progress.predicted_remaining_s
-    if pr is not None:
-        held = held_gpus(job)
-        return max(pr * (held / ref_gpus(job)) ** SCALING_EXPONENT if held else pr, 1.0)
-    return DEFAULT_REMAINING_S
+def remaining_ref_s(job: JobView, per_node: int = 1) -> float:
+    """`Speedups.remaining_ref_s` for one job (see there)."""
+    return Speedups(per_node).remaining_ref_s(job)
 
 
 def restart_s(job: JobView) -> float:

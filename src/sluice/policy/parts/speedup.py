@@ -1,0 +1,106 @@
+"""A job's speed at GPU counts it has not run at, learned from the speeds it was measured at.
+
+Why learned: with adaptive batch sizes a job's goodput curve depends on the model, the
+batch-size range and how far training has got; the same (n / requested)^0.8 for every job
+was wrong by 4× either way on the measured Pollux applications (yolov3 at epoch 0 runs
+*slower* on 8 GPUs than on 1; cifar10 near the end is super-linear). Pollux fits a
+throughput model per job from the step times its agent measures; this is the same idea
+with what every engine reports: steps per second at each allocation shape the job has held
+(`ProgressSignals.rates`, start-up excluded by the tracker).
+
+The curve, in log-log space:
+- at a measured GPU count: the latest measurement;
+- between two measured counts: interpolated;
+- beyond the measured range: extended from the nearest measurement with the slope of the
+  two nearest measurements (one measurement: the prior exponent), clipped to [0, 1] so a
+  job is never predicted to lose speed, nor to scale super-linearly, where nobody looked.
+- no measurement: the prior, (n / requested)^PRIOR_EXPONENT, and the job is not trusted
+  with more than it asked for.
+
+Uncertainty is carried in what the model will let a policy try: never more than
+`EXPLORE_FACTOR` × the most GPUs measured (as Pollux does), so a wrong prior costs one
+restart at twice the size, and its measurement then replaces the prior. Measurements older
+than `STALE_S` are dropped: goodput moves as training goes on (the gradient noise grows),
+and a curve measured hours ago would pin a job at its old size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from sluice.model import RateSample
+
+PRIOR_EXPONENT = 0.8
+"""Speed-up n^0.8 where nothing was measured: typical sub-linear data-parallel scaling."""
+
+EXPLORE_FACTOR = 2
+"""A job may be given at most this many times the most GPUs it has been measured at."""
+
+STALE_S = 900.0
+"""Measurements older than this (seconds before the newest) are not used."""
+
+
+class LearnedCurve:
+    """Steps per second of one job at n GPUs, from its own measurements."""
+
+    def __init__(self, samples: Iterable[RateSample], prior_exponent: float = PRIOR_EXPONENT) -> None:
+        usable = [s for s in samples if s.gpus > 0 and s.steps_per_s > 0]
+        newest = max((s.at for s in usable), default=0.0)
+        by_gpus: dict[int, RateSample] = {}
+        for s in usable:
+            if s.at < newest - STALE_S:
+                continue
+            old = by_gpus.get(s.gpus)
+            if old is None or s.at > old.at:
+                by_gpus[s.gpus] = s
+        self.points: list[tuple[int, float]] = sorted((g, s.steps_per_s) for g, s in by_gpus.items())
+        self.prior_exponent = prior_exponent
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.points)
+
+    @property
+    def most_measured(self) -> int:
+        return self.points[-1][0] if self.points else 0
+
+    def explore_cap(self, asked: int) -> int:
+        """Most GPUs the model is confident enough to try: twice the most measured, or what
+        the job asked for when nothing was measured yet."""
+        if not self.points:
+            return max(asked, 1)
+        return max(EXPLORE_FACTOR * self.most_measured, 1)
+
+    def _slope(self, a: tuple[int, float], b: tuple[int, float]) -> float:
+        return math.log(b[1] / a[1]) / math.log(b[0] / a[0])
+
+    def rate(self, n: int) -> float | None:
+        """Predicted steps/s on n GPUs (None when nothing was measured)."""
+        pts = self.points
+        if not pts or n <= 0:
+            return None if not pts else 0.0
+        for i, (g, r) in enumerate(pts):
+            if g == n:
+                return r
+            if g > n:
+                if i == 0:
+                    slope = self._slope(pts[0], pts[1]) if len(pts) > 1 else self.prior_exponent
+                    slope = min(max(slope, 0.0), 1.0)
+                    return r * (n / g) ** slope
+                lo = pts[i - 1]
+                f = math.log(n / lo[0]) / math.log(g / lo[0])
+                return math.exp(math.log(lo[1]) + f * (math.log(r) - math.log(lo[1])))
+        top = pts[-1]
+        slope = self._slope(pts[-2], top) if len(pts) > 1 else self.prior_exponent
+        slope = min(max(slope, 0.0), 1.0)
+        return top[1] * (n / top[0]) ** slope
+
+    def speedup(self, n: int, ref: int) -> float:
+        """Speed on n GPUs relative to ref GPUs (the prior curve when nothing was measured)."""
+        if n <= 0:
+            return 0.0
+        a, b = self.rate(n), self.rate(max(ref, 1))
+        if a is None or b is None or b <= 0:
+            return (n / max(ref, 1)) ** self.prior_exponent
+        return max(a / b, 1e-9)

@@ -1,0 +1,157 @@
+"""Learned speed-up curves: measured per allocation shape by the tracker (start-up excluded),
+fitted per job, used by the GPU policies instead of one fixed curve for every job."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.model import (
+    Allocation,
+    Assignment,
+    ClusterView,
+    JobView,
+    NodeHealth,
+    NodeView,
+    Phase,
+    ProgressSignals,
+    ProgressTracker,
+    RateSample,
+    Resize,
+)
+from sluice.policy.parts.elastic import Speedups
+from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
+from sluice.policy.registry import make_policy
+
+
+def sample(gpus: int, rate: float, at: float = 1000.0) -> RateSample:
+    return RateSample(gpus, 1, gpus, rate, 120.0, at)
+
+
+# ------------------------------------------------------------------ the tracker
+
+
+def test_a_restart_is_not_counted_against_the_new_allocation() -> None:
+    tr = ProgressTracker()
+    one, two = (1, 1, 1), (2, 1, 2)
+    for t in range(0, 301, 60):  # 1 GPU: 10 steps/s
+        tr.report(float(t), 10 * t, None, shape=one, attempt=1)
+    assert tr.snapshot().throughput == pytest.approx(10.0)
+    # Resized at t=300; the first report after it comes 60 s later with 30 s lost to the restart.
+    tr.report(360.0, 3000 + 30 * 16, None, shape=two, attempt=2)
+    # The new shape has no measurement yet: the rate is not halved by the restart.
+    assert tr.snapshot().throughput == pytest.approx(10.0)
+    tr.report(420.0, 3000 + 30 * 16 + 60 * 16, None, shape=two, attempt=2)
+    snap = tr.snapshot()
+    assert snap.throughput == pytest.approx(16.0)
+    rates = {(r.gpus, r.replicas): r.steps_per_s for r in snap.rates}
+    assert rates == {(1, 1): pytest.approx(10.0), (2, 2): pytest.approx(16.0)}
+
+
+def test_rates_are_measured_over_a_recent_window_within_one_allocation() -> None:
+    tr = ProgressTracker()
+    shape = (4, 1, 4)
+    step = 0
+    for t in range(0, 3601, 60):
+        step += 60 * (1 if t <= 1800 else 3)  # the job speeds up halfway (larger batches pay off)
+        tr.report(float(t), step, None, shape=shape, attempt=1)
+    assert tr.snapshot().rates[0].steps_per_s == pytest.approx(3.0)
+
+
+def test_reports_without_a_shape_record_no_rate() -> None:
+    tr = ProgressTracker()
+    tr.report(0.0, 0, None)
+    tr.report(60.0, 600, None)
+    assert tr.snapshot().rates == () and tr.snapshot().throughput == pytest.approx(10.0)
+
+
+# ------------------------------------------------------------------ the curve
+
+
+def test_no_measurement_means_the_prior_and_no_more_than_asked() -> None:
+    c = LearnedCurve([])
+    assert not c.measured and c.rate(4) is None
+    assert c.speedup(4, 1) == pytest.approx(4**PRIOR_EXPONENT)
+    assert c.explore_cap(asked=3) == 3
+
+
+def test_a_job_that_did_not_scale_is_predicted_not_to_scale() -> None:
+    c = LearnedCurve([sample(1, 10.0), sample(2, 10.5)])
+    assert c.speedup(4, 1) == pytest.approx(1.05 * 2 ** (c._slope((1, 10.0), (2, 10.5))), rel=1e-6)
+    assert c.speedup(4, 1) < 1.2
+    assert c.explore_cap(asked=1) == 2 * EXPLORE_FACTOR
+
+
+def test_measured_points_are_used_exactly_and_interpolated_between() -> None:
+    c = LearnedCurve([sample(1, 10.0), sample(4, 30.0)])
+    assert c.rate(1) == 10.0 and c.rate(4) == 30.0
+    assert 10.0 < c.rate(2) < 30.0  # type: ignore[operator]
+
+
+def test_a_slower_allocation_is_never_extrapolated_downwards_or_super_linearly() -> None:
+    slower = LearnedCurve([sample(2, 10.0), sample(4, 8.0)])
+    assert slower.rate(8) == pytest.approx(8.0)  # slope clipped at 0 beyond what was seen
+    steep = LearnedCurve([sample(1, 1.0), sample(2, 4.0)])
+    assert steep.rate(8) == pytest.approx(4.0 * 4)  # clipped at linear
+
+
+def test_old_measurements_are_forgotten() -> None:
+    c = LearnedCurve([sample(8, 80.0, at=0.0), sample(1, 10.0, at=STALE_S + 10.0)])
+    assert [g for g, _ in c.points] == [1]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 64), st.floats(0.01, 1e4)), min_size=1, max_size=8, unique_by=lambda x: x[0]),
+    st.integers(1, 64),
+)
+def test_predictions_are_positive_and_bounded_by_linear_extrapolation(pts: list[tuple[int, float]], n: int) -> None:
+    c = LearnedCurve([sample(g, r) for g, r in pts])
+    r = c.rate(n)
+    assert r is not None and r > 0
+    hi = max(rate * max(1.0, n / g) for g, rate in pts)
+    assert r <= hi * (1 + 1e-9)
+
+
+# ------------------------------------------------------------------ policies
+
+
+def _view(*jobs: JobView, gpus: int = 8) -> ClusterView:
+    ns = {"n0": NodeView("n0", 32.0, gpus, health=NodeHealth.HEALTHY)}
+    return ClusterView(100.0, MappingProxyType(ns), MappingProxyType({j.id: j for j in jobs}))
+
+
+def _running(jid: str, held: int, rates: tuple[RateSample, ...]) -> JobView:
+    alloc = Allocation((Assignment("n0", float(held), None, held),))
+    return JobView(
+        id=jid,
+        tenant="t",
+        name=jid,
+        phase=Phase.RUNNING,
+        submitted_at=0.0,
+        gpus=1,
+        replicas_min=1,
+        replicas_max=8,
+        allocation=alloc,
+        progress=ProgressSignals(step=100, total_steps=100_000, throughput=rates[-1].steps_per_s, rates=rates),
+    )
+
+
+@pytest.mark.parametrize("policy", ["sluice", "pollux"])
+def test_policies_grow_the_job_that_scales_not_the_one_that_does_not(policy: str) -> None:
+    scales = _running("scales", 2, (sample(1, 10.0), sample(2, 19.0)))
+    flat = _running("flat", 2, (sample(1, 10.0), sample(2, 10.2)))
+    ds = {d.job_id: d for d in make_policy(policy).decide(_view(scales, flat, gpus=6))}
+    after = {j: d.allocation.total_gpus if isinstance(d, Resize) else 2 for j, d in ds.items()}
+    assert after.get("scales", 2) == 4 and after.get("flat", 2) == 2
+
+
+def test_the_prior_baseline_treats_both_alike() -> None:
+    scales = _running("scales", 2, (sample(1, 10.0), sample(2, 19.0)))
+    flat = _running("flat", 2, (sample(1, 10.0), sample(2, 10.2)))
+    sp = Speedups(per_node=8, learn=False)
+    assert sp(scales, 4) == sp(replace(flat, id="scales2"), 4) == pytest.approx(4**PRIOR_EXPONENT)
+    assert sp.most(flat) == 8
