@@ -65,7 +65,7 @@ class CpuShares:
         reweigh: bool = True,
         migrate: bool = True,
         min_gain_s: float = 120.0,
-        protect_longest: bool = True,
+        protect_longest: float = 1.0,
     ) -> None:
         self.name = name
         self.interval_s = interval_s
@@ -223,11 +223,11 @@ class CpuShares:
 
         order = sorted(jobs, key=key)
         target = {j.id: j.cpu_min for j in jobs}
-        if self.protect_longest and len(order) > 1:
-            # The job with the most work left sets the makespan: it keeps what an equal split
-            # would give it, so SRPT does not stretch the end of the schedule.
+        if self.protect_longest > 0 and len(order) > 1:
+            # The job with the most work left sets the makespan: it keeps `protect_longest` of
+            # what an equal split would give it, so SRPT does not stretch the schedule's end.
             last = order[-1]
-            fair = cores / len(jobs)
+            fair = self.protect_longest * cores / len(jobs)
             want = dem[last.id].cores if dem[last.id].known else cores
             target[last.id] = max(target[last.id], min(fair, want))
         slack = cores - sum(target.values())
