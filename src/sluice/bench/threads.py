@@ -12,6 +12,7 @@ Prints the load average, since the machine may be shared.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -54,7 +55,8 @@ def _rate(points: list[tuple[float, int]], t0: float, t1: float) -> float:
 
 
 def _one(mode: str, home: Path, before_s: float, after_s: float, cores: tuple[float, float]) -> CutRun:
-    settings = Settings(home=home / mode, cgroup_root=f"sluice-bench-threads-{os.getpid()}-{mode}", usage_sample_s=1.0)
+    cgroup_root = f"sluice-bench-threads-{os.getpid()}-{mode}"
+    settings = Settings(home=home / mode, cgroup_root=cgroup_root, usage_sample_s=1.0)
     agent = NodeAgent("n0", settings.runs_dir, settings=settings)
     try:
         spec = JobSpec(
@@ -96,7 +98,7 @@ def _one(mode: str, home: Path, before_s: float, after_s: float, cores: tuple[fl
         )
     finally:
         agent.close()
-        _remove_cgroups(settings.cgroup_root)
+        _remove_cgroups(cgroup_root)
 
 
 def _remove_cgroups(name: str) -> None:
@@ -110,10 +112,8 @@ def _remove_cgroups(name: str) -> None:
                     break
                 except OSError:
                     time.sleep(0.05)
-        try:
+        with contextlib.suppress(OSError):
             parent.rmdir()
-        except OSError:
-            pass
 
 
 def run(
@@ -134,7 +134,14 @@ def run(
             runs.append(_one(mode, Path(tmp), before_s, after_s, (from_cores, to_cores)))
     load = os.getloadavg()
     t = Table(title=f"live CPU cut {from_cores:g} → {to_cores:g} cores (quota), small MLP, torch")
-    for col in ("SLUICE_THREADS", "threads before", "threads after", "steps/s before", "steps/s after", "after / before"):
+    for col in (
+        "SLUICE_THREADS",
+        "threads before",
+        "threads after",
+        "steps/s before",
+        "steps/s after",
+        "after / before",
+    ):
         t.add_column(col, justify="right")
     for r in runs:
         t.add_row(
@@ -148,7 +155,9 @@ def run(
     console.print(t)
     manual, auto = runs
     if manual.steps_s_after > 0:
-        console.print(f"after the cut, the pool that follows it runs {auto.steps_s_after / manual.steps_s_after:.1f}× as fast")
+        console.print(
+            f"after the cut, the pool that follows it runs {auto.steps_s_after / manual.steps_s_after:.1f}× as fast"
+        )
     console.print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if out is not None:
         out.write_text(json.dumps([{**asdict(r), "after_over_before": r.kept} for r in runs], indent=2))
