@@ -41,6 +41,21 @@ def elastic(
     bench_elastic.run(steps=steps, width=width, out=out)
 
 
+@app.command("threads")
+def threads(
+    before_s: Annotated[float, typer.Option(help="Seconds measured before the cut.")] = 15.0,
+    after_s: Annotated[float, typer.Option(help="Seconds measured after the cut.")] = 15.0,
+    from_cores: Annotated[float, typer.Option(help="CPU limit (cores) the job starts with.")] = 2.0,
+    to_cores: Annotated[float, typer.Option(help="CPU limit (cores) it is cut to, live.")] = 1.0,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """A torch job's speed before and after a live CPU cut, with its thread pool left alone
+    (SLUICE_THREADS=manual) and following the cut (auto)."""
+    from sluice.bench import threads as bench_threads
+
+    bench_threads.run(before_s=before_s, after_s=after_s, from_cores=from_cores, to_cores=to_cores, out=out)
+
+
 @app.command("data")
 def data(
     files: Annotated[int, typer.Option(help="Small image-like files (3-100 KB) in the dataset.")] = 20_000,

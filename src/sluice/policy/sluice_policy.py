@@ -11,22 +11,20 @@
 - **GPU-time as a price**: spare GPUs go greedily to the job whose completion time falls the
   most, minus what the extra GPU-seconds cost the jobs still waiting (zero when none wait).
 
-CPU-only jobs get the same idea through kernel CPU weights: shortest predicted remaining
-time and QoE deadlines at risk first, work-conserving (no limits).
+CPU-only jobs get the same idea through kernel CPU weights (`sluice_cpu.CpuShares`):
+shortest remaining work first up to what each job can use, QoE deadlines at risk first,
+never below `cpu.min`, work-conserving (no limits).
 The design and its measurements are in docs/policies.md.
 """
 
 from __future__ import annotations
 
-from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Resize
-from sluice.policy.dqoes import time_to_target
-from sluice.policy.kube import place_queued
-from sluice.policy.parts.capacity import Ledger
+from sluice.model import ClusterView, Decision, JobView, Phase
 from sluice.policy.parts.elastic import Speedups, apply_targets, restart_s
 from sluice.policy.parts.gpu import GpuLedger, held_gpus, uses_gpus
 from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
-from sluice.policy.parts.placement import spread
+from sluice.policy.sluice_cpu import CpuShares
 
 
 class SluicePolicy:
@@ -51,8 +49,7 @@ class SluicePolicy:
         self.preempt_ratio = preempt_ratio
         self.deadline_slack = deadline_slack
         self.queue_price = queue_price
-        self.cpu_interval_s = 30.0
-        self._cpu_last: float | None = None
+        self.cpu = CpuShares(self.name, deadline_slack=deadline_slack)
 
     def decide(self, view: ClusterView) -> list[Decision]:
         out = self._gpu(view)
@@ -61,44 +58,11 @@ class SluicePolicy:
         return out
 
     def _cpu(self, view: ClusterView) -> list[Decision]:
-        """CPU jobs: placed Kubernetes-style, then each node's CPU *requests* (kernel
-        weights) are re-divided, never limits — the node stays work-conserving (an idle core
-        is never withheld) while, under contention, the job closest to finishing and any job
-        whose QoE deadline is at risk get the larger share (SRPT on predicted remaining time)."""
-        sub = ClusterView(view.now, view.nodes, {j.id: j for j in view.jobs.values() if not uses_gpus(j)})
-        out = place_queued(sub, Ledger(sub), spread, self.name) if sub.queued else []
-        if self._cpu_last is not None and view.now - self._cpu_last < self.cpu_interval_s:
-            return out
-        self._cpu_last = view.now
-        for node in view.nodes.values():
-            jobs = [j for j in sub.jobs_on(node.name) if j.phase == Phase.RUNNING and j.allocation is not None]
-            if len(jobs) < 2:
-                continue
-            total = sum(j.allocation.total_cpu_request for j in jobs if j.allocation is not None)
-            weights: dict[str, float] = {}
-            why: dict[str, str] = {}
-            for j in jobs:
-                left = j.progress.predicted_remaining_s
-                w = 1.0 / max(left, 10.0) if left is not None else 1.0 / 600.0
-                why[j.id] = f"~{left:.0f}s left" if left is not None else "no estimate yet"
-                ttt = time_to_target(j, view.now)
-                if j.qoe_deadline is not None and ttt and view.now + ttt * self.deadline_slack > j.qoe_deadline:
-                    w *= 4.0
-                    why[j.id] += ", QoE deadline at risk"
-                weights[j.id] = w
-            floor = 0.02 * sum(weights.values())  # nobody is starved outright
-            weights = {k: max(w, floor) for k, w in weights.items()}
-            sw = sum(weights.values())
-            for j in jobs:
-                req = round(total * weights[j.id] / sw, 3)
-                cur = j.allocation.total_cpu_request  # type: ignore[union-attr]
-                if abs(cur - req) / max(cur, 1e-9) < 0.1:
-                    continue
-                alloc = Allocation((Assignment(j.allocation.primary_node, req, None, 0),))  # type: ignore[union-attr]
-                out.append(
-                    Resize(j.id, alloc, f"sluice: CPU weight {req:.2f} of {total:.2f} on {node.name} ({why[j.id]})")
-                )
-        return out
+        """CPU-only jobs: kernel weights towards the least remaining work (policy/sluice_cpu.py)."""
+        sub = ClusterView(
+            view.now, view.nodes, {j.id: j for j in view.jobs.values() if not uses_gpus(j)}, view.capabilities
+        )
+        return self.cpu.decide(sub)
 
     def _gpu(self, view: ClusterView) -> list[Decision]:
         queued, _ = ready(view, view.queued)

@@ -29,6 +29,13 @@ Environment contract (set by the node agent for every attempt):
                                    the job's CPU ceiling rounded up; torch and BLAS size their
                                    thread pools from it, so a job limited to 2 cores does not
                                    run 16 threads fighting over them
+                                   (at launch; see SLUICE_THREADS for a live cut)
+    SLUICE_THREADS                 "auto" (default): `report()` keeps torch's intra-op pool at
+                                   the CPU budget the process observes (its cgroup quota and
+                                   affinity), so a live CPU cut is not a collapse; "manual":
+                                   leave threads to the job (also `manage_threads(False)`).
+                                   Other frameworks: `on_cpu_threads(fn)`; `cpu_budget()` shows it
+    SLUICE_THREADS_CHECK_S         seconds between those checks        (default 5)
     SLUICE_TENANT, SLUICE_NODE     for the job's own logging
     CUDA_VISIBLE_DEVICES           the GPUs given to the job ("" when none)
     SLUICE_BATCH_MODE, SLUICE_REPLICAS_MIN, SLUICE_GLOBAL_BATCH
@@ -52,6 +59,7 @@ from sluice.sdk._elastic import Elastic, elastic
 from sluice.sdk._env import RunContext, context
 from sluice.sdk._progress import report
 from sluice.sdk._stop import install_stop_handler, should_stop
+from sluice.sdk._threads import CpuBudget, cpu_budget, manage_threads, on_cpu_threads
 
 if context().under_sluice:
     # Under sluice a SIGTERM may come at any moment: catch it from the start. Run by hand
@@ -59,4 +67,17 @@ if context().under_sluice:
     # merely importing the SDK never changes how the host process reacts to SIGTERM.
     install_stop_handler()
 
-__all__ = ["Elastic", "RunContext", "checkpoint", "context", "elastic", "install_stop_handler", "report", "should_stop"]
+__all__ = [
+    "CpuBudget",
+    "Elastic",
+    "RunContext",
+    "checkpoint",
+    "context",
+    "cpu_budget",
+    "elastic",
+    "install_stop_handler",
+    "manage_threads",
+    "on_cpu_threads",
+    "report",
+    "should_stop",
+]

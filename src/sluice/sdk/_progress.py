@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from sluice.sdk._env import context
+from sluice.sdk._threads import maybe_sync_threads
 
 
 def _clean(v: Any) -> float | None:
@@ -39,7 +40,10 @@ def append_record(record: dict[str, Any]) -> None:
 def report(step: int, loss: float | None = None, **metrics: float) -> None:
     """Record training progress at `step`. Pass `total_steps=N` so remaining time can be predicted;
     any other numeric metric (accuracy, samples_per_s, ...) is kept too; a job reading a
-    `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data) added."""
+    `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data) added.
+
+    Also where the job's thread pool follows its CPU allocation (`sdk._threads`): at most
+    every few seconds, the CPU budget is re-read and torch's pool resized if it changed."""
     data = sys.modules.get("sluice.sdk.dataset")  # only when the job opened a dataset: no import here
     if data is not None:
         metrics = {**data.data_metrics(), **metrics}
@@ -47,3 +51,4 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     append_record(
         {"t": time.time(), "step": int(step), "loss": None if loss is None else _clean(loss), "metrics": clean}
     )
+    maybe_sync_threads()

@@ -172,6 +172,11 @@ class DatasetMount(_Strict):
     access: Annotated[str, Field(pattern="^(random|sequential)$")] = "random"
 
 
+JOB_SDK_KNOBS = frozenset({"SLUICE_THREADS", "SLUICE_THREADS_CHECK_S"})
+"""SLUICE_* variables a job may set itself: knobs the SDK reads inside the job (thread-pool
+resizing, sluice.sdk._threads) and the agent never sets, so no contract value is overridden."""
+
+
 class JobSpec(_Strict):
     """A training job as a tenant submits it."""
 
@@ -253,8 +258,15 @@ class JobSpec(_Strict):
         for key, value in v.items():
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
-            if key.startswith("SLUICE_"):
-                raise ValueError(f"{key!r}: SLUICE_* variables are set by sluice itself")
+            if key.startswith("SLUICE_") and key not in JOB_SDK_KNOBS:
+                raise ValueError(
+                    f"{key!r}: SLUICE_* variables are set by sluice itself "
+                    f"(a job may set only {', '.join(sorted(JOB_SDK_KNOBS))})"
+                )
+            if key == "SLUICE_THREADS" and value not in ("auto", "manual"):
+                raise ValueError(f"{key!r} must be 'auto' (follow the CPU allocation) or 'manual' (the job's own)")
+            if key == "SLUICE_THREADS_CHECK_S" and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value):
+                raise ValueError(f"{key!r} must be a number of seconds, not {value[:40]!r}")
             if len(value) > 32768 or "\x00" in value:
                 raise ValueError(f"{key!r}: value too long or contains NUL")
         return v
