@@ -23,7 +23,7 @@ from sluice.model import (
     RateSample,
     Resize,
 )
-from sluice.policy.parts.elastic import Speedups
+from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, Speedups
 from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
 from sluice.policy.registry import make_policy
 
@@ -155,3 +155,11 @@ def test_the_prior_baseline_treats_both_alike() -> None:
     sp = Speedups(per_node=8, learn=False)
     assert sp(scales, 4) == sp(replace(flat, id="scales2"), 4) == pytest.approx(4**PRIOR_EXPONENT)
     assert sp.most(flat) == 8
+
+
+def test_an_unknown_length_grows_with_the_service_attained() -> None:
+    fresh = replace(_running("a", 2, (sample(2, 10.0),)), progress=ProgressSignals())
+    sp = Speedups(per_node=8)
+    assert sp.remaining_ref_s(fresh) == DEFAULT_REMAINING_S
+    old = replace(fresh, id="b", attained_service=5 * 3600.0)
+    assert sp.remaining_ref_s(old) == pytest.approx(5 * 3600.0)

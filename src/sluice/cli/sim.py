@@ -117,7 +117,7 @@ def _simulate(jobs: list[WorkloadJob], policy: str, cfg: SimConfig) -> SimResult
 def _render(res: SimResult, interval: float, files: dict[str, Path | None]) -> None:
     met, total = res.qoe
     table(
-        ["policy", "jobs", "avg JCT", "p99 JCT", "makespan", "restarts", "QoE met", "round (mean/max)"],
+        ["policy", "jobs", "avg JCT", "p99 JCT", "makespan", "restarts (/job-h)", "QoE met", "round (mean/max)"],
         [
             [
                 res.label,
@@ -125,7 +125,7 @@ def _render(res: SimResult, interval: float, files: dict[str, Path | None]) -> N
                 _hours(res.avg_jct_s),
                 _hours(res.p99_jct_s),
                 _hours(res.makespan_s),
-                res.restarts,
+                f"{res.restarts} ({res.restarts_per_job_hour:.2f})",
                 f"{met}/{total}" if total else "n/a",
                 f"{res.mean_round_s * 1000:.1f}/{res.max_round_s * 1000:.0f} ms",
             ]

@@ -48,7 +48,9 @@ class Progress(_Open):
 
     loss_history: (time s, loss / max loss so far) pairs; usage_history: (time s, CPU cores
     used) pairs; report_history: (time s, step, loss) of each report; throughput: steps per
-    second over the recent window (0 when unknown). Histories keep the last 240 points."""
+    second over the recent window (0 when unknown). Histories keep the last 240 points.
+    rates: steps/s measured at each allocation shape the job held (gpus, nodes, replicas,
+    steps_per_s, seconds, at), start-up excluded: what learned speed-up curves are fitted from."""
 
     step: int = 0
     loss: float | None = None
@@ -63,6 +65,7 @@ class Progress(_Open):
     loss_history: list[tuple[float, float]] = []
     usage_history: list[tuple[float, float]] = []
     report_history: list[tuple[float, int, float | None]] = []
+    rates: list[dict[str, float]] = []
 
 
 class NodeOut(_Open):

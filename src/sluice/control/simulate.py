@@ -192,6 +192,12 @@ class SimResult:
         return sum(j.restarts for j in self.jobs)
 
     @property
+    def restarts_per_job_hour(self) -> float:
+        """Restarts per hour of job time (submit to finish, summed): what churn costs jobs."""
+        hours = sum(j.jct_s or 0.0 for j in self.finished) / 3600
+        return self.restarts / hours if hours > 0 else 0.0
+
+    @property
     def local_read_share(self) -> float | None:
         """Share of dataset bytes read from the node's own cache (None: no data jobs)."""
         total = sum(j.read_bytes for j in self.jobs)
@@ -241,6 +247,7 @@ class SimResult:
             "p99_jct_h": self.p99_jct_s / 3600,
             "makespan_h": self.makespan_s / 3600,
             "restarts": self.restarts,
+            "restarts_per_job_hour": self.restarts_per_job_hour,
             "qoe_met": met,
             "qoe_targets": total,
             "rounds": self.rounds,

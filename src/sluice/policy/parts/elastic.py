@@ -86,8 +86,9 @@ class Speedups:
 
         The oracle's exact figure in an oracle study; else the steps left (declared total −
         reported step) at the learned curve's speed on the reference GPUs; else the
-        progress tracker's prediction at the GPUs held, converted with the curve; else
-        DEFAULT_REMAINING_S.
+        progress tracker's prediction at the GPUs held (e.g. from a loss-curve fit to the QoE
+        target), converted with the curve; else unknown: the attained service at the
+        reference allocation, at least DEFAULT_REMAINING_S.
         """
         if job.oracle is not None:
             return max(job.oracle.remaining_ref_s, 1.0)
@@ -98,7 +99,9 @@ class Speedups:
         if pr.predicted_remaining_s is not None:
             held = held_gpus(job)
             return max(pr.predicted_remaining_s * self(job, held) if held else pr.predicted_remaining_s, 1.0)
-        return DEFAULT_REMAINING_S
+        # Unknown length: as Tiresias does, take the service already attained as the sign of
+        # a long job (job lengths are heavy-tailed), never less than the default.
+        return max(DEFAULT_REMAINING_S, job.attained_service / ref_gpus(job))
 
 
 def ref_gpus(job: JobView) -> int:
