@@ -164,3 +164,17 @@ def test_ray_nodes_not_bound_to_net_interface_are_warned_about_once(caplog: pyte
     assert "node b: Ray advertises 192.168.1.7, not 10.0.0.6 on net_interface eth1" in said[0]
     assert "ray start --node-ip-address=10.0.0.6" in said[0]
     assert "node c: net_interface eth1 has no usable IPv4 address" in said[1]
+
+
+def test_a_ddp_rank_that_fails_after_its_last_step_keeps_the_step_time_and_is_flagged() -> None:
+    from sluice.net.measure import describe_exit
+    from sluice.net.report import COLUMNS, rows
+
+    step = {"median": 0.0123, "min": 0.012, "max": 0.013, "n": 3}
+    teardown = [{"repeat": 1, "exits": [describe_exit(-6), describe_exit(0)], "stderr": ["", ""]}]
+    res = {"datapaths": {"lo": {"mtu": 65536, "ddp": {"step_s": step, "teardown_failed": teardown}},
+                         "br": {"mtu": 1500, "ddp": {"error": "RuntimeError: ddp ranks failed"}}}}  # fmt: skip
+    col = COLUMNS.index("DDP step (ms)")
+    (lo, br) = rows(res)
+    assert lo[col] == "12.3 ±0.5 !" and br[col] == "error"
+    assert teardown[0]["exits"] == ["killed by SIGABRT", "exit 0"]
