@@ -24,7 +24,6 @@ wins), kept or scaled with the replicas as the spec's `resources.replicas.batch`
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
 import json
 import os
@@ -114,12 +113,6 @@ def main() -> int:
     # Both ranks leave together: a rank that tears its gloo group down while the other still
     # talks to it aborts ("terminate called without an active exception", seen in net bench).
     dist.barrier()
-    # Then the group must really die here, while the interpreter is whole: DDP's reducer keeps
-    # a reference to it (destroy_process_group only forgets it), and DDP's hooks form cycles,
-    # so without this the gloo group and its threads are freed during interpreter shutdown,
-    # where a thread that needs the GIL aborts the process.
-    del model, opt
-    gc.collect()
     dist.destroy_process_group()
     return 0
 
