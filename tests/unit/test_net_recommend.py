@@ -178,3 +178,14 @@ def test_a_ddp_rank_that_fails_after_its_last_step_keeps_the_step_time_and_is_fl
     (lo, br) = rows(res)
     assert lo[col] == "12.3 ±0.5 !" and br[col] == "error"
     assert teardown[0]["exits"] == ["killed by SIGABRT", "exit 0"]
+
+
+def test_a_loopback_port_is_free_and_below_the_ephemeral_range() -> None:
+    """Ports the kernel hands to outgoing connections are never used for a loopback rendezvous:
+    one of them can be taken between choosing it and binding it."""
+    from sluice.net import measure
+    from sluice.net.datapaths import Endpoints
+
+    ep = Endpoints("loopback", None, "127.0.0.1", None, "127.0.0.1", "lo", 65536)
+    ports = {measure._port(ep, measure.DIST_PORT) for _ in range(20)}
+    assert len(ports) > 1 and all(measure.DIST_PORT <= p < measure._ephemeral_low() for p in ports)
