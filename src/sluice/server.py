@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 
 from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation
+from sluice.agent.netif import NetInterfaceUnavailable
 from sluice.settings import Settings, load_settings
 
 log = logging.getLogger("sluice.server")
@@ -211,7 +212,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve(load_settings())
-    except (AlreadyRunning, HomeError, IsolationUnavailable) as err:
+    except (AlreadyRunning, HomeError, IsolationUnavailable, NetInterfaceUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:

@@ -141,14 +141,23 @@ def _pids_in(prefix: str) -> list[str]:
 
 
 @needs_root
-def test_sigterm_tears_the_lab_down_and_ends_its_processes() -> None:
-    run_id = "tterm" + str(os.getpid() % 1000)
+@pytest.mark.parametrize(
+    ("sig", "code"),
+    [
+        (signal.SIGTERM, 128 + signal.SIGTERM),  # the lab turns it into SystemExit
+        (signal.SIGINT, -signal.SIGINT),  # Ctrl-C: KeyboardInterrupt unwinds the lab, then Python re-raises it
+    ],
+)
+def test_sigterm_and_sigint_tear_the_lab_down_and_end_its_processes(sig: signal.Signals, code: int) -> None:
+    run_id = f"t{sig.name[3:7].lower()}{os.getpid() % 1000}"
     p = _start_lab_process(run_id)
     prefix = f"sluice-{run_id}-"
-    assert len([ns for ns in list_netns() if ns.startswith(prefix)]) == 4 and _pids_in(prefix)
-    p.send_signal(signal.SIGTERM)
-    assert p.wait(30) == 128 + signal.SIGTERM
+    sleepers = _pids_in(prefix)
+    assert len([ns for ns in list_netns() if ns.startswith(prefix)]) == 4 and sleepers
+    p.send_signal(sig)
+    assert p.wait(30) == code
     assert [ns for ns in list_netns() if ns.startswith(prefix)] == []
+    assert not any(_alive(pid) for pid in sleepers), "the sleeper in the namespace was ended"
 
 
 def _alive(pid: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,50 @@ def test_net_interface_setting_refuses_what_is_not_an_interface_name(bad: str) -
     with pytest.raises(ValidationError, match="net_interface"):
         Settings(net_interface=bad)
     assert Settings(net_interface="flannel.1").net_interface == "flannel.1"
+
+
+def test_ray_nodes_not_bound_to_net_interface_are_warned_about_once(caplog: pytest.LogCaptureFixture) -> None:
+    """An existing cluster's nodes are started by the operator: the engine compares each node's
+    Ray address with its agent's address for net_interface and says what to do, once a node."""
+    from sluice.engine.ray import RayEngine
+    from sluice.engine.ray_membership import RayNode
+
+    engine = RayEngine.__new__(RayEngine)  # only the check; no cluster
+    engine.net_interface, engine._net_warned = "eth1", set()
+    bound = RayNode("id-a", "a", "10.0.0.5", 1.0)
+    unbound = RayNode("id-b", "b", "192.168.1.7", 1.0)
+    with caplog.at_level(logging.WARNING, logger="sluice.engine.ray"):
+        engine._check_net(bound, "10.0.0.5")
+        engine._check_net(unbound, "10.0.0.6")
+        engine._check_net(unbound, "10.0.0.6")
+        engine._check_net(RayNode("id-c", "c", "192.168.1.8", 1.0), "none")
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2, said
+    assert "node b: Ray advertises 192.168.1.7, not 10.0.0.6 on net_interface eth1" in said[0]
+    assert "ray start --node-ip-address=10.0.0.6" in said[0]
+    assert "node c: net_interface eth1 has no usable IPv4 address" in said[1]
+
+
+def test_a_ddp_rank_that_fails_after_its_last_step_keeps_the_step_time_and_is_flagged() -> None:
+    from sluice.net.measure import describe_exit
+    from sluice.net.report import COLUMNS, rows
+
+    step = {"median": 0.0123, "min": 0.012, "max": 0.013, "n": 3}
+    teardown = [{"repeat": 1, "exits": [describe_exit(-6), describe_exit(0)], "stderr": ["", ""]}]
+    res = {"datapaths": {"lo": {"mtu": 65536, "ddp": {"step_s": step, "teardown_failed": teardown}},
+                         "br": {"mtu": 1500, "ddp": {"error": "RuntimeError: ddp ranks failed"}}}}  # fmt: skip
+    col = COLUMNS.index("DDP step (ms)")
+    (lo, br) = rows(res)
+    assert lo[col] == "12.3 ±0.5 !" and br[col] == "error"
+    assert teardown[0]["exits"] == ["killed by SIGABRT", "exit 0"]
+
+
+def test_a_loopback_port_is_free_and_below_the_ephemeral_range() -> None:
+    """Ports the kernel hands to outgoing connections are never used for a loopback rendezvous:
+    one of them can be taken between choosing it and binding it."""
+    from sluice.net import measure
+    from sluice.net.datapaths import Endpoints
+
+    ep = Endpoints("loopback", None, "127.0.0.1", None, "127.0.0.1", "lo", 65536)
+    ports = {measure._port(ep, measure.DIST_PORT) for _ in range(20)}
+    assert len(ports) > 1 and all(measure.DIST_PORT <= p < measure._ephemeral_low() for p in ports)

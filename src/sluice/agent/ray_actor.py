@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.agent.faults import FaultReport
+from sluice.agent.netif import NET_IP_LABEL, interface_ipv4_or_none
 from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event, LaunchRequest, NodeInfo
 
@@ -56,6 +57,7 @@ class RayNodeAgent:
         conf = Settings.model_validate({**(settings or {}), **size})
         self.node_name = node_name
         self.labels = {"engine": "ray", **(labels or {})}
+        self._net_interface = conf.net_interface
         self._raylet_pid = os.getppid()
         """Ray starts workers from the raylet: a changed parent means the raylet died."""
         self._agent = NodeAgent(
@@ -82,7 +84,8 @@ class RayNodeAgent:
 
     def info(self) -> NodeInfo:
         base = self._agent.info()
-        return NodeInfo(base.name, base.cpu, base.gpus, base.memory_mb, {**base.labels, **self.labels})
+        net = {NET_IP_LABEL: interface_ipv4_or_none(self._net_interface)} if self._net_interface else {}
+        return NodeInfo(base.name, base.cpu, base.gpus, base.memory_mb, {**base.labels, **self.labels, **net})
 
     def launch(self, req: LaunchRequest) -> None:
         self._require_node()

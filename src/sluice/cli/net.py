@@ -121,6 +121,11 @@ def bench(
         table(COLUMNS, rows(r), title=f"sluice net bench, run {r['run_id']} (medians ± half-range over repeats)")
         for name, why in r["unavailable"].items():
             console.print(f"not built: {name}: {why}", markup=False)
+        for name, d in r["datapaths"].items():
+            for t in (d.get("ddp") or {}).get("teardown_failed", []) if isinstance(d, dict) else []:
+                exits = ", ".join(t["exits"])
+                console.print(f"{name}: ddp repeat {t['repeat']}: all steps ran, then the ranks ended: {exits} (!)",
+                              markup=False)  # fmt: skip
         console.print(f"load average before/after: {r['machine']['loadavg']} / {r['machine']['loadavg_after']}")
         if out is not None:
             console.print(f"results written to {out}", markup=False)

@@ -28,6 +28,7 @@ from sluice.server import (
     AlreadyRunning,
     HomeError,
     IsolationUnavailable,
+    NetInterfaceUnavailable,
     check_home,
     isolation_status,
     pid_alive,
@@ -152,7 +153,7 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             serve(settings)
-        except (AlreadyRunning, IsolationUnavailable, OSError) as err:
+        except (AlreadyRunning, IsolationUnavailable, NetInterfaceUnavailable, OSError) as err:
             err_console.print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
         return

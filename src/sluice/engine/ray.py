@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.agent.faults import FaultReport
 from sluice.agent.launchenv import gang_env
+from sluice.agent.netif import NET_IP_LABEL, interface_ipv4
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
 from sluice.engine.ray_gang import GangBook, Stop
@@ -49,6 +50,9 @@ NAMESPACE = "sluice"
 AGENT_PREFIX = "sluice-agent-"
 AGENT_MEMORY_LABEL = "memory-limits"
 """The label each node agent sets to its memory controller (cgroup-v1, cgroup-v2 or none)."""
+AGENT_NET_LABEL = NET_IP_LABEL
+"""The label each node agent sets, when `net_interface` is set, to that interface's IPv4 address
+on its node ("none" without one): the engine compares it with the address Ray advertises."""
 
 
 class RayEngine:
@@ -96,14 +100,22 @@ class RayEngine:
         self._ray = ray
         self.namespace = namespace or conf.ray_namespace
         address = address or conf.ray_address
+        self.net_interface = conf.net_interface
         if not ray.is_initialized():
+            bind: dict[str, Any] = {}
             if address is None:
+                if conf.net_interface:
+                    # The node sluice starts is bound to the chosen interface, as `ray start
+                    # --node-ip-address` would: Ray's traffic and every gang's MASTER_ADDR use it.
+                    # No usable address refuses the start (NetInterfaceUnavailable, with the reason).
+                    bind["_node_ip_address"] = interface_ipv4(conf.net_interface)
+                    log.info("Ray node bound to net_interface %s (%s)", conf.net_interface, bind["_node_ip_address"])
                 log.warning(
                     "no Ray address given: starting a one-node Ray instance owned by this process; its jobs "
                     "stop with it. Start a cluster (`ray start --head`) and pass its address to let jobs "
                     "outlive the control plane."
                 )
-            ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False)
+            ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False, **bind)
         root = Path(shared_root or conf.ray_shared_root or conf.home)
         self.runs_root = root / "runs"
         self.checkpoint_root: str | None = str(root / "checkpoints")
@@ -130,6 +142,8 @@ class RayEngine:
         self._label_asks: dict[str, Any] = {}
         """node name -> ObjectRef of the agent's info() not yet answered."""
         self._last_sync = float("-inf")
+        self._net_warned: set[str] = set()
+        """Nodes already warned about not being bound to `net_interface` (once per node)."""
         self._unreachable: set[str] = set()
         self._log_paths: dict[str, str] = {}
         self._timing: dict[str, dict[str, float]] = {}
@@ -185,9 +199,32 @@ class RayEngine:
             if node is None:
                 continue
             self._agent_labels[name] = {AGENT_MEMORY_LABEL: info.labels.get(AGENT_MEMORY_LABEL, "none")}
+            if AGENT_NET_LABEL in info.labels:
+                self._agent_labels[name][AGENT_NET_LABEL] = info.labels[AGENT_NET_LABEL]
+                self._check_net(node, info.labels[AGENT_NET_LABEL])
             merged = {**node.labels, **self._agent_labels[name]}
             out.append(NodeUp(name, self._clock(), node.cpu, node.gpus, node.memory_mb, merged))
         return out
+
+    def _check_net(self, node: RayNode, iface_ip: str) -> None:
+        """Warn once per node whose Ray address is not its `net_interface` address: sluice binds
+        only the Ray node it starts; nodes of an existing cluster are bound by whoever starts
+        them (`ray start --node-ip-address`), and until then their traffic, and the
+        MASTER_ADDR of gangs placed there, use whatever address Ray picked."""
+        if node.name in self._net_warned or iface_ip == node.address:
+            return
+        self._net_warned.add(node.name)
+        if iface_ip == "none":
+            log.warning(
+                "node %s: net_interface %s has no usable IPv4 address there; Ray's traffic to it uses %s",
+                node.name, self.net_interface, node.address,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "node %s: Ray advertises %s, not %s on net_interface %s; Ray's traffic and gang rendezvous "
+                "there bypass the chosen interface. Restart that node with `ray start --node-ip-address=%s ...`",
+                node.name, node.address, iface_ip, self.net_interface, iface_ip,
+            )  # fmt: skip
 
     def _agent_for(self, node: RayNode) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -480,6 +517,7 @@ AGENT_SETTINGS = (
     "job_core_dumps",
     "dataset_roots",
     "allow_source_hosts",
+    "net_interface",
 )
 """The settings fields that shape what a node agent does."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -59,14 +60,36 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 _next = itertools.count()
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _port(ep: Endpoints, base: int) -> int:
     """A fresh port inside our own namespaces (never one a just-ended server may still hold);
-    a free one in the shared host namespace."""
+    in the shared host namespace (loopback), a free one *below* the ephemeral range.
+
+    A port taken from the ephemeral range (bind to 0, then release) is a race on loopback: while
+    a rank imports torch, any process's outgoing connection may be given that port as its source
+    (seen: rank 0's store failed with EADDRINUSE and rank 1 waited for it), and a client
+    retrying 127.0.0.1:P can even be connected to itself. Below the range only an explicit bind
+    can take the port."""
     if ep.server_ns is not None:
         return base + next(_next) % 90
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    low = _ephemeral_low()
+    span = max(1, low - base)
+    for _ in range(min(span, 2000)):
+        port = base + next(_next) % span
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between {base} and {low} on 127.0.0.1")
 
 
 def _run_client(argv: list[str], ns: str | None, timeout: float, env: dict[str, str] | None = None) -> str:
@@ -216,9 +239,10 @@ def ddp_step(lab: Lab, ep: Endpoints, *, steps: int, repeats: int, timeout_s: fl
     script = ddp_example()
     if script is None:
         return {"skipped": "examples/ddp.py not found (run from a sluice source checkout)"}
-    port = _port(ep, DIST_PORT + 1)
-    medians = []
+    medians: list[float] = []
+    teardown: list[dict[str, Any]] = []
     for _ in range(repeats):
+        port = _port(ep, DIST_PORT + 1)  # a fresh one each repeat: the last one's may linger
         with tempfile.TemporaryDirectory(prefix="sluice-net-ddp-") as tmp:
             procs = []
             for rank, ns in ((0, ep.server_ns), (1, ep.client_ns)):
@@ -236,11 +260,30 @@ def ddp_step(lab: Lab, ep: Endpoints, *, steps: int, repeats: int, timeout_s: fl
                     codes.append((p.returncode, (err or b"").decode()[-600:]))
                 finally:
                     lab.reap(p)
+            done = all(Path(f"{tmp}/stats{r}.json").exists() for r in (0, 1))
             if any(c for c, _ in codes):
-                raise RuntimeError(f"ddp ranks failed: {codes}")
+                if not done:
+                    raise RuntimeError(f"ddp ranks failed: {codes}")
+                # Every step ran and both ranks wrote their stats (after the last step, before the
+                # group is torn down): the step times are good; the exit is kept, not hidden.
+                teardown.append({"repeat": len(medians), "exits": [describe_exit(c) for c, _ in codes],
+                                 "stderr": [e[-300:] for _, e in codes]})  # fmt: skip
             stats = json.loads(Path(f"{tmp}/stats0.json").read_text())
             medians.append(statistics.median(stats["step_s"]))
-    return {"steps": steps, "replicas": 2, "step_s": summary(medians)}
+    out: dict[str, Any] = {"steps": steps, "replicas": 2, "step_s": summary(medians)}
+    if teardown:
+        out["teardown_failed"] = teardown
+    return out
+
+
+def describe_exit(code: int | None) -> str:
+    """A process's exit in words: a negative return code is the signal that ended it."""
+    if code is None or code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 # ---------------------------------------------------------------------- remote dataset reads

@@ -46,6 +46,11 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 part = part.get(p) if isinstance(part, dict) else None
             return _fmt(part, scale)
 
+        def ddp_cell(d: dict[str, Any] = d) -> str:
+            """The step time; `!` when a rank failed only after its last step (JSON: teardown_failed)."""
+            shown = cell("ddp", "step_s", scale=1e3)
+            return shown + " !" if isinstance(d.get("ddp"), dict) and d["ddp"].get("teardown_failed") else shown
+
         ar = d.get("allreduce") or {}
         sizes = ar.get("sizes") or []
         ar_small = _fmt(sizes[0]["time_s"], 1e3) if sizes else (_why(ar) or "-")
@@ -55,7 +60,7 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         out.append([
             name, str(d.get("mtu", "-")), cell("tcp_1", "gbps"), cell("tcp_n", "gbps"), cell("tcp_n", "cpu_s_per_gb"),
             cell("latency", "p50_us"), cell("latency", "p99_us"), ar_small, ar_large,
-            cell("ddp", "step_s", scale=1e3), cell("data", "small", "mb_per_s"), cell("data", "large", "mb_per_s"),
+            ddp_cell(d), cell("data", "small", "mb_per_s"), cell("data", "large", "mb_per_s"),
         ])  # fmt: skip
     return out
 
