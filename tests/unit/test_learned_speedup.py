@@ -24,6 +24,7 @@ from sluice.model import (
     Resize,
 )
 from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, Speedups
+from sluice.policy.parts.replicas import ReplicaSizer
 from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
 from sluice.policy.registry import make_policy
 
@@ -163,3 +164,59 @@ def test_an_unknown_length_grows_with_the_service_attained() -> None:
     assert sp.remaining_ref_s(fresh) == DEFAULT_REMAINING_S
     old = replace(fresh, id="b", attained_service=5 * 3600.0)
     assert sp.remaining_ref_s(old) == pytest.approx(5 * 3600.0)
+
+
+# ------------------------------------------------------------------ CPU replicas
+
+
+def _cpu_job(n: int, rates: tuple[RateSample, ...], *, lo: int = 1, hi: int = 4, total: int = 100_000) -> JobView:
+    alloc = Allocation(tuple(Assignment(f"c{k % 2}", 1.0) for k in range(n)))
+    return JobView(
+        id="ddp",
+        tenant="t",
+        name="ddp",
+        phase=Phase.RUNNING,
+        submitted_at=0.0,
+        cpu_min=1.0,
+        gpus=0,
+        replicas_min=lo,
+        replicas_max=hi,
+        allocation=alloc,
+        progress=ProgressSignals(step=100, total_steps=total, rates=rates),
+    )
+
+
+def _cpu_view(job: JobView, cores: float = 4.0) -> ClusterView:
+    ns = {f"c{i}": NodeView(f"c{i}", cores / 2, 0, health=NodeHealth.HEALTHY) for i in range(2)}
+    return ClusterView(100.0, MappingProxyType(ns), MappingProxyType({job.id: job}))
+
+
+def rep(n: int, rate: float, seconds: float = 60.0) -> RateSample:
+    return RateSample(0, min(n, 2), n, rate, seconds, 1000.0)
+
+
+def test_an_elastic_cpu_job_explores_a_size_the_prior_says_is_faster() -> None:
+    j = _cpu_job(1, (rep(1, 10.0),))
+    ds = ReplicaSizer("sluice").decide(_cpu_view(j))
+    assert len(ds) == 1 and len(ds[0].allocation.assignments) == 2  # at most twice the largest measured
+    assert "1 -> 2 replicas" in ds[0].reason and "1: 10" in ds[0].reason
+
+
+def test_a_size_measured_slower_is_left_for_the_faster_one() -> None:
+    j = _cpu_job(2, (rep(1, 10.0), rep(2, 4.0)))
+    ds = ReplicaSizer("sluice").decide(_cpu_view(j))
+    assert len(ds) == 1 and len(ds[0].allocation.assignments) == 1
+
+
+def test_no_resize_before_the_current_size_is_measured_nor_when_it_would_not_pay() -> None:
+    assert ReplicaSizer("sluice").decide(_cpu_view(_cpu_job(1, (rep(1, 10.0, seconds=5.0),)))) == []
+    nearly_done = _cpu_job(1, (rep(1, 10.0),), total=200)  # 10 s left: a 30 s resize cannot pay
+    assert ReplicaSizer("sluice").decide(_cpu_view(nearly_done)) == []
+    no_room = _cpu_job(1, (rep(1, 10.0),))
+    assert ReplicaSizer("sluice").decide(_cpu_view(no_room, cores=1.0)) == []
+
+
+def test_the_sluice_policy_resizes_elastic_cpu_jobs() -> None:
+    j = _cpu_job(2, (rep(1, 10.0), rep(2, 4.0)))
+    ds = [d for d in make_policy("sluice").decide(_cpu_view(j)) if d.job_id == "ddp"]
+    assert len(ds) == 1 and isinstance(ds[0], Resize) and len(ds[0].allocation.assignments) == 1

@@ -24,6 +24,7 @@ from sluice.policy.parts.elastic import Speedups, apply_targets, restart_s
 from sluice.policy.parts.gpu import GpuLedger, held_gpus, uses_gpus
 from sluice.policy.parts.greedy import hand_out
 from sluice.policy.parts.ordering import ready
+from sluice.policy.parts.replicas import ReplicaSizer
 from sluice.policy.sluice_cpu import CpuShares
 
 
@@ -50,6 +51,7 @@ class SluicePolicy:
         self.deadline_slack = deadline_slack
         self.queue_price = queue_price
         self.cpu = CpuShares(self.name, deadline_slack=deadline_slack)
+        self.replicas = ReplicaSizer(self.name, change_margin=change_margin)
 
     def decide(self, view: ClusterView) -> list[Decision]:
         out = self._gpu(view)
@@ -58,11 +60,15 @@ class SluicePolicy:
         return out
 
     def _cpu(self, view: ClusterView) -> list[Decision]:
-        """CPU-only jobs: kernel weights towards the least remaining work (policy/sluice_cpu.py)."""
+        """CPU-only jobs: kernel weights towards the least remaining work (policy/sluice_cpu.py);
+        an elastic data-parallel job's replica count from its measured speed (parts/replicas.py),
+        which takes precedence over a weight change for the same job in the same round."""
         sub = ClusterView(
             view.now, view.nodes, {j.id: j for j in view.jobs.values() if not uses_gpus(j)}, view.capabilities
         )
-        return self.cpu.decide(sub)
+        sized = self.replicas.decide(sub)
+        resized = {d.job_id for d in sized}
+        return [d for d in self.cpu.decide(sub) if d.job_id not in resized] + list(sized)
 
     def _gpu(self, view: ClusterView) -> list[Decision]:
         queued, _ = ready(view, view.queued)

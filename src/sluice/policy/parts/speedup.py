@@ -42,19 +42,25 @@ STALE_S = 900.0
 
 
 class LearnedCurve:
-    """Steps per second of one job at n GPUs, from its own measurements."""
+    """Steps per second of one job at n units — GPUs (GPU jobs) or replicas (CPU data-parallel
+    jobs) — from its own measurements."""
 
-    def __init__(self, samples: Iterable[RateSample], prior_exponent: float = PRIOR_EXPONENT) -> None:
-        usable = [s for s in samples if s.gpus > 0 and s.steps_per_s > 0]
+    def __init__(
+        self, samples: Iterable[RateSample], prior_exponent: float = PRIOR_EXPONENT, unit: str = "gpus"
+    ) -> None:
+        if unit not in ("gpus", "replicas"):
+            raise ValueError(f"unit must be 'gpus' or 'replicas', got {unit!r}")
+        units = {s: s.gpus if unit == "gpus" else s.replicas for s in samples}
+        usable = [s for s in units if units[s] > 0 and s.steps_per_s > 0]
         newest = max((s.at for s in usable), default=0.0)
-        by_gpus: dict[int, RateSample] = {}
+        by_units: dict[int, RateSample] = {}
         for s in usable:
             if s.at < newest - STALE_S:
                 continue
-            old = by_gpus.get(s.gpus)
+            old = by_units.get(units[s])
             if old is None or s.at > old.at:
-                by_gpus[s.gpus] = s
-        self.points: list[tuple[int, float]] = sorted((g, s.steps_per_s) for g, s in by_gpus.items())
+                by_units[units[s]] = s
+        self.points: list[tuple[int, float]] = sorted((n, s.steps_per_s) for n, s in by_units.items())
         self.prior_exponent = prior_exponent
 
     @property
