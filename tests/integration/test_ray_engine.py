@@ -513,7 +513,7 @@ def test_a_two_replica_job_resized_to_one_resumes_from_its_checkpoint(
     stats = tmp_path / "a{attempt}-r{rank}.json"
     spec = JobSpec(
         name="elastic",
-        command=["python", "ddp.py", "--steps", "160", "--width", "64", "--step-sleep", "0.01", "--stats", str(stats)],
+        command=["python", "ddp.py", "--steps", "240", "--width", "64", "--step-sleep", "0.01", "--stats", str(stats)],
         workdir=str(EXAMPLES),
         resources={"cpu": 1, "replicas": {"min": 1, "max": 2, "global_batch": 64}},
         checkpoint={"interval_s": 60},  # only the stop saves: the relaunch resumes from it
@@ -521,13 +521,14 @@ def test_a_two_replica_job_resized_to_one_resumes_from_its_checkpoint(
     )
     job = ctl.submit("t", spec).id
     policy.places[job] = two
+    # shrink at step 40 of 240: the stop reaches it with 200 steps (over 2 s) to spare
     policy.resizes[job] = (40, Allocation((two.assignments[1],)))
     run_until(ctl, lambda: ctl.book.get(job).phase.terminal, 120)
 
     final = ctl.book.get(job)
     events = "\n".join(e.message for e in ctl.store.events(job_id=job) if e.kind != "checkpoint")
     assert final.phase == Phase.SUCCEEDED, events
-    assert (final.attempt, final.restarts, final.step) == (2, 0, 159), events
+    assert (final.attempt, final.restarts, final.step) == (2, 0, 239), events
     places = [[a["node"] for a in e.data["allocation"]] for e in ctl.store.events(job_id=job) if e.kind == "place"]
     assert places == [healthy[:2], healthy[1:2]], places  # a gang over two Ray nodes, then one
     assert "resized 2 → 1 replicas: test: 1 replica(s)" in events and "stopped for resize" in events

@@ -118,6 +118,11 @@ class GradientNoiseScale:
     previous step's gradient is the second batch (`single="consecutive"`) or nothing is
     measured (`single="off"`). `every=k` measures one step in k (a pair of steps with one
     replica), to spend even less.
+
+    The hook it registers is DDP's default all-reduce with the measurement added, so a job
+    that registers its own communication hook (compression, say) cannot use both: DDP takes
+    one hook. With gradient accumulation (`no_sync`) the hook sees the accumulated gradient,
+    so `batch` is then the samples of all micro-batches of a step.
     """
 
     def __init__(
