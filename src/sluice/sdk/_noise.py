@@ -121,8 +121,9 @@ class GradientNoiseScale:
 
     The hook it registers is DDP's default all-reduce with the measurement added, so a job
     that registers its own communication hook (compression, say) cannot use both: DDP takes
-    one hook. With gradient accumulation (`no_sync`) the hook sees the accumulated gradient,
-    so `batch` is then the samples of all micro-batches of a step.
+    one hook. With gradient accumulation (`no_sync`) the hook sees the accumulated gradient:
+    `batch` is then the samples of all micro-batches of a step, and each micro-batch's loss
+    must be divided by their number so that the sum is their mean.
     """
 
     def __init__(
