@@ -160,6 +160,8 @@ def test_throughput_meter_reports_rates_per_window_with_world_size_and_batch() -
         now[0] += 0.5
         meter.step()
     m = meter.metrics()
+    # the names the plane reads (docs/architecture.md): a rename here must be made there too
+    assert set(m) == {"world_size", "global_batch", "samples_per_s", "steps_per_s"}
     assert m["steps_per_s"] == pytest.approx(2.0) and m["samples_per_s"] == pytest.approx(128.0)
     now[0] += 1.0  # a new window: a slower step
     meter.step(samples=32)
