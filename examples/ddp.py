@@ -19,6 +19,13 @@ Elastic: a policy may restart the job at another number of replicas (within the 
 `sdk.elastic()` gives this replica's batch and learning-rate scale for it: `--batch` is the
 global batch at the spec's `min` replicas (the spec's `resources.replicas.global_batch`
 wins), kept or scaled with the replicas as the spec's `resources.replicas.batch` says.
+
+What a policy needs to size the job comes with every report: `sdk.ThroughputMeter` adds the
+measured samples/s and steps/s with the world size and global batch they were measured at,
+and `sdk.GradientNoiseScale` the gradient noise scale (grad_noise_scale, grad_sqr, grad_var),
+measured every `--gns-every` steps from each replica's own gradient on its way into DDP's
+all-reduce (one replica: from consecutive batches). The `--stats` file holds the last report's
+metrics too.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=128, help="global batch at min replicas (64 a replica at 2)")
     p.add_argument("--stats", default=None)
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds to idle after each step (stretches tests)")
+    p.add_argument("--gns-every", type=int, default=10, help="measure the gradient noise scale one step in N")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
     if "WORLD_SIZE" in os.environ:  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the engine (or the lab)
@@ -61,6 +69,8 @@ def main() -> int:
         nn.Linear(64, a.width), nn.ReLU(), nn.Linear(a.width, a.width), nn.ReLU(), nn.Linear(a.width, 10)
     )
     model = nn.parallel.DistributedDataParallel(net)
+    gns = sdk.GradientNoiseScale(model, batch=el.batch, global_batch=el.global_batch, every=a.gns_every)
+    meter = sdk.ThroughputMeter(global_batch=el.global_batch, world_size=world)
     lr = 0.05 * el.lr_scale
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     start = 0
@@ -73,6 +83,7 @@ def main() -> int:
         start = int(state["step"]) + 1
     if rank == 0:
         print(f"[ddp] world {world}, batch {el.batch}/replica ({el.global_batch} global), lr {lr:g}, from step {start}")
+    metrics: dict[str, float] = {}
     first_loss: float | None = None  # where this attempt starts: near ln 10 only on a fresh start
     t_first = t_end = time.time()  # first step's start, last step's end: `sluice bench elastic`'s time lost
     gen = torch.Generator()
@@ -85,8 +96,10 @@ def main() -> int:
         loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces the gradients here
+        gns.update()  # before the gradients are cleared: one step in --gns-every measures
         opt.step()
         step_s.append(time.perf_counter() - t0)
+        meter.step()
         t_end = time.time()
         if step == start:
             t_first = t_end - step_s[-1]
@@ -97,7 +110,8 @@ def main() -> int:
         stop = torch.tensor([1.0 if sdk.should_stop() else 0.0])
         dist.all_reduce(stop)  # every rank stops at the same step
         if rank == 0 and (step % 20 == 0 or step + 1 == a.steps):
-            sdk.report(step, loss=loss.item(), total_steps=a.steps, step_s=step_s[-1])
+            metrics = {"total_steps": a.steps, "step_s": step_s[-1], **meter.metrics(), **gns.metrics()}
+            sdk.report(step, loss=loss.item(), **metrics)
         if stop.item() > 0 or (rank == 0 and sdk.checkpoint.due()):
             if rank == 0:
                 sdk.checkpoint.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step}, step)
@@ -107,6 +121,7 @@ def main() -> int:
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
         stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
         stats |= {"batch": el.batch, "lr": lr, "first_loss": first_loss, "t_first": t_first, "t_end": t_end}
+        stats["metrics"] = metrics
         path = a.stats.replace("{rank}", str(rank)).replace("{attempt}", str(sdk.context().attempt))
         with open(path, "w") as f:
             json.dump({**stats, "step_s": step_s[min(5, len(step_s) - 1) :]}, f)

@@ -113,6 +113,10 @@ def test_ddp_resized_2_1_2_resumes_from_its_checkpoint_each_time(
         assert runs[a]["start"] == runs[a - 1]["last"] + 1 > 0, runs
         assert runs[a]["first_loss"] < 0.8 * runs[1]["first_loss"], runs
     assert json.loads((tmp_path / "stats-a3-r1.json").read_text())["params_sha256"] == runs[3]["params_sha256"]
+    for a in (1, 2, 3):  # what rank 0 reported: throughput at this world size, the gradient noise
+        m = runs[a]["metrics"]
+        assert (m["world_size"], m["global_batch"]) == (runs[a]["world"], 64), m
+        assert m["samples_per_s"] > 0 and m["steps_per_s"] > 0 and "grad_var" in m, m
     why = [e.message for e in p.why(caller, job_id)]
     text = "\n".join(why)
     assert "resized 2 → 1 replicas: test: shrink" in text, text

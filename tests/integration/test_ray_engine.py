@@ -30,7 +30,18 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from sluice.control.controller import Controller  # noqa: E402
 from sluice.engine.ray import RayEngine  # noqa: E402
-from sluice.model import Allocation, ClusterView, Decision, Migrate, NodeHealth, Phase, Preempt  # noqa: E402
+from sluice.model import (  # noqa: E402
+    Allocation,
+    Assignment,
+    ClusterView,
+    Decision,
+    Migrate,
+    NodeHealth,
+    Phase,
+    Place,
+    Preempt,
+    Resize,
+)
 from sluice.policy.kube import KubePolicy  # noqa: E402
 from sluice.spec import JobSpec  # noqa: E402
 from sluice.store.memory import MemoryStore  # noqa: E402
@@ -41,6 +52,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(240)
 
 OBJECT_STORE = 80 * 1024 * 1024
 WORKERS = ("n1", "n2", "n3")
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 TOY_JOB = '''
 """Toy training job: resumes from its newest checkpoint, checkpoints every interval and on SIGTERM.
@@ -174,14 +186,27 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestClu
 
 
 class Scripted(KubePolicy):
-    """kube placement, plus migrations the test asks for (a real policy: a function of the view)."""
+    """kube placement, plus the placements, migrations and resizes the test asks for (a real
+    policy: a function of the view)."""
 
     def __init__(self) -> None:
         self.moves: dict[str, str] = {}
         self.preempts: set[str] = set()
+        self.places: dict[str, Allocation] = {}
+        """job id -> where to place it when queued (instead of kube's choice)."""
+        self.resizes: dict[str, tuple[int, Allocation]] = {}
+        """job id -> (step, allocation): resize it once it runs past that step."""
 
     def decide(self, view: ClusterView) -> list[Decision]:
-        out = super().decide(view)
+        out = [d for d in super().decide(view) if getattr(d, "job_id", None) not in self.places]
+        for job in view.queued:
+            if job.id in self.places:
+                out.append(Place(job.id, self.places.pop(job.id), "test places it"))
+        for job_id, (step, alloc) in list(self.resizes.items()):
+            job = view.jobs.get(job_id)
+            if job is not None and job.phase == Phase.RUNNING and job.progress.step >= step:
+                del self.resizes[job_id]
+                out.append(Resize(job_id, alloc, f"test: {alloc.replicas} replica(s)"))
         for job_id in list(self.preempts):
             job = view.jobs.get(job_id)
             if job is not None and job.phase == Phase.RUNNING:
@@ -472,6 +497,47 @@ def test_gang_places_all_replicas_and_runs_ddp_over_gloo_across_nodes(
     assert all(r["world"] == 2 for r in ranks)
     assert ranks[0]["sum"] == pytest.approx(ranks[1]["sum"], abs=1e-6)  # all-reduced: same weights
     assert ctl.book.get(job).step == 30  # rank 0's reports reached the controller as the job's
+
+
+def test_a_two_replica_job_resized_to_one_resumes_from_its_checkpoint(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted], tmp_path: Path
+) -> None:
+    """Elastic resize on Ray: examples/ddp.py placed on two Ray nodes, shrunk 2 → 1 by the
+    policy; the Ray gang is stopped through the SDK (rank 0 checkpoints), and the new
+    one-replica gang resumes from that step and finishes, no failure counted."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    ctl, engine, policy = plane
+    healthy = sorted(n.name for n in engine.nodes())
+    two = Allocation(tuple(Assignment(n, 1.0) for n in healthy[:2]))
+    stats = tmp_path / "a{attempt}-r{rank}.json"
+    spec = JobSpec(
+        name="elastic",
+        command=["python", "ddp.py", "--steps", "240", "--width", "64", "--step-sleep", "0.01", "--stats", str(stats)],
+        workdir=str(EXAMPLES),
+        resources={"cpu": 1, "replicas": {"min": 1, "max": 2, "global_batch": 64}},
+        checkpoint={"interval_s": 60},  # only the stop saves: the relaunch resumes from it
+        max_restarts=0,  # a resize counted as a failure would fail the job
+    )
+    job = ctl.submit("t", spec).id
+    policy.places[job] = two
+    # shrink at step 40 of 240: the stop reaches it with 200 steps (over 2 s) to spare
+    policy.resizes[job] = (40, Allocation((two.assignments[1],)))
+    run_until(ctl, lambda: ctl.book.get(job).phase.terminal, 120)
+
+    final = ctl.book.get(job)
+    events = "\n".join(e.message for e in ctl.store.events(job_id=job) if e.kind != "checkpoint")
+    assert final.phase == Phase.SUCCEEDED, events
+    assert (final.attempt, final.restarts, final.step) == (2, 0, 239), events
+    places = [[a["node"] for a in e.data["allocation"]] for e in ctl.store.events(job_id=job) if e.kind == "place"]
+    assert places == [healthy[:2], healthy[1:2]], places  # a gang over two Ray nodes, then one
+    assert "resized 2 → 1 replicas: test: 1 replica(s)" in events and "stopped for resize" in events
+    runs = {a: json.loads((tmp_path / f"a{a}-r0.json").read_text()) for a in (1, 2)}
+    assert [runs[a]["world"] for a in (1, 2)] == [2, 1]
+    assert [runs[a]["batch"] for a in (1, 2)] == [32, 64]  # keep_global
+    assert runs[1]["last"] >= 40 and runs[2]["start"] == runs[1]["last"] + 1  # resumed at the stop's step
+    assert runs[2]["first_loss"] < 0.8 * runs[1]["first_loss"]  # and from its weights, not from scratch
+    assert runs[2]["metrics"]["world_size"] == 1
 
 
 def test_a_gang_that_does_not_fit_waits_whole(

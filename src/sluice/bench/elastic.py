@@ -70,6 +70,9 @@ class Throughput:
     seconds: float
     steps_s: float
     samples_s: float
+    grad_noise_scale: float | None = None
+    """What the job measured (sdk.GradientNoiseScale, last report): at one replica from
+    consecutive batches, at more from the replicas' local gradients."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +150,8 @@ def run(
                     raise RuntimeError(f"ddp.py at {n} replicas ended {job.phase}: {job.reason}")
                 s = _stats(folder, 1)
                 done, secs = s["last"] - s["start"] + 1, s["t_end"] - s["t_first"]
-                rates.append(Throughput(n, done, secs, done / secs, done * batch / secs))
+                gns = s.get("metrics", {}).get("grad_noise_scale")
+                rates.append(Throughput(n, done, secs, done / secs, done * batch / secs, gns))
             console.print("ddp.py resized 2 → 1 → 2 ...")
             folder = Path(tmp) / "resize"
             folder.mkdir()
@@ -183,12 +187,13 @@ def print_report(
     )
     base = rates[0]
     table = Table(title=f"throughput at the same global batch (ratios vs {base.replicas} replica(s))")
-    for col in ("replicas", "steps", "seconds", "steps/s", "samples/s", "ratio"):
+    for col in ("replicas", "steps", "seconds", "steps/s", "samples/s", "ratio", "B_noise (job's)"):
         table.add_column(col, justify="right")
     for r in rates:
         ratio = f"{r.steps_s / base.steps_s:.2f}"
+        gns = "-" if r.grad_noise_scale is None else f"{r.grad_noise_scale:.0f}"
         table.add_row(
-            str(r.replicas), str(r.steps), f"{r.seconds:.1f}", f"{r.steps_s:.1f}", f"{r.samples_s:.0f}", ratio
+            str(r.replicas), str(r.steps), f"{r.seconds:.1f}", f"{r.steps_s:.1f}", f"{r.samples_s:.0f}", ratio, gns
         )
     console.print(table)
     by_size = {r.replicas: r for r in rates}

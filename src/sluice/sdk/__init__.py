@@ -50,6 +50,12 @@ plane runs under, so the job sees this same sluice package.
 progress.jsonl lines: {"t": unix time, "step": int, "loss": float|null, "metrics": {...}}
 and, per checkpoint, {"t": ..., "step": int, "checkpoint": path}. The metric `total_steps`
 lets the control plane predict the remaining time.
+
+Data-parallel jobs tell the plane what it needs to size them (docs/client.md lists the names):
+`ThroughputMeter(...).metrics()` gives samples_per_s, steps_per_s, world_size and
+global_batch; `GradientNoiseScale(ddp_model, ...).metrics()` gives grad_noise_scale,
+grad_sqr, grad_var and gns_batch (the statistics Pollux's goodput model needs), measured
+from the replicas' own gradients on their way to DDP's all-reduce.
 """
 
 from __future__ import annotations
@@ -57,9 +63,11 @@ from __future__ import annotations
 import sluice.sdk.checkpoint as checkpoint
 from sluice.sdk._elastic import Elastic, elastic
 from sluice.sdk._env import RunContext, context
+from sluice.sdk._noise import GradientNoiseScale, NoiseScale, NoiseScaleEstimator
 from sluice.sdk._progress import report
 from sluice.sdk._stop import install_stop_handler, should_stop
 from sluice.sdk._threads import CpuBudget, cpu_budget, manage_threads, on_cpu_threads
+from sluice.sdk._throughput import ThroughputMeter
 
 if context().under_sluice:
     # Under sluice a SIGTERM may come at any moment: catch it from the start. Run by hand
@@ -70,7 +78,11 @@ if context().under_sluice:
 __all__ = [
     "CpuBudget",
     "Elastic",
+    "GradientNoiseScale",
+    "NoiseScale",
+    "NoiseScaleEstimator",
     "RunContext",
+    "ThroughputMeter",
     "checkpoint",
     "context",
     "cpu_budget",
