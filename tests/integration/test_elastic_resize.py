@@ -99,6 +99,12 @@ def test_ddp_resized_2_1_2_resumes_from_its_checkpoint_each_time(
     policy.push(Resize(job_id, spread(1), "test: shrink"))
     assert wait_for(lambda: running_past(2, (job().checkpoint_step or 10**9) + 40), timeout=60, every=0.1), job()
     assert job().allocation.replicas == 1
+
+    def measured() -> set[int]:  # the plane's own record of steps/s per size, start-up excluded
+        pr = p.progress(caller, job_id)
+        return {r.replicas for r in pr.rates if r.steps_per_s > 0} if pr else set()
+
+    assert wait_for(lambda: measured() == {1, 2}, timeout=30, every=0.2), p.progress(caller, job_id)
     policy.push(Resize(job_id, spread(2), "test: grow"))
     assert wait_for(lambda: job().phase.terminal, timeout=60, every=0.2), job()
 

@@ -220,3 +220,13 @@ def test_the_sluice_policy_resizes_elastic_cpu_jobs() -> None:
     j = _cpu_job(2, (rep(1, 10.0), rep(2, 4.0)))
     ds = [d for d in make_policy("sluice").decide(_cpu_view(j)) if d.job_id == "ddp"]
     assert len(ds) == 1 and isinstance(ds[0], Resize) and len(ds[0].allocation.assignments) == 1
+
+
+def test_job_get_shows_the_measured_rates() -> None:
+    from sluice.cli.job import _rates
+
+    rates = [
+        {"gpus": 0, "nodes": 1, "replicas": 1, "steps_per_s": 10.0, "seconds": 60, "at": 1},
+        {"gpus": 0, "nodes": 2, "replicas": 2, "steps_per_s": 4.25, "seconds": 60, "at": 2},
+    ]
+    assert _rates(rates) == "1 replica: 10; 2 replicas: 4.25"

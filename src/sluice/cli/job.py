@@ -116,11 +116,22 @@ def list_(
     emit(jobs, output, render)
 
 
+def _rates(rates: list[dict[str, float]]) -> str:
+    """The speed measured at each allocation the job has held (what learned curves use)."""
+    parts = []
+    for r in sorted(rates, key=lambda r: (r["gpus"], r["replicas"])):
+        where = f"{r['gpus']:.0f} GPU" if r["gpus"] else f"{r['replicas']:.0f} replica"
+        plural = "s" if (r["gpus"] or r["replicas"]) != 1 else ""
+        parts.append(f"{where}{plural}: {r['steps_per_s']:.3g}")
+    return "; ".join(parts)
+
+
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
     with errors_reported(), connect() as client:
         job = client.job(job_id)
+        progress = client.progress(job_id) if output == Output.table and not Phase(job.phase).terminal else None
 
     def render(j: dict[str, Any]) -> None:
         spec = j["spec"]
@@ -143,6 +154,8 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("exit code", j["exit_code"]),
             ("checkpoint", j["checkpoint"]),
         ]
+        if progress is not None and progress.rates:
+            rows.append(("measured steps/s", _rates(progress.rates)))
         table(["FIELD", "VALUE"], rows)
 
     emit(job, output, render)
