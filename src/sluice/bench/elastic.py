@@ -9,6 +9,12 @@ One run, side by side, on a fresh embedded control plane (local engine, two virt
   exit, relaunch, imports, rendezvous and restore together — and the stop alone (ask to exit).
 
 A resize pays off when the time it loses is small next to the time the new size saves.
+
+With `policy_steps` > 0 a third part runs one longer job (replicas 1..2) three ways, one
+after the other on the same plane: fixed at 1 replica, fixed at 2, and under the `sluice`
+policy, which starts it at 1 and sizes it from its own measured steps/s (learned curve,
+exploration bound, resize cost counted: docs/policies.md). Completion times and the
+resizes `sluice` made, with their reasons, are printed side by side.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from rich.table import Table
 from sluice.bench.scenario import embedded_plane
 from sluice.control.plane import ControlPlane
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobRecord, Phase, Place, Resize
+from sluice.policy.registry import make_policy
 from sluice.spec import parse_job_spec
 
 DDP = Path(__file__).resolve().parents[3] / "examples" / "ddp.py"
@@ -84,6 +91,16 @@ class ResizeCost:
     """From the stop request to the exit (the controller's `last_stop_s`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyRun:
+    how: str
+    jct_s: float
+    """Submit to finish, as the job book records them."""
+    attempts: int
+    resizes: tuple[str, ...]
+    """Each resize the policy made, with its reason (`sluice job why`)."""
+
+
 def _job(plane: ControlPlane, job_id: str) -> JobRecord:
     return plane.get_job(plane.store.get_tenant("default"), job_id)  # type: ignore[arg-type]
 
@@ -126,6 +143,7 @@ def run(
     timeout_s: float = 600.0,
     out: Path | None = None,
     console: Console | None = None,
+    policy_steps: int = 0,
 ) -> tuple[list[Throughput], list[ResizeCost]]:
     console = console or Console()
     most = max(*replicas, 2)
@@ -133,6 +151,7 @@ def run(
     cpu = max(0.1, round(cores / most, 2))  # all replicas fit at the largest size
     rates: list[Throughput] = []
     costs: list[ResizeCost] = []
+    runs: list[PolicyRun] = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-elastic-") as tmp:
         # No datasets here: the node cache's memory tier goes with the run, not into /dev/shm.
         os.environ.setdefault("SLUICE_CACHE_MEMORY_DIR", str(Path(tmp) / "memory-tier"))
@@ -171,10 +190,57 @@ def run(
             for i, cost in enumerate(costs):
                 lost = _stats(folder, i + 2)["t_first"] - _stats(folder, i + 1)["t_end"]
                 costs[i] = ResizeCost(cost.change, lost, cost.stop_s)
+            if policy_steps > 0:
+                runs = _policies(plane, Path(tmp), policy_steps, width, batch, cpu, timeout_s, console)
     print_report(rates, costs, steps, width, batch, cpu, console)
+    if runs:
+        print_policies(runs, policy_steps, console)
     if out is not None:
-        out.write_text(json.dumps({"throughput": [asdict(r) for r in rates], "resize": [asdict(c) for c in costs]}))
+        out.write_text(
+            json.dumps(
+                {
+                    "throughput": [asdict(r) for r in rates],
+                    "resize": [asdict(c) for c in costs],
+                    "policies": [asdict(r) for r in runs],
+                }
+            )
+        )
     return rates, costs
+
+
+def _policies(
+    plane: ControlPlane, tmp: Path, steps: int, width: int, batch: int, cpu: float, timeout_s: float, console: Console
+) -> list[PolicyRun]:
+    """The same job fixed at 1 and at 2 replicas, then sized by `sluice` from its measurements."""
+    out: list[PolicyRun] = []
+    caller = plane.store.get_tenant("default")
+    for how in ("fixed 1", "fixed 2", "sluice"):
+        console.print(f"ddp.py, {steps} steps, replicas 1..2: {how} ...")
+        folder = tmp / f"policy-{how.replace(' ', '')}"
+        folder.mkdir()
+        with plane.controller.lock:
+            plane.controller.policy = make_policy("sluice") if how == "sluice" else Sizer(int(how[-1]), cpu)
+        job_id = _submit(plane, folder, steps, width, batch, cpu, 2)
+        job = _wait(plane, job_id, lambda j: j.phase.terminal, timeout_s * 4, "the end")
+        if job.phase != Phase.SUCCEEDED:
+            raise RuntimeError(f"ddp.py ({how}) ended {job.phase}: {job.reason}")
+        resized = tuple(e.message for e in plane.why(caller, job_id) if "resized" in e.message)  # type: ignore[arg-type]
+        assert job.finished_at is not None
+        out.append(PolicyRun(how, job.finished_at - job.submitted_at, job.attempt, resized))
+    return out
+
+
+def print_policies(runs: list[PolicyRun], steps: int, console: Console) -> None:
+    base = runs[0]
+    t = Table(title=f"one job of {steps} steps, replicas 1..2: fixed sizes vs sizing from measured speed")
+    for col in ("how", "JCT (s)", "ratio", "attempts"):
+        t.add_column(col, justify="right")
+    for r in runs:
+        t.add_row(r.how, f"{r.jct_s:.1f}", f"{r.jct_s / base.jct_s:.2f}", str(r.attempts))
+    console.print(t)
+    for r in runs:
+        for m in r.resizes:
+            console.print(f"  {r.how}: {m}", markup=False)
 
 
 def print_report(

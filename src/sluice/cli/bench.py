@@ -34,11 +34,21 @@ def elastic(
     steps: Annotated[int, typer.Option(help="Steps of each ddp.py run.")] = 600,
     width: Annotated[int, typer.Option(help="ddp.py's hidden width (sets the gradient size).")] = 256,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+    policy_steps: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=10_000_000,
+            help="Steps of one longer job run fixed at 1, fixed at 2, and sized by `sluice` from its "
+            "measured speed (0: skip that part).",
+        ),
+    ] = 0,
 ) -> None:
-    """examples/ddp.py at 1, 2 and 4 replicas, and the seconds lost per resize (2 → 1 → 2)."""
+    """examples/ddp.py at 1, 2 and 4 replicas, the seconds lost per resize (2 → 1 → 2), and
+    optionally one job under fixed sizes vs `sluice`'s sizing from measured speed."""
     from sluice.bench import elastic as bench_elastic
 
-    bench_elastic.run(steps=steps, width=width, out=out)
+    bench_elastic.run(steps=steps, width=width, out=out, policy_steps=policy_steps)
 
 
 @app.command("threads")
