@@ -84,7 +84,7 @@ def test_a_job_that_did_not_scale_is_predicted_not_to_scale() -> None:
     c = LearnedCurve([sample(1, 10.0), sample(2, 10.5)])
     assert c.speedup(4, 1) == pytest.approx(1.05 * 2 ** (c._slope((1, 10.0), (2, 10.5))), rel=1e-6)
     assert c.speedup(4, 1) < 1.2
-    assert c.explore_cap(asked=1) == 2 * EXPLORE_FACTOR
+    assert c.explore_cap(asked=1) == 2 * EXPLORE_FACTOR and c.explore_cap(asked=1, factor=2) == 4
 
 
 def test_measured_points_are_used_exactly_and_interpolated_between() -> None:
@@ -147,7 +147,8 @@ def test_policies_grow_the_job_that_scales_not_the_one_that_does_not(policy: str
     flat = _running("flat", 2, (sample(1, 10.0), sample(2, 10.2)))
     ds = {d.job_id: d for d in make_policy(policy).decide(_view(scales, flat, gpus=6))}
     after = {j: d.allocation.total_gpus if isinstance(d, Resize) else 2 for j, d in ds.items()}
-    assert after.get("scales", 2) == 4 and after.get("flat", 2) == 2
+    # the scaling job grows into the free GPUs (and what the flat one does not need)
+    assert after.get("scales", 2) > 2 >= after.get("flat", 2)
 
 
 def test_the_prior_baseline_treats_both_alike() -> None:
@@ -198,7 +199,7 @@ def rep(n: int, rate: float, seconds: float = 60.0) -> RateSample:
 def test_an_elastic_cpu_job_explores_a_size_the_prior_says_is_faster() -> None:
     j = _cpu_job(1, (rep(1, 10.0),))
     ds = ReplicaSizer("sluice").decide(_cpu_view(j))
-    assert len(ds) == 1 and len(ds[0].allocation.assignments) == 2  # at most twice the largest measured
+    assert len(ds) == 1 and len(ds[0].allocation.assignments) == 2  # at most twice the most measured
     assert "1 -> 2 replicas" in ds[0].reason and "1: 10" in ds[0].reason
 
 

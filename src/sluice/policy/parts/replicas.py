@@ -25,6 +25,10 @@ from sluice.policy.parts.gpu import uses_gpus
 from sluice.policy.parts.placement import place_gang, spread
 from sluice.policy.parts.speedup import LearnedCurve
 
+REPLICA_EXPLORE_FACTOR = 2
+"""At most twice the most replicas measured: every CPU resize is a checkpointed restart of
+all replicas (seconds to tens of seconds here), so sizes are explored a step at a time."""
+
 MIN_MEASURED_S = 20.0
 """A size is judged only once it has been measured over at least this many seconds."""
 
@@ -76,7 +80,7 @@ class ReplicaSizer:
             return None
         left_now = steps_left / now_rate if steps_left is not None else max(DEFAULT_REMAINING_S, j.attained_service)
         work = left_now * now_rate  # steps left, or as many as an unknown job is assumed to need
-        top = min(j.replicas_max, curve.explore_cap(j.replicas_min))
+        top = min(j.replicas_max, curve.explore_cap(j.replicas_min, REPLICA_EXPLORE_FACTOR))
         best, best_t, best_alloc = n, left_now, None
         ledger.credit(j.allocation)
         for k in range(j.replicas_min, top + 1):
