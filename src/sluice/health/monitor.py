@@ -108,6 +108,9 @@ MACHINE_WIDE: tuple[str, ...] = (
     "peer_excess_cpu_user_pct",
     "peer_excess_cpu_nice_pct",
     "peer_excess_cpu_steal_pct",
+    "node_cpu_used_pct",
+    "node_cpu_throttled_pct",
+    "node_psi_cpu_pct",
 )
 """What virtual nodes of one machine are *not* judged on (pass as `ignore`). The machine-wide
 counters; the absolute core times and job speed, which follow the whole machine's load
@@ -116,8 +119,15 @@ busy/user/nice time, which is where the scheduler put more jobs (placement, not 
 of steal, which is the hypervisor's choice of vCPU. What is left — the node's cores' excess of
 kernel time and I/O wait over the other cores (`peer_excess_cpu_system_pct`,
 `peer_excess_cpu_iowait_pct`) — is what training jobs do not make and an I/O storm, memory
-pressure or a leaking, syscall-heavy process on the node do. A pure CPU hog on a virtual
-node is not told from "more jobs here"; on a whole machine it is (`cpu_*` is judged there)."""
+pressure or a leaking, syscall-heavy process on the node do.
+
+From the node's own cgroups (`node_*`, agent/node_cgroup.py) everything is judged but the
+node's total CPU use and its jobs' throttling (where and how big the scheduler placed jobs)
+and its CPU pressure stall (waiting for a core on a shared machine follows the machine's
+load): what is left — CPU used in the node by anything but its jobs, the node's kernel time,
+memory, block I/O, memory and I/O stalls — moves only with what runs in that node. A CPU hog
+injected in the node (`sluice node fault`) shows as `node_cpu_other_pct`; one started outside
+every sluice cgroup, only through the peer excess of kernel time, if at all."""
 
 NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
 """Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
@@ -204,6 +214,9 @@ class NodeTrack:
     scored: int = 0
     severity: deque[float] = field(default_factory=lambda: deque(maxlen=10))
     """score/threshold of the recent alarms: which of several sick nodes is sickest."""
+    why: dict[str, object] = field(default_factory=dict)
+    """The newest counted alarm, explained (`sluice node why`): when, score and threshold, and
+    per KPI that drove it its share, its value then and its healthy mean and spread."""
 
 
 class HealthMonitor:
@@ -343,8 +356,10 @@ class HealthMonitor:
         if alarm:
             tr.alarms += 1
             tr.severity.append(score / max(abs(spot.threshold), 1e-9))
-            why = describe(score, spot.threshold, det.attribute(window), self.config.top_n)
+            shares = det.attribute(window)
+            why = describe(score, spot.threshold, shares, self.config.top_n)
             tr.last_reason = why
+            tr.why = explain(e.time, score, spot.threshold, shares, det, e.values, self.config.top_n + 2)
         t = tr.machine.observe(e.time, alarm, why, may_cordon=False)
         if t is not None:
             self._apply(t)
@@ -493,9 +508,33 @@ class HealthMonitor:
                 "scored": tr.scored,
                 "fits": tr.fits,
                 "trained_on": tr.trained_on,
+                "why": dict(tr.why),
             }
             for n, tr in self.nodes.items()
         }
+
+
+def explain(
+    time: float,
+    score: float,
+    threshold: float,
+    shares: dict[str, float],
+    det: FlowDetector,
+    values: dict[str, float],
+    n: int,
+) -> dict[str, object]:
+    """One alarm's attribution as data: the `n` KPIs with the largest share, each with its
+    value in the alarm's sample and the healthy mean and spread the node's model learned, so an
+    operator reads "node_cpu_other_pct 97 (healthy 0 ± 2)" rather than a bare share."""
+    kpis = []
+    for name, share in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))[:n]:
+        row: dict[str, float | str] = {"kpi": name, "share": round(share, 4), "value": float(values.get(name, 0.0))}
+        if det.scaler is not None and name in det.kpis:
+            i = det.kpis.index(name)
+            row["healthy_mean"] = float(det.scaler.mean[i])
+            row["healthy_spread"] = float(det.scaler.scale[i])
+        kpis.append(row)
+    return {"time": time, "score": score, "threshold": threshold, "kpis": kpis}
 
 
 CEILING_SPREADS = 10.0
