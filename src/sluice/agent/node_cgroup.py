@@ -112,10 +112,10 @@ def _block_devices(sys_block: Path = Path("/sys/block")) -> list[str]:
     return out
 
 
-def _blkio_accounting(group: Path) -> bool:
+def _blkio_accounting(group: Path, sys_block: Path) -> bool:
     """Set a never-limiting throttle rule per device so the kernel counts the group's I/O."""
     ok = False
-    for dev in _block_devices():
+    for dev in _block_devices(sys_block):
         for f in ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device"):
             try:
                 (group / f).write_text(f"{dev} {ACCOUNTING_BPS}")
@@ -125,10 +125,17 @@ def _blkio_accounting(group: Path) -> bool:
     return ok
 
 
-def node_groups(layout: CgroupLayout, node: str, sysfs: Path = SYSFS_CGROUP, root: str = "sluice") -> NodeGroups:
+def node_groups(
+    layout: CgroupLayout,
+    node: str,
+    sysfs: Path = SYSFS_CGROUP,
+    root: str = "sluice",
+    sys_block: Path = Path("/sys/block"),
+) -> NodeGroups:
     """Make (or find) the node's groups under `layout`'s parents and return where they are,
     with the job layout scoped to the node. Never raises: what cannot be made is listed in
-    `missing`, and jobs then use `layout` as it was for that hierarchy."""
+    `missing`, and jobs then use `layout` as it was for that hierarchy. (`sysfs`, `sys_block`:
+    where cgroups and block devices are listed; tests pass fake trees.)"""
     missing: list[str] = []
     scoped = layout
     usage: Path | None = None
@@ -188,7 +195,7 @@ def node_groups(layout: CgroupLayout, node: str, sysfs: Path = SYSFS_CGROUP, roo
             missing.append("node block I/O: the v2 io controller cannot be delegated")
     elif (sysfs / "blkio" / "blkio.throttle.io_service_bytes").exists():
         b = _parent_under(sysfs / "blkio", root) / node
-        if _ensure_dir(b) and _blkio_accounting(b):
+        if _ensure_dir(b) and _blkio_accounting(b, sys_block):
             blkio = b
         else:
             missing.append(f"node block I/O: cannot make {b} or set its accounting rule")
