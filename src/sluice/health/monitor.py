@@ -109,8 +109,11 @@ MACHINE_WIDE: tuple[str, ...] = (
     "peer_excess_cpu_nice_pct",
     "peer_excess_cpu_steal_pct",
     "node_cpu_used_pct",
+    "node_cpu_system_pct",
     "node_cpu_throttled_pct",
     "node_psi_cpu_pct",
+    "node_mem_used_pct",
+    "node_io_*",
 )
 """What virtual nodes of one machine are *not* judged on (pass as `ignore`). The machine-wide
 counters; the absolute core times and job speed, which follow the whole machine's load
@@ -121,13 +124,17 @@ kernel time and I/O wait over the other cores (`peer_excess_cpu_system_pct`,
 `peer_excess_cpu_iowait_pct`) — is what training jobs do not make and an I/O storm, memory
 pressure or a leaking, syscall-heavy process on the node do.
 
-From the node's own cgroups (`node_*`, agent/node_cgroup.py) everything is judged but the
-node's total CPU use and its jobs' throttling (where and how big the scheduler placed jobs)
-and its CPU pressure stall (waiting for a core on a shared machine follows the machine's
-load): what is left — CPU used in the node by anything but its jobs, the node's kernel time,
-memory, block I/O, memory and I/O stalls — moves only with what runs in that node. A CPU hog
-injected in the node (`sluice node fault`) shows as `node_cpu_other_pct`; one started outside
-every sluice cgroup, only through the peer excess of kernel time, if at all."""
+From the node's own cgroups (`node_*`, agent/node_cgroup.py) what is judged is what the
+node's jobs do not make: CPU used in the node by anything but its jobs
+(`node_cpu_other_pct`), the share of time its processes stalled on memory or I/O
+(`node_psi_memory*`, `node_psi_io*`), memory limit hits and major page faults. Not judged:
+the node's total CPU, kernel time, memory held and block I/O, which follow how many jobs the
+scheduler put there and what they do (a first campaign run cordoned a healthy node on
+`node_io_read_mbps`/`node_mem_used_pct` while its jobs started), its jobs' throttling (their
+limits), and its CPU stall (waiting for a core on a shared machine follows the machine's
+load). A fault injected in the node (`sluice node fault`) shows in `node_cpu_other_pct` and
+its stalls; one started outside every sluice cgroup only through the peer excess of kernel
+time and the stalls it causes the node's jobs."""
 
 NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
 """Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
