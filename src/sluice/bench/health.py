@@ -19,7 +19,7 @@ from sluice.health.monitor import HealthMonitor
 from sluice.health.state import Transition
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "anomaly" / "asd"
-QUALITY = ("f1_best", "f1_spot", "f1_pa", "f1_pak", "auroc", "auprc")
+QUALITY = ("f1_best", "f1_spot", "f1_dspot", "f1_pa", "f1_pak", "auroc", "auprc")
 
 
 def run(folder: Path, entities: list[str] | None = None, out: Path | None = None) -> dict[str, dict[str, float]]:
