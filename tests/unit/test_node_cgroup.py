@@ -39,7 +39,7 @@ def hybrid(tmp_path: Path) -> Path:
 def test_v1_node_groups_hold_the_jobs_and_faults_of_the_node(tmp_path: Path) -> None:
     sysfs = hybrid(tmp_path)
     layout = detect_cgroups(sysfs, "sluice", cpuset=True)
-    g = node_groups(layout, "node-1", sysfs, "sluice", fake_block(tmp_path))
+    g = node_groups(layout, "node-1", sysfs, None, fake_block(tmp_path))  # root: where layout put jobs
     # Job cgroups are made inside the node's groups, so the node's counters include its jobs.
     assert g.layout.cpu_parent == sysfs / "cpu" / "sluice" / "node-1"
     assert g.layout.cpuacct_parent == g.usage == sysfs / "cpuacct" / "sluice" / "node-1"

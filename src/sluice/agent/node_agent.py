@@ -204,7 +204,7 @@ class NodeAgent:
         self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
         # The node's own cgroups: its jobs' cgroups are made inside them, faults run in them,
         # and the node's KPIs are read from them (agent/node_cgroup.py).
-        self.groups = node_groups(self.layout, name, root=self.settings.cgroup_root or "sluice")
+        self.groups = node_groups(self.layout, name, root=self.settings.cgroup_root)
         warn_missing(self.groups)
         self.layout = self.groups.layout
         self.ledger = CoreLedger(self.cpus)

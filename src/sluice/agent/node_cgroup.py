@@ -125,17 +125,33 @@ def _blkio_accounting(group: Path, sys_block: Path) -> bool:
     return ok
 
 
+def _root_of(layout: CgroupLayout, sysfs: Path, root: str | None) -> str:
+    """The job cgroups' root as a name relative to each hierarchy: `root` when given, else read
+    from where the layout put job cgroups (a v1 `cpu/<root>`), so that the node's blkio and
+    unified groups sit beside its cpu and memory ones."""
+    if root:
+        return root
+    for p in (layout.cpu_parent, layout.memory_parent):
+        if p is not None and sysfs in p.parents:
+            parts = p.relative_to(sysfs).parts[1:]
+            if parts:
+                return "/".join(parts)
+    return "sluice"
+
+
 def node_groups(
     layout: CgroupLayout,
     node: str,
     sysfs: Path = SYSFS_CGROUP,
-    root: str = "sluice",
+    root: str | None = None,
     sys_block: Path = Path("/sys/block"),
 ) -> NodeGroups:
     """Make (or find) the node's groups under `layout`'s parents and return where they are,
     with the job layout scoped to the node. Never raises: what cannot be made is listed in
     `missing`, and jobs then use `layout` as it was for that hierarchy. (`sysfs`, `sys_block`:
-    where cgroups and block devices are listed; tests pass fake trees.)"""
+    where cgroups and block devices are listed; tests pass fake trees. `root`: the job
+    cgroups' root, default: where `layout` put them.)"""
+    root = _root_of(layout, sysfs, root)
     missing: list[str] = []
     scoped = layout
     usage: Path | None = None
