@@ -159,6 +159,9 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
             ) from None
         reason = plane.controller.node("node-1").reason
         assert "top KPIs" in reason and "cpu" in reason, reason
+        why = mon.status()["node-1"]["why"]  # what `sluice node why node-1` shows
+        assert isinstance(why, dict) and why["score"] > why["threshold"] and why["kpis"], why
+        assert all({"kpi", "share", "value", "healthy_mean"} <= set(k) for k in why["kpis"]), why
         assert plane.controller.node("node-0").health != NodeHealth.CORDONED
         fault.stop()
 
