@@ -109,6 +109,7 @@ class _Campaign:
         self.next_at: float | None = None
         self.seen_jobs: set[str] = set()
         self.shown = 0
+        self.trace: Path | None = None
 
     def _kind(self) -> FaultKind:
         """Every kind once per cycle, in a fresh random order each cycle."""
@@ -120,8 +121,23 @@ class _Campaign:
     def log(self, text: str) -> None:
         self.console.print(f"[{time.monotonic() - self.t0:6.0f}s] {text}", markup=False)
 
+    def trace_row(self) -> dict[str, Any]:
+        """Each node's monitor state and newest judged KPIs this tick (for `<out>.trace.jsonl`)."""
+        row: dict[str, Any] = {"t": round(time.monotonic() - self.t0, 1), "fault": self.current and self.current.n}
+        for node, tr in self.mon.nodes.items():
+            st = self.mon.status()[node]
+            latest = dict(zip(tr.keys or [], (float(v) for v in tr.rows[-1]), strict=False)) if tr.rows else {}
+            row[node] = {
+                **{k: st[k] for k in ("health", "score", "threshold", "alarms", "held", "fits", "trained_on")},
+                "kpis": {k: round(v, 2) for k, v in latest.items() if k.startswith(("node_", "peer_"))},
+            }
+        return row
+
     def tick(self, plane: Any, jobs: list[Any], *_: object) -> None:
         self.seen_jobs.update(j.id for j in jobs)
+        if self.trace is not None:
+            with self.trace.open("a") as f:
+                f.write(json.dumps(self.trace_row(), default=str) + "\n")
         for t in self.mon.transitions[self.shown :]:
             self.log(f"{t.node}: {t.old} -> {t.new}: {t.reason}")
             self.shown += 1
@@ -214,7 +230,9 @@ def campaign(
     home: Path | None = None,
     out: Path | None = None,
 ) -> CampaignResult:
-    """Run the campaign for `minutes` (learning included) and print the per-fault table."""
+    """Run the campaign for `minutes` (learning included) and print the per-fault table; with
+    `out`, also write the result there as JSON and, per tick, each node's monitor state and
+    judged KPIs to `<out>.trace.jsonl` (to see why a fault was or was not caught)."""
     from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
 
     console = Console(soft_wrap=True)
@@ -234,6 +252,7 @@ def campaign(
         if not isinstance(engine, FaultInjector):
             raise RuntimeError(f"the {engine.name} engine cannot inject faults")
         camp = _Campaign(plane.health, seed, fault_s, gap_s, memory_mb, console, t0)
+        camp.trace = out.with_suffix(".trace.jsonl") if out is not None else None
         caller = plane.store.get_tenant("default")
         if caller is None:
             raise RuntimeError("the embedded plane has no default tenant")
