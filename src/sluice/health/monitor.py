@@ -104,37 +104,41 @@ MACHINE_WIDE: tuple[str, ...] = (
     "interrupts_ps",
     "cpu*",
     "job_steps_log_per_job",
-    "peer_excess_cpu_busy_pct",
-    "peer_excess_cpu_user_pct",
-    "peer_excess_cpu_nice_pct",
-    "peer_excess_cpu_steal_pct",
+    "peer_excess_cpu_*",
     "node_cpu_used_pct",
     "node_cpu_system_pct",
     "node_cpu_throttled_pct",
     "node_psi_cpu_pct",
     "node_mem_used_pct",
+    "node_mem_majfaults_ps",
     "node_io_*",
 )
-"""What virtual nodes of one machine are *not* judged on (pass as `ignore`). The machine-wide
-counters; the absolute core times and job speed, which follow the whole machine's load
-(unpinned processes and other tenants float over every core); and the peer excess of
-busy/user/nice time, which is where the scheduler put more jobs (placement, not health), and
-of steal, which is the hypervisor's choice of vCPU. What is left — the node's cores' excess of
-kernel time and I/O wait over the other cores (`peer_excess_cpu_system_pct`,
-`peer_excess_cpu_iowait_pct`) — is what training jobs do not make and an I/O storm, memory
-pressure or a leaking, syscall-heavy process on the node do.
+"""What virtual nodes of one machine are *not* judged on (pass as `ignore`): the
+machine-wide counters; the absolute core times and job speed, which follow the whole
+machine's load (unpinned processes and other tenants float over every core); and, from the
+node's own cgroups (`node_*`, agent/node_cgroup.py), everything the node's jobs make: its
+total CPU, kernel time, memory held, major page faults and block I/O follow how many jobs the
+scheduler put there and what they do (a first campaign run cordoned healthy nodes on
+`node_io_read_mbps`, `node_mem_used_pct`, `node_cpu_system_pct` while jobs started; a second
+on `node_mem_majfaults_ps` bursts at job starts), their throttling follows their limits, and
+the node's CPU stall follows the machine's load.
 
-From the node's own cgroups (`node_*`, agent/node_cgroup.py) what is judged is what the
-node's jobs do not make: CPU used in the node by anything but its jobs
-(`node_cpu_other_pct`), the share of time its processes stalled on memory or I/O
-(`node_psi_memory*`, `node_psi_io*`), memory limit hits and major page faults. Not judged:
-the node's total CPU, kernel time, memory held and block I/O, which follow how many jobs the
-scheduler put there and what they do (a first campaign run cordoned a healthy node on
-`node_io_read_mbps`/`node_mem_used_pct` while its jobs started), its jobs' throttling (their
-limits), and its CPU stall (waiting for a core on a shared machine follows the machine's
-load). A fault injected in the node (`sluice node fault`) shows in `node_cpu_other_pct` and
-its stalls; one started outside every sluice cgroup only through the peer excess of kernel
-time and the stalls it causes the node's jobs."""
+What is judged: CPU used in the node by anything but its jobs (`node_cpu_other_pct`), the
+share of time its processes stalled on memory or I/O (`node_psi_memory*`, `node_psi_io*`),
+and memory limit hits. A fault injected in the node (`sluice node fault`) shows there; a
+process started outside every sluice cgroup only through the stalls it causes.
+
+The peer excess of the node's cores over the machine's other cores (`peer_excess_cpu_*`) is
+not judged either, *where the node's own cgroup KPIs exist*: once one node is cordoned, the
+other holds every job and its cores' kernel time exceeds the idle sibling's — the second
+campaign run cordoned both nodes that way, each right after the other was cordoned. Where
+they do not exist (no writable cgroups), the monitor falls back to judging the excess of
+kernel time and I/O wait (`PEER_FALLBACK`), as before the node cgroups."""
+
+PEER_FALLBACK: tuple[str, ...] = ("peer_excess_cpu_system_pct", "peer_excess_cpu_iowait_pct")
+"""Judged on a virtual node whose samples carry no `node_*` KPI (no usable cgroups there):
+its cores' excess kernel time and I/O wait over the machine's other cores, which training
+jobs do not make and an I/O storm or memory pressure on its cores do."""
 
 NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
 """Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
@@ -339,7 +343,10 @@ class HealthMonitor:
         self._sync(tr, current, e.time)
         if tr.keys is None:
             skip = (*NOT_MODELLED, *self.config.ignore)
-            tr.keys = sorted(k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in skip))
+            keys = [k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in skip)]
+            if not any(k.startswith("node_") for k in keys):
+                keys += [k for k in PEER_FALLBACK if k in e.values and k not in keys]
+            tr.keys = sorted(keys)
         row = np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32)
         tr.rows.append(row)
         self._learn(e.node, tr, row)
