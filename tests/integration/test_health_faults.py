@@ -162,15 +162,26 @@ def test_a_fault_in_one_node_cgroup_is_seen_there_and_not_in_its_sibling(tmp_pat
         time.sleep(seconds)
         return {n: s.sample() for n, s in samplers.items()}
 
+    def joined(fault: Fault) -> None:
+        """Wait until the launcher has put every fault process in b's groups (its first act)."""
+        procs = str(b.usage / "cgroup.procs") if b.usage is not None else ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            inside = set(Path(procs).read_text().split()) if procs else set()
+            if all(str(p.pid) in inside for p in fault.procs):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"fault processes never joined {procs}")
+
     try:
-        with Fault(FaultKind.CPU, CORE, use_stress_ng=False, join=b.fault_join()):
-            time.sleep(0.5)
+        with Fault(FaultKind.CPU, CORE, use_stress_ng=False, join=b.fault_join()) as hog:
+            joined(hog)
             kpis = sample()
         assert kpis["b"]["node_cpu_other_pct"] > 20.0, kpis["b"]
         assert kpis["a"]["node_cpu_other_pct"] < 2.0 and kpis["a"]["node_cpu_used_pct"] < 2.0, kpis["a"]
         if b.blkio is not None or "node_io_write_mbps" in kpis["b"]:
-            with Fault(FaultKind.IO, CORE, use_stress_ng=False, join=b.fault_join(), workdir=str(tmp_path)):
-                time.sleep(0.5)
+            with Fault(FaultKind.IO, CORE, use_stress_ng=False, join=b.fault_join(), workdir=str(tmp_path)) as storm:
+                joined(storm)
                 kpis = sample()
             assert kpis["b"]["node_io_write_mbps"] > 1.0, kpis["b"]
             assert kpis["a"]["node_io_write_mbps"] == 0.0, kpis["a"]

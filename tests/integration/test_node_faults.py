@@ -69,10 +69,14 @@ def test_fault_runs_pinned_to_the_node_and_stops_by_itself_or_on_stop(
         assert sorted(psutil.Process(pid).cpu_affinity()) == cores  # node-1's cores, not the machine's
     groups = plane.engine.agents["node-1"].groups  # type: ignore[attr-defined]
     if groups.usage is not None:  # started inside node-1's own cgroups, so its node_* KPIs see it
+
+        def groups_of(pid: int) -> list[str]:
+            return Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+
         for pid in report["pids"]:
-            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-            assert any("/node-1" in line for line in lines), lines
-            assert not any("/node-0" in line for line in lines), lines
+            # The launcher joins the node's groups as its first act, then execs the fault.
+            assert wait_for(lambda pid=pid: any("/node-1" in g for g in groups_of(pid)), 10), groups_of(pid)
+            assert not any("/node-0" in g for g in groups_of(pid)), groups_of(pid)
     assert wait_for(lambda: gone(report["pids"]), 20), "the fault did not stop after its duration"
 
     code, out = sluice("node", "why", "node-1")
