@@ -20,6 +20,10 @@ kernel-time excess was no larger than what floated onto node-0. Measured on this
 (per-core `psutil.cpu_times`): stress-ng --hdd pinned to one core, 50 % user + 50 % system;
 the plain writer below (one 1 MiB block written over and over), 99 % system. So the test uses
 the plain writer and keeps the plane's home (database, logs, checkpoints) on tmpfs too.
+
+The storm's processes are started inside node-1's own cgroups (as the node's agent starts
+`sluice node fault`), so node-1's `node_cpu_other_pct` — CPU used in the node by anything
+but its jobs — shows it too, and node-0's cgroup counters do not move at all.
 """
 
 from __future__ import annotations
@@ -137,7 +141,11 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
         assert [t for t in mon.transitions if t.new == NodeHealth.CORDONED] == [], "false cordon while healthy"
 
         cores = [int(c) for c in plane.controller.node("node-1").labels["cores"].split(",")]  # type: ignore[index]
-        fault = Fault(FaultKind.IO, cores, workers=2, workdir=str(storm), use_stress_ng=False).start()
+        # Started inside node-1's own cgroups, as `sluice node fault` does (the agent's
+        # FaultBoard), so it shows in node-1's node_* KPIs and not in node-0's.
+        agent = plane.engine.agents["node-1"]  # type: ignore[attr-defined]
+        join = agent.groups.fault_join(agent.cpuset)
+        fault = Fault(FaultKind.IO, cores, workers=2, workdir=str(storm), use_stress_ng=False, join=join).start()
         time.sleep(1.0)
         assert fault.running, "the I/O storm did not start"
         for p in fault.procs:
@@ -151,6 +159,9 @@ def test_io_storm_cordons_node_and_job_resumes_on_healthy_node(sluice_settings: 
             ) from None
         reason = plane.controller.node("node-1").reason
         assert "top KPIs" in reason and "cpu" in reason, reason
+        why = mon.status()["node-1"]["why"]  # what `sluice node why node-1` shows
+        assert isinstance(why, dict) and why["score"] > why["threshold"] and why["kpis"], why
+        assert all({"kpi", "share", "value", "healthy_mean"} <= set(k) for k in why["kpis"]), why
         assert plane.controller.node("node-0").health != NodeHealth.CORDONED
         fault.stop()
 

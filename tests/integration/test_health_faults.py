@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -137,3 +138,61 @@ def test_peer_excess_is_what_the_node_cores_do_beyond_the_other_cores(monkeypatc
     peer = KpiSampler([0], gpus=False)  # the quieter core sees no excess, not a negative one
     state["t"] = 2
     assert peer.sample()["peer_excess_cpu_system_pct"] == 0.0
+
+
+def test_a_fault_in_one_node_cgroup_is_seen_there_and_not_in_its_sibling(tmp_path: Path) -> None:
+    """Two nodes' own cgroups on the real kernel; a CPU hog and then an I/O storm are started
+    inside node b's groups (as its agent starts `sluice node fault`): b's node_* KPIs show
+    them, a's stay quiet — whatever else the shared machine is doing."""
+    import uuid
+
+    from sluice.agent.cgroup import detect_cgroups
+    from sluice.agent.node_cgroup import node_groups, remove_groups
+
+    root = f"sluice-test-{uuid.uuid4().hex[:6]}"
+    layout = detect_cgroups(root=root)
+    a, b = (node_groups(layout, name, root=root) for name in ("a", "b"))
+    if b.usage is None:
+        pytest.skip(f"no writable cgroup CPU accounting here: {b.missing}")
+    samplers = {g.node: KpiSampler(CORE, gpus=False, groups=g, memory_mb=4096) for g in (a, b)}
+
+    def sample(seconds: float = 2.0) -> dict[str, dict[str, float]]:
+        for s in samplers.values():
+            s.sample()
+        time.sleep(seconds)
+        return {n: s.sample() for n, s in samplers.items()}
+
+    def joined(fault: Fault) -> None:
+        """Wait until the launcher has put every fault process in b's groups (its first act)."""
+        procs = str(b.usage / "cgroup.procs") if b.usage is not None else ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            inside = set(Path(procs).read_text().split()) if procs else set()
+            if all(str(p.pid) in inside for p in fault.procs):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"fault processes never joined {procs}")
+
+    try:
+        with Fault(FaultKind.CPU, CORE, use_stress_ng=False, join=b.fault_join()) as hog:
+            joined(hog)
+            kpis = sample()
+        assert kpis["b"]["node_cpu_other_pct"] > 20.0, kpis["b"]
+        assert kpis["a"]["node_cpu_other_pct"] < 2.0 and kpis["a"]["node_cpu_used_pct"] < 2.0, kpis["a"]
+        if b.blkio is not None or "node_io_write_mbps" in kpis["b"]:
+            with Fault(FaultKind.IO, CORE, use_stress_ng=False, join=b.fault_join(), workdir=str(tmp_path)) as storm:
+                joined(storm)
+                kpis = sample()
+            assert kpis["b"]["node_io_write_mbps"] > 1.0, kpis["b"]
+            assert kpis["a"]["node_io_write_mbps"] == 0.0, kpis["a"]
+    finally:
+        time.sleep(0.2)  # the kernel drops a killed task from its cgroup a moment later
+        for g in (a, b):
+            remove_groups(g)
+        for parent in (layout.cpu_parent, layout.cpuacct_parent, layout.memory_parent):
+            if parent is not None:
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+        for extra in ("blkio", "unified"):
+            with contextlib.suppress(OSError):
+                (Path("/sys/fs/cgroup") / extra / root).rmdir()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
@@ -66,7 +67,21 @@ def test_fault_runs_pinned_to_the_node_and_stops_by_itself_or_on_stop(
     assert report["kind"] == "cpu" and report["cores"] == cores and report["pids"]
     for pid in report["pids"]:
         assert sorted(psutil.Process(pid).cpu_affinity()) == cores  # node-1's cores, not the machine's
+    groups = plane.engine.agents["node-1"].groups  # type: ignore[attr-defined]
+    if groups.usage is not None:  # started inside node-1's own cgroups, so its node_* KPIs see it
+
+        def groups_of(pid: int) -> list[str]:
+            return Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+
+        for pid in report["pids"]:
+            # The launcher joins the node's groups as its first act, then execs the fault.
+            assert wait_for(lambda pid=pid: any("/node-1" in g for g in groups_of(pid)), 10), groups_of(pid)
+            assert not any("/node-0" in g for g in groups_of(pid)), groups_of(pid)
     assert wait_for(lambda: gone(report["pids"]), 20), "the fault did not stop after its duration"
+
+    code, out = sluice("node", "why", "node-1")
+    assert code == 0 and out.startswith("node-1: Healthy"), out
+    assert "no health monitor watches this node" in out, out  # this plane runs none
 
     code, out = sluice("node", "fault", "node-1", "io", "--seconds", "600", "-o", "json")
     assert code == 0, out

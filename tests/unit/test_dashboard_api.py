@@ -145,3 +145,23 @@ def test_allocation_is_sampled_at_most_every_two_seconds(env: Env) -> None:
     for t in (0.0, 0.5, 1.9, 2.0, 3.0, 4.1):
         env.metrics.observe(ClusterView(now=t, nodes=base.nodes, jobs={}), [])
     assert [x[0] for x in env.metrics.allocation_history()] == [0.0, 2.0, 4.1]
+
+
+def test_node_why_names_the_kpis_behind_the_newest_alarm(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sluice node why`: without a monitor the node's own state only; with one, the newest
+    counted alarm with each KPI's share, value then and healthy mean and spread."""
+    bare = env.client.get("/v1/nodes/n0/why", headers=env.who["alice"]).json()
+    assert (bare["health"], bare["monitored"], bare["alarm"]) == ("Healthy", False, None)
+    monitor = HealthMonitor(MonitorConfig())
+    blame = {"kpi": "node_cpu_other_pct", "share": 0.9, "value": 97.0, "healthy_mean": 0.1, "healthy_spread": 2.0}
+    why = {"time": 5.0, "score": 40.0, "threshold": 7.0, "kpis": [blame]}
+    status = {"n0": {"health": "Suspect", "score": 40.0, "threshold": 7.0, "alarms": 3, "held": 1, "why": why}}
+    monkeypatch.setattr(monitor, "status", lambda: status)
+    env.plane.health = monitor
+    body = env.client.get("/v1/nodes/n0/why", headers=env.who["alice"]).json()
+    assert body["monitored"] and (body["alarms"], body["held"], body["score"]) == (3, 1, 40.0)
+    assert body["alarm"]["kpis"] == [blame]
+    n1 = env.client.get("/v1/nodes/n1/why", headers=env.who["alice"]).json()
+    assert n1["monitored"] is False  # the monitor has not seen it
+    assert env.client.get("/v1/nodes/nope/why", headers=env.who["alice"]).status_code == 404
+    assert env.client.get("/v1/nodes/n0/why").status_code == 401

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app
@@ -45,3 +46,50 @@ def test_eval_names_the_problem_with_a_bad_folder_or_file(tmp_path: Path) -> Non
     np.savez(tmp_path / "bad.npz", train=np.zeros((10, 2)), test=np.zeros((5, 2)))
     res = CliRunner().invoke(app, ["health", "eval", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "bad.npz" in res.output and "test_label" in res.output
+
+
+def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sluice node why` renders the newest alarm's KPIs (a KPI a loaded model lacks the
+    healthy mean of is shown blank, not as an error)."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import sluice.cli.node as node_cli
+
+    answer = {
+        "node": "node-1",
+        "health": "Cordoned",
+        "reason": "5 anomalies in 20s",
+        "monitored": True,
+        "score": 961.5,
+        "threshold": -8.6,
+        "alarms": 12,
+        "held": 2,
+        "alarm": {
+            "time": 0.0,
+            "score": 961.5,
+            "threshold": -8.6,
+            "kpis": [
+                {"kpi": "node_cpu_other_pct", "share": 0.97, "value": 97.1, "healthy_mean": 0.0, "healthy_spread": 2.0},
+                {"kpi": "node_psi_io_pct", "share": 0.01, "value": 0.3},
+            ],
+        },
+    }
+
+    class Client:
+        def node_why(self, name: str) -> dict[str, object]:
+            return {**answer, "node": name}
+
+    @contextlib.contextmanager
+    def connect(admin: bool = False) -> Iterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(node_cli, "connect", connect)
+    monkeypatch.setenv("COLUMNS", "200")
+    r = CliRunner().invoke(app, ["node", "why", "node-1"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("node-1: Cordoned — 5 anomalies in 20s")
+    assert "12 alarms counted, 2 held" in r.output
+    row = next(line for line in r.output.splitlines() if "node_cpu_other_pct" in line).split()
+    assert row == ["node_cpu_other_pct", "97%", "97.1", "0", "2"]
+    assert "node_psi_io_pct" in r.output

@@ -66,3 +66,25 @@ def test_monitor_spot_keeps_short_calibration_thresholds_between_floor_and_ceili
         spot = _spot(1e-4, cal)
         top, mid = float(cal.max()), float(np.median(cal))
         assert top + (top - mid) - 1e-9 <= spot.threshold <= top + CEILING_SPREADS * (top - mid) + 1e-9
+
+
+def test_drift_aware_spot_follows_a_drifting_level_and_still_flags_jumps() -> None:
+    """Healthy scores that drift upwards after calibration: a fixed SPOT threshold ends up
+    crossed by healthy scores all the time, DSPOT (judging the excess over the recent level)
+    does not; a jump above the recent level is flagged by both."""
+    from sluice.health.metrics import f1_of
+    from sluice.health.spot import dspot_alarms
+
+    rng = np.random.default_rng(0)
+    calibration = rng.normal(0.0, 1.0, 2000)
+    drift = np.linspace(0.0, 8.0, 3000) + rng.normal(0.0, 1.0, 3000)
+    scores = drift.copy()
+    labels = np.zeros(3000, dtype=np.int8)
+    scores[2500:2520] += 15.0
+    labels[2500:2520] = 1
+    alarms = dspot_alarms(calibration, scores, q=1e-3, depth=20)
+    fixed = scores >= Spot(q=1e-3).fit(calibration).threshold
+    assert alarms[2500:2520].mean() >= 0.9, "the jump is flagged"
+    assert alarms[labels == 0].mean() < 0.01, "the drift is not"
+    assert fixed[labels == 0].mean() > 0.2, "a fixed threshold is crossed by the drift"
+    assert f1_of(alarms, labels) > 0.8 > f1_of(fixed, labels)

@@ -3,7 +3,9 @@
 Kinds: `cpu` (busy loops on every core of the node), `memory` (allocate and keep touching
 MB of RAM), `io` (write + fsync storm into a folder). Every fault process is pinned to the
 node's cores (its cpuset), runs in its own process group and is killed with it, so a fault
-on node-1 stresses node-1's cores and not the test runner's.
+on node-1 stresses node-1's cores and not the test runner's. Injected through the node's
+agent (`FaultBoard`), its processes are also started inside the node's own cgroups
+(sluice.agent.node_cgroup), so the fault shows in that node's cgroup KPIs and only there.
 
 stress-ng (Debian) is used where installed — it is the tool operators know; otherwise the
 same loads are made by small Python children. Nothing goes through a shell.
@@ -22,8 +24,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from types import TracebackType
 
+_ENTER = Path(__file__).with_name("enter.py")
+"""The launcher that starts a fault's processes inside the node's cgroups (sluice.agent.enter)."""
 _PY_CPU = "while True: pass"
 _PY_MEM = (
     "import sys, time\n"
@@ -56,6 +61,9 @@ class Fault:
     memory_mb: RAM held by a memory fault. workers: CPU/IO worker processes (default one
     per core; more than that also starves the node's jobs of run-queue time).
     workdir: where an I/O fault writes (a temp dir by default, removed on stop). use_stress_ng: None = when installed.
+    join: cgroup.procs files the fault's processes are started in (the node's own groups,
+    `NodeGroups.fault_join`), so the fault shows in that node's cgroup counters and only
+    there; empty: pinned to the cores only.
     """
 
     kind: FaultKind
@@ -64,6 +72,7 @@ class Fault:
     workers: int | None = None
     workdir: str | None = None
     use_stress_ng: bool | None = None
+    join: Sequence[str] = ()
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _tmp: str | None = None
 
@@ -95,6 +104,9 @@ class Fault:
             self._tmp = tempfile.mkdtemp(prefix="sluice-fault-io-")
         cores = set(self.cores)
         for argv in self.argvs():
+            if self.join:
+                # By path, not `-m`: the launcher must not depend on how sluice is installed.
+                argv = [sys.executable, str(_ENTER), *self.join, "--", *argv]
             p = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -160,16 +172,18 @@ class FaultBoard:
 
     MAX_SECONDS = 3600.0
 
-    def __init__(self, node: str, cores: Sequence[int]) -> None:
+    def __init__(self, node: str, cores: Sequence[int], join: Sequence[str] = ()) -> None:
         self.node = node
         self.cores = sorted(cores)
+        self.join = tuple(join)
+        """cgroup.procs files every fault joins: the node's own groups (see `Fault.join`)."""
         self._lock = threading.Lock()
         self._running: list[tuple[Fault, threading.Timer]] = []
 
     def inject(self, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512) -> FaultReport:
         if not 0 < seconds <= self.MAX_SECONDS:
             raise ValueError(f"seconds must be in (0, {self.MAX_SECONDS:g}], got {seconds:g}")
-        fault = inject(kind, self.cores, workers=workers, memory_mb=memory_mb)
+        fault = inject(kind, self.cores, workers=workers, memory_mb=memory_mb, join=self.join)
         timer = threading.Timer(seconds, self._expire, args=(fault,))
         timer.daemon = True
         with self._lock:

@@ -11,6 +11,12 @@ A node that holds only some of the machine's cores (a virtual node) also reports
 than the machine's other cores. Load that floats over every core — unpinned processes, other
 tenants of a shared machine — moves both sides alike and cancels; a fault on the node's own
 cores does not (peer comparison, as fleets compare a node with its peers).
+
+Given the node's own cgroups (`NodeGroups`), it also reports `node_*` KPIs read from the
+kernel's counters for the processes the node runs (its jobs and faults injected there), not
+for the machine: CPU used (and the share of it *not* used by the node's jobs), kernel time,
+throttling, memory held, limit hits, major faults, block I/O, and the share of time its
+processes stalled on CPU, memory or I/O (PSI). See `node_rates` for each one.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from sluice.agent.node_cgroup import NodeGroups, read_counters
 from sluice.model import Event, JobProgress
 
 _MB = 1024.0 * 1024.0
@@ -85,10 +92,67 @@ def per_job_throughput(steps_ps: float, jobs: int) -> float:
     return math.log1p(max(steps_ps, 0.0) / jobs) if jobs > 0 else 0.0
 
 
+def node_rates(
+    cur: dict[str, float], prev: dict[str, float], dt: float, cores: int, memory_mb: float, last_other: float
+) -> dict[str, float]:
+    """The node's cgroup KPIs from two readings of `read_counters` `dt` seconds apart.
+
+    node_cpu_used_pct      CPU the node's processes used, % of the node's cores
+    node_cpu_other_pct     of which not by its jobs (faults, anything else put in the node)
+    node_cpu_system_pct    kernel time of the node's processes, % of its cores
+    node_cpu_throttled_pct time its jobs were held back by their CPU limits, % of a second
+    node_mem_used_pct      memory the node's processes hold (page cache included), % of the
+                           node's memory
+    node_mem_limit_hits_ps, node_mem_majfaults_ps
+    node_io_read_mbps, node_io_write_mbps, node_io_ops_ps   block I/O the node issued
+    node_psi_{cpu,memory,io}_pct, node_psi_{memory,io}_full_pct   share of the second in which
+                           some (all) of the node's runnable processes waited for that resource
+
+    `node_cpu_other_pct` is usage minus the sum over job cgroups; a job whose cgroup vanished
+    between the readings took its last slice with it, so that sample repeats `last_other`."""
+    out: dict[str, float] = {}
+    cores = max(cores, 1)
+
+    def rate(key: str) -> float | None:
+        if key not in cur or key not in prev:
+            return None
+        return max(0.0, (cur[key] - prev[key]) / dt)
+
+    used = rate("cpu_s")
+    if used is not None:
+        out["node_cpu_used_pct"] = 100.0 * used / cores
+        out["node_cpu_system_pct"] = 100.0 * (rate("cpu_system_s") or 0.0) / cores
+        jobs_now = {k for k in cur if k.startswith("job:")}
+        jobs_before = {k for k in prev if k.startswith("job:")}
+        if jobs_before - jobs_now:
+            out["node_cpu_other_pct"] = last_other
+        else:
+            # A job new since the last reading used all of its counter within the interval.
+            jobs = sum(max(0.0, cur[k] - prev.get(k, 0.0)) for k in jobs_now) / dt
+            out["node_cpu_other_pct"] = max(0.0, 100.0 * (used - jobs) / cores)
+        out["node_cpu_throttled_pct"] = 100.0 * (rate("cpu_throttled_s") or 0.0)
+    if "mem_bytes" in cur:
+        out["node_mem_used_pct"] = 100.0 * cur["mem_bytes"] / (max(memory_mb, 1.0) * _MB)
+        out["node_mem_limit_hits_ps"] = rate("mem_limit_hits") or 0.0
+        out["node_mem_majfaults_ps"] = rate("mem_majfaults") or 0.0
+    if "io_ops" in cur:
+        out["node_io_read_mbps"] = (rate("io_read_bytes") or 0.0) / _MB
+        out["node_io_write_mbps"] = (rate("io_write_bytes") or 0.0) / _MB
+        out["node_io_ops_ps"] = rate("io_ops") or 0.0
+    for res in ("cpu", "memory", "io"):
+        if f"psi_{res}_some_s" in cur:
+            out[f"node_psi_{res}_pct"] = min(100.0, 100.0 * (rate(f"psi_{res}_some_s") or 0.0))
+        if f"psi_{res}_full_s" in cur:
+            out[f"node_psi_{res}_full_pct"] = min(100.0, 100.0 * (rate(f"psi_{res}_full_s") or 0.0))
+    return out
+
+
 class KpiSampler:
     """`sample()` returns one dict of KPIs (rates are per second since the previous sample;
     the first sample's rates are 0) and appends it to `window` (the newest `window_size`).
-    `sample(jobs=n)` also reports `jobs` and the per-job throughput `job_steps_log_per_job`."""
+    `sample(jobs=n)` also reports `jobs` and the per-job throughput `job_steps_log_per_job`.
+    `groups`: the node's own cgroups, for the `node_*` KPIs (`node_rates`); `memory_mb`: the
+    node's memory, their scale."""
 
     def __init__(
         self,
@@ -96,7 +160,13 @@ class KpiSampler:
         window_size: int = 600,
         gpus: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        groups: NodeGroups | None = None,
+        memory_mb: float | None = None,
     ) -> None:
+        self.groups = groups
+        self.memory_mb = float(memory_mb or psutil.virtual_memory().total / _MB)
+        self._prev_node = read_counters(groups) if groups is not None else {}
+        self._other = 0.0
         self.cpus = sorted(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
         self.window: deque[tuple[float, dict[str, float]]] = deque(maxlen=window_size)
         self._clock = clock
@@ -181,6 +251,11 @@ class KpiSampler:
         if jobs is not None:
             values["jobs"] = float(jobs)
             values["job_steps_log_per_job"] = per_job_throughput(self._steps / dt, jobs)
+        if self.groups is not None:
+            node = read_counters(self.groups)
+            values.update(node_rates(node, self._prev_node, dt, len(self.cpus), self.memory_mb, self._other))
+            self._other = values.get("node_cpu_other_pct", 0.0)
+            self._prev_node = node
         if self._gpu is not None:
             values.update(self._gpu())
         self._steps = 0

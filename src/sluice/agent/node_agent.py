@@ -56,6 +56,7 @@ from sluice.agent.faults import FaultBoard, FaultReport
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, launch_problem, own_dir, own_file, plane_dirs
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
+from sluice.agent.node_cgroup import node_groups, remove_groups, warn_missing
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
 from sluice.data.cache import DatasetCache
@@ -142,13 +143,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _join_both(ctrl: CpuController, mem: MemoryController | None) -> JoinSpec:
-    """What the shim joins: the CPU side's cgroups (or cores) plus the memory cgroup, each
-    procs file once (on v2 both controllers live in the same directory)."""
+def _join_both(ctrl: CpuController, mem: MemoryController | None, node: tuple[str, ...] = ()) -> JoinSpec:
+    """What the shim joins: the CPU side's cgroups (or cores) plus the memory cgroup, plus the
+    node's own groups where the job has none of its own (`node`), each procs file once (on
+    v2 both controllers live in the same directory)."""
     spec = ctrl.join_spec()
-    if mem is None:
+    extra = (*(mem.procs_files() if mem is not None else ()), *node)
+    if not extra:
         return spec
-    files = tuple(dict.fromkeys((*spec.procs_files, *mem.procs_files())))
+    files = tuple(dict.fromkeys((*spec.procs_files, *extra)))
     return JoinSpec(files, spec.cpus)
 
 
@@ -199,6 +202,11 @@ class NodeAgent:
         self.layout = layout or detect_cgroups(root=self.settings.cgroup_root, cpuset=len(self.cpus) < machine)
         warn_once(self.layout)
         self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
+        # The node's own cgroups: its jobs' cgroups are made inside them, faults run in them,
+        # and the node's KPIs are read from them (agent/node_cgroup.py).
+        self.groups = node_groups(self.layout, name, root=self.settings.cgroup_root)
+        warn_missing(self.groups)
+        self.layout = self.groups.layout
         self.ledger = CoreLedger(self.cpus)
         total_mb = psutil.virtual_memory().total // (1024 * 1024)
         self.memory_mb = memory_mb if memory_mb else int(total_mb * len(self.cpus) / max(machine, 1))
@@ -213,7 +221,7 @@ class NodeAgent:
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
         self._warm_mu = threading.Lock()
-        self.faults = FaultBoard(name, self.cpus)
+        self.faults = FaultBoard(name, self.cpus, join=self.groups.fault_join(self.cpuset))
         """Faults an operator injected here (`sluice node fault`); stopped on close."""
         self._adopt()
 
@@ -304,7 +312,7 @@ class NodeAgent:
             )
             ctrl.create()
             ctrl.apply(a.cpu_limit, a.cpu_request)
-            join = _join_both(ctrl, mem)
+            join = _join_both(ctrl, mem, self.groups.job_join(mem is not None))
             header = (
                 f"===== sluice: attempt {req.attempt} of {req.job_id} on {self.name} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
@@ -504,7 +512,7 @@ class NodeAgent:
             if now >= self._next_kpi:
                 self._next_kpi = now + self.settings.kpi_sample_s
                 if self._kpis is None:
-                    self._kpis = KpiSampler(self.cpus)
+                    self._kpis = KpiSampler(self.cpus, groups=self.groups, memory_mb=self.memory_mb)
                 else:
                     self._kpis.observe(events)
                     values = self._kpis.sample(jobs=len(self._watched))
@@ -680,3 +688,4 @@ class NodeAgent:
                 if att.popen is not None and att.popen.poll() is not None:
                     att.popen.wait()
             self._watched.clear()
+        remove_groups(self.groups)

@@ -46,6 +46,11 @@ NODE_KPIS = (
     "net_rx_mbps",
     "net_tx_mbps",
     "job_steps_ps",
+    "node_cpu_used_pct",
+    "node_cpu_other_pct",
+    "node_mem_used_pct",
+    "node_psi_memory_pct",
+    "node_psi_io_pct",
 )
 """The node KPIs exported (of the many the agents sample): a fixed list keeps the label bounded."""
 

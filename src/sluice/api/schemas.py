@@ -150,6 +150,40 @@ class CordonIn(BaseModel):
     reason: str = Field(min_length=1, max_length=1000, description="Why the node is taken out of service.")
 
 
+class KpiBlameOut(BaseModel):
+    """One KPI's part in a health alarm: its share of the attribution, its value in the alarm's
+    sample, and the healthy mean and spread the node's model learned (absent for a loaded
+    model whose scaler lacks the KPI)."""
+
+    kpi: str
+    share: float
+    value: float
+    healthy_mean: float | None = None
+    healthy_spread: float | None = None
+
+
+class AlarmWhyOut(BaseModel):
+    time: float
+    score: float
+    threshold: float
+    kpis: list[KpiBlameOut]
+
+
+class NodeWhyOut(BaseModel):
+    """`GET /v1/nodes/{name}/why` (`sluice node why`): the node's health and reason, and the
+    newest counted alarm of the health monitor with the KPIs that drove it."""
+
+    node: str
+    health: str
+    reason: str = ""
+    monitored: bool = Field(description="False where no health monitor runs or it has not seen the node.")
+    score: float | None = None
+    threshold: float | None = None
+    alarms: int = 0
+    held: int = 0
+    alarm: AlarmWhyOut | None = None
+
+
 class FaultIn(BaseModel):
     """A fault to inject on a node (`sluice node fault`)."""
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sluice.agent.cgroup import CgroupKind, CgroupLayout, detect_cgroups
+from sluice.agent.cgroup import SYSFS_CGROUP, CgroupKind, CgroupLayout, detect_cgroups
 from sluice.agent.node_agent import NodeAgent
 from sluice.model import Allocation, JobExited, JobProgress, JobUsage, LaunchRequest
 from sluice.settings import Settings
@@ -107,10 +107,13 @@ def run(jobs: int = 6, seconds: float = 30.0, interval: float = 0.5) -> list[Res
             results.append(_measure(name, layout, jobs, seconds, interval, base / name))
     finally:
         shutil.rmtree(base, ignore_errors=True)
-        for parent in (detected.cpu_parent, detected.cpuacct_parent):
+        for parent in (detected.cpu_parent, detected.cpuacct_parent, detected.memory_parent):
             if parent is not None:
                 with contextlib.suppress(OSError):
                     parent.rmdir()
+        for hierarchy in ("blkio", "unified"):  # the node groups' parents beside them
+            with contextlib.suppress(OSError):
+                (SYSFS_CGROUP / hierarchy / root).rmdir()
     table = Table(title=f"node agent overhead: {jobs} SDK jobs reporting at 20 Hz, poll every {interval}s")
     for col in ("contender", "polls", "progress events", "usage samples", "agent CPU (% of 1 core)", "vs first"):
         table.add_column(col, justify="right")

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sluice.agent.faults import Fault, FaultKind
+from sluice.agent.faults import FaultKind
 from sluice.control.plane import ControlPlane
 from sluice.health.detector import DetectorConfig
 from sluice.health.evaluation import average, contenders, evaluate_entity, load_folder
@@ -19,7 +19,7 @@ from sluice.health.monitor import HealthMonitor
 from sluice.health.state import Transition
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "anomaly" / "asd"
-QUALITY = ("f1_best", "f1_spot", "f1_pa", "f1_pak", "auroc", "auprc")
+QUALITY = ("f1_best", "f1_spot", "f1_dspot", "f1_pa", "f1_pak", "auroc", "auprc")
 
 
 def run(folder: Path, entities: list[str] | None = None, out: Path | None = None) -> dict[str, dict[str, float]]:
@@ -91,7 +91,7 @@ def false_alarms(
     rounds = 0
     mon: HealthMonitor | None = None
     shown = 0
-    fault: Fault | None = None
+    fault: str | None = None
     fault_at: float | None = None
     fault_node = f"node-{virtual_nodes - 1}"
 
@@ -100,13 +100,14 @@ def false_alarms(
         show_new()
         since = time.monotonic() - t0
         if inject_io_at_min is not None and fault_at is None and since >= 60 * inject_io_at_min:
-            node = plane.controller.node(fault_node)
-            cores = [int(c) for c in node.labels["cores"].split(",")]
-            fault = Fault(FaultKind.IO, cores, workers=2).start()
-            fault_at = time.time()
-            console.print(f"[{since:6.0f}s] injected an I/O storm on {fault_node} (cores {cores}) for {fault_s:g}s")
+            # Through the node's agent, as `sluice node fault` does: the storm runs inside the
+            # node's own cgroups (and stops by itself after fault_s).
+            report = plane.engine.inject_fault(fault_node, str(FaultKind.IO), fault_s, 2)
+            fault, fault_at = fault_node, time.time()
+            console.print(
+                f"[{since:6.0f}s] injected an I/O storm on {fault_node} (cores {report.cores}) for {fault_s:g}s"
+            )
         if fault is not None and fault_at is not None and time.time() - fault_at >= fault_s:
-            fault.stop()
             fault = None
             console.print(f"[{since:6.0f}s] I/O storm on {fault_node} stopped")
 
@@ -142,8 +143,6 @@ def false_alarms(
                     break
                 rounds += 1
     finally:
-        if fault is not None:
-            fault.stop()
         show_new()
         if mon is not None:
             _summary(console, mon, (time.monotonic() - t0) / 60.0, rounds, virtual_nodes, fault_node, fault_at)

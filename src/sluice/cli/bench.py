@@ -152,10 +152,26 @@ def health(
         float | None,
         typer.Option(min=0, help="With --fault-free-minutes: start a 90 s I/O storm on the last node at this minute."),
     ] = None,
+    campaign: Annotated[
+        bool,
+        typer.Option(
+            "--campaign",
+            help="Instead: run the demo workload and inject cpu, memory and io faults at seeded random times on "
+            "random nodes; report per fault cordoned or not, after how long, jobs moved and finished, false cordons.",
+        ),
+    ] = False,
+    minutes: Annotated[float, typer.Option(min=1, help="With --campaign: how long, learning included.")] = 60.0,
+    seed: Annotated[int, typer.Option(help="With --campaign: seed of the fault order, nodes and gaps.")] = 1,
+    fault_seconds: Annotated[float, typer.Option(min=5, max=3600, help="With --campaign: each fault's length.")] = 90.0,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
     from sluice.bench import health as bench_health
 
+    if campaign:
+        from sluice.bench.health_campaign import campaign as run_campaign
+
+        result = run_campaign(minutes, seed=seed, fault_s=fault_seconds, out=out)
+        raise typer.Exit(0 if all(result.goals().values()) else 1)
     if fault_free_minutes > 0:
         bench_health.false_alarms(fault_free_minutes, inject_io_at_min=inject_io_at_minute)
         return

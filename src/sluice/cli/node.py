@@ -1,4 +1,4 @@
-"""`sluice node ...`: Nodes: list, cordon, uncordon, fault."""
+"""`sluice node ...`: Nodes: list, why, cordon, uncordon, fault."""
 
 from __future__ import annotations
 
@@ -60,6 +60,51 @@ def uncordon(name: NodeName, output: OutputOpt = Output.table) -> None:
     with errors_reported(), connect(admin=True) as client:
         node = client.uncordon(name)
     emit(node, output, lambda n: console.print(f"{name}: {n.get('health', 'Healthy')}", markup=False))
+
+
+@app.command()
+def why(name: NodeName, output: OutputOpt = Output.table) -> None:
+    """Why a node is Healthy, Suspect or Cordoned: its reason, and the KPIs behind the health
+    monitor's newest alarm there (share, value then, what the node's model learned as healthy)."""
+    with errors_reported(), connect() as client:
+        out = client.node_why(name)
+
+    def render(o: dict[str, Any]) -> None:
+        console.print(f"{name}: {o.get('health', '')}" + (f" — {o['reason']}" if o.get("reason") else ""), markup=False)
+        if not o.get("monitored"):
+            console.print("no health monitor watches this node (SLUICE_HEALTH_ENABLED=1 turns it on)", markup=False)
+            return
+        console.print(
+            f"score {number(o.get('score'), 4)} (threshold {number(o.get('threshold'), 4)}), "
+            f"{o.get('alarms', 0)} alarms counted, {o.get('held', 0)} held during scheduling changes",
+            markup=False,
+        )
+        alarm = o.get("alarm")
+        if not alarm:
+            console.print("no alarm counted yet", markup=False)
+            return
+        import time
+
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(alarm["time"]))
+        console.print(
+            f"newest alarm at {when}: score {number(alarm['score'], 4)} > {number(alarm['threshold'], 4)}",
+            markup=False,
+        )
+        table(
+            ["KPI", "SHARE", "VALUE", "HEALTHY MEAN", "± SPREAD"],
+            [
+                [
+                    k["kpi"],
+                    f"{100 * k['share']:.0f}%",
+                    number(k["value"], 4),
+                    number(k.get("healthy_mean"), 4),
+                    number(k.get("healthy_spread"), 3),
+                ]
+                for k in alarm.get("kpis", [])
+            ],
+        )
+
+    emit(out, output, render)
 
 
 class FaultKindOpt(StrEnum):

@@ -392,6 +392,11 @@ class Client:
             body["workers"] = workers
         return self._one(FaultOut, "POST", f"/v1/nodes/{node}/faults", json=body)
 
+    def node_why(self, node: str) -> dict[str, Any]:
+        """The node's health, reason and the KPIs behind its newest alarm (GET .../why)."""
+        out = self.request("GET", f"/v1/nodes/{node}/why")
+        return out if isinstance(out, dict) else {}
+
     def stop_faults(self, node: str) -> FaultOut:
         return self._one(FaultOut, "DELETE", f"/v1/nodes/{node}/faults")
 

@@ -18,7 +18,7 @@ import numpy as np
 from sluice.health.baselines import AutoencoderDetector, Detector, IForestDetector, PCADetector
 from sluice.health.detector import DetectorConfig, FlowDetector
 from sluice.health.metrics import Scores, evaluate_scores
-from sluice.health.spot import Spot
+from sluice.health.spot import Spot, dspot_alarms
 
 
 class DatasetError(ValueError):
@@ -117,10 +117,11 @@ def evaluate_entity(ent: Entity, name: str, make: Callable[[], Detector], q: flo
     s = det.score(ent.test)
     speed = len(ent.test) / max(time.perf_counter() - t1, 1e-9)
     thr = Spot(q=q).fit(det.calibration).threshold if len(det.calibration) else None
-    return EvaluationRow(ent.name, name, evaluate_scores(s, ent.label, thr), train_s, speed)
+    alarms = dspot_alarms(det.calibration, s, q=q) if len(det.calibration) > 3 else None
+    return EvaluationRow(ent.name, name, evaluate_scores(s, ent.label, thr, alarms=alarms), train_s, speed)
 
 
-METRICS = ("f1_best", "f1_spot", "f1_pa", "f1_pak", "auroc", "auprc", "train_s", "windows_per_s")
+METRICS = ("f1_best", "f1_spot", "f1_dspot", "f1_pa", "f1_pak", "auroc", "auprc", "train_s", "windows_per_s")
 
 
 def average(rows: list[EvaluationRow]) -> dict[str, dict[str, float]]:

@@ -67,11 +67,28 @@ class Scores:
     f1_pak: float
     auroc: float
     auprc: float
+    f1_dspot: float = float("nan")
+    """Point-wise F1 of drift-aware SPOT's alarms (`spot.dspot_alarms`), the automatic
+    threshold that follows the score level online."""
+
+
+def f1_of(alarms: NDArray[np.bool_], labels: NDArray[np.integer]) -> float:
+    """Point-wise F1 of a given set of alarms."""
+    y = np.asarray(labels).astype(bool).ravel()
+    pred = np.asarray(alarms).astype(bool).ravel()
+    denom = float(pred.sum() + y.sum())
+    return 2 * float(np.sum(pred & y)) / denom if denom else 0.0
 
 
 def evaluate_scores(
-    scores: NDArray[np.floating], labels: NDArray[np.integer], spot_threshold: float | None, k_percent: float = 20.0
+    scores: NDArray[np.floating],
+    labels: NDArray[np.integer],
+    spot_threshold: float | None,
+    k_percent: float = 20.0,
+    alarms: NDArray[np.bool_] | None = None,
 ) -> Scores:
+    """Every metric of `scores` against `labels`; `spot_threshold`: SPOT's fixed threshold
+    (f1_spot); `alarms`: a streaming threshold's alarms, one per score (f1_dspot)."""
     y = np.asarray(labels).astype(int).ravel()
     s = np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=0.0, posinf=1e12, neginf=-1e12)
     both = 0 < y.sum() < len(y)
@@ -85,4 +102,5 @@ def evaluate_scores(
         f1_pak=best_f1(adjust(s, y, k_percent), y)[0],
         auroc=float(roc_auc_score(y, s)) if both else float("nan"),
         auprc=float(average_precision_score(y, s)) if both else float("nan"),
+        f1_dspot=f1_of(alarms, y) if alarms is not None else float("nan"),
     )

@@ -104,20 +104,41 @@ MACHINE_WIDE: tuple[str, ...] = (
     "interrupts_ps",
     "cpu*",
     "job_steps_log_per_job",
-    "peer_excess_cpu_busy_pct",
-    "peer_excess_cpu_user_pct",
-    "peer_excess_cpu_nice_pct",
-    "peer_excess_cpu_steal_pct",
+    "peer_excess_cpu_*",
+    "node_cpu_used_pct",
+    "node_cpu_system_pct",
+    "node_cpu_throttled_pct",
+    "node_psi_cpu_pct",
+    "node_mem_used_pct",
+    "node_mem_majfaults_ps",
+    "node_io_*",
 )
-"""What virtual nodes of one machine are *not* judged on (pass as `ignore`). The machine-wide
-counters; the absolute core times and job speed, which follow the whole machine's load
-(unpinned processes and other tenants float over every core); and the peer excess of
-busy/user/nice time, which is where the scheduler put more jobs (placement, not health), and
-of steal, which is the hypervisor's choice of vCPU. What is left — the node's cores' excess of
-kernel time and I/O wait over the other cores (`peer_excess_cpu_system_pct`,
-`peer_excess_cpu_iowait_pct`) — is what training jobs do not make and an I/O storm, memory
-pressure or a leaking, syscall-heavy process on the node do. A pure CPU hog on a virtual
-node is not told from "more jobs here"; on a whole machine it is (`cpu_*` is judged there)."""
+"""What virtual nodes of one machine are *not* judged on (pass as `ignore`): the
+machine-wide counters; the absolute core times and job speed, which follow the whole
+machine's load (unpinned processes and other tenants float over every core); and, from the
+node's own cgroups (`node_*`, agent/node_cgroup.py), everything the node's jobs make: its
+total CPU, kernel time, memory held, major page faults and block I/O follow how many jobs the
+scheduler put there and what they do (a first campaign run cordoned healthy nodes on
+`node_io_read_mbps`, `node_mem_used_pct`, `node_cpu_system_pct` while jobs started; a second
+on `node_mem_majfaults_ps` bursts at job starts), their throttling follows their limits, and
+the node's CPU stall follows the machine's load.
+
+What is judged: CPU used in the node by anything but its jobs (`node_cpu_other_pct`), the
+share of time its processes stalled on memory or I/O (`node_psi_memory*`, `node_psi_io*`),
+and memory limit hits. A fault injected in the node (`sluice node fault`) shows there; a
+process started outside every sluice cgroup only through the stalls it causes.
+
+The peer excess of the node's cores over the machine's other cores (`peer_excess_cpu_*`) is
+not judged either, *where the node's own cgroup KPIs exist*: once one node is cordoned, the
+other holds every job and its cores' kernel time exceeds the idle sibling's — the second
+campaign run cordoned both nodes that way, each right after the other was cordoned. Where
+they do not exist (no writable cgroups), the monitor falls back to judging the excess of
+kernel time and I/O wait (`PEER_FALLBACK`), as before the node cgroups."""
+
+PEER_FALLBACK: tuple[str, ...] = ("peer_excess_cpu_system_pct", "peer_excess_cpu_iowait_pct")
+"""Judged on a virtual node whose samples carry no `node_*` KPI (no usable cgroups there):
+its cores' excess kernel time and I/O wait over the machine's other cores, which training
+jobs do not make and an I/O storm or memory pressure on its cores do."""
 
 NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
 """Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
@@ -204,6 +225,9 @@ class NodeTrack:
     scored: int = 0
     severity: deque[float] = field(default_factory=lambda: deque(maxlen=10))
     """score/threshold of the recent alarms: which of several sick nodes is sickest."""
+    why: dict[str, object] = field(default_factory=dict)
+    """The newest counted alarm, explained (`sluice node why`): when, score and threshold, and
+    per KPI that drove it its share, its value then and its healthy mean and spread."""
 
 
 class HealthMonitor:
@@ -319,7 +343,10 @@ class HealthMonitor:
         self._sync(tr, current, e.time)
         if tr.keys is None:
             skip = (*NOT_MODELLED, *self.config.ignore)
-            tr.keys = sorted(k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in skip))
+            keys = [k for k in e.values if not any(fnmatch.fnmatch(k, p) for p in skip)]
+            if not any(k.startswith("node_") for k in keys):
+                keys += [k for k in PEER_FALLBACK if k in e.values and k not in keys]
+            tr.keys = sorted(keys)
         row = np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32)
         tr.rows.append(row)
         self._learn(e.node, tr, row)
@@ -343,8 +370,10 @@ class HealthMonitor:
         if alarm:
             tr.alarms += 1
             tr.severity.append(score / max(abs(spot.threshold), 1e-9))
-            why = describe(score, spot.threshold, det.attribute(window), self.config.top_n)
+            shares = det.attribute(window)
+            why = describe(score, spot.threshold, shares, self.config.top_n)
             tr.last_reason = why
+            tr.why = explain(e.time, score, spot.threshold, shares, det, e.values, self.config.top_n + 2)
         t = tr.machine.observe(e.time, alarm, why, may_cordon=False)
         if t is not None:
             self._apply(t)
@@ -493,9 +522,33 @@ class HealthMonitor:
                 "scored": tr.scored,
                 "fits": tr.fits,
                 "trained_on": tr.trained_on,
+                "why": dict(tr.why),
             }
             for n, tr in self.nodes.items()
         }
+
+
+def explain(
+    time: float,
+    score: float,
+    threshold: float,
+    shares: dict[str, float],
+    det: FlowDetector,
+    values: dict[str, float],
+    n: int,
+) -> dict[str, object]:
+    """One alarm's attribution as data: the `n` KPIs with the largest share, each with its
+    value in the alarm's sample and the healthy mean and spread the node's model learned, so an
+    operator reads "node_cpu_other_pct 97 (healthy 0 ± 2)" rather than a bare share."""
+    kpis = []
+    for name, share in sorted(shares.items(), key=lambda kv: (-kv[1], kv[0]))[:n]:
+        row: dict[str, float | str] = {"kpi": name, "share": round(share, 4), "value": float(values.get(name, 0.0))}
+        if det.scaler is not None and name in det.kpis:
+            i = det.kpis.index(name)
+            row["healthy_mean"] = float(det.scaler.mean[i])
+            row["healthy_spread"] = float(det.scaler.scale[i])
+        kpis.append(row)
+    return {"time": time, "score": score, "threshold": threshold, "kpis": kpis}
 
 
 CEILING_SPREADS = 10.0

@@ -119,3 +119,40 @@ class Spot:
         sp.ceiling = float(d.get("ceiling", float("inf")))  # type: ignore[arg-type]
         sp._refit()
         return sp
+
+
+def dspot_alarms(
+    calibration: NDArray[np.floating],
+    scores: NDArray[np.floating],
+    q: float = 1e-3,
+    depth: int = 10,
+    level: float = 0.98,
+) -> NDArray[np.bool_]:
+    """Drift-aware SPOT (DSPOT, Siffer et al., KDD'17) over a stream of scores: each score is
+    judged by how far it lies above the mean of the `depth` newest scores that were *not*
+    alarms, and the threshold on that excess is SPOT's, fitted on the calibration scores'
+    excesses and updated by every non-alarm peak. Why: a node's score level drifts (a new job
+    mix, a refitted model, a slowly warming machine), and a threshold fixed on the healthy
+    scores of training time is then either always or never crossed; a fault is a jump over
+    the recent level, which drift is not. Alarms do not move the level, so a long fault stays
+    above it. Returns one bool per score (True = alarm)."""
+    c = np.asarray(calibration, dtype=np.float64)
+    c = c[np.isfinite(c)]
+    depth = max(1, min(depth, len(c) // 2))
+    if len(c) < depth + 2:
+        raise ValueError(f"DSPOT needs more than {depth + 1} finite calibration scores, got {len(c)}")
+    kernel = np.ones(depth) / depth
+    level_before = np.convolve(c, kernel, mode="valid")[:-1]  # mean of the `depth` scores before each
+    spot = Spot(q=q, level=level).fit(c[depth:] - level_before)
+    recent = list(c[-depth:])
+    total = float(sum(recent))
+    out = np.zeros(len(scores), dtype=bool)
+    for i, x in enumerate(np.asarray(scores, dtype=np.float64)):
+        if not math.isfinite(x):
+            continue
+        alarm = spot.step(x - total / depth)
+        out[i] = alarm
+        if not alarm:
+            total += x - recent.pop(0)
+            recent.append(x)
+    return out

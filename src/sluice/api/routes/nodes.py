@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
-from sluice.api.schemas import CordonIn, ErrorOut, FaultIn, jsonable
+from sluice.api.schemas import AlarmWhyOut, CordonIn, ErrorOut, FaultIn, NodeWhyOut, jsonable
 from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
 from sluice.health.monitor import HealthMonitor
@@ -73,6 +73,39 @@ def node_kpis(request: Request, plane: PlaneDep, caller: CallerDep, name: str) -
         "samples": request.app.state.metrics.kpi_history(name),
         "monitor": _monitor_status(plane, name),
     }
+
+
+@router.get("/{name}/why", response_model=NodeWhyOut, responses=_ERRORS)
+def node_why(plane: PlaneDep, caller: CallerDep, name: str) -> NodeWhyOut:
+    """Why the node is in its health state: its reason, and the health monitor's newest counted
+    alarm with each KPI that drove it (share, value then, healthy mean and spread). Machine
+    facts only, as `/kpis`: visible to every tenant, naming no job."""
+    node = next((n for n in plane.nodes() if n.name == name), None)
+    if node is None:
+        raise NotFound(f"node {name!r} not found")
+    out = NodeWhyOut(node=name, health=str(node.health), reason=node.reason, monitored=False)
+    if not isinstance(plane.health, HealthMonitor):
+        return out
+    st = plane.health.status().get(name)
+    if st is None:
+        return out
+
+    def finite(v: object) -> float | None:
+        return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+    why = st.get("why")
+    alarm = AlarmWhyOut.model_validate(why) if isinstance(why, dict) and why else None
+    alarms, held = st.get("alarms"), st.get("held")
+    return out.model_copy(
+        update={
+            "monitored": True,
+            "score": finite(st.get("score")),
+            "threshold": finite(st.get("threshold")),
+            "alarms": alarms if isinstance(alarms, int) else 0,
+            "held": held if isinstance(held, int) else 0,
+            "alarm": alarm,
+        }
+    )
 
 
 @router.post("/{name}/cordon", responses=_ERRORS)

@@ -1,0 +1,119 @@
+"""A node's own cgroups and the node_* KPIs read from them, on FAKE sysfs trees in tmp_path.
+
+The real kernel (a fault on one virtual node seen in its counters and not the other's) is
+checked in tests/integration/test_health_faults.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluice.agent.cgroup import CgroupKind, CgroupLayout, detect_cgroups
+from sluice.agent.kpi import node_rates
+from sluice.agent.node_cgroup import ACCOUNTING_BPS, FAULT_LEAF, node_groups, read_counters
+
+from .test_cgroup import fake_v1, fake_v1_memory, fake_v2
+
+
+def fake_block(tmp_path: Path) -> Path:
+    sys_block = tmp_path / "sys-block"
+    for name, dev in (("vda", "254:0"), ("loop0", "7:0")):
+        (sys_block / name).mkdir(parents=True)
+        (sys_block / name / "dev").write_text(dev + "\n")
+    return sys_block
+
+
+def hybrid(tmp_path: Path) -> Path:
+    """v1 cpu, cpuacct, cpuset, memory, blkio, and an empty v2 mount with PSI (this CI's kind)."""
+    sysfs = tmp_path / "sysfs"
+    fake_v1(sysfs)
+    fake_v1_memory(sysfs)
+    (sysfs / "blkio").mkdir()
+    (sysfs / "blkio" / "blkio.throttle.io_service_bytes").write_text("Total 0\n")
+    fake_v2(sysfs / "unified", controllers="")
+    (sysfs / "unified" / "cpu.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    return sysfs
+
+
+def test_v1_node_groups_hold_the_jobs_and_faults_of_the_node(tmp_path: Path) -> None:
+    sysfs = hybrid(tmp_path)
+    layout = detect_cgroups(sysfs, "sluice", cpuset=True)
+    g = node_groups(layout, "node-1", sysfs, None, fake_block(tmp_path))  # root: where layout put jobs
+    # Job cgroups are made inside the node's groups, so the node's counters include its jobs.
+    assert g.layout.cpu_parent == sysfs / "cpu" / "sluice" / "node-1"
+    assert g.layout.cpuacct_parent == g.usage == sysfs / "cpuacct" / "sluice" / "node-1"
+    assert g.layout.memory_parent == g.memory == sysfs / "memory" / "sluice" / "node-1"
+    assert g.blkio == sysfs / "blkio" / "sluice" / "node-1"
+    assert g.unified == sysfs / "unified" / "sluice" / "node-1"
+    # Block I/O accounting: a rule far above any device's speed on each real device (no loop).
+    assert (g.blkio / "blkio.throttle.write_bps_device").read_text() == f"254:0 {ACCOUNTING_BPS}"
+    # A job joins the groups it has none of its own in; without a memory limit, the node's.
+    assert g.job_join(has_memory_cgroup=False) == tuple(str(d / "cgroup.procs") for d in (g.blkio, g.unified, g.memory))
+    assert str(g.memory / "cgroup.procs") not in g.job_join(has_memory_cgroup=True)
+    cpuset = sysfs / "cpuset" / "sluice" / "node-1"
+    assert set(g.fault_join(cpuset)) == {
+        str(d / "cgroup.procs") for d in (g.layout.cpu_parent, g.usage, g.memory, g.blkio, g.unified, cpuset)
+    }
+    assert g.missing == ("node pressure (PSI): no cgroup v2 group with *.pressure files (kernel PSI off?)",), (
+        "a fake tree's new group has no files; a kernel's has"
+    )
+
+
+def test_v2_faults_go_to_a_leaf_because_inner_groups_hold_no_processes(tmp_path: Path) -> None:
+    sysfs = fake_v2(tmp_path / "sysfs")
+    layout = detect_cgroups(sysfs, "sluice")
+    g = node_groups(layout, "n0", sysfs, "sluice", fake_block(tmp_path))
+    node = sysfs / "sluice" / "n0"
+    assert g.layout.cpu_parent == g.usage == g.memory == g.unified == node
+    assert g.usage_kind is CgroupKind.V2
+    assert g.fault_leaf == node / FAULT_LEAF
+    assert g.fault_join() == (str(node / FAULT_LEAF / "cgroup.procs"),)
+    assert g.job_join(has_memory_cgroup=False) == (), "on v2 a job's own group is inside the node already"
+    assert (node / "cgroup.subtree_control").read_text().startswith("+"), "controllers delegated below the node"
+
+
+def test_no_cgroups_degrades_with_a_reason_per_kpi_family(tmp_path: Path) -> None:
+    g = node_groups(CgroupLayout(CgroupKind.AFFINITY, reason="read-only"), "n0", tmp_path / "none", "sluice")
+    assert g.usage is None and g.memory is None and g.blkio is None
+    text = " ".join(g.missing)
+    for family in ("node CPU usage", "node memory", "node block I/O", "node pressure"):
+        assert family in text
+    assert read_counters(g) == {}
+
+
+def write(d: Path, files: dict[str, str]) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    for name, value in files.items():
+        (d / name).write_text(value)
+
+
+def test_counters_become_node_kpis_and_what_is_not_a_job_is_named(tmp_path: Path) -> None:
+    sysfs = hybrid(tmp_path)
+    g = node_groups(detect_cgroups(sysfs, "sluice"), "n1", sysfs, "sluice", fake_block(tmp_path))
+    assert g.usage is not None and g.memory is not None and g.blkio is not None and g.unified is not None
+
+    def state(node_ns: int, job_ns: int, sys_ns: int, wbytes: int, psi_io_us: int) -> dict[str, float]:
+        write(g.usage, {"cpuacct.usage": str(node_ns), "cpuacct.usage_sys": str(sys_ns)})
+        write(g.usage / "job-a.1", {"cpuacct.usage": str(job_ns)})
+        write(g.memory, {"memory.usage_in_bytes": str(512 << 20), "memory.stat": "total_pgmajfault 3\n"})
+        write(g.blkio, {"blkio.throttle.io_service_bytes_recursive": f"254:0 Write {wbytes}\nTotal {wbytes}\n"})
+        write(g.blkio, {"blkio.throttle.io_serviced_recursive": "254:0 Total 10\nTotal 10\n"})
+        psi = f"some avg10=0 avg60=0 avg300=0 total={psi_io_us}\nfull avg10=0 avg60=0 avg300=0 total=0\n"
+        write(g.unified, {"io.pressure": psi})
+        return read_counters(g)
+
+    before = state(0, 0, 0, 0, 0)
+    # One second later: 1.5 cores used in the node, 0.5 of them by its job, 0.25 in the kernel.
+    after = state(1_500_000_000, 500_000_000, 250_000_000, 64 << 20, 400_000)
+    kpis = node_rates(after, before, 1.0, cores=2, memory_mb=2048, last_other=0.0)
+    assert kpis["node_cpu_used_pct"] == pytest.approx(75.0)
+    assert kpis["node_cpu_other_pct"] == pytest.approx(50.0), "a core busy with something that is no job"
+    assert kpis["node_cpu_system_pct"] == pytest.approx(12.5)
+    assert kpis["node_mem_used_pct"] == pytest.approx(25.0)
+    assert kpis["node_io_write_mbps"] == pytest.approx(64.0)
+    assert kpis["node_psi_io_pct"] == pytest.approx(40.0)
+    # A job whose cgroup vanished took its last slice with it: the sample repeats the last value.
+    gone = {k: v for k, v in after.items() if not k.startswith("job:")}
+    gone["cpu_s"] += 1.0
+    assert node_rates(gone, after, 1.0, 2, 2048, last_other=7.0)["node_cpu_other_pct"] == 7.0
