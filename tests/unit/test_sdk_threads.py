@@ -88,6 +88,18 @@ def test_sync_resizes_torch_and_hooks_only_on_a_change(tmp_path: Path, monkeypat
     assert sync.maybe_sync(now=200.0) is None and calls[-1] == ("hook", 1)
 
 
+def test_a_pool_is_never_grown_past_what_the_job_chose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    proc, leaf = _v1_tree(tmp_path)
+    (leaf / "cpu.cfs_quota_us").write_text("-1\n")  # no limit: the budget is the affinity
+    monkeypatch.setattr("sluice.sdk._threads._affinity", lambda: 8)
+    calls: list[int] = []
+    fake = types.SimpleNamespace(get_num_threads=lambda: 1, set_num_threads=calls.append)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    sync = ThreadSync(proc)
+    assert sync.sync() is None or calls == [1]  # a one-thread job stays at one thread
+    assert all(n == 1 for n in calls)
+
+
 def test_a_job_may_set_only_the_sdk_knobs_and_only_to_meaningful_values() -> None:
     JobSpec(command=["true"], env={"SLUICE_THREADS": "manual", "SLUICE_THREADS_CHECK_S": "0.5"})
     for env, word in (

@@ -164,6 +164,8 @@ class ThreadSync:
         self.override: bool | None = None
         self.hooks: list[Callable[[int], None]] = []
         self.applied: int | None = None
+        self.ceiling: int | None = None
+        """The job's own thread count, read at the first check: never exceeded."""
         self._found: tuple[str, Path, Path] | str | None = None
         self._next = 0.0
         self._pid = os.getpid()
@@ -194,11 +196,20 @@ class ThreadSync:
         return self.sync()
 
     def sync(self) -> int | None:
-        """Read the budget now and resize the pools if it changed; returns the count applied."""
+        """Read the budget now and resize the pools if it changed; returns the count applied.
+
+        The pool is never made larger than the job made it itself (torch's count at the first
+        check is its ceiling): the SDK shrinks a pool to a CPU cut and gives the threads back
+        when the cut is lifted, but it does not override a job that chose fewer threads — six
+        one-thread jobs sharing two cores must not become six two-thread jobs."""
+        torch = sys.modules.get("torch")
+        if self.ceiling is None and torch is not None and hasattr(torch, "get_num_threads"):
+            self.ceiling = max(1, int(torch.get_num_threads()))
         n = self.budget().threads
+        if self.ceiling is not None:
+            n = min(n, self.ceiling)
         if n == self.applied:
             return None
-        torch = sys.modules.get("torch")
         if torch is not None and hasattr(torch, "set_num_threads"):
             torch.set_num_threads(n)
         for fn in self.hooks:
