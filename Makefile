@@ -11,7 +11,10 @@ test: setup
 	.venv/bin/ruff check src tests
 	.venv/bin/mypy
 	.venv/bin/lint-imports
-	.venv/bin/python -X faulthandler -m pytest -q -rs --durations=15 -p no:cacheprovider tests
+	# Tests without real processes or timing in two workers; the integration tests (real jobs,
+	# clusters, detectors that judge the machine's load) one at a time, on a machine left to them.
+	.venv/bin/python -X faulthandler -m pytest -q -rs --durations=5 -p no:cacheprovider -n 2 -m "not integration" tests
+	.venv/bin/python -X faulthandler -m pytest -q -rs --durations=15 -p no:cacheprovider -m integration tests
 
 lint: setup
 	.venv/bin/ruff check src tests

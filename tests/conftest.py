@@ -26,6 +26,11 @@ import pytest
 
 from tests.jobpython import make_job_python
 
+# pytest-xdist's workers start with COLUMNS=80 set; rich would pin the CLI's module-level
+# console to that width at import, and tests that set COLUMNS themselves would see 80.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 _made: list[Path] = []
 _SHM = Path("/dev/shm")
 _shm_before: set[str] = set()

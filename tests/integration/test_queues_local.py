@@ -21,6 +21,8 @@ from sluice.store import TenantRecord
 from ..live_api import serve_for_cli
 from .conftest import JOBS, wait_for
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def plane(sluice_settings: Settings) -> Iterator[ControlPlane]:
