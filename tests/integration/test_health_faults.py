@@ -196,3 +196,41 @@ def test_a_fault_in_one_node_cgroup_is_seen_there_and_not_in_its_sibling(tmp_pat
         for extra in ("blkio", "unified"):
             with contextlib.suppress(OSError):
                 (Path("/sys/fs/cgroup") / extra / root).rmdir()
+
+
+def test_a_closed_nodes_empty_groups_and_cpuset_are_removed_and_busy_ones_kept() -> None:
+    """The node's groups and its cpuset on the real kernel: an agent that closes removes what
+    is empty and keeps a group a job still runs in (for the next agent to adopt)."""
+    import subprocess
+    import uuid
+
+    from sluice.agent.cgroup import detect_cgroups, node_cpuset
+    from sluice.agent.node_cgroup import node_groups, remove_groups
+
+    root = f"sluice-test-{uuid.uuid4().hex[:6]}"
+    layout = detect_cgroups(root=root, cpuset=True)
+    cpuset = node_cpuset(layout, "n", CORE)
+    if cpuset is None:
+        pytest.skip(f"no writable v1 cpuset here: {layout.reason}")
+    g = node_groups(layout, "n", root=root)
+    job = subprocess.Popen(["sleep", "30"])
+    try:
+        (cpuset / "cgroup.procs").write_text(str(job.pid))
+        remove_groups(g, cpuset)
+        assert cpuset.is_dir(), "a cpuset a process still runs in must stay"
+        job.kill()
+        job.wait()
+        time.sleep(0.2)  # the kernel drops a killed task from its cgroup a moment later
+        remove_groups(g, cpuset)
+        assert not cpuset.exists()
+        assert g.usage is None or not g.usage.exists()
+    finally:
+        job.kill()
+        job.wait()
+        for parent in (layout.cpu_parent, layout.cpuacct_parent, layout.memory_parent, layout.cpuset_parent):
+            if parent is not None:
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+        for extra in ("blkio", "unified"):
+            with contextlib.suppress(OSError):
+                (Path("/sys/fs/cgroup") / extra / root).rmdir()

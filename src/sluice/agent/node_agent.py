@@ -688,4 +688,4 @@ class NodeAgent:
                 if att.popen is not None and att.popen.poll() is not None:
                     att.popen.wait()
             self._watched.clear()
-        remove_groups(self.groups)
+        remove_groups(self.groups, self.cpuset)

@@ -394,10 +394,12 @@ def warn_missing(groups: NodeGroups) -> None:
         log.warning("node %s: %s; those per-node KPIs are not reported", groups.node, line)
 
 
-def remove_groups(groups: NodeGroups) -> None:
-    """Remove the node's groups that are empty (best effort, when its agent closes): a group
-    that still holds a job (left running for the next agent to adopt) stays."""
+def remove_groups(groups: NodeGroups, cpuset: Path | None = None) -> None:
+    """Remove the node's groups that are empty (best effort, when its agent closes), and its
+    cpuset (`cgroup.node_cpuset`) when given: a group that still holds a job (left running
+    for the next agent to adopt) stays."""
     dirs = [groups.fault_leaf, groups.layout.cpu_parent, groups.usage, groups.memory, groups.blkio, groups.unified]
+    dirs.append(cpuset)
     for d in dict.fromkeys(x for x in dirs if x is not None):
         try:
             d.rmdir()
