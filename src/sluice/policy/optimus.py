@@ -9,13 +9,10 @@ paying the restart each time — which is what the published comparison measured
 
 from __future__ import annotations
 
-from sluice.model import ClusterView, Decision, JobView, Phase
-from sluice.policy.parts.elastic import Speedups
-from sluice.policy.parts.gpu import GpuLedger, uses_gpus
-from sluice.policy.parts.ordering import ready
-from sluice.policy.parts.replicas import ReplicaCurves, cpu_jobs
-from sluice.policy.parts.sizing import Curves, size_by_gain
-from sluice.policy.parts.units import GpuUnits, ReplicaUnits, Units
+from sluice.model import ClusterView, Decision, JobView
+from sluice.policy.parts.replicas import ReplicaCurves
+from sluice.policy.parts.sizing import Curves, gpu_then_cpu, size_by_gain
+from sluice.policy.parts.units import Units
 
 
 class OptimusPolicy:
@@ -26,15 +23,7 @@ class OptimusPolicy:
         """Learn each job's speed-up curve from its measured rates (else the n^0.8 prior)."""
 
     def decide(self, view: ClusterView) -> list[Decision]:
-        queued, _ = ready(view, view.queued)
-        jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
-        jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
-        ledger = GpuLedger(view)
-        gpu = self._size(view, jobs, GpuUnits(view, ledger), Speedups(ledger.per_node, learn=self.learn_speedup))
-        cpu = cpu_jobs(view)
-        if not cpu:
-            return gpu
-        return gpu + self._size(view, cpu, ReplicaUnits(view), ReplicaCurves(learn=self.learn_speedup))
+        return gpu_then_cpu(view, self.learn_speedup, self._size)
 
     def _size(self, view: ClusterView, jobs: list[JobView], units: Units, sp: Curves) -> list[Decision]:
         """One rule for GPU jobs (in GPUs) and CPU data-parallel jobs (in replicas)."""

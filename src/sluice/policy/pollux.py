@@ -15,13 +15,12 @@ over consolidated GPU counts is the simplification (documented in docs/policies.
 
 from __future__ import annotations
 
-from sluice.model import ClusterView, Decision, JobView, Phase
-from sluice.policy.parts.elastic import Speedups, restart_s
-from sluice.policy.parts.gpu import GpuLedger, held_gpus, uses_gpus
-from sluice.policy.parts.ordering import ready
-from sluice.policy.parts.replicas import ReplicaCurves, cpu_jobs, held_replicas
-from sluice.policy.parts.sizing import Curves, size_by_gain
-from sluice.policy.parts.units import GpuUnits, ReplicaUnits, Units
+from sluice.model import ClusterView, Decision, JobView
+from sluice.policy.parts.elastic import restart_s
+from sluice.policy.parts.gpu import held_gpus
+from sluice.policy.parts.replicas import ReplicaCurves, held_replicas
+from sluice.policy.parts.sizing import Curves, gpu_then_cpu, size_by_gain
+from sluice.policy.parts.units import Units
 
 
 class PolluxPolicy:
@@ -36,15 +35,7 @@ class PolluxPolicy:
         """Learn each job's goodput curve from its measured rates (else the n^0.8 prior)."""
 
     def decide(self, view: ClusterView) -> list[Decision]:
-        queued, _ = ready(view, view.queued)
-        jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
-        jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
-        ledger = GpuLedger(view)
-        gpu = self._size(view, jobs, GpuUnits(view, ledger), Speedups(ledger.per_node, learn=self.learn_speedup))
-        cpu = cpu_jobs(view)
-        if not cpu:
-            return gpu
-        return gpu + self._size(view, cpu, ReplicaUnits(view), ReplicaCurves(learn=self.learn_speedup))
+        return gpu_then_cpu(view, self.learn_speedup, self._size)
 
     def _size(self, view: ClusterView, jobs: list[JobView], units: Units, sp: Curves) -> list[Decision]:
         """One rule for GPU jobs (in GPUs) and CPU data-parallel jobs (in replicas)."""

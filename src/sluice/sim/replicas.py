@@ -53,7 +53,9 @@ class ReplicaProfile:
         if n <= xs[0]:
             return ys[0]
         for i in range(1, len(xs)):
-            if n <= xs[i]:
+            if n == xs[i]:
+                return ys[i]
+            if n < xs[i]:
                 f = math.log(n / xs[i - 1]) / math.log(xs[i] / xs[i - 1])
                 return math.exp(math.log(ys[i - 1]) + f * (math.log(ys[i]) - math.log(ys[i - 1])))
         return ys[-1]

@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from sluice.model import ClusterView, Decision, JobView
-from sluice.policy.parts.elastic import apply_targets
+from sluice.model import ClusterView, Decision, JobView, Phase
+from sluice.policy.parts.elastic import Speedups, apply_targets
+from sluice.policy.parts.gpu import GpuLedger, uses_gpus
 from sluice.policy.parts.greedy import hand_out
-from sluice.policy.parts.units import Pool, Units
+from sluice.policy.parts.ordering import ready
+from sluice.policy.parts.replicas import ReplicaCurves, cpu_jobs
+from sluice.policy.parts.units import GpuUnits, Pool, ReplicaUnits, Units
 
 
 class Curves(Protocol):
@@ -57,3 +60,21 @@ def size_by_gain(
 
     hand_out(jobs, n, 1 << 30, next_gain, take=lambda j: pool.take(j))
     return apply_targets(view, jobs, n, policy, why, units)
+
+
+SizeRule = Callable[[ClusterView, list[JobView], Units, Curves], list[Decision]]
+"""A policy's rule for one kind of job: (view, jobs oldest first, units, curves) -> decisions."""
+
+
+def gpu_then_cpu(view: ClusterView, learn: bool, size: SizeRule) -> list[Decision]:
+    """GPU jobs sized in GPUs, then CPU-only jobs in replicas, by the same rule `size`; with
+    `learn` off both use the n^0.8 prior instead of curves learned from measured rates."""
+    queued, _ = ready(view, view.queued)
+    jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
+    jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
+    ledger = GpuLedger(view)
+    out = size(view, jobs, GpuUnits(view, ledger), Speedups(ledger.per_node, learn=learn))
+    cpu = cpu_jobs(view)
+    if cpu:
+        out += size(view, cpu, ReplicaUnits(view), ReplicaCurves(learn=learn))
+    return out
