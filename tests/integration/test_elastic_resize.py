@@ -128,3 +128,41 @@ def test_ddp_resized_2_1_2_resumes_from_its_checkpoint_each_time(
     assert "resized 2 → 1 replicas: test: shrink" in text, text
     assert "resized 1 → 2 replicas: test: grow" in text, text
     assert sum("stopped for resize" in m for m in why) == 2, text
+
+
+def test_optimus_resizes_a_real_cpu_job_and_why_says_why(
+    plane: tuple[ControlPlane, Driven], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A built-in policy other than `sluice` sizes a real elastic CPU job from its measured
+    speed: optimus (no restart cost counted) places it at its min, 1 replica, and once that
+    size is measured grows it to 2; `why` carries optimus' reason with the measured steps/s.
+    The 20 s a size is measured for before it is judged is cut to 2 s to keep the test short."""
+    from sluice.policy.parts import replicas
+    from sluice.policy.registry import make_policy
+
+    monkeypatch.setattr(replicas, "MIN_MEASURED_S", 2.0)
+    p, _ = plane
+    with p.controller.lock:
+        p.controller.policy = make_policy("optimus")
+    caller = p.store.get_tenant("default")
+    raw = {
+        "name": "ddp-optimus",
+        "command": ["python", "ddp.py", "--steps", "100000", "--width", "64", "--step-sleep", "0.01"],
+        "workdir": str(EXAMPLES),
+        "resources": {"cpu": {"min": 0.5}, "replicas": {"min": 1, "max": 2, "global_batch": 64}},
+        "checkpoint": {"interval_s": 60},
+        "max_restarts": 0,
+    }
+    job_id = p.submit(caller, parse_job_spec(raw)).id
+
+    def grown() -> bool:
+        j = p.get_job(caller, job_id)
+        return j.phase.terminal or j.attempt >= 2
+
+    assert wait_for(grown, timeout=60, every=0.2), p.get_job(caller, job_id)
+    job = p.get_job(caller, job_id)
+    assert not job.phase.terminal and job.allocation.replicas == 2 and job.restarts == 0, job
+    text = "\n".join(e.message for e in p.why(caller, job_id))
+    assert "optimus: 1 replicas on node-" in text, text
+    assert "resized 1 → 2 replicas: optimus: 1 -> 2 replicas" in text, text
+    assert "steps/s measured by replicas 1:" in text and "restarts not counted" in text, text

@@ -10,11 +10,14 @@ One run, side by side, on a fresh embedded control plane (local engine, two virt
 
 A resize pays off when the time it loses is small next to the time the new size saves.
 
-With `policy_steps` > 0 a third part runs one longer job (replicas 1..2) three ways, one
-after the other on the same plane: fixed at 1 replica, fixed at 2, and under the `sluice`
-policy, which starts it at 1 and sizes it from its own measured steps/s (learned curve,
-exploration bound, resize cost counted: docs/policies.md). Completion times and the
-resizes `sluice` made, with their reasons, are printed side by side.
+With `policy_steps` > 0 a third part runs one longer job (replicas 1..2) several ways, one
+after the other on the same plane: fixed at 1 replica, fixed at 2, and under each sizing
+policy (`sluice`, `pollux`, `optimus`, `tiresias`), which start it at 1 and size it from its
+own measured steps/s, each by its own rule (docs/policies.md). Completion times and the
+resizes each made, with their reasons (`sluice job why`), are printed side by side, and
+beside each real JCT the simulator's for the same job under the same policy: a `replicas`
+job (sim/replicas.py) replaying the steps/s per replica count, the start-up, the resize cost
+and the end measured in the first two parts of this same run — no constant is assumed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import platform
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ from rich.table import Table
 
 from sluice.bench.scenario import embedded_plane
 from sluice.control.plane import ControlPlane
+from sluice.control.simulate import ReplicaProfile, SimConfig, WorkloadJob, run_simulation
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobRecord, Phase, Place, Resize
 from sluice.policy.registry import make_policy
 from sluice.spec import parse_job_spec
@@ -99,6 +103,24 @@ class PolicyRun:
     attempts: int
     resizes: tuple[str, ...]
     """Each resize the policy made, with its reason (`sluice job why`)."""
+    sim_jct_s: float | None = None
+    """The simulator's JCT for the same job and policy, from this run's measurements."""
+    sim_attempts: int | None = None
+
+
+CONTENDERS = ("fixed 1", "fixed 2", "sluice", "pollux", "optimus", "tiresias")
+"""How the policy part runs the job: fixed sizes (a scripted placement), then each policy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overheads:
+    """Times around the steps of one run, from the job book and rank 0's clock (both wall time)."""
+
+    replicas: int
+    start_s: float
+    """Submit to the first step."""
+    end_s: float
+    """Last step to the recorded end."""
 
 
 def _job(plane: ControlPlane, job_id: str) -> JobRecord:
@@ -144,6 +166,7 @@ def run(
     out: Path | None = None,
     console: Console | None = None,
     policy_steps: int = 0,
+    contenders: tuple[str, ...] = CONTENDERS,
 ) -> tuple[list[Throughput], list[ResizeCost]]:
     console = console or Console()
     most = max(*replicas, 2)
@@ -152,6 +175,7 @@ def run(
     rates: list[Throughput] = []
     costs: list[ResizeCost] = []
     runs: list[PolicyRun] = []
+    around: list[Overheads] = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-elastic-") as tmp:
         # No datasets here: the node cache's memory tier goes with the run, not into /dev/shm.
         os.environ.setdefault("SLUICE_CACHE_MEMORY_DIR", str(Path(tmp) / "memory-tier"))
@@ -171,6 +195,8 @@ def run(
                 done, secs = s["last"] - s["start"] + 1, s["t_end"] - s["t_first"]
                 gns = s.get("metrics", {}).get("grad_noise_scale")
                 rates.append(Throughput(n, done, secs, done / secs, done * batch / secs, gns))
+                assert job.finished_at is not None
+                around.append(Overheads(n, s["t_first"] - job.submitted_at, job.finished_at - s["t_end"]))
             console.print("ddp.py resized 2 → 1 → 2 ...")
             folder = Path(tmp) / "resize"
             folder.mkdir()
@@ -190,9 +216,17 @@ def run(
             for i, cost in enumerate(costs):
                 lost = _stats(folder, i + 2)["t_first"] - _stats(folder, i + 1)["t_end"]
                 costs[i] = ResizeCost(cost.change, lost, cost.stop_s)
+            profile = measured_profile(rates, costs, around)
             if policy_steps > 0:
-                runs = _policies(plane, Path(tmp), policy_steps, width, batch, cpu, timeout_s, console)
+                runs = _policies(plane, Path(tmp), policy_steps, width, batch, cpu, timeout_s, console, contenders)
+                runs = [simulate(r, profile, policy_steps, cpu, cores) for r in runs]
     print_report(rates, costs, steps, width, batch, cpu, console)
+    starts = ", ".join(f"{n}: {t:.1f}s" for n, t in zip(profile.replicas, profile.start_s, strict=True))
+    console.print(
+        f"simulator profile from these runs: start-up {starts}; resize {profile.resize_s:.1f}s; "
+        f"end {profile.end_s:.1f}s",
+        markup=False,
+    )
     if runs:
         print_policies(runs, policy_steps, console)
     if out is not None:
@@ -202,24 +236,41 @@ def run(
                     "throughput": [asdict(r) for r in rates],
                     "resize": [asdict(c) for c in costs],
                     "policies": [asdict(r) for r in runs],
+                    "profile": asdict(profile),
+                    "load_avg": os.getloadavg(),
                 }
             )
         )
     return rates, costs
 
 
+def _contender(how: str, cpu: float) -> Any:
+    """The policy a contender runs under: a scripted fixed size, or a policy by name."""
+    if how.startswith("fixed "):
+        return Sizer(int(how.split()[1]), cpu)
+    return make_policy(how)
+
+
 def _policies(
-    plane: ControlPlane, tmp: Path, steps: int, width: int, batch: int, cpu: float, timeout_s: float, console: Console
+    plane: ControlPlane,
+    tmp: Path,
+    steps: int,
+    width: int,
+    batch: int,
+    cpu: float,
+    timeout_s: float,
+    console: Console,
+    contenders: tuple[str, ...] = CONTENDERS,
 ) -> list[PolicyRun]:
-    """The same job fixed at 1 and at 2 replicas, then sized by `sluice` from its measurements."""
+    """The same job fixed at 1 and at 2 replicas, then sized by each policy from its measurements."""
     out: list[PolicyRun] = []
     caller = plane.store.get_tenant("default")
-    for how in ("fixed 1", "fixed 2", "sluice"):
+    for how in contenders:
         console.print(f"ddp.py, {steps} steps, replicas 1..2: {how} ...")
         folder = tmp / f"policy-{how.replace(' ', '')}"
         folder.mkdir()
         with plane.controller.lock:
-            plane.controller.policy = make_policy("sluice") if how == "sluice" else Sizer(int(how[-1]), cpu)
+            plane.controller.policy = _contender(how, cpu)
         job_id = _submit(plane, folder, steps, width, batch, cpu, 2)
         job = _wait(plane, job_id, lambda j: j.phase.terminal, timeout_s * 4, "the end")
         if job.phase != Phase.SUCCEEDED:
@@ -230,17 +281,70 @@ def _policies(
     return out
 
 
+def measured_profile(rates: list[Throughput], costs: list[ResizeCost], around: list[Overheads]) -> ReplicaProfile:
+    """What the simulator replays, all from this run: steps/s per replica count (rank 0's
+    clock), submit → first step per count, the mean seconds lost per resize, the mean
+    last step → recorded end."""
+    by = {r.replicas: r for r in rates}
+    starts = {o.replicas: o.start_s for o in around}
+    counts = tuple(sorted(by))
+    return ReplicaProfile(
+        counts,
+        tuple(by[n].steps_s for n in counts),
+        tuple(max(0.0, starts[n]) for n in counts),
+        max(0.0, sum(c.lost_s for c in costs) / len(costs)) if costs else 0.0,
+        max(0.0, sum(o.end_s for o in around) / len(around)) if around else 0.0,
+    )
+
+
+def simulate(run: PolicyRun, profile: ReplicaProfile, steps: int, cpu: float, cores: int) -> PolicyRun:
+    """The same job under the same policy in the simulator: two nodes of half the cores each
+    (as the plane's two virtual nodes), rounds of 1 s of virtual time."""
+    job = WorkloadJob(
+        "bench-elastic",
+        0.0,
+        "replicas",
+        cpu_steps=steps,
+        cpus=cpu,
+        replicas_min=1,
+        replicas_max=2,
+        replica_profile=profile,
+    )
+    cfg = SimConfig(nodes=2, gpus_per_node=0, cpus_per_node=cores / 2, interval_s=1.0, max_time_s=100 * run.jct_s)
+    res = run_simulation([job], _contender(run.how, cpu), cfg)
+    r = res.jobs[0]
+    return replace(run, sim_jct_s=r.jct_s, sim_attempts=r.restarts + 1)
+
+
 def print_policies(runs: list[PolicyRun], steps: int, console: Console) -> None:
     base = runs[0]
-    t = Table(title=f"one job of {steps} steps, replicas 1..2: fixed sizes vs sizing from measured speed")
-    for col in ("how", "JCT (s)", "ratio", "attempts"):
+    t = Table(title=f"one job of {steps} steps, replicas 1..2: real JCT vs the simulator's for the same job")
+    for col in ("how", "real JCT (s)", "vs " + base.how, "attempts", "sim JCT (s)", "real/sim", "sim attempts"):
         t.add_column(col, justify="right")
     for r in runs:
-        t.add_row(r.how, f"{r.jct_s:.1f}", f"{r.jct_s / base.jct_s:.2f}", str(r.attempts))
+        sim = "-" if r.sim_jct_s is None else f"{r.sim_jct_s:.1f}"
+        ratio = "-" if not r.sim_jct_s else f"{r.jct_s / r.sim_jct_s:.2f}"
+        t.add_row(
+            r.how,
+            f"{r.jct_s:.1f}",
+            f"{r.jct_s / base.jct_s:.2f}",
+            str(r.attempts),
+            sim,
+            ratio,
+            str(r.sim_attempts or "-"),
+        )
     console.print(t)
     for r in runs:
         for m in r.resizes:
             console.print(f"  {r.how}: {m}", markup=False)
+    still = [r.how for r in runs if not r.how.startswith("fixed") and r.attempts == 1]
+    if still:
+        console.print(
+            f"  did not resize in the real run: {', '.join(still)} (tiresias never does; the others only when "
+            "the learned gain of another size pays for the resize their rule counts: too short a run shows no "
+            "exploration — raise --policy-steps)",
+            markup=False,
+        )
 
 
 def print_report(

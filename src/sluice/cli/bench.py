@@ -39,16 +39,32 @@ def elastic(
         typer.Option(
             min=0,
             max=10_000_000,
-            help="Steps of one longer job run fixed at 1, fixed at 2, and sized by `sluice` from its "
-            "measured speed (0: skip that part).",
+            help="Steps of one longer job run fixed at 1, fixed at 2, and sized by each policy from its "
+            "measured speed, each beside the simulator's JCT for it (0: skip that part).",
         ),
     ] = 0,
+    contenders: Annotated[
+        str,
+        typer.Option(help="With --policy-steps: which runs, comma-separated ('fixed N' or a policy name)."),
+    ] = "fixed 1,fixed 2,sluice,pollux,optimus,tiresias",
 ) -> None:
     """examples/ddp.py at 1, 2 and 4 replicas, the seconds lost per resize (2 → 1 → 2), and
-    optionally one job under fixed sizes vs `sluice`'s sizing from measured speed."""
+    optionally one job under fixed sizes vs each policy's sizing from measured speed, real
+    JCT next to the simulator's for the same job."""
     from sluice.bench import elastic as bench_elastic
 
-    bench_elastic.run(steps=steps, width=width, out=out, policy_steps=policy_steps)
+    names = tuple(c.strip() for c in contenders.split(",") if c.strip())
+    for c in names:
+        if c.startswith("fixed "):
+            if not c.split()[1:] or not c.split()[1].isdigit() or not 1 <= int(c.split()[1]) <= 2:
+                raise typer.BadParameter(f"{c!r}: a fixed size is 'fixed 1' or 'fixed 2'", param_hint="--contenders")
+        elif c not in ("sluice", "pollux", "optimus", "tiresias"):
+            raise typer.BadParameter(
+                f"{c!r}: choose fixed 1, fixed 2, sluice, pollux, optimus or tiresias", param_hint="--contenders"
+            )
+    if not names:
+        raise typer.BadParameter("give at least one contender", param_hint="--contenders")
+    bench_elastic.run(steps=steps, width=width, out=out, policy_steps=policy_steps, contenders=names)
 
 
 @app.command("threads")

@@ -28,6 +28,8 @@ from sluice.sim.datacache import DataCluster, DataJob
 from sluice.sim.engine import SimEngine
 from sluice.sim.failures import FailurePlan
 from sluice.sim.jobs import CpuJob, GpuAppJob, JobModel, TraceJob
+from sluice.sim.replicas import ReplicaJob
+from sluice.sim.replicas import ReplicaProfile as ReplicaProfile  # for the benchmarks
 from sluice.sim.report import plot_jct_cdf, write_rows
 from sluice.sim.workload import WorkloadError, WorkloadJob, cpu_workload, data_workload, load_workload
 from sluice.spec import JobSpec
@@ -282,6 +284,10 @@ def build_model(job: WorkloadJob, adaptive: bool, traces_dir: Path, data: DataCl
         return TraceJob(float(job.duration_s or 0.0), job.gpus)
     if job.kind == "cpu":
         return CpuJob(resolve_curve(job.cpu_profile or "mlp"), int(job.cpu_steps or 1000))
+    if job.kind == "replicas":
+        if job.replica_profile is None:
+            raise WorkloadError(f"job {job.name}: a replicas job needs its measured replica_profile")
+        return ReplicaJob(job.replica_profile, int(job.cpu_steps or 1000))
     if job.kind == "data":
         if data is None or job.dataset not in data.sizes:
             raise WorkloadError(f"job {job.name}: dataset {job.dataset!r} is not in the simulated data cluster")
@@ -296,6 +302,11 @@ def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
         qoe = QoETarget(loss=job.qoe_loss, deadline_s=job.qoe_deadline_s)
     if job.kind in ("cpu", "data"):
         res = Resources(cpu=CpuRange(min=job.cpus or 1.0))
+    elif job.kind == "replicas":
+        res = Resources(
+            cpu=CpuRange(min=job.cpus or 1.0),
+            replicas=ReplicaRange(min=job.replicas_min, max=max(job.replicas_max, job.replicas_min)),
+        )
     else:
         most = model.max_gpus if isinstance(model, GpuAppJob | TraceJob) else job.gpus
         res = Resources(
@@ -338,7 +349,7 @@ def run_simulation(
     pol = make_policy(policy, interval_s=cfg.interval_s, **cfg.policy_options)
     adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else adapts_batch(pol)
     traces = cfg.traces_dir or job_models_dir()
-    nodes = make_nodes(cfg, any(j.kind in ("cpu", "data") for j in workload))
+    nodes = make_nodes(cfg, any(j.kind in ("cpu", "data", "replicas") for j in workload))
     engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data)
     sizes = cfg.data.sizes if cfg.data is not None else {}
     store = MemoryStore(keep_events=False)

@@ -9,11 +9,10 @@ paying the restart each time — which is what the published comparison measured
 
 from __future__ import annotations
 
-from sluice.model import ClusterView, Decision, JobView, Phase
-from sluice.policy.parts.elastic import Speedups, apply_targets
-from sluice.policy.parts.gpu import GpuLedger, uses_gpus
-from sluice.policy.parts.greedy import hand_out
-from sluice.policy.parts.ordering import ready
+from sluice.model import ClusterView, Decision, JobView
+from sluice.policy.parts.replicas import ReplicaCurves
+from sluice.policy.parts.sizing import Curves, gpu_then_cpu, size_by_gain
+from sluice.policy.parts.units import Units
 
 
 class OptimusPolicy:
@@ -24,30 +23,25 @@ class OptimusPolicy:
         """Learn each job's speed-up curve from its measured rates (else the n^0.8 prior)."""
 
     def decide(self, view: ClusterView) -> list[Decision]:
-        queued, _ = ready(view, view.queued)
-        jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
-        jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
-        ledger = GpuLedger(view)
-        total = sum(ledger.capacity.values())
-        sp = Speedups(ledger.per_node, learn=self.learn_speedup)
+        return gpu_then_cpu(view, self.learn_speedup, self._size)
+
+    def _size(self, view: ClusterView, jobs: list[JobView], units: Units, sp: Curves) -> list[Decision]:
+        """One rule for GPU jobs (in GPUs) and CPU data-parallel jobs (in replicas)."""
         rem = {j.id: sp.remaining_ref_s(j) for j in jobs}
-        n: dict[str, int] = {}
-        free = total
-        for j in jobs:
-            n[j.id] = 1 if free >= 1 else 0
-            free -= n[j.id]
 
-        def gain(j: JobView) -> float:
-            k = n[j.id]
-            if k == 0 or k + 1 > sp.most(j):
-                return 0.0
+        def gain(j: JobView, k: int) -> float:
             return rem[j.id] / sp(j, k) - rem[j.id] / sp(j, k + 1)
-
-        hand_out(jobs, n, free, gain)
 
         def why(j: JobView, k: int) -> str:
             if k == 0:
-                return "no GPU left after one each for older jobs"
-            return f"predicted remaining {rem[j.id] / sp(j, k) / 3600:.2f} h on {k} GPUs"
+                return (
+                    f"no {units.unit[:-1]} left after "
+                    + ("one each" if units.unit == "GPUs" else "each one's min")
+                    + " for older jobs"
+                )
+            text = f"predicted remaining {rem[j.id] / sp(j, k) / 3600:.2f} h on {k} {units.unit}"
+            if isinstance(sp, ReplicaCurves):
+                text += f" ({sp.measured(j)}; restarts not counted, as in Optimus)"
+            return text
 
-        return apply_targets(view, jobs, n, self.name, why, ledger)
+        return size_by_gain(view, jobs, units, sp, gain, self.name, why)

@@ -15,11 +15,12 @@ over consolidated GPU counts is the simplification (documented in docs/policies.
 
 from __future__ import annotations
 
-from sluice.model import ClusterView, Decision, JobView, Phase
-from sluice.policy.parts.elastic import Speedups, apply_targets, restart_s
-from sluice.policy.parts.gpu import GpuLedger, held_gpus, uses_gpus
-from sluice.policy.parts.greedy import hand_out
-from sluice.policy.parts.ordering import ready
+from sluice.model import ClusterView, Decision, JobView
+from sluice.policy.parts.elastic import restart_s
+from sluice.policy.parts.gpu import held_gpus
+from sluice.policy.parts.replicas import ReplicaCurves, held_replicas
+from sluice.policy.parts.sizing import Curves, gpu_then_cpu, size_by_gain
+from sluice.policy.parts.units import Units
 
 
 class PolluxPolicy:
@@ -34,38 +35,30 @@ class PolluxPolicy:
         """Learn each job's goodput curve from its measured rates (else the n^0.8 prior)."""
 
     def decide(self, view: ClusterView) -> list[Decision]:
-        queued, _ = ready(view, view.queued)
-        jobs = [j for j in view.jobs.values() if j.phase in (Phase.STARTING, Phase.RUNNING)] + queued
-        jobs = sorted((j for j in jobs if uses_gpus(j)), key=lambda j: (j.submitted_at, j.id))
-        ledger = GpuLedger(view)
-        free = sum(ledger.capacity.values())
-        sp = Speedups(ledger.per_node, learn=self.learn_speedup)
+        return gpu_then_cpu(view, self.learn_speedup, self._size)
+
+    def _size(self, view: ClusterView, jobs: list[JobView], units: Units, sp: Curves) -> list[Decision]:
+        """One rule for GPU jobs (in GPUs) and CPU data-parallel jobs (in replicas)."""
         rem = {j.id: sp.remaining_ref_s(j) for j in jobs}
+        held = held_gpus if units.unit == "GPUs" else held_replicas
 
         def eff(j: JobView, k: int) -> float:
-            """Speedup at k GPUs, counting the restart a change would cost."""
+            """Speedup at k units, counting the restart a change would cost."""
             s = sp(j, k)
-            if k == 0 or k == held_gpus(j):
+            if k == 0 or k == held(j):
                 return s
             r = rem[j.id]
             return r / (r / s + restart_s(j))
 
-        n: dict[str, int] = {}
-        for j in jobs:
-            n[j.id] = 1 if free >= 1 else 0
-            free -= n[j.id]
-
-        def gain(j: JobView) -> float:
-            k = n[j.id]
-            if k == 0 or k + 1 > sp.most(j):
-                return 0.0
+        def gain(j: JobView, k: int) -> float:
             return eff(j, k) ** self.p - eff(j, k + 1) ** self.p
-
-        hand_out(jobs, n, free, gain)
 
         def why(j: JobView, k: int) -> str:
             if k == 0:
-                return "every GPU already serves an older job"
-            return f"speedup {sp(j, k):.2f}× on {k} GPUs"
+                return f"every {units.unit[:-1]} already serves an older job"
+            text = f"speedup {sp(j, k):.2f}× on {k} {units.unit}"
+            if isinstance(sp, ReplicaCurves):
+                text += f"; {sp.measured(j)}; a change discounted by a {restart_s(j):.0f}s restart"
+            return text
 
-        return apply_targets(view, jobs, n, self.name, why, ledger)
+        return size_by_gain(view, jobs, units, sp, gain, self.name, why)

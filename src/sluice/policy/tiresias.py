@@ -7,6 +7,12 @@ queues are walked high then low; a job runs if its requested GPUs still fit in t
 GPUs left, otherwise it waits — and a running job that no longer makes the cut is preempted
 (it resumes later from its checkpoint). Jobs are never resized.
 
+CPU jobs (data-parallel or not) are walked the same way in a second pass, against the cores
+of the schedulable nodes: a job's gang is its `replicas_min` replicas of `cpu_min` cores,
+its service is CPU-seconds and the threshold counts core-hours. An elastic CPU job is
+placed at its min and never resized — Tiresias has no model of what another size is worth,
+only of how much service a job has had — and its placement reason says so.
+
 Starvation guard: a low-queue job that has waited `starvation_factor` × its service time
 since it last ran is promoted back to the high queue with its service count reset
 (0 disables, which is what the published comparison used).
@@ -17,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluice.model import ClusterView, Decision, JobView, Phase, Place, Preempt, Wait
-from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, requested_gpus
+from sluice.policy.parts.gpu import requested_gpus, uses_gpus
+from sluice.policy.parts.units import GpuUnits, ReplicaUnits, Units
 
 
 @dataclass
@@ -66,38 +73,56 @@ class TiresiasPolicy:
                     st.queue, st.seq = 1, self._next()
             st.last_seen = now
         order = sorted(jobs, key=lambda j: (self._state[j.id].queue, self._state[j.id].seq))
-        total = sum(n.gpus for n in view.nodes.values() if n.schedulable)
-        left = total
+        gpu = [j for j in order if uses_gpus(j)]
+        cpu = [j for j in order if not uses_gpus(j)]
+        out = self._walk(gpu, GpuUnits(view))
+        if cpu:
+            out += self._walk(cpu, ReplicaUnits(view))
+        return out
+
+    def _walk(self, order: list[JobView], units: Units) -> list[Decision]:
+        """Queues high then low: a job runs if its gang (the GPUs, or the replicas' cores, it
+        asked for) still fits in what is left, else it waits or is preempted."""
+        u = units.unit
+        left = units.total()
         run: set[str] = set()
         for j in order:
-            need = requested_gpus(j)
-            if need <= left:
+            need = units.need(j, units.asked(j))
+            if need <= left + 1e-9:
                 run.add(j.id)
                 left -= need
         out: list[Decision] = []
         for j in order:
             if j.phase != Phase.QUEUED and j.id not in run and not j.phase.terminal:
-                out.append(Preempt(j.id, f"tiresias: {self._where(j)} — jobs ahead of it need its GPUs"))
-        ledger = GpuLedger(view)
+                out.append(Preempt(j.id, f"tiresias: {self._where(j)} — jobs ahead of it need its {u}"))
         starting = sorted(
-            (j for j in order if j.phase == Phase.QUEUED and j.id in run), key=lambda j: -requested_gpus(j)
+            (j for j in order if j.phase == Phase.QUEUED and j.id in run), key=lambda j: -units.need(j, units.asked(j))
         )
         for j in starting:
-            need = requested_gpus(j)
-            pieces = ledger.take(need)
-            if pieces is None:
-                out.append(Wait(j.id, f"tiresias: {self._where(j)}, waiting for {need} GPUs to be freed"))
+            n = units.asked(j)
+            alloc = units.take(j, n)
+            if alloc is None:
+                out.append(Wait(j.id, f"tiresias: {self._where(j)}, waiting for {n} {u} to be freed"))
                 continue
-            out.append(
-                Place(j.id, gpu_allocation(j, pieces), f"tiresias: {self._where(j)}; {need} GPUs on {describe(pieces)}")
-            )
+            out.append(Place(j.id, alloc, f"tiresias: {self._where(j)}; {n} {u} on {units.where(alloc)}{_fixed(j, u)}"))
         for j in order:
             if j.phase == Phase.QUEUED and j.id not in run:
-                out.append(Wait(j.id, f"tiresias: {self._where(j)}; {requested_gpus(j)} GPUs do not fit behind it"))
+                out.append(Wait(j.id, f"tiresias: {self._where(j)}; {units.asked(j)} {u} do not fit behind it"))
         return out
 
     def _where(self, j: JobView) -> str:
         st = self._state[j.id]
         served_h = (j.attained_service - st.service_offset) / 3600.0
         q = "high" if st.queue == 0 else "low"
-        return f"{q} queue (position {st.seq}), {served_h:.1f} GPU-h attained"
+        what = "GPU-h" if uses_gpus(j) else "CPU-h"
+        return f"{q} queue (position {st.seq}), {served_h:.1f} {what} attained"
+
+
+def _fixed(job: JobView, unit: str) -> str:
+    """Why an elastic job is placed at its min and stays there."""
+    if unit != "replicas" or job.replicas_max <= job.replicas_min:
+        return ""
+    return (
+        f"; a fixed gang of {job.replicas_min} (spec allows up to {job.replicas_max}): tiresias never resizes, "
+        "it knows only attained service, not what another size would be worth"
+    )

@@ -204,7 +204,8 @@ class SimEngine:
             used = model.advance(dt, cpu)
             if used is not None:
                 finished.append((job_id, self.now + used))
-            elif self.progress_events:
+            elif self.progress_events and not getattr(model, "starting", False):
+                # (a model that says it is still starting has run no step: a real job reports none)
                 self._events.append(
                     JobProgress(job_id, run.attempt, t, model.step, model.loss(), {"total_steps": model.total_steps})
                 )

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from sluice.sim.replicas import ReplicaProfile
+
 
 class WorkloadError(ValueError):
     """A workload file that cannot be read; the message names the file, row and column."""
@@ -23,8 +25,10 @@ class WorkloadError(ValueError):
 class WorkloadJob:
     """One job of a workload.
 
-    kind: "gpu" (a measured application), "trace" (duration × GPUs from a trace), "cpu", or
-          "data" (reads `dataset` for `epochs` epochs of `epoch_s` compute each, on `cpus` cores).
+    kind: "gpu" (a measured application), "trace" (duration × GPUs from a trace), "cpu",
+          "data" (reads `dataset` for `epochs` epochs of `epoch_s` compute each, on `cpus` cores),
+          or "replicas" (a CPU data-parallel job of `cpu_steps` steps, `replicas_min` to
+          `replicas_max` replicas of `cpus` cores, its speed per count from `replica_profile`).
     submit_time: seconds from the start of the workload.
     """
 
@@ -46,6 +50,11 @@ class WorkloadJob:
     cpus: float | None = None
     queue: str = "default"
     """The queue the job is submitted to (docs/queues.md); `sluice bench fairness` sets it."""
+    replicas_min: int = 1
+    replicas_max: int = 1
+    replica_profile: ReplicaProfile | None = None
+    """"replicas" jobs: steps/s per replica count and the start, resize and end times, as
+    measured (`sluice bench elastic`)."""
 
 
 def _num(row: dict[str, str], col: str, path: Path, line: int) -> float:

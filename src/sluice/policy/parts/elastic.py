@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Place, Preempt, Resize, Wait
-from sluice.policy.parts.gpu import GpuLedger, describe, gpu_allocation, held_gpus, max_gpus, requested_gpus
+from sluice.policy.parts.gpu import GpuLedger, held_gpus, max_gpus, requested_gpus
 from sluice.policy.parts.placement import unschedulable, wait_reason
 from sluice.policy.parts.speedup import PRIOR_EXPONENT, LearnedCurve
+from sluice.policy.parts.units import GpuUnits, Units
 
 DEFAULT_REMAINING_S = 3600.0
 """What a job with no estimate of its remaining time is assumed to need."""
@@ -74,6 +75,10 @@ class Speedups:
             self._memo[key] = v
         return v
 
+    def least(self, job: JobView) -> int:
+        """Every GPU job is first given one GPU (Pollux and Optimus both start there)."""
+        return 1
+
     def most(self, job: JobView) -> int:
         """Most GPUs a policy may give the job: the spec's maximum, and outside an oracle
         study no more than the learned curve is confident to try."""
@@ -129,46 +134,48 @@ def apply_targets(
     targets: dict[str, int],
     policy: str,
     why: Callable[[JobView, int], str],
-    ledger: GpuLedger | None = None,
+    ledger: GpuLedger | Units | None = None,
 ) -> list[Decision]:
-    """Decisions that move each job in `jobs` to its target GPU count.
+    """Decisions that move each job in `jobs` to its target count of units (GPUs unless
+    `ledger` is another `units.Units`, e.g. CPU replicas).
 
-    Planned against the GPUs free now, in the controller's execution order — preemptions,
+    Planned against the units free now, in the controller's execution order — preemptions,
     then shrinks, then grows, then placements — so each one is feasible when it runs; a grow
     that cannot find room keeps the job as it is, a placement that cannot waits.
     """
-    ledger = ledger or GpuLedger(view)
+    units = GpuUnits(view, ledger) if ledger is None or isinstance(ledger, GpuLedger) else ledger
+    u = units.unit
     out: list[Decision] = []
     running = [j for j in jobs if j.phase in (Phase.STARTING, Phase.RUNNING) and j.allocation is not None]
     queued = [j for j in jobs if j.phase == Phase.QUEUED]
     for j in running:
         if targets.get(j.id, 0) == 0:
-            ledger.credit(j.allocation)
+            assert j.allocation is not None
+            units.credit(j.allocation)
             out.append(Preempt(j.id, f"{policy}: {why(j, 0)}"))
-    shrink = [j for j in running if 0 < targets.get(j.id, 0) < held_gpus(j)]
-    grow = [j for j in running if targets.get(j.id, 0) > held_gpus(j)]
+    shrink = [j for j in running if 0 < targets.get(j.id, 0) < units.held(j)]
+    grow = [j for j in running if targets.get(j.id, 0) > units.held(j)]
     for j in shrink + sorted(grow, key=lambda j: -targets[j.id]):
         n = targets[j.id]
         assert j.allocation is not None
-        ledger.credit(j.allocation)
-        current = sorted(j.allocation.gpus_per_node(), key=lambda node: -j.allocation.gpus_per_node()[node])  # type: ignore[union-attr]
-        pieces = ledger.take(n, prefer=current)
-        if pieces is None:
-            ledger.debit(j.allocation.gpus_per_node())
+        units.credit(j.allocation)
+        alloc = units.take(j, n, keep=j.allocation)
+        if alloc is None:
+            units.debit(j.allocation)
             continue
-        out.append(Resize(j.id, gpu_allocation(j, pieces), f"{policy}: {held_gpus(j)} -> {n} GPUs ({why(j, n)})"))
+        out.append(Resize(j.id, alloc, f"{policy}: {units.held(j)} -> {n} {u} ({why(j, n)})"))
     for j in sorted(queued, key=lambda j: -targets.get(j.id, 0)):
         n = targets.get(j.id, 0)
-        never = unschedulable(j, view.nodes.values(), per_replica=False)
+        never = unschedulable(j, view.nodes.values(), per_replica=units.per_replica)
         if never:
             out.append(Wait(j.id, wait_reason(policy, never)))
             continue
         if n <= 0:
             out.append(Wait(j.id, f"{policy}: {why(j, 0)}"))
             continue
-        pieces = ledger.take(n)
-        if pieces is None:
-            out.append(Wait(j.id, f"{policy}: {n} GPUs chosen but not free yet ({why(j, n)})"))
+        alloc = units.take(j, n)
+        if alloc is None:
+            out.append(Wait(j.id, f"{policy}: {n} {u} chosen but not free yet ({why(j, n)})"))
             continue
-        out.append(Place(j.id, gpu_allocation(j, pieces), f"{policy}: {n} GPUs on {describe(pieces)} ({why(j, n)})"))
+        out.append(Place(j.id, alloc, f"{policy}: {n} {u} on {units.where(alloc)} ({why(j, n)})"))
     return out
