@@ -140,7 +140,10 @@ def test_cheap_fetches_stay_in_the_consumers_thread_slow_ones_go_to_threads_in_o
         return i
 
     assert list(Prefetcher(cheap, range(200))) == list(range(200))
-    assert set(seen) == {threading.current_thread().name}
+    # Nearly all inline: a loaded machine may deschedule this thread mid-read once, and the
+    # EWMA then takes a few reads to call the source cheap again.
+    inline = sum(1 for name in seen if name == threading.current_thread().name)
+    assert inline >= 0.9 * len(seen), f"{len(seen) - inline} of {len(seen)} cheap reads went to threads"
 
     seen.clear()
 
