@@ -46,6 +46,9 @@ def eval_cmd(
         float | None,
         typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights) [0.7]."),
     ] = None,
+    dspot_depth: Annotated[
+        int | None, typer.Option(min=1, help="Drift-aware SPOT: mean of this many newest non-alarm scores [10].")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every row to this JSON file.")] = None,
     protocol: Annotated[
         str,
@@ -74,7 +77,11 @@ def eval_cmd(
         console.print(f"[red]error:[/red] --protocol: {protocol!r} is not 'fixed' or 'leave-servers-out'")
         raise typer.Exit(2)
     if protocol == "leave-servers-out":
-        given = [f for f, v in (("--q", q), ("--smooth", smooth), ("--decay", decay)) if v is not None]
+        given = [
+            f
+            for f, v in (("--q", q), ("--smooth", smooth), ("--decay", decay), ("--dspot-depth", dspot_depth))
+            if v is not None
+        ]
         if given:
             console.print(
                 f"[red]error:[/red] {', '.join(given)}: chosen per fold by the leave-servers-out protocol; leave it out"
@@ -120,7 +127,7 @@ def eval_cmd(
         for ent in ents:
             for name, make in makers.items():
                 status.update(f"{ent.name}: {name}")
-                row = evaluate_entity(ent, name, make, q=q)
+                row = evaluate_entity(ent, name, make, q=q, dspot_depth=10 if dspot_depth is None else dspot_depth)
                 rows.append(row)
                 d = row.as_dict()
                 table.add_row(ent.name, name, *(_fmt(float(d[m]), m) for m in METRICS))  # type: ignore[arg-type]
