@@ -56,6 +56,13 @@ def test_the_held_out_servers_never_choose_their_own_setting() -> None:
     assert choose({s: {"c": apply(raws["pca"]["c"], s)} for s in (high, low)}, ["c"])[0] == high
 
 
+def test_a_server_without_faults_has_no_f1_but_an_alarm_rate() -> None:
+    calm = _server("calm", 0.0, 4)
+    calm.label[:] = 0
+    out = apply(calm, Setting(method="spot", q=0.05, level=0.9))
+    assert np.isnan(out.f1_auto) and np.isnan(out.f1_best) and out.alarm_rate > 0
+
+
 def test_score_knobs_need_no_retraining_and_the_cache_is_reused(tmp_path: Path) -> None:
     src = tmp_path / "x.npz"
     src.write_bytes(b"data")

@@ -193,9 +193,11 @@ def apply(raw: RawScores, s: Setting) -> Outcome:
     tp = float(np.sum(alarms & y))
     return Outcome(
         f1_best=best_f1(test, raw.label)[0],
-        f1_auto=f1_of(alarms, raw.label),
+        # A server without a labelled fault has no F1 (its best F1 is NaN too): it is left out
+        # of the means rather than counted as 0 for every setting; its alarm rate still shows.
+        f1_auto=f1_of(alarms, raw.label) if y.any() else float("nan"),
         precision=tp / max(float(alarms.sum()), 1.0),
-        recall=tp / max(float(y.sum()), 1.0),
+        recall=tp / float(y.sum()) if y.any() else float("nan"),
         alarm_rate=float(alarms.mean()),
     )
 
