@@ -6,11 +6,15 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from sluice.health.detector import DetectorConfig
+    from sluice.health.protocol import RawScores
 
 app = typer.Typer(help="Node health: anomaly detection models and their offline evaluation.", no_args_is_help=True)
 
@@ -152,7 +156,7 @@ def _leave_servers_out(
     folder: Path,
     only: list[str] | None,
     baselines: bool,
-    flow: object,
+    flow: DetectorConfig,
     k: int,
     cache_dir: Path | None,
     json_out: Path | None,
@@ -160,7 +164,6 @@ def _leave_servers_out(
     """`health eval --protocol leave-servers-out`: see `sluice.health.protocol`."""
     import numpy as np
 
-    from sluice.health.detector import DetectorConfig
     from sluice.health.evaluation import DatasetError, load_folder
     from sluice.health.protocol import (
         BASELINES,
@@ -175,7 +178,6 @@ def _leave_servers_out(
         summary,
     )
 
-    assert isinstance(flow, DetectorConfig)
     try:
         ents = list(load_folder(folder, only))
     except DatasetError as err:
@@ -186,7 +188,7 @@ def _leave_servers_out(
         raise typer.Exit(2)
     dets = [FLOW, *(BASELINES if baselines else ())]
     store = ScoreCache(cache_dir)
-    raws: dict[str, dict[str, object]] = {d: {} for d in dets}
+    raws: dict[str, dict[str, RawScores]] = {d: {} for d in dets}
     with console.status("training") as status:
         for ent in ents:
             for d in dets:
@@ -194,7 +196,7 @@ def _leave_servers_out(
                 raws[d][ent.name] = raw_scores(ent, d, flow, store, folder / f"{ent.name}.npz")
         flow_grid = grid()
         settings = {d: flow_grid if d == FLOW else baseline_settings(flow_grid) for d in dets}
-        results = leave_servers_out(raws, settings, k, progress=status.update)  # type: ignore[arg-type]
+        results = leave_servers_out(raws, settings, k, progress=status.update)
     table = Table(title=f"leave-servers-out, {k} folds: settings chosen on the other folds, scored on the held-out")
     for h in (
         "fold",
@@ -224,7 +226,7 @@ def _leave_servers_out(
     console.print(table)
     means = summary(results)
     default = Setting()
-    shipped = {n: apply(raw, default) for n, raw in raws[FLOW].items()}  # type: ignore[arg-type]
+    shipped = {n: apply(raw, default) for n, raw in raws[FLOW].items()}
     sb = float(np.nanmean([o.f1_best for o in shipped.values()]))
     sa = float(np.nanmean([o.f1_auto for o in shipped.values()]))
     mt = Table(title="held-out means (every server counted once, with the setting its fold chose)")
