@@ -93,3 +93,48 @@ def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.M
     row = next(line for line in r.output.splitlines() if "node_cpu_other_pct" in line).split()
     assert row == ["node_cpu_other_pct", "97%", "97.1", "0", "2"]
     assert "node_psi_io_pct" in r.output
+
+
+def test_leave_servers_out_reports_each_fold_and_caches_scores(tmp_path: Path) -> None:
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    data.mkdir()
+    for i, name in enumerate(("srv-1", "srv-2", "srv-3")):
+        write_entity(data, name, i)
+    out = tmp_path / "lso.json"
+    args = ["health", "eval", str(data), "--protocol", "leave-servers-out", "--folds", "3", "--epochs", "2"]
+    res = CliRunner().invoke(
+        app, [*args, "--no-baselines", "--cache", str(cache), "--json", str(out)], env={"COLUMNS": "250"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "held-out" in res.output and "auto/best" in res.output and "shipped" in res.output
+    data_out = json.loads(out.read_text())
+    assert [r["held_out"] for r in data_out["results"]] == [["srv-1"], ["srv-2"], ["srv-3"]]
+    assert 0 <= data_out["mean"]["sluice-flow"]["f1_auto"] <= 1
+    assert len(list(cache.glob("*.npz"))) == 3  # one model per server, whatever the grid
+    res = CliRunner().invoke(app, [*args, "--smooth", "3"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "--smooth" in res.output and "chosen per fold" in res.output
+    res = CliRunner().invoke(app, ["health", "eval", str(data), "--folds", "2"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "--folds" in res.output
+
+
+def test_campaign_traces_are_read_by_health_eval(tmp_path: Path) -> None:
+    """What `bench health --campaign --record` writes is a folder `health eval` reads: train
+    before the first fault, test after, labels only on the faulty node while its fault ran."""
+    from sluice.bench.kpi_record import FaultWindow, KpiRecorder
+    from sluice.health.evaluation import load_folder
+
+    rec = KpiRecorder()
+    keys = ["node_cpu_other_pct", "node_psi_io_pct"]
+    for t in range(400):
+        for node in ("node-0", "node-1"):
+            hot = node == "node-1" and 300 <= t <= 330
+            rec.add(node, keys, np.array([90.0 if hot else 1.0, 0.5], np.float32), 1000.0 + t)
+    files = rec.write(tmp_path, [FaultWindow("node-1", 1300.0, 30.0)])
+    assert [f.name for f in files] == ["node-0.npz", "node-1.npz"]
+    ents = {e.name: e for e in load_folder(tmp_path)}
+    assert ents["node-1"].train.shape == (300, 2) and ents["node-1"].test.shape == (100, 2)
+    assert ents["node-1"].label.sum() == 31 and ents["node-1"].label[:31].all()
+    assert ents["node-0"].label.sum() == 0  # a fault next door is not this node's
+    with np.load(files[1]) as d:
+        assert d["kpis"].tolist() == keys
+    assert KpiRecorder().write(tmp_path / "none", []) == []

@@ -88,3 +88,30 @@ def test_drift_aware_spot_follows_a_drifting_level_and_still_flags_jumps() -> No
     assert alarms[labels == 0].mean() < 0.01, "the drift is not"
     assert fixed[labels == 0].mean() > 0.2, "a fixed threshold is crossed by the drift"
     assert f1_of(alarms, labels) > 0.8 > f1_of(fixed, labels)
+
+
+@pytest.mark.parametrize(("shape", "scale"), [(0.3, 1.5), (-0.2, 2.0)])
+def test_gpd_fit_agrees_with_scipys_maximum_likelihood(shape: float, scale: float) -> None:
+    """The one-variable profile fit lands where scipy's generic MLE does (same tail, same
+    threshold), heavy tail or bounded."""
+    import warnings
+
+    from scipy import stats
+
+    y = stats.genpareto.rvs(shape, scale=scale, size=400, random_state=np.random.default_rng(5))
+    gamma, sigma = fit_gpd(y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_c, _, ref_s = stats.genpareto.fit(y, floc=0.0)
+    assert gamma == pytest.approx(ref_c, abs=0.01)
+    assert sigma == pytest.approx(ref_s, rel=0.01)
+
+
+def test_hold_keeps_an_alarm_until_the_score_falls_back() -> None:
+    from sluice.health.spot import hysteresis
+
+    scores = np.array([0, 5, 3, 3, 0, 3, 5, 0], dtype=float)
+    raised = scores > 4
+    held = hysteresis(raised, scores, lower=2.0)
+    # Steps 2-3 stay alarmed (3 > 2 right after an alarm); step 5 does not (no alarm before it).
+    assert held.tolist() == [False, True, True, True, False, False, True, False]

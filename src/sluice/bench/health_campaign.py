@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -229,10 +230,13 @@ def campaign(
     virtual_nodes: int = 2,
     home: Path | None = None,
     out: Path | None = None,
+    record: Path | None = None,
 ) -> CampaignResult:
     """Run the campaign for `minutes` (learning included) and print the per-fault table; with
     `out`, also write the result there as JSON and, per tick, each node's monitor state and
-    judged KPIs to `<out>.trace.jsonl` (to see why a fault was or was not caught)."""
+    judged KPIs to `<out>.trace.jsonl` (to see why a fault was or was not caught); with
+    `record`, every node's modelled KPIs as labelled `<record>/<node>.npz` (`kpi_record`)."""
+    from sluice.bench.kpi_record import FaultWindow, KpiRecorder
     from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
 
     console = Console(soft_wrap=True)
@@ -253,6 +257,9 @@ def campaign(
             raise RuntimeError(f"the {engine.name} engine cannot inject faults")
         camp = _Campaign(plane.health, seed, fault_s, gap_s, memory_mb, console, t0)
         camp.trace = out.with_suffix(".trace.jsonl") if out is not None else None
+        recorder = KpiRecorder() if record is not None else None
+        if recorder is not None:
+            plane.health.tap = recorder.add
         caller = plane.store.get_tenant("default")
         if caller is None:
             raise RuntimeError("the embedded plane has no default tenant")
@@ -286,6 +293,20 @@ def campaign(
             os.getloadavg(),
         )
     report(console, result)
+    if recorder is not None and record is not None:
+        files = recorder.write(record, [FaultWindow(f.node, f.started, f.seconds) for f in camp.faults if f.started])
+        console.print(
+            f"recorded {len(files)} labelled KPI trace(s) in {record}"
+            + ("" if files else " (none: no fault was injected, nothing to label)"),
+            markup=False,
+        )
+        for path in files:
+            with np.load(path, allow_pickle=False) as d:
+                console.print(
+                    f"  {path.name}: train {d['train'].shape}, test {d['test'].shape}, "
+                    f"{int(d['test_label'].sum())} faulty samples",
+                    markup=False,
+                )
     if out is not None:
         out.write_text(
             json.dumps(

@@ -179,6 +179,13 @@ def health(
     minutes: Annotated[float, typer.Option(min=1, help="With --campaign: how long, learning included.")] = 60.0,
     seed: Annotated[int, typer.Option(help="With --campaign: seed of the fault order, nodes and gaps.")] = 1,
     fault_seconds: Annotated[float, typer.Option(min=5, max=3600, help="With --campaign: each fault's length.")] = 90.0,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --campaign: write each node's KPIs as DIR/<node>.npz (train before the first fault, test "
+            "after, test_label 1 while a fault ran on that node), readable by `sluice health eval DIR`."
+        ),
+    ] = None,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
     from sluice.bench import health as bench_health
@@ -186,8 +193,11 @@ def health(
     if campaign:
         from sluice.bench.health_campaign import campaign as run_campaign
 
-        result = run_campaign(minutes, seed=seed, fault_s=fault_seconds, out=out)
+        result = run_campaign(minutes, seed=seed, fault_s=fault_seconds, out=out, record=record)
         raise typer.Exit(0 if all(result.goals().values()) else 1)
+    if record is not None:
+        typer.echo("error: --record: only used with --campaign (the faults are what labels the traces)", err=True)
+        raise typer.Exit(2)
     if fault_free_minutes > 0:
         bench_health.false_alarms(fault_free_minutes, inject_io_at_min=inject_io_at_minute)
         return

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from sluice.health.detector import DetectorConfig
+    from sluice.health.protocol import RawScores
 
 app = typer.Typer(help="Node health: anomaly detection models and their offline evaluation.", no_args_is_help=True)
 
@@ -35,12 +40,32 @@ def eval_cmd(
     baselines: Annotated[bool, typer.Option(help="Also run PCA, Isolation Forest and an autoencoder.")] = True,
     epochs: Annotated[int, typer.Option(min=1, help="Training epochs of the flow detector.")] = 12,
     max_train_s: Annotated[float, typer.Option(min=1, help="Cap on the flow's training seconds per entity.")] = 100.0,
-    q: Annotated[float, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability.")] = 1e-3,
-    smooth: Annotated[int, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows.")] = 5,
+    q: Annotated[
+        float | None, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability [1e-3].")
+    ] = None,
+    smooth: Annotated[
+        int | None, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows [5].")
+    ] = None,
     decay: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights).")
-    ] = 0.7,
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights) [0.7]."),
+    ] = None,
+    dspot_depth: Annotated[
+        int | None, typer.Option(min=1, help="Drift-aware SPOT: mean of this many newest non-alarm scores [10].")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every row to this JSON file.")] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="'fixed': the given settings on every server. 'leave-servers-out': choose the score and "
+            "threshold settings on the other folds' servers, report each fold's held-out servers only."
+        ),
+    ] = "fixed",
+    folds: Annotated[int | None, typer.Option(min=2, help="Folds of servers for leave-servers-out [3].")] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(help="leave-servers-out: keep each server's raw scores here, so a re-run does not retrain."),
+    ] = None,
 ) -> None:
     """Score the flow detector and baselines on every entity; print per entity and averaged.
 
@@ -52,8 +77,44 @@ def eval_cmd(
 
     console = Console()
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
+    if protocol not in ("fixed", "leave-servers-out"):
+        console.print(f"[red]error:[/red] --protocol: {protocol!r} is not 'fixed' or 'leave-servers-out'")
+        raise typer.Exit(2)
+    if protocol == "leave-servers-out":
+        given = [
+            f
+            for f, v in (("--q", q), ("--smooth", smooth), ("--decay", decay), ("--dspot-depth", dspot_depth))
+            if v is not None
+        ]
+        if given:
+            console.print(
+                f"[red]error:[/red] {', '.join(given)}: chosen per fold by the leave-servers-out protocol; leave it out"
+            )
+            raise typer.Exit(2)
+        _leave_servers_out(
+            console,
+            folder,
+            only,
+            baselines,
+            DetectorConfig(epochs=epochs, max_train_s=max_train_s),
+            folds or 3,
+            cache,
+            json_out,
+        )
+        return
+    if folds is not None or cache is not None:
+        flag = "--folds" if folds is not None else "--cache"
+        console.print(f"[red]error:[/red] {flag}: only used with --protocol leave-servers-out")
+        raise typer.Exit(2)
+    q = 1e-3 if q is None else q
     makers = contenders(
-        DetectorConfig(epochs=epochs, max_train_s=max_train_s, smooth=smooth, decay=decay), baselines=baselines
+        DetectorConfig(
+            epochs=epochs,
+            max_train_s=max_train_s,
+            smooth=5 if smooth is None else smooth,
+            decay=0.7 if decay is None else decay,
+        ),
+        baselines=baselines,
     )
     rows = []
     try:
@@ -70,7 +131,7 @@ def eval_cmd(
         for ent in ents:
             for name, make in makers.items():
                 status.update(f"{ent.name}: {name}")
-                row = evaluate_entity(ent, name, make, q=q)
+                row = evaluate_entity(ent, name, make, q=q, dspot_depth=10 if dspot_depth is None else dspot_depth)
                 rows.append(row)
                 d = row.as_dict()
                 table.add_row(ent.name, name, *(_fmt(float(d[m]), m) for m in METRICS))  # type: ignore[arg-type]
@@ -88,3 +149,124 @@ def eval_cmd(
         )
     if json_out is not None:
         json_out.write_text(json.dumps({"rows": [r.as_dict() for r in rows], "mean": average(rows)}, indent=1))
+
+
+def _leave_servers_out(
+    console: Console,
+    folder: Path,
+    only: list[str] | None,
+    baselines: bool,
+    flow: DetectorConfig,
+    k: int,
+    cache_dir: Path | None,
+    json_out: Path | None,
+) -> None:
+    """`health eval --protocol leave-servers-out`: see `sluice.health.protocol`."""
+    import numpy as np
+
+    from sluice.health.evaluation import DatasetError, load_folder
+    from sluice.health.protocol import (
+        BASELINES,
+        FLOW,
+        ScoreCache,
+        Setting,
+        apply,
+        baseline_settings,
+        grid,
+        leave_servers_out,
+        raw_scores,
+        summary,
+    )
+
+    try:
+        ents = list(load_folder(folder, only))
+    except DatasetError as err:
+        console.print(f"[red]error:[/red] folder: {err}")
+        raise typer.Exit(2) from None
+    if not 2 <= k <= len(ents):
+        console.print(f"[red]error:[/red] --folds: {k} needs between 2 and {len(ents)} (the servers) folds")
+        raise typer.Exit(2)
+    dets = [FLOW, *(BASELINES if baselines else ())]
+    store = ScoreCache(cache_dir)
+    raws: dict[str, dict[str, RawScores]] = {d: {} for d in dets}
+    with console.status("training") as status:
+        for ent in ents:
+            for d in dets:
+                status.update(f"{ent.name}: {d} (train or read cache)")
+                raws[d][ent.name] = raw_scores(ent, d, flow, store, folder / f"{ent.name}.npz")
+        flow_grid = grid()
+        settings = {d: flow_grid if d == FLOW else baseline_settings(flow_grid) for d in dets}
+        results = leave_servers_out(raws, settings, k, progress=status.update)
+    table = Table(title=f"leave-servers-out, {k} folds: settings chosen on the other folds, scored on the held-out")
+    for h in (
+        "fold",
+        "held out",
+        "detector",
+        "chosen setting",
+        "auto F1 (choosing)",
+        "F1 best",
+        "F1 auto",
+        "auto/best",
+    ):
+        table.add_column(h, justify="right" if "F1" in h or "/" in h else "left")
+    for r in sorted(results, key=lambda r: (r.fold, dets.index(r.detector))):
+        best, auto = r.mean("f1_best"), r.mean("f1_auto")
+        table.add_row(
+            str(r.fold),
+            ",".join(r.held_out),
+            r.detector,
+            r.setting.label(r.detector == FLOW),
+            f"{r.chosen_on:.3f}",
+            f"{best:.3f}",
+            f"{auto:.3f}",
+            f"{auto / best:.2f}" if best > 0 else "-",
+        )
+        if r.detector == dets[-1]:
+            table.add_section()
+    console.print(table)
+    means = summary(results)
+    default = Setting()
+    shipped = {n: apply(raw, default) for n, raw in raws[FLOW].items()}
+    sb = float(np.nanmean([o.f1_best for o in shipped.values()]))
+    sa = float(np.nanmean([o.f1_auto for o in shipped.values()]))
+    mt = Table(title="held-out means (every server counted once, with the setting its fold chose)")
+    for h in ("detector", "F1 best", "F1 auto", "auto/best", "precision (auto)", "recall (auto)"):
+        mt.add_column(h, justify="left" if h == "detector" else "right")
+    for d, m in means.items():
+        mt.add_row(
+            d,
+            *(f"{m[x]:.3f}" for x in ("f1_best", "f1_auto")),
+            f"{m['ratio']:.2f}",
+            f"{m['precision']:.3f}",
+            f"{m['recall']:.3f}",
+        )
+    mt.add_row(f"{FLOW} shipped ({default.label()})", f"{sb:.3f}", f"{sa:.3f}", f"{sa / max(sb, 1e-12):.2f}", "", "")
+    console.print(mt)
+    fm = means[FLOW]
+    console.print(
+        f"{FLOW}: held-out automatic/best F1 {fm['ratio']:.2f} (goal >= 0.80: "
+        + ("met" if fm["ratio"] >= 0.8 else "NOT met")
+        + f"); grid: {len(settings[FLOW])} flow settings, criterion: highest mean automatic F1 on the choosing servers"
+    )
+    if json_out is not None:
+        json_out.write_text(
+            json.dumps(
+                {
+                    "protocol": "leave-servers-out",
+                    "folds": k,
+                    "results": [
+                        {
+                            "fold": r.fold,
+                            "held_out": r.held_out,
+                            "detector": r.detector,
+                            "setting": asdict(r.setting),
+                            "chosen_on": r.chosen_on,
+                            "per_server": {n: asdict(o) for n, o in r.per_server.items()},
+                        }
+                        for r in results
+                    ],
+                    "mean": means,
+                },
+                indent=1,
+            )
+        )

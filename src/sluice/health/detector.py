@@ -99,6 +99,23 @@ class _Net(nn.Module):
         return -self.flow(self.context(hist)).log_prob(tgt)
 
 
+def smooth_scores(s: Array, smooth: int, decay: float) -> Array:
+    """Each score becomes a weighted mean of the newest `smooth` window NLLs: equal weights
+    when `decay` is 0, else weight decay·(1−decay)^age, renormalised over the windows that
+    exist. A heavy weight on the newest window keeps a fault's first high NLL visible at
+    once (a plain mean delays and dilutes it) while older windows still damp one-step
+    noise. A function of the raw NLLs alone, so these knobs can be chosen without retraining."""
+    if smooth <= 1 or len(s) < 2:
+        return s
+    weights = np.ones(smooth) if decay <= 0 else decay * (1.0 - decay) ** np.arange(smooth)
+    x = s.astype(np.float64)
+    num, den = np.zeros(len(x)), np.zeros(len(x))
+    for age, wt in enumerate(weights[: len(x)]):
+        num[age:] += wt * x[: len(x) - age]
+        den[age:] += wt
+    return (num / den).astype(np.float32)
+
+
 @dataclass
 class FitReport:
     epochs: int
@@ -117,6 +134,9 @@ class FlowDetector:
     scaler: Scaler | None = None
     net: _Net | None = None
     calibration: Array = field(default_factory=lambda: np.zeros(0, np.float32))
+    calibration_raw: Array = field(default_factory=lambda: np.zeros(0, np.float32))
+    """The calibration windows' NLLs before smoothing: what a protocol that re-weights the
+    score (smooth, decay) without retraining needs (`health/protocol.py`)."""
     report: FitReport | None = None
 
     def fit(self, train: Array, kpis: list[str] | None = None) -> FitReport:
@@ -174,7 +194,8 @@ class FlowDetector:
         if best_state is not None:
             self.net.load_state_dict(best_state)
         calib_h, calib_t = (va_h, va_t) if len(va_h) else (tr_h, tr_t)
-        self.calibration = self._smooth(self._nll(calib_h, calib_t))
+        self.calibration_raw = self._nll(calib_h, calib_t)
+        self.calibration = self._smooth(self.calibration_raw)
         self.report = FitReport(epochs_done, time.perf_counter() - start, train_nll, best_val, len(hist))
         return self.report
 
@@ -186,22 +207,7 @@ class FlowDetector:
         return torch.cat(out).numpy().astype(np.float32)
 
     def _smooth(self, s: Array) -> Array:
-        """Each score becomes a weighted mean of the newest `smooth` window NLLs: equal weights
-        when `decay` is 0, else weight decay·(1−decay)^age, renormalised over the windows that
-        exist. A heavy weight on the newest window keeps a fault's first high NLL visible at
-        once (a plain mean delays and dilutes it) while older windows still damp one-step
-        noise."""
-        w = self.config.smooth
-        if w <= 1 or len(s) < 2:
-            return s
-        a = self.config.decay
-        weights = np.ones(w) if a <= 0 else a * (1.0 - a) ** np.arange(w)
-        x = s.astype(np.float64)
-        num, den = np.zeros(len(x)), np.zeros(len(x))
-        for age, wt in enumerate(weights[: len(x)]):
-            num[age:] += wt * x[: len(x) - age]
-            den[age:] += wt
-        return (num / den).astype(np.float32)
+        return smooth_scores(s, self.config.smooth, self.config.decay)
 
     def _windows(self, x: Array) -> tuple[torch.Tensor, torch.Tensor]:
         if self.scaler is None or self.net is None:
@@ -209,9 +215,13 @@ class FlowDetector:
         hist, tgt = windows(self.scaler.transform(x), self.config.history, self.config.target)
         return torch.from_numpy(hist), torch.from_numpy(tgt)
 
+    def window_nll(self, x: Array) -> Array:
+        """Unsmoothed NLL of every complete window of `x`."""
+        return self._nll(*self._windows(x))
+
     def score_windows(self, x: Array) -> Array:
         """One score per complete window of `x` (higher = more anomalous)."""
-        return self._smooth(self._nll(*self._windows(x)))
+        return self._smooth(self.window_nll(x))
 
     def score(self, x: Array) -> Array:
         """One score per time step of `x` (T,), aligned with its labels."""

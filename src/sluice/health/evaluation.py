@@ -108,7 +108,9 @@ class EvaluationRow:
         }
 
 
-def evaluate_entity(ent: Entity, name: str, make: Callable[[], Detector], q: float = 1e-3) -> EvaluationRow:
+def evaluate_entity(
+    ent: Entity, name: str, make: Callable[[], Detector], q: float = 1e-3, dspot_depth: int = 10
+) -> EvaluationRow:
     det = make()
     t0 = time.perf_counter()
     det.fit(ent.train)
@@ -117,7 +119,7 @@ def evaluate_entity(ent: Entity, name: str, make: Callable[[], Detector], q: flo
     s = det.score(ent.test)
     speed = len(ent.test) / max(time.perf_counter() - t1, 1e-9)
     thr = Spot(q=q).fit(det.calibration).threshold if len(det.calibration) else None
-    alarms = dspot_alarms(det.calibration, s, q=q) if len(det.calibration) > 3 else None
+    alarms = dspot_alarms(det.calibration, s, q=q, depth=dspot_depth) if len(det.calibration) > 3 else None
     return EvaluationRow(ent.name, name, evaluate_scores(s, ent.label, thr, alarms=alarms), train_s, speed)
 
 

@@ -238,6 +238,9 @@ class HealthMonitor:
         self.nodes: dict[str, NodeTrack] = {}
         self.transitions: list[Transition] = []
         self._lock = threading.Lock()
+        self.tap: Callable[[str, list[str], np.ndarray, float], None] | None = None
+        """Called with (node, KPI names, row, sample time) for every sample, as modelled:
+        how `sluice bench health --campaign --record` keeps labelled traces."""
         self._placed: dict[str, tuple[frozenset[str], float]] = {}
         self._allocs: dict[str, Allocation] = {}
         self._outbox: list[SetNodeHealth] = []
@@ -349,6 +352,8 @@ class HealthMonitor:
             tr.keys = sorted(keys)
         row = np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32)
         tr.rows.append(row)
+        if self.tap is not None:
+            self.tap(e.node, tr.keys, row, e.time)
         self._learn(e.node, tr, row)
         with self._lock:
             det, spot = tr.detector, tr.spot

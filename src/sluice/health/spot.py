@@ -15,34 +15,70 @@ non-alarm peaks arrive, so the threshold follows slow drift of a healthy node.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy import optimize
 
 
 def fit_gpd(excesses: NDArray[np.floating]) -> tuple[float, float]:
     """(γ shape, σ scale) of a GPD fitted to positive excesses by maximum likelihood, with the
-    method of moments as fallback when the MLE fails or is degenerate."""
+    method of moments as fallback when the fit fails or is degenerate.
+
+    The likelihood is maximised over one variable, θ = γ/σ (Grimshaw's reduction, as in the
+    SPOT paper): for a given θ the best γ is the mean of log(1 + θy), so the profile
+    likelihood is scanned on a grid of θ at once and the best cell refined by a bounded
+    scalar search. Why not scipy's generic `genpareto.fit`: streaming SPOT refits on every
+    healthy peak, and the generic optimiser made a DSPOT pass over one ASD server take
+    seconds (same estimates to 3-4 digits on every ASD calibration set, 10x faster)."""
     y = np.asarray(excesses, dtype=np.float64)
     y = y[y > 0]
-    if len(y) < 3:
-        return 0.0, float(y.mean()) if len(y) else 1e-6
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            c, _loc, scale = stats.genpareto.fit(y, floc=0.0)
-        if np.isfinite(c) and np.isfinite(scale) and scale > 0:
-            return float(c), float(scale)
-    except (ValueError, RuntimeError, FloatingPointError):
-        pass
-    m, v = float(y.mean()), float(y.var())
-    if v <= 0:
+    n = len(y)
+    if n < 3:
+        return 0.0, float(y.mean()) if n else 1e-6
+    ybar, ymax = float(y.mean()), float(y.max())
+
+    def negll(theta: float) -> float:
+        if abs(theta) < 1e-12:  # γ = 0: exponential excesses
+            return n * math.log(ybar) + n
+        v = float(np.log1p(theta * y).mean())
+        sigma = v / theta
+        if not (math.isfinite(v) and sigma > 0):
+            return math.inf
+        return n * math.log(sigma) + n * (v + 1)
+
+    u = np.concatenate([-(ybar / ymax) * np.linspace(0.999, 0.001, 40), [0.0], np.geomspace(1e-4, 1e4, 120)])
+    thetas = u / ybar
+    with np.errstate(all="ignore"):
+        v = np.log1p(np.outer(thetas, y)).mean(axis=1)
+        sig = v / np.where(thetas == 0, 1.0, thetas)
+        vals = np.where(sig > 0, n * np.log(np.where(sig > 0, sig, 1.0)) + n * (v + 1), np.inf)
+    vals[thetas == 0] = n * math.log(ybar) + n
+    i = int(np.argmin(vals))
+    best_t, best_v = float(thetas[i]), float(vals[i])
+    lo, hi = float(thetas[max(i - 1, 0)]), float(thetas[min(i + 1, len(thetas) - 1)])
+    if hi > lo:
+        try:
+            r = optimize.minimize_scalar(
+                negll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10 * max(abs(lo), abs(hi), 1e-12)}
+            )
+            if math.isfinite(float(r.fun)) and float(r.fun) <= best_v:
+                best_t, best_v = float(r.x), float(r.fun)
+        except (ValueError, FloatingPointError):
+            pass
+    if math.isfinite(best_v):
+        if abs(best_t) < 1e-12:
+            return 0.0, ybar
+        gamma = float(np.log1p(best_t * y).mean())
+        sigma = gamma / best_t
+        if math.isfinite(gamma) and math.isfinite(sigma) and sigma > 0:
+            return gamma, sigma
+    m, var = ybar, float(y.var())
+    if var <= 0:
         return 0.0, max(m, 1e-6)
-    gamma = 0.5 * (1 - m * m / v)
-    return gamma, max(0.5 * m * (m * m / v + 1), 1e-6)
+    gamma = 0.5 * (1 - m * m / var)
+    return gamma, max(0.5 * m * (m * m / var + 1), 1e-6)
 
 
 def pot_threshold(t: float, gamma: float, sigma: float, q: float, n: int, n_peaks: int) -> float:
@@ -155,4 +191,20 @@ def dspot_alarms(
         if not alarm:
             total += x - recent.pop(0)
             recent.append(x)
+    return out
+
+
+def hysteresis(alarms: NDArray[np.bool_], scores: NDArray[np.floating], lower: float) -> NDArray[np.bool_]:
+    """Hold each alarm while the score stays above `lower` (a second, lower threshold).
+
+    Why: a fault's scores do not all clear an extreme-value threshold; after its first
+    crossing they dip and rise around it, and each dip is a missed step of the fault. An
+    alarm once raised is kept until the score falls back into the healthy bulk (`lower`,
+    e.g. the calibration scores' 98 % quantile). Causal: step t uses only steps ≤ t."""
+    a = np.asarray(alarms, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)
+    out = a.copy()
+    for i in range(1, len(a)):
+        if not out[i] and out[i - 1] and s[i] > lower:
+            out[i] = True
     return out
