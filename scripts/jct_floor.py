@@ -11,14 +11,13 @@ simulator can beat it.
 
     PYTHONPATH=src python scripts/jct_floor.py [--loads 0.5,1.0] [--workloads 1,...,8] [--pollux-dir DIR]
 
-Prints, per load and workload, the floor in hours; pass `--compare FILE.json` (the JSON of
-`sluice bench sim --json`) to print each policy's JCT over the floor beside it.
+Prints, per load, the mean floor and the floor per workload in hours (compare with the
+per-workload JCTs of `scripts/sweep_learned_curve.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from sluice.control.simulate import build_model
@@ -43,8 +42,7 @@ def alone_s(job: GpuAppJob) -> float:
     most = min(job.max_gpus, GPUS_PER_NODE * NODES)
     for epoch in range(app.max_epochs):
         job.epoch = epoch
-        lo = app.progress_at(epoch - 1) if epoch else 0.0
-        work = app.progress_at(epoch) - lo
+        work = app.progress_at(epoch + 1) - app.progress_at(epoch)  # epoch e: from e to e+1 epochs done
         best = max(job.rate(consolidated(k)) for k in range(1, most + 1))
         total += work / best
     return total
@@ -56,11 +54,9 @@ def main() -> None:
     ap.add_argument("--workloads", default="1,2,3,4,5,6,7,8")
     ap.add_argument("--pollux-dir", default="../shared/data/pollux")
     ap.add_argument("--traces-dir", default="src/sluice/sim/models")
-    ap.add_argument("--compare", help="JSON written by `sluice bench sim --json`")
     a = ap.parse_args()
     base = Path(a.pollux_dir)
     ws = [int(w) for w in a.workloads.split(",")]
-    floors: dict[tuple[str, int], float] = {}
     for load in a.loads.split(","):
         folder = "workloads" if float(load) == 1.0 else f"workloads-{load}"
         row = []
@@ -71,20 +67,8 @@ def main() -> None:
                 m = build_model(j, True, Path(a.traces_dir))
                 assert isinstance(m, GpuAppJob)
                 times.append(alone_s(m))
-            floors[(load, w)] = sum(times) / len(times) / 3600
-            row.append(floors[(load, w)])
+            row.append(sum(times) / len(times) / 3600)
         print(f"load {load}: floor mean {sum(row) / len(row):.3f} h; per workload " + " ".join(f"{x:.3f}" for x in row))
-    if a.compare:
-        _compare(json.loads(Path(a.compare).read_text()), floors)
-
-
-def _compare(data: object, floors: dict[tuple[str, int], float]) -> None:
-    """Each policy's per-workload JCT over the floor, from bench sim's JSON rows."""
-    rows = data if isinstance(data, list) else data.get("rows", []) if isinstance(data, dict) else []
-    for r in rows:
-        key = (str(r.get("load")), int(r.get("workload", 0)))
-        if key in floors and r.get("avg_jct_h"):
-            print(f"{r['policy']:>14} load {key[0]} w{key[1]}: {r['avg_jct_h'] / floors[key]:.2f}× the floor")
 
 
 if __name__ == "__main__":
