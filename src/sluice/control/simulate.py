@@ -295,7 +295,7 @@ def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
     if job.qoe_loss is not None or job.qoe_deadline_s is not None:
         qoe = QoETarget(loss=job.qoe_loss, deadline_s=job.qoe_deadline_s)
     if job.kind in ("cpu", "data"):
-        res = Resources(cpu=CpuRange(min=job.cpus or 1.0))
+        res = Resources(cpu=CpuRange(min=job.cpus or 1.0, max=job.cpu_max))
     else:
         most = model.max_gpus if isinstance(model, GpuAppJob | TraceJob) else job.gpus
         res = Resources(
@@ -335,7 +335,9 @@ def run_simulation(
     scraper of the real plane would see: phases, allocations, waiting reasons).
     """
     cfg = cfg or SimConfig()
-    pol = make_policy(policy, interval_s=cfg.interval_s, **cfg.policy_options)
+    # The policy's own interval defaults to the round; `policy_options` may set another
+    # (the plane's reconcile round vs FlowCon's Δ, as `sluice bench simreal` mirrors).
+    pol = make_policy(policy, **{"interval_s": cfg.interval_s, **cfg.policy_options})
     adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else adapts_batch(pol)
     traces = cfg.traces_dir or job_models_dir()
     nodes = make_nodes(cfg, any(j.kind in ("cpu", "data") for j in workload))
