@@ -55,7 +55,10 @@ def test_the_sim_workload_has_the_real_jobs_arrivals_requests_and_steps(tmp_path
     assert [j.cpu_max for j in jobs] == [a.spec.resources.cpu.max for a in arrivals] == [2.0] * 6
     # The examples' own rule: ceil(default steps x EXAMPLE_SCALE).
     assert [j.cpu_steps for j in jobs] == [math.ceil(DEFAULT_STEPS[example_of(a)] * 0.01) for a in arrivals]
-    assert all(j.kind == "cpu" and j.cpu_profile and example_of(a) in j.cpu_profile for j, a in zip(jobs, arrivals))
+    assert all(
+        j.kind == "cpu" and j.cpu_profile and example_of(a) in j.cpu_profile
+        for j, a in zip(jobs, arrivals, strict=True)
+    )
 
 
 def test_measured_start_up_is_cpu_work_that_stretches_under_contention() -> None:
@@ -117,9 +120,21 @@ def test_simreal_prints_real_and_simulated_side_by_side(tmp_path: Path) -> None:
     r = CliRunner().invoke(
         app,
         [
-            "bench", "simreal", "--policies", "kube,sluice", "--scale", "0.01", "--stagger", "2",
-            "--profiles", str(d), "--real-from", str(saved), "--out", str(out),
-        ],  # fmt: skip
+            "bench",
+            "simreal",
+            "--policies",
+            "kube,sluice",
+            "--scale",
+            "0.01",
+            "--stagger",
+            "2",
+            "--profiles",
+            str(d),
+            "--real-from",
+            str(saved),
+            "--out",
+            str(out),
+        ],
         env={"COLUMNS": "250"},
     )
     assert r.exit_code == 0, r.output

@@ -36,7 +36,7 @@ from sluice.bench.local import as_dict
 from sluice.bench.scenario import EXAMPLES_DIR, Arrival, RunResult, embedded_plane, mixed_workload, run_workload
 from sluice.control.plane import ControlPlane
 from sluice.control.simulate import SimConfig, SimResult, WorkloadJob, run_simulation
-from sluice.model import JobRecord
+from sluice.model import JobRecord, Phase
 
 PROFILE_CORES = (0.25, 0.5, 1.0, 2.0)
 """CPU limits each example is profiled at: below, at and above the one core a one-thread job can use."""
@@ -140,6 +140,8 @@ class Background:
     """CPU taken on this machine by processes outside the workload, sampled while it ran."""
 
     samples: list[float] = field(default_factory=list)
+    timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
+    """(seconds into the run, jobs running, cores the workload used, cores others used) per tick."""
     _last: tuple[float, float, float] | None = None
     _seen: dict[int, float] = field(default_factory=dict)
 
@@ -164,7 +166,10 @@ class Background:
         if self._last is not None:
             dt = t - self._last[2]
             if dt > 0.2:
-                self.samples.append(max(0.0, ((busy - self._last[0]) - (ours - self._last[1])) / dt))
+                others = max(0.0, ((busy - self._last[0]) - (ours - self._last[1])) / dt)
+                self.samples.append(others)
+                running = sum(1 for j in jobs if j.phase == Phase.RUNNING)
+                self.timeline.append((round(now, 2), running, round((ours - self._last[1]) / dt, 3), round(others, 3)))
         self._last = (busy, ours, t)
 
     @property
@@ -179,6 +184,7 @@ class RealRun:
     result: dict[str, Any]
     node_cpus: float
     background_cores: float
+    timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
 
 
 def _real(policy: str, arrivals: list[Arrival], home: Path, policy_interval_s: float, reconcile_s: float) -> RealRun:
@@ -186,19 +192,26 @@ def _real(policy: str, arrivals: list[Arrival], home: Path, policy_interval_s: f
     with embedded_plane(home, policy, policy_interval_s=policy_interval_s, reconcile_interval_s=reconcile_s) as plane:
         cpus = sum(n.cpu for n in plane.engine.nodes())
         res: RunResult = run_workload(plane, arrivals, on_tick=bg.tick)
-    return RealRun(as_dict(res), cpus, bg.mean_cores)
+    return RealRun(as_dict(res), cpus, bg.mean_cores, bg.timeline)
 
 
 def simulate(
-    jobs: list[WorkloadJob], policy: str, cpus: float, reconcile_s: float, policy_interval_s: float
+    jobs: list[WorkloadJob],
+    policy: str,
+    cpus: float,
+    reconcile_s: float,
+    policy_interval_s: float,
+    background_cpu: float = 0.0,
 ) -> SimResult:
-    """The sim workload on one node of `cpus` cores, rounds at the plane's reconcile interval."""
+    """The sim workload on one node of `cpus` cores (`background_cpu` of them busy with other
+    work), rounds at the plane's reconcile interval, the policy at its own."""
     cfg = SimConfig(
         nodes=1,
         gpus_per_node=0,
         cpus_per_node=cpus,
         interval_s=reconcile_s,
         policy_options={"interval_s": policy_interval_s},
+        background_cpu=background_cpu,
     )
     return run_simulation(jobs, policy, cfg)
 
@@ -210,6 +223,7 @@ class Comparison:
     sim: SimResult
     node_cpus: float
     background_cores: float
+    timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
 
     @property
     def sim_jct(self) -> dict[str, float | None]:
@@ -220,6 +234,7 @@ class Comparison:
             "policy": self.policy,
             "node_cpus": self.node_cpus,
             "background_cores": self.background_cores,
+            "timeline": self.timeline,
             "real": self.real,
             "sim": {
                 "avg_jct_s": self.sim.avg_jct_s,
@@ -262,13 +277,18 @@ def compare(
         for policy in policies:
             if policy in earlier:
                 e = earlier[policy]
-                real = RealRun(e["real"], float(e["node_cpus"]), float(e["background_cores"]))
+                real = RealRun(
+                    e["real"],
+                    float(e["node_cpus"]),
+                    float(e["background_cores"]),
+                    [tuple(x) for x in e.get("timeline", [])],
+                )
             else:
                 console.print(f"[bold]running the mixed workload under {policy} for real[/] ...")
                 real = _real(policy, arrivals, Path(tmp) / policy, policy_interval_s, reconcile_s)
-            cpus = max(0.25, real.node_cpus - real.background_cores)
-            sim = simulate(jobs, policy, cpus, reconcile_s, policy_interval_s)
-            out_rows.append(Comparison(policy, real.result, sim, real.node_cpus, real.background_cores))
+            background = min(real.background_cores, real.node_cpus - 0.1)
+            sim = simulate(jobs, policy, real.node_cpus, reconcile_s, policy_interval_s, background)
+            out_rows.append(Comparison(policy, real.result, sim, real.node_cpus, real.background_cores, real.timeline))
     print_comparison(out_rows, console)
     if out is not None:
         out.write_text(json.dumps([c.as_dict() for c in out_rows], indent=2))

@@ -109,6 +109,9 @@ class SimConfig:
     """Fair-share weight per tenant (workload `user`); 1 for a tenant not named."""
     preempt_min_runtime_s: float = 60.0
     """Admission never preempts a job placed less than this long ago (the plane's setting)."""
+    background_cpu: float = 0.0
+    """Cores per node busy with work outside the workload (measured on a shared machine): CPU
+    jobs share the rest; policies still see the nodes' full size, as on a real node."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -341,7 +344,7 @@ def run_simulation(
     adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else adapts_batch(pol)
     traces = cfg.traces_dir or job_models_dir()
     nodes = make_nodes(cfg, any(j.kind in ("cpu", "data") for j in workload))
-    engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data)
+    engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data, background_cpu=cfg.background_cpu)
     sizes = cfg.data.sizes if cfg.data is not None else {}
     store = MemoryStore(keep_events=False)
     for queue in cfg.queues:

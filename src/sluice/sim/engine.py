@@ -79,9 +79,14 @@ class SimEngine:
         progress_events: bool = True,
         oracle: bool = False,
         data: DataCluster | None = None,
+        background_cpu: float = 0.0,
     ):
         """oracle: offer the simulator's ground truth (`oracle_source`) for upper-bound studies.
-        data: node dataset caches, reported as NodeCache events as a node agent would."""
+        data: node dataset caches, reported as NodeCache events as a node agent would.
+        background_cpu: cores per node taken by processes outside the simulated jobs (a shared
+        machine, measured); CPU jobs share what is left. Nodes still report their full size,
+        as a real node does."""
+        self.background_cpu = background_cpu
         self.now = 0.0
         self._nodes = {n.name: n for n in nodes}
         self._lost: dict[str, float] = {}
@@ -238,7 +243,7 @@ class SimEngine:
             per_node.setdefault(a.node, []).append((job_id, max(a.cpu_request, 1e-3), cap))
         out: dict[str, float] = {}
         for node, jobs in per_node.items():
-            out.update(water_fill(self._nodes[node].cpu, jobs))
+            out.update(water_fill(max(0.0, self._nodes[node].cpu - self.background_cpu), jobs))
         return out
 
     def _lose(self, node: str, t: float) -> None:
