@@ -94,6 +94,11 @@ def test_profile_curve_is_over_the_cores_the_job_got_and_start_up_is_fitted() ->
     fit = fit_startup(runs)
     assert fit is not None
     assert fit[0] == pytest.approx(2.0) and fit[1] == pytest.approx(0.5)
+    # Start-up CPU read from the process's CPU times wins over the fit; the rest is fixed wait.
+    direct = [ProfileRun(r.cores, r.steps_per_s, [], r.startup_s, r.cores_used, None, 1, 2.0) for r in runs]
+    assert fit_startup(direct) == pytest.approx((2.0, 0.5))
+    direct[0].startup_cpu_s = direct[1].startup_cpu_s = 9.0  # the median; wall time left over: none
+    assert fit_startup(direct) == pytest.approx((9.0, 0.0))
     # Where usage was not measured, the limit stands (a quiet machine's reading).
     assert curve_points([ProfileRun(0.5, 10.0), ProfileRun(1.0, 20.0)]) == ((0.5, 1.0), (10.0, 20.0))
 

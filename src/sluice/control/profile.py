@@ -90,6 +90,8 @@ class ProfileRun:
     """The job's declared length (its reports' `total_steps`)."""
     threads: int | None = None
     """Threads of the job that did the work (each within half the busiest one's CPU time)."""
+    startup_cpu_s: float | None = None
+    """CPU seconds the job's processes spent before training (read from their CPU times)."""
 
 
 def _thread_cpu(pid: int | None) -> dict[tuple[int, int], float]:
@@ -141,12 +143,14 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
     t0 = time.monotonic()
     give_up = t0 + max(6 * seconds, 120.0)  # start-up (imports) can be slow on a busy machine
     threads_at_first: dict[tuple[int, int], float] | None = None
+    steps_at_first = 0
     threads = None
     try:
         while not done() and time.monotonic() < give_up:
             ctl.step()
             if points and threads_at_first is None:
                 threads_at_first = _thread_cpu(watch.pid)
+                steps_at_first = points[-1][1] + 1
             # Measure `seconds` of training, counted from the first progress report.
             if points and points[-1][0] - points[0][0] >= seconds:
                 break
@@ -172,7 +176,12 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
     if len(steady) >= 2:
         window = [c for t, c in watch.usage if steady[0][0] <= t <= steady[-1][0]]
         used = sum(window) / len(window) if window else None
-    return ProfileRun(cores, max(rate, 0.0), points, startup, used, watch.total_steps, threads)
+    startup_cpu = None
+    if threads_at_first and used and rate > 0:
+        # CPU the job's processes had used when its first report was seen, less what its
+        # steps so far cost at the measured steps per core-second: the start-up's CPU work.
+        startup_cpu = max(0.0, sum(threads_at_first.values()) - steps_at_first * used / rate)
+    return ProfileRun(cores, max(rate, 0.0), points, startup, used, watch.total_steps, threads, startup_cpu)
 
 
 def _received(run: ProfileRun) -> float:
@@ -216,7 +225,19 @@ def curve_points(runs: Sequence[ProfileRun]) -> tuple[tuple[float, ...], tuple[f
 def fit_startup(runs: Sequence[ProfileRun]) -> tuple[float, float] | None:
     """(CPU seconds, fixed seconds) of start-up, fitted as startup(c) = fixed + cpu / min(c, 1):
     one interpreter thread, so a limit below one core stretches it and one above does not.
-    None without a start-up measured at two different effective shares."""
+    None without a start-up measured at two different effective shares.
+
+    Where the runs read their start-up CPU directly (`startup_cpu_s`), that is used (median),
+    and the fixed part is what the wall time left over, at the share the job got (median,
+    at least 0): on a busy machine the share moves during start-up, so the fit over shares is
+    the weaker estimate of the two."""
+    direct = sorted(r.startup_cpu_s for r in runs if r.startup_cpu_s is not None)
+    if direct:
+        cpu_s = direct[len(direct) // 2]
+        rest = sorted(
+            r.startup_s - cpu_s / min(_received(r), 1.0) for r in runs if r.startup_s is not None and _received(r) > 0
+        )
+        return cpu_s, max(0.0, rest[len(rest) // 2]) if rest else 0.0
     pts = [(1.0 / min(_received(r), 1.0), r.startup_s) for r in runs if r.startup_s is not None and _received(r) > 0]
     if len({x for x, _ in pts}) < 2:
         return None
