@@ -144,6 +144,16 @@ class Background:
     """(seconds into the run, jobs running, cores the workload used, cores others used) per tick."""
     _last: tuple[float, float, float] | None = None
     _seen: dict[int, float] = field(default_factory=dict)
+    _script: dict[int, str] = field(default_factory=dict)
+
+    def cpu_by_script(self) -> dict[str, float]:
+        """CPU seconds per example script run (`mlp.py`: both mlp jobs), the rest as `other`
+        (the shims); with the steps each job ran, what a step really cost in this run."""
+        out: dict[str, float] = {}
+        for pid, cpu in self._seen.items():
+            name = self._script.get(pid, "other")
+            out[name] = out.get(name, 0.0) + cpu
+        return out
 
     def _ours(self) -> float:
         """CPU seconds of this process and its descendants (the plane, the shims, the jobs);
@@ -155,6 +165,9 @@ class Background:
             try:
                 ct = p.cpu_times()
                 self._seen[p.pid] = ct.user + ct.system
+                if p.pid not in self._script:
+                    args = p.cmdline()
+                    self._script[p.pid] = args[-1] if args and args[-1].endswith(".py") else "other"
             except psutil.Error:
                 continue
         return own + sum(self._seen.values())
@@ -185,6 +198,7 @@ class RealRun:
     node_cpus: float
     background_cores: float
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
+    cpu_by_script: dict[str, float] = field(default_factory=dict)
 
 
 def _real(policy: str, arrivals: list[Arrival], home: Path, policy_interval_s: float, reconcile_s: float) -> RealRun:
@@ -192,7 +206,7 @@ def _real(policy: str, arrivals: list[Arrival], home: Path, policy_interval_s: f
     with embedded_plane(home, policy, policy_interval_s=policy_interval_s, reconcile_interval_s=reconcile_s) as plane:
         cpus = sum(n.cpu for n in plane.engine.nodes())
         res: RunResult = run_workload(plane, arrivals, on_tick=bg.tick)
-    return RealRun(as_dict(res), cpus, bg.mean_cores, bg.timeline)
+    return RealRun(as_dict(res), cpus, bg.mean_cores, bg.timeline, bg.cpu_by_script())
 
 
 def simulate(
@@ -224,6 +238,7 @@ class Comparison:
     node_cpus: float
     background_cores: float
     timeline: list[tuple[float, int, float, float]] = field(default_factory=list)
+    cpu_by_script: dict[str, float] = field(default_factory=dict)
 
     @property
     def sim_jct(self) -> dict[str, float | None]:
@@ -235,6 +250,7 @@ class Comparison:
             "node_cpus": self.node_cpus,
             "background_cores": self.background_cores,
             "timeline": self.timeline,
+            "cpu_by_script": self.cpu_by_script,
             "real": self.real,
             "sim": {
                 "avg_jct_s": self.sim.avg_jct_s,
@@ -282,13 +298,24 @@ def compare(
                     float(e["node_cpus"]),
                     float(e["background_cores"]),
                     [tuple(x) for x in e.get("timeline", [])],
+                    e.get("cpu_by_script", {}),
                 )
             else:
                 console.print(f"[bold]running the mixed workload under {policy} for real[/] ...")
                 real = _real(policy, arrivals, Path(tmp) / policy, policy_interval_s, reconcile_s)
             background = min(real.background_cores, real.node_cpus - 0.1)
             sim = simulate(jobs, policy, real.node_cpus, reconcile_s, policy_interval_s, background)
-            out_rows.append(Comparison(policy, real.result, sim, real.node_cpus, real.background_cores, real.timeline))
+            out_rows.append(
+                Comparison(
+                    policy,
+                    real.result,
+                    sim,
+                    real.node_cpus,
+                    real.background_cores,
+                    real.timeline,
+                    real.cpu_by_script,
+                )
+            )
     print_comparison(out_rows, console)
     if out is not None:
         out.write_text(json.dumps([c.as_dict() for c in out_rows], indent=2))
