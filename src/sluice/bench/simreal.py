@@ -209,13 +209,21 @@ def _real(policy: str, arrivals: list[Arrival], home: Path, policy_interval_s: f
     return RealRun(as_dict(res), cpus, bg.mean_cores, bg.timeline, bg.cpu_by_script())
 
 
+def background_of(real: RealRun, mean_only: bool = False) -> float | tuple[tuple[float, float], ...]:
+    """What the simulator replays of the machine's other load: the samples of the real run
+    (cores others used, per 0.5 s), or their mean (`mean_only`, or an old file without them)."""
+    if mean_only or not real.timeline:
+        return min(real.background_cores, real.node_cpus - 0.1)
+    return tuple((t, min(others, real.node_cpus - 0.1)) for t, _, _, others in real.timeline)
+
+
 def simulate(
     jobs: list[WorkloadJob],
     policy: str,
     cpus: float,
     reconcile_s: float,
     policy_interval_s: float,
-    background_cpu: float = 0.0,
+    background_cpu: float | tuple[tuple[float, float], ...] = 0.0,
 ) -> SimResult:
     """The sim workload on one node of `cpus` cores (`background_cpu` of them busy with other
     work), rounds at the plane's reconcile interval, the policy at its own."""
@@ -271,6 +279,7 @@ def compare(
     profile_seconds: float = 10.0,
     refresh_profiles: bool = False,
     real_from: Path | None = None,
+    mean_background: bool = False,
     out: Path | None = None,
     console: Console | None = None,
 ) -> list[Comparison]:
@@ -303,8 +312,9 @@ def compare(
             else:
                 console.print(f"[bold]running the mixed workload under {policy} for real[/] ...")
                 real = _real(policy, arrivals, Path(tmp) / policy, policy_interval_s, reconcile_s)
-            background = min(real.background_cores, real.node_cpus - 0.1)
-            sim = simulate(jobs, policy, real.node_cpus, reconcile_s, policy_interval_s, background)
+            sim = simulate(
+                jobs, policy, real.node_cpus, reconcile_s, policy_interval_s, background_of(real, mean_background)
+            )
             out_rows.append(
                 Comparison(
                     policy,

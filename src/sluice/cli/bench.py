@@ -50,6 +50,13 @@ def simreal(
         Path | None,
         typer.Option(help="Reuse the real runs of an earlier --out file (policies found there are not re-run)."),
     ] = None,
+    mean_background: Annotated[
+        bool,
+        typer.Option(
+            "--mean-background",
+            help="Simulate the machine's other load as its mean over the real run, not sample by sample.",
+        ),
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """The mixed example workload of `bench local`, run for real on the local engine and in the
@@ -76,6 +83,7 @@ def simreal(
         profile_seconds=profile_seconds,
         refresh_profiles=reprofile,
         real_from=real_from,
+        mean_background=mean_background,
         out=out,
     )
 

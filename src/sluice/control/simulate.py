@@ -109,9 +109,10 @@ class SimConfig:
     """Fair-share weight per tenant (workload `user`); 1 for a tenant not named."""
     preempt_min_runtime_s: float = 60.0
     """Admission never preempts a job placed less than this long ago (the plane's setting)."""
-    background_cpu: float = 0.0
-    """Cores per node busy with work outside the workload (measured on a shared machine): CPU
-    jobs share the rest; policies still see the nodes' full size, as on a real node."""
+    background_cpu: float | tuple[tuple[float, float], ...] = 0.0
+    """Cores per node busy with work outside the workload (measured on a shared machine): a
+    constant, or (end of sample interval s, cores) samples over time. CPU jobs share the rest;
+    policies still see the nodes' full size, as on a real node."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
