@@ -16,7 +16,8 @@ from sluice.bench.scenario import mixed_workload
 from sluice.bench.simreal import example_of, sim_workload
 from sluice.cli.main import app
 from sluice.control.profile import ProfileRun, curve_points, fit_startup
-from sluice.model import Allocation
+from sluice.control.simulate import SimConfig, WorkloadJob, run_simulation
+from sluice.model import Allocation, JobRecord
 from sluice.sim.cpu_profiles import load_curve
 from sluice.sim.jobs import CpuCurve, CpuJob
 
@@ -158,3 +159,25 @@ def test_saved_profile_round_trips_the_measured_start_up(tmp_path: Path) -> None
     d = _profiles(tmp_path)
     curve = load_curve(d / "mlp.profile.json")
     assert (curve.startup_cpu_s, curve.startup_wait_s) == (2.0, 0.5)
+
+
+def test_background_load_is_replayed_sample_by_sample_and_policies_see_the_full_node(tmp_path: Path) -> None:
+    prof = tmp_path / "one.profile.json"
+    prof.write_text(json.dumps({"cores": [1.0], "steps_per_s": [100.0], "startup_cpu_s": 0.0}))
+    job = WorkloadJob("j", 0.0, "cpu", gpus=0, cpu_profile=str(prof), cpu_steps=1500, cpus=0.25, cpu_max=1.0)
+    seen: list[float] = []
+
+    def observe(now: float, live: list[JobRecord]) -> None:
+        seen.extend(a.cpu_request for j in live if j.allocation for a in j.allocation.assignments)
+
+    def jct(background: float | tuple[tuple[float, float], ...]) -> float:
+        cfg = SimConfig(nodes=1, gpus_per_node=0, cpus_per_node=1.0, interval_s=0.5, background_cpu=background)
+        res = run_simulation([job], "kube", cfg, observe=observe)
+        assert res.jobs[0].jct_s is not None
+        return res.jobs[0].jct_s
+
+    assert jct(0.0) == pytest.approx(15.0)  # 1500 steps at 100/s on the whole core
+    # Half the core busy for the first 10 s (500 steps), then free: 10 + 10 s.
+    assert jct(((10.0, 0.5), (10.5, 0.0))) == pytest.approx(20.0)
+    assert jct(0.5) == pytest.approx(30.0)  # a constant background: half the core all along
+    assert seen and all(r == 0.25 for r in seen)  # placed as on a 1-core node: the request, no shrinking
