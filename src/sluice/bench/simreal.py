@@ -50,12 +50,6 @@ def example_of(arrival: Arrival) -> str:
     return Path(script).stem
 
 
-def default_profiles_dir() -> Path:
-    """Where profiles are kept between runs: $XDG_CACHE_HOME/sluice/profiles."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "sluice" / "profiles"
-
-
 def ensure_profiles(
     examples: list[str],
     directory: Path,
@@ -283,17 +277,37 @@ def compare(
     out: Path | None = None,
     console: Console | None = None,
 ) -> list[Comparison]:
-    """Profile (or reuse), run each policy for real (or reuse `real_from`), simulate, compare."""
+    """Profile (or reuse those in `profiles_dir`), run each policy for real (or reuse
+    `real_from`), simulate, compare."""
     console = console or Console()
     arrivals = mixed_workload(stagger_s, scale)
-    profiles = ensure_profiles(
-        [example_of(a) for a in arrivals],
-        profiles_dir or default_profiles_dir(),
-        seconds=profile_seconds,
-        refresh=refresh_profiles,
-        console=console,
-    )
-    jobs = sim_workload(arrivals, profiles)
+    with tempfile.TemporaryDirectory(prefix="sluice-simreal-profiles-") as fresh:
+        # No folder given: profile now, under the machine's present conditions (a step's CPU
+        # cost moves with them by up to half, docs/benchmarks.md), and keep nothing.
+        profiles = ensure_profiles(
+            [example_of(a) for a in arrivals],
+            profiles_dir or Path(fresh),
+            seconds=profile_seconds,
+            refresh=refresh_profiles,
+            console=console,
+        )
+        jobs = sim_workload(arrivals, profiles)
+        return _compare(
+            jobs, arrivals, policies, policy_interval_s, reconcile_s, real_from, mean_background, out, console
+        )
+
+
+def _compare(
+    jobs: list[WorkloadJob],
+    arrivals: list[Arrival],
+    policies: list[str],
+    policy_interval_s: float,
+    reconcile_s: float,
+    real_from: Path | None,
+    mean_background: bool,
+    out: Path | None,
+    console: Console,
+) -> list[Comparison]:
     earlier = {}
     if real_from is not None:
         earlier = {c["policy"]: c for c in json.loads(real_from.read_text())}

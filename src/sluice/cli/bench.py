@@ -40,8 +40,8 @@ def simreal(
     profiles: Annotated[
         Path | None,
         typer.Option(
-            help="Folder of saved profiles (<example>.profile.json), reused when present. "
-            "Default: ~/.cache/sluice/profiles."
+            help="Folder of profiles (<example>.profile.json): those present are reused, the rest measured "
+            "and saved there. Default: measure afresh now and keep nothing."
         ),
     ] = None,
     profile_seconds: Annotated[float, typer.Option(min=2, help="Seconds per CPU limit when profiling.")] = 10.0,
