@@ -41,11 +41,12 @@ def run(
             )
     print_report(results, console)
     if out is not None:
-        out.write_text(json.dumps([_as_dict(r) for r in results], indent=2))
+        out.write_text(json.dumps([as_dict(r) for r in results], indent=2))
     return results
 
 
-def _as_dict(r: RunResult) -> dict[str, object]:
+def as_dict(r: RunResult) -> dict[str, object]:
+    """A run as JSON-ready data (what --out writes; `bench simreal` reads it back)."""
     return {
         "policy": r.policy,
         "avg_jct_s": r.avg_jct_s,

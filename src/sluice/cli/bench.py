@@ -29,6 +29,65 @@ def local(
     bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)
 
 
+@app.command("simreal")
+def simreal(
+    policies: Annotated[str, typer.Option(help="Comma-separated policies, each run for real and simulated.")] = (
+        "kube,sluice"
+    ),
+    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals.")] = 5.0,
+    scale: Annotated[float, typer.Option(help="Scale of each example's length (0.3: about a minute a job).")] = 0.3,
+    interval: Annotated[float, typer.Option(help="The policy's control interval in seconds (FlowCon's Δ).")] = 10.0,
+    profiles: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of profiles (<example>.profile.json): those present are reused, the rest measured "
+            "and saved there. Default: measure afresh now and keep nothing."
+        ),
+    ] = None,
+    profile_seconds: Annotated[float, typer.Option(min=2, help="Seconds per CPU limit when profiling.")] = 10.0,
+    reprofile: Annotated[bool, typer.Option("--reprofile", help="Measure the profiles again even if saved.")] = False,
+    real_from: Annotated[
+        Path | None,
+        typer.Option(help="Reuse the real runs of an earlier --out file (policies found there are not re-run)."),
+    ] = None,
+    mean_background: Annotated[
+        bool,
+        typer.Option(
+            "--mean-background",
+            help="Simulate the machine's other load as its mean over the real run, not sample by sample.",
+        ),
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
+) -> None:
+    """The mixed example workload of `bench local`, run for real on the local engine and in the
+    simulator (profiles measured by `sluice sim profile`), side by side: JCT, makespan, ratios."""
+    from sluice.bench import simreal as bench_simreal
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise typer.BadParameter("give at least one policy", param_hint="--policies")
+    if scale <= 0:
+        raise typer.BadParameter(f"must be positive, got {scale}", param_hint="--scale")
+    if stagger < 0:
+        raise typer.BadParameter(f"must not be negative, got {stagger}", param_hint="--stagger")
+    if interval <= 0:
+        raise typer.BadParameter(f"must be positive, got {interval}", param_hint="--interval")
+    if real_from is not None and not real_from.is_file():
+        raise typer.BadParameter(f"{real_from}: no such file", param_hint="--real-from")
+    bench_simreal.compare(
+        names,
+        stagger_s=stagger,
+        scale=scale,
+        policy_interval_s=interval,
+        profiles_dir=profiles,
+        profile_seconds=profile_seconds,
+        refresh_profiles=reprofile,
+        real_from=real_from,
+        mean_background=mean_background,
+        out=out,
+    )
+
+
 @app.command("elastic")
 def elastic(
     steps: Annotated[int, typer.Option(help="Steps of each ddp.py run.")] = 600,

@@ -252,14 +252,40 @@ def profile(
         except RuntimeError as err:
             raise CliError(str(err)) from None
         dest = out or spec.with_suffix(".profile.json")
-        save_curve(curve, dest, source=str(spec), seconds_per_limit=seconds)
+        totals = [r.total_steps for r in runs if r.total_steps is not None]
+        save_curve(
+            curve,
+            dest,
+            source=str(spec),
+            seconds_per_limit=seconds,
+            limits=[r.cores for r in runs],
+            cores_used=[r.cores_used for r in runs],
+            startup_s=[r.startup_s for r in runs],
+            threads=[r.threads for r in runs],
+            total_steps=totals[0] if totals else None,
+        )
         table(
-            ["cores", "steps/s", "reports"],
-            [[f"{r.cores:g}", f"{r.steps_per_s:.1f}", len(r.points)] for r in runs],
+            ["limit (cores)", "steps/s", "reports", "cores used", "threads", "start-up (s)"],
+            [
+                [
+                    f"{r.cores:g}",
+                    f"{r.steps_per_s:.1f}",
+                    len(r.points),
+                    "-" if r.cores_used is None else f"{r.cores_used:.2f}",
+                    "-" if r.threads is None else str(r.threads),
+                    "-" if r.startup_s is None else f"{r.startup_s:.1f}",
+                ]
+                for r in runs
+            ],
+        )
+        started = (
+            "start-up not measured"
+            if curve.startup_cpu_s is None
+            else f"start-up {curve.startup_cpu_s:.1f} CPU-s + {curve.startup_wait_s:.1f} s fixed"
         )
         console.print(
             f"loss {curve.loss_start:.3f} -> floor {curve.loss_floor:.3f}, half way after "
-            f"{curve.loss_half_steps:.0f} steps; profile saved to {dest} "
+            f"{curve.loss_half_steps:.0f} steps; {started}; profile saved to {dest} "
             f"(use it in a workload as cpu_profile={dest})"
         )
 

@@ -4,7 +4,10 @@ and save the curves the simulator's CPU jobs follow.
 The job runs through the production Controller with a one-line policy that pins it at one
 CPU limit (a real kernel CFS quota on the local engine), once per limit, each run cut
 `seconds` after its first progress report. Steady-state steps/s per limit gives the
-throughput curve; the loss reports of the longest run give the learning curve.
+throughput curve; the loss reports of the longest run give the learning curve. The time
+from the process's start to its first report, less the steps that report covers, is the
+start-up at that limit; fitted over the limits as fixed latency plus single-threaded CPU
+work (`fit_startup`), it is what a simulated job pays on every (re)start.
 """
 
 from __future__ import annotations
@@ -16,7 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice.control.controller import Controller
-from sluice.model import Allocation, ClusterView, Decision, Event, JobProgress, NodeDecision, Place
+from sluice.model import (
+    Allocation,
+    ClusterView,
+    Decision,
+    Event,
+    JobProgress,
+    JobStarted,
+    JobUsage,
+    NodeDecision,
+    Place,
+)
 from sluice.settings import Settings
 from sluice.sim.jobs import CpuCurve
 from sluice.spec import JobSpec, load_job_spec
@@ -39,13 +52,28 @@ class _Pin:
 
 
 class _ProgressWatch:
-    """A round observer that only listens: it collects the job's progress reports."""
+    """A round observer that only listens: it collects the job's progress reports, its start
+    and its CPU usage samples."""
 
     def __init__(self, points: list[tuple[float, int, float | None]]) -> None:
         self.points = points
+        self.started: float | None = None
+        self.usage: list[tuple[float, float]] = []
+        self.total_steps: int | None = None
+        self.pid: int | None = None
 
     def observe(self, view: ClusterView, events: Sequence[Event]) -> list[NodeDecision]:
-        self.points.extend((e.time, e.step, e.loss) for e in events if isinstance(e, JobProgress))
+        for e in events:
+            if isinstance(e, JobProgress):
+                self.points.append((e.time, e.step, e.loss))
+                total = e.metrics.get("total_steps")
+                if total is not None:
+                    self.total_steps = int(total)
+            elif isinstance(e, JobStarted) and self.started is None:
+                self.started = e.time
+                self.pid = e.pid
+            elif isinstance(e, JobUsage):
+                self.usage.append((e.time, e.cpu_cores))
         return []
 
 
@@ -54,6 +82,46 @@ class ProfileRun:
     cores: float
     steps_per_s: float
     points: list[tuple[float, int, float | None]] = field(default_factory=list)
+    startup_s: float | None = None
+    """Process start to the first report, less the time the steps of that report took."""
+    cores_used: float | None = None
+    """Mean CPU the job actually got over the measured window (below the limit on a busy machine)."""
+    total_steps: int | None = None
+    """The job's declared length (its reports' `total_steps`)."""
+    threads: int | None = None
+    """Threads of the job that did the work (each within half the busiest one's CPU time)."""
+    startup_cpu_s: float | None = None
+    """CPU seconds the job's processes spent before training (read from their CPU times)."""
+
+
+def _thread_cpu(pid: int | None) -> dict[tuple[int, int], float]:
+    """CPU seconds of every thread of the process tree under `pid` (the shim and the job)."""
+    import psutil
+
+    out: dict[tuple[int, int], float] = {}
+    if pid is None:
+        return out
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for proc in procs:
+        try:
+            for t in proc.threads():
+                out[(proc.pid, t.id)] = t.user_time + t.system_time
+        except psutil.Error:
+            continue
+    return out
+
+
+def _busy_threads(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> int | None:
+    """How many threads did the work between two samples: those within half the busiest."""
+    used = [after[k] - before.get(k, 0.0) for k in after]
+    top = max(used, default=0.0)
+    if top <= 0:
+        return None
+    return sum(1 for u in used if u >= 0.5 * top)
 
 
 def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> ProfileRun:
@@ -64,7 +132,8 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
     ctl = Controller(MemoryStore(), engine, _Pin(cores), checkpoint_root=str(home / "ckpt"))
     points: list[tuple[float, int, float | None]] = []
 
-    ctl.add_observer(_ProgressWatch(points))
+    watch = _ProgressWatch(points)
+    ctl.add_observer(watch)
     job = ctl.submit("profile", spec)
 
     def done() -> bool:
@@ -73,13 +142,21 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
 
     t0 = time.monotonic()
     give_up = t0 + max(6 * seconds, 120.0)  # start-up (imports) can be slow on a busy machine
+    threads_at_first: dict[tuple[int, int], float] | None = None
+    steps_at_first = 0
+    threads = None
     try:
         while not done() and time.monotonic() < give_up:
             ctl.step()
+            if points and threads_at_first is None:
+                threads_at_first = _thread_cpu(watch.pid)
+                steps_at_first = points[-1][1] + 1
             # Measure `seconds` of training, counted from the first progress report.
             if points and points[-1][0] - points[0][0] >= seconds:
                 break
             time.sleep(0.5)
+        if threads_at_first is not None:
+            threads = _busy_threads(threads_at_first, _thread_cpu(watch.pid))
         if not done():
             ctl.cancel(job.id, "profile run long enough")
             deadline = time.monotonic() + 30
@@ -92,7 +169,88 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
     rate = 0.0
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
         rate = (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
-    return ProfileRun(cores, max(rate, 0.0), points)
+    startup = None
+    if watch.started is not None and points and rate > 0:
+        startup = max(0.0, points[0][0] - watch.started - (points[0][1] + 1) / rate)
+    used = None
+    if len(steady) >= 2:
+        window = [c for t, c in watch.usage if steady[0][0] <= t <= steady[-1][0]]
+        used = sum(window) / len(window) if window else None
+    startup_cpu = None
+    if threads_at_first and used and rate > 0:
+        # CPU the job's processes had used when its first report was seen, less what its
+        # steps so far cost at the measured steps per core-second: the start-up's CPU work.
+        startup_cpu = max(0.0, sum(threads_at_first.values()) - steps_at_first * used / rate)
+    return ProfileRun(cores, max(rate, 0.0), points, startup, used, watch.total_steps, threads, startup_cpu)
+
+
+def _received(run: ProfileRun) -> float:
+    """Cores the job really got: its measured usage when there is one (on a busy machine it is
+    below the limit), else the limit."""
+    if run.cores_used is not None and run.cores_used > 0:
+        return min(run.cores_used, run.cores)
+    return run.cores
+
+
+def curve_points(runs: Sequence[ProfileRun]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The throughput curve over the cores each run really got, not the limit it was given.
+
+    On a shared machine a job under a 2-core limit may get 0.4 cores; its steps/s belongs at
+    0.4 on the curve. Points within 0.05 cores of each other are averaged, and the curve never
+    falls with more cores (measurement noise). When even the largest limit left the job
+    starved (it used less than its threads could), the curve is carried on at the last
+    point's steps per core-second up to the job's busy threads (one thread's speed is its
+    CPU time), capped at the largest limit measured."""
+    pts = sorted((_received(r), r.steps_per_s) for r in runs if r.steps_per_s > 0)
+    merged: list[tuple[float, float]] = []
+    for c, v in pts:
+        if merged and c - merged[-1][0] < 0.05:
+            pc, pv = merged[-1]
+            merged[-1] = ((pc + c) / 2, (pv + v) / 2)
+        else:
+            merged.append((c, v))
+    out: list[tuple[float, float]] = []
+    for c, v in merged:
+        out.append((c, max(v, out[-1][1] if out else 0.0)))
+    threads = max((r.threads for r in runs if r.threads), default=None)
+    top_limit = max(r.cores for r in runs)
+    if out and threads is not None:
+        reach = min(float(threads), top_limit)
+        c, v = out[-1]
+        if reach > c + 0.05:
+            out.append((reach, v * reach / c))
+    return tuple(c for c, _ in out), tuple(v for _, v in out)
+
+
+def fit_startup(runs: Sequence[ProfileRun]) -> tuple[float, float] | None:
+    """(CPU seconds, fixed seconds) of start-up, fitted as startup(c) = fixed + cpu / min(c, 1):
+    one interpreter thread, so a limit below one core stretches it and one above does not.
+    None without a start-up measured at two different effective shares.
+
+    Where the runs read their start-up CPU directly (`startup_cpu_s`), that is used (median),
+    and the fixed part is what the wall time left over, at the share the job got (median,
+    at least 0): on a busy machine the share moves during start-up, so the fit over shares is
+    the weaker estimate of the two."""
+    direct = sorted(r.startup_cpu_s for r in runs if r.startup_cpu_s is not None)
+    if direct:
+        cpu_s = direct[len(direct) // 2]
+        rest = sorted(
+            r.startup_s - cpu_s / min(_received(r), 1.0) for r in runs if r.startup_s is not None and _received(r) > 0
+        )
+        return cpu_s, max(0.0, rest[len(rest) // 2]) if rest else 0.0
+    pts = [(1.0 / min(_received(r), 1.0), r.startup_s) for r in runs if r.startup_s is not None and _received(r) > 0]
+    if len({x for x, _ in pts}) < 2:
+        return None
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    cpu = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    fixed = my - cpu * mx
+    if fixed < 0:  # no fixed part: all CPU work, through the origin
+        fixed, cpu = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    if cpu < 0:  # start-up did not grow with less CPU: all fixed
+        fixed, cpu = my, 0.0
+    return max(cpu, 0.0), max(fixed, 0.0)
 
 
 def fit_loss(points: list[tuple[float, int, float | None]]) -> tuple[float, float, float]:
@@ -120,5 +278,15 @@ def profile_example(
         raise RuntimeError(f"{spec_path}: the job reported no progress; does it call sluice.sdk.report()?")
     longest = max(runs, key=lambda r: len(r.points))
     start, floor, half = fit_loss(longest.points)
-    curve = CpuCurve(tuple(r.cores for r in runs), tuple(r.steps_per_s for r in runs), start, floor, half)
+    startup = fit_startup(runs)
+    cores, steps = curve_points(runs)
+    curve = CpuCurve(
+        cores,
+        steps,
+        start,
+        floor,
+        half,
+        None if startup is None else round(startup[0], 3),
+        0.0 if startup is None else round(startup[1], 3),
+    )
     return curve, runs

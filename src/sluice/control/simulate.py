@@ -111,6 +111,10 @@ class SimConfig:
     """Fair-share weight per tenant (workload `user`); 1 for a tenant not named."""
     preempt_min_runtime_s: float = 60.0
     """Admission never preempts a job placed less than this long ago (the plane's setting)."""
+    background_cpu: float | tuple[tuple[float, float], ...] = 0.0
+    """Cores per node busy with work outside the workload (measured on a shared machine): a
+    constant, or (end of sample interval s, cores) samples over time. CPU jobs share the rest;
+    policies still see the nodes' full size, as on a real node."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -301,7 +305,7 @@ def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
     if job.qoe_loss is not None or job.qoe_deadline_s is not None:
         qoe = QoETarget(loss=job.qoe_loss, deadline_s=job.qoe_deadline_s)
     if job.kind in ("cpu", "data"):
-        res = Resources(cpu=CpuRange(min=job.cpus or 1.0))
+        res = Resources(cpu=CpuRange(min=job.cpus or 1.0, max=job.cpu_max))
     elif job.kind == "replicas":
         res = Resources(
             cpu=CpuRange(min=job.cpus or 1.0),
@@ -346,11 +350,13 @@ def run_simulation(
     scraper of the real plane would see: phases, allocations, waiting reasons).
     """
     cfg = cfg or SimConfig()
-    pol = make_policy(policy, interval_s=cfg.interval_s, **cfg.policy_options)
+    # The policy's own interval defaults to the round; `policy_options` may set another
+    # (the plane's reconcile round vs FlowCon's Δ, as `sluice bench simreal` mirrors).
+    pol = make_policy(policy, **{"interval_s": cfg.interval_s, **cfg.policy_options})
     adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else adapts_batch(pol)
     traces = cfg.traces_dir or job_models_dir()
     nodes = make_nodes(cfg, any(j.kind in ("cpu", "data", "replicas") for j in workload))
-    engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data)
+    engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data, background_cpu=cfg.background_cpu)
     sizes = cfg.data.sizes if cfg.data is not None else {}
     store = MemoryStore(keep_events=False)
     for queue in cfg.queues:

@@ -2,7 +2,8 @@
 
 Two sources: parametric families (for synthetic FlowCon/SpeCon-style workloads) and profiles
 measured from the real example jobs by `sluice sim profile`, saved as JSON
-(`{"cores": [...], "steps_per_s": [...], "loss_start": .., "loss_floor": .., "loss_half_steps": ..}`).
+(`{"cores": [...], "steps_per_s": [...], "loss_start": .., "loss_floor": .., "loss_half_steps": ..}`,
+optionally with the measured start-up, `"startup_cpu_s"` and `"startup_wait_s"`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def load_curve(path: str | Path) -> CpuCurve:
         float(d.get("loss_start", 2.5)),
         float(d.get("loss_floor", 0.2)),
         float(d.get("loss_half_steps", 200.0)),
+        None if d.get("startup_cpu_s") is None else float(d["startup_cpu_s"]),
+        float(d.get("startup_wait_s") or 0.0),
     )
 
 
@@ -58,6 +61,8 @@ def save_curve(curve: CpuCurve, path: str | Path, **meta: object) -> None:
                 "loss_start": curve.loss_start,
                 "loss_floor": curve.loss_floor,
                 "loss_half_steps": curve.loss_half_steps,
+                "startup_cpu_s": curve.startup_cpu_s,
+                "startup_wait_s": curve.startup_wait_s,
                 **meta,
             },
             indent=2,

@@ -15,6 +15,8 @@ explicitly; results of such a run are upper bounds, labelled so.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sluice.model import (
@@ -79,9 +81,20 @@ class SimEngine:
         progress_events: bool = True,
         oracle: bool = False,
         data: DataCluster | None = None,
+        background_cpu: float | Sequence[tuple[float, float]] = 0.0,
     ):
         """oracle: offer the simulator's ground truth (`oracle_source`) for upper-bound studies.
-        data: node dataset caches, reported as NodeCache events as a node agent would."""
+        data: node dataset caches, reported as NodeCache events as a node agent would.
+        background_cpu: cores per node taken by processes outside the simulated jobs (a shared
+        machine, measured): a constant, or samples (end of the sample's interval, cores) in
+        time order; CPU jobs share what is left. Nodes still report their full size, as a
+        real node does."""
+        self._background: list[tuple[float, float]] = (
+            [(float("inf"), float(background_cpu))]
+            if isinstance(background_cpu, int | float)
+            else sorted(background_cpu) or [(float("inf"), 0.0)]
+        )
+        self._background_ends = [t for t, _ in self._background]
         self.now = 0.0
         self._nodes = {n.name: n for n in nodes}
         self._lost: dict[str, float] = {}
@@ -239,8 +252,14 @@ class SimEngine:
             per_node.setdefault(a.node, []).append((job_id, max(a.cpu_request, 1e-3), cap))
         out: dict[str, float] = {}
         for node, jobs in per_node.items():
-            out.update(water_fill(self._nodes[node].cpu, jobs))
+            out.update(water_fill(max(0.0, self._nodes[node].cpu - self.background_at(self.now)), jobs))
         return out
+
+    def background_at(self, t: float) -> float:
+        """Cores busy outside the workload during the interval starting at `t`: the sample
+        whose interval covers `t` (the last one after the samples end)."""
+        i = bisect.bisect_right(self._background_ends, t)
+        return self._background[min(i, len(self._background) - 1)][1]
 
     def _lose(self, node: str, t: float) -> None:
         self.node_losses += 1

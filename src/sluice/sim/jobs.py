@@ -265,6 +265,11 @@ class CpuCurve:
     loss_start: float = 2.5
     loss_floor: float = 0.2
     loss_half_steps: float = 200.0
+    startup_cpu_s: float | None = None
+    """Measured start-up (interpreter, imports, checkpoint restore) as CPU work: core-seconds
+    on one thread before the first step. None: not measured (the job's fixed `startup_s` pause)."""
+    startup_wait_s: float = 0.0
+    """Measured start-up latency that no CPU share shortens (process spawn, first report's I/O)."""
 
     def throughput(self, cores: float) -> float:
         if cores <= 0:
@@ -299,7 +304,10 @@ class CpuJob:
     penalty_left: float = 0.0
     finished: bool = False
     startup_s: float = 5.0
-    """Seconds a container takes to start (and restore its checkpoint) before it trains."""
+    """Seconds a container takes to start (and restore its checkpoint) before it trains, when
+    the curve has no measured start-up; with one, start-up is CPU work (see `_starting`)."""
+    startup_work_left: float = 0.0
+    """Core-seconds of measured start-up still to run (one thread: at most one core's worth per second)."""
 
     @property
     def step(self) -> int:
@@ -315,7 +323,11 @@ class CpuJob:
 
     def place(self, alloc: Allocation) -> None:
         self.running = True
-        self.penalty_left = self.startup_s
+        if self.curve.startup_cpu_s is None:
+            self.penalty_left = self.startup_s
+        else:
+            self.penalty_left = self.curve.startup_wait_s
+            self.startup_work_left = self.curve.startup_cpu_s
         self.restarts += 1
 
     def reallocate(self, alloc: Allocation) -> bool:
@@ -324,6 +336,26 @@ class CpuJob:
     def suspend(self) -> None:
         self.running = False
         self.penalty_left = 0.0
+        self.startup_work_left = 0.0
+
+    def _starting(self, dt: float, cpu: float) -> float:
+        """Run the measured start-up for up to `dt` seconds on `cpu` cores; the seconds it took.
+
+        Start-up is one interpreter importing torch and friends: single-threaded CPU work, so
+        under contention it stretches with the share the job gets, as the real process does
+        (measured by `sluice sim profile` at several CPU limits)."""
+        used = min(self.penalty_left, dt)
+        self.penalty_left -= used
+        rate = min(cpu, 1.0)
+        if self.startup_work_left > 0 and used < dt and rate > 0:
+            step = min(dt - used, self.startup_work_left / rate)
+            self.startup_work_left -= step * rate
+            if self.startup_work_left < 1e-9:
+                self.startup_work_left = 0.0
+            used += step
+        elif self.startup_work_left > 0:
+            used = dt  # no CPU this interval: still starting
+        return used
 
     def rollback(self, seconds: float) -> None:
         self.done_steps = max(0.0, self.done_steps - self.curve.throughput(self.curve.saturation) * seconds)
@@ -331,8 +363,9 @@ class CpuJob:
     def advance(self, dt: float, cpu: float) -> float | None:
         if not self.running or self.finished:
             return None
-        pause = min(self.penalty_left, dt)
-        self.penalty_left -= pause
+        pause = self._starting(dt, cpu)
+        if pause >= dt:
+            return None
         r = self.curve.throughput(cpu)
         if r <= 0:
             return None
@@ -345,6 +378,8 @@ class CpuJob:
         return None
 
     def cpu_demand(self, alloc: Allocation) -> float:
+        if self.startup_work_left > 0:
+            return 1.0  # one interpreter thread importing: it takes a whole core if offered
         if self.penalty_left > 0:
             return min(0.5, self.curve.saturation)
         return self.curve.saturation
@@ -359,4 +394,6 @@ class CpuJob:
 
     def oracle(self) -> OracleInfo:
         left = (self.steps - self.done_steps) / max(self.curve.throughput(1.0), 1e-9)
-        return OracleInfo(left, 0, self.speedup, self.startup_s)
+        c = self.curve
+        restart = self.startup_s if c.startup_cpu_s is None else c.startup_cpu_s + c.startup_wait_s
+        return OracleInfo(left, 0, self.speedup, restart)

@@ -48,6 +48,8 @@ class WorkloadJob:
     epochs: int | None = None
     epoch_s: float | None = None
     cpus: float | None = None
+    cpu_max: float | None = None
+    """CPU jobs: the spec's `resources.cpu.max` (None: the node's size), as a real spec would carry."""
     queue: str = "default"
     """The queue the job is submitted to (docs/queues.md); `sluice bench fairness` sets it."""
     replicas_min: int = 1
