@@ -117,8 +117,12 @@ def test_an_exception_inside_the_lab_still_tears_it_down() -> None:
     assert lab.leftovers() == []
 
 
+# The first line gives the lab the Ctrl-C a terminal user has: a job started in the background
+# by a non-interactive shell (how CI runners often start `make test`) inherits SIGINT ignored,
+# and Python then never raises KeyboardInterrupt.
 LAB_SCRIPT = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from sluice.net.lab import Lab
 from sluice.net.datapaths import DATAPATHS
 with Lab(sys.argv[1]) as lab:
