@@ -60,8 +60,7 @@ def ensure_profiles(
     console: Console | None = None,
 ) -> dict[str, Path]:
     """A saved profile per example: reused when present (unless `refresh`), else measured now."""
-    from sluice.control.profile import profile_example
-    from sluice.sim.cpu_profiles import save_curve
+    from sluice.control.profile import profile_example, save_profile
 
     directory.mkdir(parents=True, exist_ok=True)
     out: dict[str, Path] = {}
@@ -71,19 +70,7 @@ def ensure_profiles(
             if console is not None:
                 console.print(f"profiling {ex} at {', '.join(f'{c:g}' for c in cores)} cores ({seconds:g} s each) ...")
             curve, runs = profile_example(EXAMPLES_DIR / f"{ex}.yaml", cores, seconds)
-            totals = [r.total_steps for r in runs if r.total_steps is not None]
-            save_curve(
-                curve,
-                dest,
-                source=f"examples/{ex}.yaml",
-                seconds_per_limit=seconds,
-                limits=[r.cores for r in runs],
-                cores_used=[r.cores_used for r in runs],
-                startup_s=[r.startup_s for r in runs],
-                threads=[r.threads for r in runs],
-                total_steps=totals[0] if totals else None,
-                load_average=os.getloadavg()[0],
-            )
+            save_profile(curve, runs, dest, f"examples/{ex}.yaml", seconds, load_average=os.getloadavg()[0])
         out[ex] = dest
     return out
 

@@ -231,8 +231,7 @@ def profile(
 ) -> None:
     """Run a real example on the local engine at several CPU limits (real kernel quotas) and save
     its throughput and loss curves as a profile the simulator's CPU jobs can use."""
-    from sluice.control.profile import profile_example
-    from sluice.sim.cpu_profiles import save_curve
+    from sluice.control.profile import profile_example, save_profile
     from sluice.spec import SpecError
 
     with errors_reported():
@@ -252,18 +251,7 @@ def profile(
         except RuntimeError as err:
             raise CliError(str(err)) from None
         dest = out or spec.with_suffix(".profile.json")
-        totals = [r.total_steps for r in runs if r.total_steps is not None]
-        save_curve(
-            curve,
-            dest,
-            source=str(spec),
-            seconds_per_limit=seconds,
-            limits=[r.cores for r in runs],
-            cores_used=[r.cores_used for r in runs],
-            startup_s=[r.startup_s for r in runs],
-            threads=[r.threads for r in runs],
-            total_steps=totals[0] if totals else None,
-        )
+        save_profile(curve, runs, dest, str(spec), seconds)
         table(
             ["limit (cores)", "steps/s", "reports", "cores used", "threads", "start-up (s)"],
             [

@@ -290,3 +290,25 @@ def profile_example(
         0.0 if startup is None else round(startup[1], 3),
     )
     return curve, runs
+
+
+def save_profile(
+    curve: CpuCurve, runs: Sequence[ProfileRun], dest: Path, source: str, seconds: float, **extra: object
+) -> None:
+    """Save a measured profile with the raw numbers behind it (limits, cores used, start-ups,
+    threads, the job's declared length), so a later reader can judge the curve."""
+    from sluice.sim.cpu_profiles import save_curve
+
+    totals = [r.total_steps for r in runs if r.total_steps is not None]
+    save_curve(
+        curve,
+        dest,
+        source=source,
+        seconds_per_limit=seconds,
+        limits=[r.cores for r in runs],
+        cores_used=[r.cores_used for r in runs],
+        startup_s=[r.startup_s for r in runs],
+        threads=[r.threads for r in runs],
+        total_steps=totals[0] if totals else None,
+        **extra,
+    )
