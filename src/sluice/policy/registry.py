@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -33,11 +34,18 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 
+COMMON_OPTIONS = frozenset({"interval_s"})
+"""Options the plane and the simulator hand every policy: a policy that has no use for them
+(kube has no interval of its own) simply does not take them."""
+
+
 def make_policy(name: str | Policy, **options: Any) -> Policy:
     """The one place a policy is set up, for the control plane, the simulator and benchmarks.
 
-    A name builds it; options it does not take are dropped (e.g. interval_s for kube). A
-    policy object is returned as it is (a test's or a study's own).
+    A name builds it. Of the options, the common ones (COMMON_OPTIONS) are dropped where the
+    policy does not take them; any other option the policy does not take is a ValueError
+    naming it, so a typo in a sweep or a benchmark variant fails instead of silently running
+    the defaults. A policy object is returned as it is (a test's or a study's own).
     """
     if not isinstance(name, str):
         return name
@@ -45,9 +53,11 @@ def make_policy(name: str | Policy, **options: Any) -> Policy:
         factory = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
-    import inspect
-
     params = inspect.signature(factory).parameters
+    unknown = sorted(k for k in options if k not in params and k not in COMMON_OPTIONS)
+    if unknown:
+        takes = ", ".join(sorted(params)) or "none"
+        raise ValueError(f"policy {name!r} takes no option {', '.join(map(repr, unknown))} (it takes: {takes})")
     return factory(**{k: v for k, v in options.items() if k in params})
 
 
