@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sluice.agent.cgroup import remove_root
 from sluice.agent.faults import Fault, FaultKind, inject
 from sluice.agent.kpi import KpiSampler
 from sluice.model import JobProgress
@@ -189,7 +189,7 @@ def test_a_fault_in_one_node_cgroup_is_seen_there_and_not_in_its_sibling(tmp_pat
         time.sleep(0.2)  # the kernel drops a killed task from its cgroup a moment later
         for g in (a, b):
             remove_groups(g)
-        _remove_test_root(layout, root)
+        remove_root(root)
 
 
 def test_a_closed_nodes_empty_groups_and_cpuset_are_removed_and_busy_ones_kept() -> None:
@@ -221,16 +221,4 @@ def test_a_closed_nodes_empty_groups_and_cpuset_are_removed_and_busy_ones_kept()
     finally:
         job.kill()
         job.wait()
-        _remove_test_root(layout, root)
-
-
-def _remove_test_root(layout: object, root: str) -> None:
-    """Remove a test's own cgroup root in every hierarchy (best effort: empty ones only)."""
-    for name in ("cpu_parent", "cpuacct_parent", "memory_parent", "cpuset_parent"):
-        parent = getattr(layout, name)
-        if parent is not None:
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-    for extra in ("blkio", "unified"):
-        with contextlib.suppress(OSError):
-            (Path("/sys/fs/cgroup") / extra / root).rmdir()
+        remove_root(root)

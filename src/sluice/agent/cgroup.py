@@ -554,3 +554,32 @@ def split_cores(n_nodes: int, cores: Sequence[int] | None = None) -> list[tuple[
             i += size
         return out
     return [(avail[node % len(avail)],) for node in range(n_nodes)]
+
+
+def remove_root(root: str, sysfs: Path = SYSFS_CGROUP, wait_s: float = 2.5) -> None:
+    """Remove a job-cgroup root (`settings.cgroup_root`) and every group below it, in every
+    hierarchy (v1 `cpu/<root>`, `memory/<root>`, ..., the hybrid `unified/<root>`, or v2's
+    `<root>`), deepest first.
+
+    For roots a run made for itself (an embedded benchmark plane, a test): once its agents
+    have closed, the groups are empty but the kernel may take a moment to let a group go
+    after its last process exits, so each rmdir is retried for up to `wait_s`. A group that
+    still holds processes is left where it is.
+    """
+    if not root or root.startswith("/") or ".." in Path(root).parts:
+        raise ValueError(f"cgroup root {root!r}: must be a relative name inside the cgroup mount")
+    for top in [sysfs / root, *sysfs.glob(f"*/{root}")]:
+        if not top.is_dir() or top == sysfs:
+            continue
+        for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.05)

@@ -9,6 +9,7 @@ separate processes and are not counted.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from sluice.agent.cgroup import remove_root
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
@@ -151,6 +153,9 @@ def _result(job: JobRecord) -> JobOutcome:
     )
 
 
+_PLANE_COUNT = itertools.count()
+"""Numbers the embedded planes of one process, so each gets its own cgroup root."""
+
 Tick = Callable[[ControlPlane, list[JobRecord], float], None]
 
 
@@ -159,9 +164,18 @@ def embedded_plane(home: Path, policy: str, **overrides: object) -> Iterator[Con
     """A control plane on its own fresh home, with the local engine; stopped (and its jobs
     cancelled) on exit. One tenant runs its own jobs here (the demo, benchmarks), so they run
     as the caller's user (isolation off: nothing to isolate from, and the caller's interpreter
-    works as is) unless SLUICE_ISOLATION or `isolation=` says otherwise."""
+    works as is) unless SLUICE_ISOLATION or `isolation=` says otherwise.
+
+    Its jobs' and nodes' cgroups go under a root of its own (`sluice-embedded-<pid>-<n>`,
+    removed on exit) unless SLUICE_CGROUP_ROOT or `cgroup_root=` names one: two embedded
+    planes running at once (a benchmark beside a test) would otherwise share
+    `sluice/node-0`, each reading the other's jobs as its own node's load."""
     if "SLUICE_ISOLATION" not in os.environ:
         overrides.setdefault("isolation", "off")
+    own_root = None
+    if "SLUICE_CGROUP_ROOT" not in os.environ and "cgroup_root" not in overrides:
+        own_root = f"sluice-embedded-{os.getpid()}-{next(_PLANE_COUNT)}"
+        overrides["cgroup_root"] = own_root
     if home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True)
@@ -178,6 +192,8 @@ def embedded_plane(home: Path, policy: str, **overrides: object) -> Iterator[Con
     finally:
         _cancel_all(plane, wait_s=settings.stop_grace_s + 5)
         plane.stop()
+        if own_root is not None:
+            remove_root(own_root)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, previous)
 

@@ -12,7 +12,6 @@ Prints the load average, since the machine may be shared.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sluice.agent.cgroup import remove_root
 from sluice.agent.node_agent import NodeAgent
 from sluice.model import Allocation, JobProgress, LaunchRequest
 from sluice.settings import Settings
@@ -98,22 +98,7 @@ def _one(mode: str, home: Path, before_s: float, after_s: float, cores: tuple[fl
         )
     finally:
         agent.close()
-        _remove_cgroups(cgroup_root)
-
-
-def _remove_cgroups(name: str) -> None:
-    for parent in Path("/sys/fs/cgroup").glob(f"*/{name}"):
-        for d in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)
-        with contextlib.suppress(OSError):
-            parent.rmdir()
+        remove_root(cgroup_root)
 
 
 def run(
