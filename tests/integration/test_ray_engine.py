@@ -540,6 +540,49 @@ def test_a_two_replica_job_resized_to_one_resumes_from_its_checkpoint(
     assert runs[2]["metrics"]["world_size"] == 1
 
 
+def test_a_gang_spanning_two_ray_nodes_survives_losing_one_and_resumes_from_its_checkpoint(
+    ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted], tmp_path: Path
+) -> None:
+    """examples/ddp.py with 2 replicas on two Ray worker nodes; one node dies mid-run (its
+    raylet killed, as a machine would vanish). The replica there dies with it, the survivor
+    is stopped, and the gang is relaunched whole on two live nodes from rank 0's last
+    checkpoint — at world size 2 again — and finishes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    ctl, _, policy = plane
+    stats = tmp_path / "a{attempt}-r{rank}.json"
+    spec = JobSpec(
+        name="gang-loss",
+        command=["python", "ddp.py", "--steps", "600", "--width", "64", "--step-sleep", "0.02", "--stats", str(stats)],
+        workdir=str(EXAMPLES),
+        resources={"cpu": 1, "replicas": {"min": 2, "max": 2}},
+        checkpoint={"interval_s": 1},
+        max_restarts=2,
+    )
+    job = ctl.submit("t", spec).id
+    policy.places[job] = Allocation((Assignment("n2", 1.0), Assignment("n3", 1.0)))
+    run_until(ctl, lambda: ctl.book.get(job).phase == Phase.RUNNING and ctl.book.get(job).step >= 100, 120)
+    at_loss = ctl.book.get(job).step
+    ray_cluster.lose("n3")
+    try:
+        run_until(ctl, lambda: ctl.book.get(job).phase.terminal, 180)
+        final = ctl.book.get(job)
+        events = "\n".join(e.message for e in ctl.store.events(job_id=job) if e.kind != "checkpoint")
+        assert final.phase == Phase.SUCCEEDED, events
+        assert final.attempt >= 2 and final.step == 599, events
+        places = [[a["node"] for a in e.data["allocation"]] for e in ctl.store.events(job_id=job) if e.kind == "place"]
+        assert places[0] == ["n2", "n3"] and len(places) >= 2, places
+        assert "n3" not in places[-1] and len(set(places[-1])) == 2, places  # whole again, on live nodes
+        last = {r: json.loads((tmp_path / f"a{final.attempt}-r{r}.json").read_text()) for r in (0, 1)}
+        assert [last[r]["world"] for r in (0, 1)] == [2, 2]
+        # from attempt 1's last checkpoint (1 s apart), not from step 0
+        assert 1 < last[0]["start"] <= at_loss + 100, (at_loss, last[0])
+        assert last[0]["params_sha256"] == last[1]["params_sha256"]  # the relaunched ranks agree
+    finally:
+        ray_cluster.add("n3")
+        run_until(ctl, lambda: ctl.node("n3").health == NodeHealth.HEALTHY, 60)
+
+
 def test_a_gang_that_does_not_fit_waits_whole(
     ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
 ) -> None:
