@@ -10,7 +10,8 @@ set, pins that traffic to the chosen interface.
 
 Rank 0 reports progress and saves checkpoints; every rank resumes from the same checkpoint.
 `--stats FILE` writes this rank's step times as JSON (the lab reads rank 0's), with the step
-it started from, its world size, batch, lr, first loss, the loop's wall-clock span and a
+it started from, its world size, batch, lr, first loss, the loop's wall-clock span, the wall
+clock every ~1/200 of the run (`marks`, for a steady-state rate without the warm-up) and a
 checksum of its parameters at the end (equal on every rank: that is what DDP promises); a
 `{rank}` in FILE gives each rank a file of its own, an `{attempt}` each attempt.
 
@@ -88,6 +89,8 @@ def main() -> int:
     t_first = t_end = time.time()  # first step's start, last step's end: `sluice bench elastic`'s time lost
     gen = torch.Generator()
     step_s: list[float] = []
+    marks: list[tuple[int, float]] = []  # (step, wall clock at its end) every `every` steps
+    every = max(10, (a.steps - start) // 200)
     step = start - 1
     for step in range(start, a.steps):
         gen.manual_seed(1_000_003 * step + 7919 * rank)
@@ -101,6 +104,8 @@ def main() -> int:
         step_s.append(time.perf_counter() - t0)
         meter.step()
         t_end = time.time()
+        if (step - start) % every == 0:
+            marks.append((step, t_end))
         if step == start:
             t_first = t_end - step_s[-1]
         if first_loss is None:
@@ -121,6 +126,7 @@ def main() -> int:
         digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
         stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
         stats |= {"batch": el.batch, "lr": lr, "first_loss": first_loss, "t_first": t_first, "t_end": t_end}
+        stats["marks"] = [*marks, (step, t_end)]
         stats["metrics"] = metrics
         path = a.stats.replace("{rank}", str(rank)).replace("{attempt}", str(sdk.context().attempt))
         with open(path, "w") as f:

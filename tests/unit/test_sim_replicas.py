@@ -36,3 +36,19 @@ def test_a_long_job_explores_two_replicas_pays_the_resize_twice_and_comes_back(p
     assert r.restarts == 2  # 1 -> 2 (measured slower) -> 1
     alone = 4.0 + 60_000 / 300.0 + 0.5
     assert alone + 2 * 5.0 < r.jct_s < alone + 60.0, r.jct_s
+
+
+def test_the_profile_replays_the_steady_rate_not_the_warm_up() -> None:
+    """A 600-step run whose first 100 steps crawl (warm-up) and the rest go at 500 steps/s:
+    the whole-run rate is far lower, the simulator must get 500."""
+    from sluice.bench.elastic import Overheads, Throughput, measured_profile, steady_steps_s
+
+    marks: list[tuple[int, float]] = [(s, s * 0.01) for s in range(0, 100, 10)]  # 100 steps/s
+    marks += [(s, 1.0 + (s - 100) / 500.0) for s in range(100, 600, 10)]
+    assert steady_steps_s(marks) == pytest.approx(500.0)
+    whole = 599 / marks[-1][1]
+    assert whole < 0.8 * 500.0
+    rate = Throughput(1, 600, marks[-1][1], whole, whole * 128, None, steady_steps_s(marks))
+    profile = measured_profile([rate], [], [Overheads(1, 3.0, 0.5)])
+    assert profile.steps_per_s == (pytest.approx(500.0),)
+    assert steady_steps_s(marks[:3]) == 0.0  # too few marks to tell

@@ -81,9 +81,13 @@ class Throughput:
     seconds: float
     steps_s: float
     samples_s: float
+    """Over the whole run, the first steps' warm-up included (what the table shows)."""
     grad_noise_scale: float | None = None
     """What the job measured (sdk.GradientNoiseScale, last report): at one replica from
     consecutive batches, at more from the replicas' local gradients."""
+    steady_steps_s: float = 0.0
+    """Over the second half of the run only (`steady_steps_s`): what the simulator replays,
+    because a long job spends almost all its time past the warm-up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,10 @@ class PolicyRun:
     sim_jct_s: float | None = None
     """The simulator's JCT for the same job and policy, from this run's measurements."""
     sim_attempts: int | None = None
+    world: int = 0
+    """Replicas of the job's last attempt."""
+    steady_steps_s: float = 0.0
+    """The last attempt's own steady rate (rank 0's marks): to check the profile against."""
 
 
 CONTENDERS = ("fixed 1", "fixed 2", "sluice", "pollux", "optimus", "tiresias")
@@ -152,6 +160,22 @@ def _submit(plane: ControlPlane, stats: Path, steps: int, width: int, batch: int
     return plane.submit(plane.store.get_tenant("default"), parse_job_spec(raw)).id  # type: ignore[arg-type]
 
 
+def steady_steps_s(marks: list[tuple[int, float]] | list[list[float]]) -> float:
+    """Steps per second over the second half of a run, from ddp.py's `marks` ((step, wall
+    clock) every ~1/200 of the run, the last step included).
+
+    The first steps of a PyTorch job are slow (allocator, DDP's first bucket rebuild, cold
+    caches); in a run of a few seconds they pull the whole-run rate well below what the
+    same job does for the rest of a long run (measured here: 347 steps/s over 600 steps
+    against ~500 steady). The simulator replays long jobs, so it gets the steady rate.
+    0.0 when there are too few marks to tell.
+    """
+    if len(marks) < 4:
+        return 0.0
+    (s0, t0), (s1, t1) = marks[len(marks) // 2], marks[-1]
+    return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else 0.0
+
+
 def _stats(folder: Path, attempt: int) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((folder / f"a{attempt}-r0.json").read_text())
     return data
@@ -159,7 +183,7 @@ def _stats(folder: Path, attempt: int) -> dict[str, Any]:
 
 def run(
     replicas: tuple[int, ...] = (1, 2, 4),
-    steps: int = 600,
+    steps: int = 1500,
     width: int = 256,
     batch: int = 128,
     timeout_s: float = 600.0,
@@ -194,7 +218,8 @@ def run(
                 s = _stats(folder, 1)
                 done, secs = s["last"] - s["start"] + 1, s["t_end"] - s["t_first"]
                 gns = s.get("metrics", {}).get("grad_noise_scale")
-                rates.append(Throughput(n, done, secs, done / secs, done * batch / secs, gns))
+                steady = steady_steps_s(s.get("marks", [])) or done / secs
+                rates.append(Throughput(n, done, secs, done / secs, done * batch / secs, gns, steady))
                 assert job.finished_at is not None
                 around.append(Overheads(n, s["t_first"] - job.submitted_at, job.finished_at - s["t_end"]))
             console.print("ddp.py resized 2 → 1 → 2 ...")
@@ -228,7 +253,7 @@ def run(
         markup=False,
     )
     if runs:
-        print_policies(runs, policy_steps, console)
+        print_policies(runs, policy_steps, console, profile)
     if out is not None:
         out.write_text(
             json.dumps(
@@ -277,20 +302,22 @@ def _policies(
             raise RuntimeError(f"ddp.py ({how}) ended {job.phase}: {job.reason}")
         resized = tuple(e.message for e in plane.why(caller, job_id) if "resized" in e.message)  # type: ignore[arg-type]
         assert job.finished_at is not None
-        out.append(PolicyRun(how, job.finished_at - job.submitted_at, job.attempt, resized))
+        last = _stats(folder, job.attempt)
+        run = PolicyRun(how, job.finished_at - job.submitted_at, job.attempt, resized)
+        out.append(replace(run, world=int(last["world"]), steady_steps_s=steady_steps_s(last.get("marks", []))))
     return out
 
 
 def measured_profile(rates: list[Throughput], costs: list[ResizeCost], around: list[Overheads]) -> ReplicaProfile:
-    """What the simulator replays, all from this run: steps/s per replica count (rank 0's
-    clock), submit → first step per count, the mean seconds lost per resize, the mean
-    last step → recorded end."""
+    """What the simulator replays, all from this run: steady steps/s per replica count (rank
+    0's clock, second half of each run: `steady_steps_s`), submit → first step per count,
+    the mean seconds lost per resize, the mean last step → recorded end."""
     by = {r.replicas: r for r in rates}
     starts = {o.replicas: o.start_s for o in around}
     counts = tuple(sorted(by))
     return ReplicaProfile(
         counts,
-        tuple(by[n].steps_s for n in counts),
+        tuple(by[n].steady_steps_s or by[n].steps_s for n in counts),
         tuple(max(0.0, starts[n]) for n in counts),
         max(0.0, sum(c.lost_s for c in costs) / len(costs)) if costs else 0.0,
         max(0.0, sum(o.end_s for o in around) / len(around)) if around else 0.0,
@@ -316,14 +343,17 @@ def simulate(run: PolicyRun, profile: ReplicaProfile, steps: int, cpu: float, co
     return replace(run, sim_jct_s=r.jct_s, sim_attempts=r.restarts + 1)
 
 
-def print_policies(runs: list[PolicyRun], steps: int, console: Console) -> None:
+def print_policies(runs: list[PolicyRun], steps: int, console: Console, profile: ReplicaProfile) -> None:
     base = runs[0]
     t = Table(title=f"one job of {steps} steps, replicas 1..2: real JCT vs the simulator's for the same job")
-    for col in ("how", "real JCT (s)", "vs " + base.how, "attempts", "sim JCT (s)", "real/sim", "sim attempts"):
+    cols = ("how", "real JCT (s)", "vs " + base.how, "attempts", "sim JCT (s)", "real/sim", "sim attempts")
+    for col in (*cols, "last attempt: replicas", "its steady steps/s", "/ profile's"):
         t.add_column(col, justify="right")
+    rates = dict(zip(profile.replicas, profile.steps_per_s, strict=True))
     for r in runs:
         sim = "-" if r.sim_jct_s is None else f"{r.sim_jct_s:.1f}"
         ratio = "-" if not r.sim_jct_s else f"{r.jct_s / r.sim_jct_s:.2f}"
+        vs = f"{r.steady_steps_s / rates[r.world]:.2f}" if r.world in rates and r.steady_steps_s else "-"
         t.add_row(
             r.how,
             f"{r.jct_s:.1f}",
@@ -332,8 +362,17 @@ def print_policies(runs: list[PolicyRun], steps: int, console: Console) -> None:
             sim,
             ratio,
             str(r.sim_attempts or "-"),
+            str(r.world or "-"),
+            f"{r.steady_steps_s:.1f}" if r.steady_steps_s else "-",
+            vs,
         )
     console.print(t)
+    paired = [r.jct_s / r.sim_jct_s for r in runs if r.sim_jct_s]
+    if paired:
+        console.print(
+            f"  real/sim JCT: mean {sum(paired) / len(paired):.2f}, range {min(paired):.2f}–{max(paired):.2f}",
+            markup=False,
+        )
     for r in runs:
         for m in r.resizes:
             console.print(f"  {r.how}: {m}", markup=False)
@@ -357,13 +396,23 @@ def print_report(
     )
     base = rates[0]
     table = Table(title=f"throughput at the same global batch (ratios vs {base.replicas} replica(s))")
-    for col in ("replicas", "steps", "seconds", "steps/s", "samples/s", "ratio", "B_noise (job's)"):
+    cols = ("replicas", "steps", "seconds", "steps/s", "samples/s", "ratio", "steady steps/s", "ratio", "B_noise")
+    for col in cols:
         table.add_column(col, justify="right")
     for r in rates:
         ratio = f"{r.steps_s / base.steps_s:.2f}"
+        steady = f"{r.steady_steps_s / base.steady_steps_s:.2f}" if base.steady_steps_s else "-"
         gns = "-" if r.grad_noise_scale is None else f"{r.grad_noise_scale:.0f}"
         table.add_row(
-            str(r.replicas), str(r.steps), f"{r.seconds:.1f}", f"{r.steps_s:.1f}", f"{r.samples_s:.0f}", ratio, gns
+            str(r.replicas),
+            str(r.steps),
+            f"{r.seconds:.1f}",
+            f"{r.steps_s:.1f}",
+            f"{r.samples_s:.0f}",
+            ratio,
+            f"{r.steady_steps_s:.1f}",
+            steady,
+            gns,
         )
     console.print(table)
     by_size = {r.replicas: r for r in rates}

@@ -90,7 +90,14 @@ def simreal(
 
 @app.command("elastic")
 def elastic(
-    steps: Annotated[int, typer.Option(help="Steps of each ddp.py run.")] = 600,
+    steps: Annotated[
+        int,
+        typer.Option(
+            min=100,
+            max=1_000_000,
+            help="Steps of each measuring ddp.py run (its second half gives the steady steps/s the simulator replays).",
+        ),
+    ] = 1500,
     width: Annotated[int, typer.Option(help="ddp.py's hidden width (sets the gradient size).")] = 256,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
     policy_steps: Annotated[
