@@ -130,7 +130,9 @@ out = pathlib.Path(os.environ["SLUICE_CHECKPOINT_DIR"]).parent / f"rank{rank}.js
 out.parent.mkdir(parents=True, exist_ok=True)
 out.write_text(json.dumps({"rank": rank, "world": dist.get_world_size(), "sum": total,
                            "node": os.environ["SLUICE_NODE"], "master": os.environ["MASTER_ADDR"]}))
+dist.barrier()
 dist.destroy_process_group()
+os._exit(0)  # no interpreter shutdown under gloo's worker thread (see examples/ddp.py's leave())
 '''
 
 
