@@ -22,10 +22,17 @@ from sluice.sim.workload import load_workload
 
 def main(argv: list[str]) -> None:
     policy, workloads = argv[0], [int(x) for x in argv[1].split(",")]
-    options: dict[str, float] = {}
+    options: dict[str, float | str] = {}
     for kv in argv[2:]:
         k, v = kv.split("=")
-        value = float(v) if any(c in v for c in ".e") else int(v)
+        value: float | str
+        try:
+            value = int(v)
+        except ValueError:
+            try:
+                value = float(v)
+            except ValueError:
+                value = v
         if hasattr(speedup, k):
             setattr(speedup, k, value)
         elif hasattr(elastic, k):
