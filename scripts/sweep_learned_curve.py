@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
         res = run_simulation(load_workload(folder / f"workload-{w}.csv"), policy, cfg)
         jcts.append(res.avg_jct_s / 3600)
         restarts += res.restarts
-    per = " ".join(f"{x:.2f}" for x in jcts)
+    per = " ".join(f"{x:.3f}" for x in jcts)
     print(f"{policy} {argv[2:]} mean {sum(jcts) / len(jcts):.3f} h  per workload {per}  restarts {restarts}")
 
 

@@ -18,8 +18,9 @@ The curve, in log-log space:
   with more than it asked for.
 
 Uncertainty is carried in what the model will let a policy try: never more than
-`EXPLORE_FACTOR` × the most GPUs measured (Pollux uses 2×), so a wrong prior costs one
-restart at a bounded size, and its measurement then replaces the prior. Measurements older
+`EXPLORE_FACTOR` × the most GPUs measured (Pollux uses 2×) or the job's own request, whichever
+is more, so a wrong prior costs one restart at a bounded size, and its measurement then
+replaces the prior. Measurements older
 than `STALE_S` are dropped: goodput moves as training goes on (the gradient noise grows),
 and a curve measured hours ago would pin a job at its old size.
 """
