@@ -22,10 +22,17 @@ from sluice.sim.workload import load_workload
 
 def main(argv: list[str]) -> None:
     policy, workloads = argv[0], [int(x) for x in argv[1].split(",")]
-    options: dict[str, float] = {}
+    options: dict[str, float | str] = {}
     for kv in argv[2:]:
         k, v = kv.split("=")
-        value = float(v) if any(c in v for c in ".e") else int(v)
+        value: float | str
+        try:
+            value = int(v)
+        except ValueError:
+            try:
+                value = float(v)
+            except ValueError:
+                value = v
         if hasattr(speedup, k):
             setattr(speedup, k, value)
         elif hasattr(elastic, k):
@@ -39,7 +46,7 @@ def main(argv: list[str]) -> None:
         res = run_simulation(load_workload(folder / f"workload-{w}.csv"), policy, cfg)
         jcts.append(res.avg_jct_s / 3600)
         restarts += res.restarts
-    per = " ".join(f"{x:.2f}" for x in jcts)
+    per = " ".join(f"{x:.3f}" for x in jcts)
     print(f"{policy} {argv[2:]} mean {sum(jcts) / len(jcts):.3f} h  per workload {per}  restarts {restarts}")
 
 

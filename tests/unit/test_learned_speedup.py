@@ -87,6 +87,26 @@ def test_a_job_that_did_not_scale_is_predicted_not_to_scale() -> None:
     assert c.explore_cap(asked=1) == 2 * EXPLORE_FACTOR and c.explore_cap(asked=1, factor=2) == 4
 
 
+def test_a_job_measured_below_its_request_may_still_get_what_it_asked_for() -> None:
+    """Placed on 1 GPU of the 12 it asked for because the cluster was full: the one
+    measurement must not cap it at EXPLORE_FACTOR GPUs, below its own request."""
+    c = LearnedCurve([sample(1, 10.0)])
+    assert c.explore_cap(asked=12) == max(12, EXPLORE_FACTOR)
+    assert c.explore_cap(asked=1) == EXPLORE_FACTOR
+    job = replace(_running("a", 1, (sample(1, 10.0),)), gpus=12, replicas_max=1)
+    sp = Speedups(per_node=16)
+    assert sp.most(job) == 12 > EXPLORE_FACTOR
+
+
+def test_the_exploration_factor_is_read_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweeps (scripts/sweep_learned_curve.py) set the module constant; a default argument
+    bound at import ignored them, so EXPLORE_FACTOR=8 and =4 ran the same simulation."""
+    import sluice.policy.parts.speedup as speedup
+
+    monkeypatch.setattr(speedup, "EXPLORE_FACTOR", 8)
+    assert LearnedCurve([sample(2, 10.0)]).explore_cap(asked=1) == 16
+
+
 def test_measured_points_are_used_exactly_and_interpolated_between() -> None:
     c = LearnedCurve([sample(1, 10.0), sample(4, 30.0)])
     assert c.rate(1) == 10.0 and c.rate(4) == 30.0

@@ -18,8 +18,9 @@ The curve, in log-log space:
   with more than it asked for.
 
 Uncertainty is carried in what the model will let a policy try: never more than
-`EXPLORE_FACTOR` × the most GPUs measured (Pollux uses 2×), so a wrong prior costs one
-restart at a bounded size, and its measurement then replaces the prior. Measurements older
+`EXPLORE_FACTOR` × the most GPUs measured (Pollux uses 2×) or the job's own request, whichever
+is more, so a wrong prior costs one restart at a bounded size, and its measurement then
+replaces the prior. Measurements older
 than `STALE_S` are dropped: goodput moves as training goes on (the gradient noise grows),
 and a curve measured hours ago would pin a job at its old size.
 """
@@ -39,6 +40,13 @@ EXPLORE_FACTOR = 4
 uses 2; on the Pollux workloads 4 measured better (0.5× load, workloads 1–3: 0.402 → 0.368 h;
 1.0×, workloads 1, 2, 3, 8: 0.660 → 0.648 h), since a job starting on 1 GPU reaches its size
 in fewer restarts."""
+
+KEEP_REQUEST = True
+"""The cap never falls below what the job asked for: a job placed on 1 GPU because the
+cluster was full, and measured there, would otherwise be held to EXPLORE_FACTOR GPUs after
+asking for 12 (0.5× load: deepspeech jobs went 1 -> 4 -> 3 -> 2 -> 3 -> 12 GPUs, where
+`pollux` gave them 12 at once). The request is the user's own statement, seen by every
+engine; a measurement there replaces the prior as anywhere else."""
 
 STALE_S = 900.0
 """Measurements older than this (seconds before the newest) are not used."""
@@ -74,12 +82,14 @@ class LearnedCurve:
     def most_measured(self) -> int:
         return self.points[-1][0] if self.points else 0
 
-    def explore_cap(self, asked: int, factor: int = EXPLORE_FACTOR) -> int:
+    def explore_cap(self, asked: int, factor: int | None = None) -> int:
         """Most units the model is confident enough to try: `factor` × the most measured, or
-        what the job asked for when nothing was measured yet."""
+        what the job asked for when nothing was measured yet. (EXPLORE_FACTOR is read at the
+        call, not bound as a default, so a sweep that sets it takes effect.)"""
+        factor = EXPLORE_FACTOR if factor is None else factor
         if not self.points:
             return max(asked, 1)
-        return max(factor * self.most_measured, 1)
+        return max(factor * self.most_measured, asked if KEEP_REQUEST else 1, 1)
 
     def _slope(self, a: tuple[int, float], b: tuple[int, float]) -> float:
         return math.log(b[1] / a[1]) / math.log(b[0] / a[0])
