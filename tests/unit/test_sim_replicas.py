@@ -74,4 +74,4 @@ def test_the_policy_table_sets_sim_over_real_beside_each_job_and_their_mean() ->
     text = console.export_text()
     assert "sim/real" in text and "0.90" in text and "1.10" in text
     assert "sim/real JCT: mean 1.00, range 0.90–1.10" in text
-    assert "0.67" in text and "0.60" in text  # profile's 300 steps/s over 450 and 500
+    assert "1.50" in text and "1.67" in text  # each job's 450 and 500 steps/s over the profile's 300

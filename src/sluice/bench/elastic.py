@@ -122,7 +122,8 @@ class PolicyRun:
     span_steps_s: float = 0.0
     """The last attempt's steps over rank 0's whole span: the rate its JCT was made of (the
     warm-up is a fraction of a second in a job of a minute or more), to check the profile
-    against: sim/real JCT ≈ this / the profile's rate when neither resized."""
+    against: sim/real JCT ≈ this / the profile's rate when neither resized and the start-up
+    and end are small next to the run."""
 
 
 CONTENDERS = ("fixed 1", "fixed 2", "sluice", "pollux", "optimus", "tiresias")
@@ -365,13 +366,13 @@ def print_policies(runs: list[PolicyRun], steps: int, console: Console, profile:
     base = runs[0]
     t = Table(title=f"one job of {steps} steps, replicas 1..2: real JCT vs the simulator's for the same job")
     cols = ("how", "real JCT (s)", "vs " + base.how, "attempts", "sim JCT (s)", "sim/real", "sim attempts")
-    for col in (*cols, "last attempt: replicas", "its steps/s", "profile's / its"):
+    for col in (*cols, "last attempt: replicas", "its steps/s", "its / profile's"):
         t.add_column(col, justify="right")
     rates = dict(zip(profile.replicas, profile.steps_per_s, strict=True))
     for r in runs:
         sim = "-" if r.sim_jct_s is None else f"{r.sim_jct_s:.1f}"
         ratio = "-" if r.sim_jct_s is None else f"{r.sim_jct_s / r.jct_s:.2f}"
-        vs = f"{rates[r.world] / r.span_steps_s:.2f}" if r.world in rates and r.span_steps_s else "-"
+        vs = f"{r.span_steps_s / rates[r.world]:.2f}" if r.world in rates and r.span_steps_s else "-"
         t.add_row(
             r.how,
             f"{r.jct_s:.1f}",
@@ -389,8 +390,8 @@ def print_policies(runs: list[PolicyRun], steps: int, console: Console, profile:
     if paired:
         console.print(
             f"  sim/real JCT: mean {sum(paired) / len(paired):.2f}, range {min(paired):.2f}–{max(paired):.2f}; "
-            "its steps/s: the last attempt's steps over rank 0's span (profile's / its > 1: the simulator ran "
-            "that size faster than this job did)",
+            "its steps/s: the last attempt's steps over rank 0's span (its / profile's < 1: the simulator ran "
+            "that size faster than this job did, and sim/real is low by about as much)",
             markup=False,
         )
     for r in runs:
