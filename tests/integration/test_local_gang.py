@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -134,6 +135,9 @@ def test_ddp_example_on_two_replicas_ends_with_equal_parameters(engine2: LocalEn
     stats = _stats(tmp_path, 2)
     assert [s["rank"] for s in stats] == [0, 1] and all(s["last"] == 59 for s in stats)
     assert stats[0]["params_sha256"] == stats[1]["params_sha256"], "DDP keeps every rank's model the same"
+    marks = stats[0]["marks"]  # (step, wall clock) from the first step to the last: `bench elastic`'s steady rate
+    assert isinstance(marks, list) and marks[0][0] == 0 and marks[-1] == [59, stats[0]["t_end"]]
+    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(marks))
 
 
 @pytest.fixture

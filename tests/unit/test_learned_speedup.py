@@ -63,6 +63,17 @@ def test_rates_are_measured_over_a_recent_window_within_one_allocation() -> None
     assert tr.snapshot().rates[0].steps_per_s == pytest.approx(3.0)
 
 
+def test_a_job_reporting_many_times_a_second_is_measured_over_seconds_not_reports() -> None:
+    """ddp.py reports every 20 steps: ~30 reports a second at 600 steps/s. The measured span
+    must grow with time (policies judge a size only after 20 s of it), not stop at the last
+    64 reports (2 s), or no policy ever resizes a fast job."""
+    tr = ProgressTracker()
+    for i in range(0, 30 * 40):  # 40 s at 30 reports/s, 20 steps each
+        tr.report(i / 30.0, 20 * i, None, shape=(0, 1, 1), attempt=1)
+    (r,) = tr.snapshot().rates
+    assert r.seconds >= 35.0 and r.steps_per_s == pytest.approx(600.0)
+
+
 def test_reports_without_a_shape_record_no_rate() -> None:
     tr = ProgressTracker()
     tr.report(0.0, 0, None)

@@ -39,16 +39,39 @@ def test_a_long_job_explores_two_replicas_pays_the_resize_twice_and_comes_back(p
 
 
 def test_the_profile_replays_the_steady_rate_not_the_warm_up() -> None:
-    """A 600-step run whose first 100 steps crawl (warm-up) and the rest go at 500 steps/s:
-    the whole-run rate is far lower, the simulator must get 500."""
-    from sluice.bench.elastic import Overheads, Throughput, measured_profile, steady_steps_s
+    """A 600-step measuring run whose first 100 steps crawl (warm-up) and the rest go at 500
+    steps/s, as rank 0's stats file holds it: the whole-run rate is far lower, and the
+    simulator must get 500 — a long job spends almost all its time past the warm-up."""
+    from sluice.bench.elastic import Overheads, measured_profile, steady_steps_s, throughput
 
-    marks: list[tuple[int, float]] = [(s, s * 0.01) for s in range(0, 100, 10)]  # 100 steps/s
-    marks += [(s, 1.0 + (s - 100) / 500.0) for s in range(100, 600, 10)]
-    assert steady_steps_s(marks) == pytest.approx(500.0)
-    whole = 599 / marks[-1][1]
-    assert whole < 0.8 * 500.0
-    rate = Throughput(1, 600, marks[-1][1], whole, whole * 128, None, steady_steps_s(marks))
+    marks: list[tuple[int, float]] = [(s, 100.0 + s * 0.01) for s in range(0, 100, 10)]  # 100 steps/s
+    marks += [(s, 101.0 + (s - 100) / 500.0) for s in range(100, 600, 10)]
+    marks.append((599, 101.0 + 499 / 500.0))
+    stats = {"start": 0, "last": 599, "t_first": 100.0 - 0.01, "t_end": marks[-1][1], "marks": marks}
+    rate = throughput(1, stats, 128)
+    assert rate.steps_s < 0.8 * 500.0  # what the table's whole-run column shows
+    assert rate.steady_steps_s == pytest.approx(500.0)
     profile = measured_profile([rate], [], [Overheads(1, 3.0, 0.5)])
     assert profile.steps_per_s == (pytest.approx(500.0),)
     assert steady_steps_s(marks[:3]) == 0.0  # too few marks to tell
+    few = throughput(1, {**stats, "marks": marks[:3]}, 128)
+    assert few.steady_steps_s == few.steps_s  # then the whole run's rate stands in
+
+
+def test_the_policy_table_sets_sim_over_real_beside_each_job_and_their_mean() -> None:
+    """sim/real per contender and the mean, and the profile's rate against the rate the job's
+    last attempt actually ran at (what a gap in JCT comes from)."""
+    from rich.console import Console
+
+    from sluice.bench.elastic import PolicyRun, print_policies
+
+    runs = [
+        PolicyRun("fixed 1", 100.0, 1, (), 90.0, 1, world=1, span_steps_s=450.0),
+        PolicyRun("sluice", 80.0, 1, (), 88.0, 1, world=1, span_steps_s=500.0),
+    ]
+    console = Console(width=250, record=True)
+    print_policies(runs, 40_000, console, PROFILE)
+    text = console.export_text()
+    assert "sim/real" in text and "0.90" in text and "1.10" in text
+    assert "sim/real JCT: mean 1.00, range 0.90–1.10" in text
+    assert "1.50" in text and "1.67" in text  # each job's 450 and 500 steps/s over the profile's 300

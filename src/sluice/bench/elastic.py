@@ -3,7 +3,9 @@
 One run, side by side, on a fresh embedded control plane (local engine, two virtual nodes):
 
 - **throughput** of ddp.py at 1, 2 and 4 replicas with the same global batch (keep_global),
-  from rank 0's own clock (steps over the loop's span), with ratios against the first;
+  from rank 0's own clock (steps over the loop's span), with ratios against the first, and
+  over the loop's second half alone (`steady_steps_s`: the warm-up left out, what the
+  simulator replays, since a long job runs almost all its steps past it);
 - **seconds lost per resize**: one job resized 2 → 1 → 2 by a scripted policy; for each
   resize, from the old attempt's last step to the new attempt's first — the stop, checkpoint,
   exit, relaunch, imports, rendezvous and restore together — and the stop alone (ask to exit).
@@ -17,7 +19,10 @@ own measured steps/s, each by its own rule (docs/policies.md). Completion times 
 resizes each made, with their reasons (`sluice job why`), are printed side by side, and
 beside each real JCT the simulator's for the same job under the same policy: a `replicas`
 job (sim/replicas.py) replaying the steps/s per replica count, the start-up, the resize cost
-and the end measured in the first two parts of this same run — no constant is assumed.
+and the end measured in the first two parts of this same run — no constant is assumed —
+with sim/real per contender and their mean, and the rate each job's last attempt actually ran
+at (steps over rank 0's span) against the profile's for its size: where the two disagree,
+that is the gap in JCT.
 """
 
 from __future__ import annotations
@@ -113,7 +118,12 @@ class PolicyRun:
     world: int = 0
     """Replicas of the job's last attempt."""
     steady_steps_s: float = 0.0
-    """The last attempt's own steady rate (rank 0's marks): to check the profile against."""
+    """The last attempt's second-half rate (rank 0's marks, as the profile's are taken)."""
+    span_steps_s: float = 0.0
+    """The last attempt's steps over rank 0's whole span: the rate its JCT was made of (the
+    warm-up is a fraction of a second in a job of a minute or more), to check the profile
+    against: sim/real JCT ≈ this / the profile's rate when neither resized and the start-up
+    and end are small next to the run."""
 
 
 CONTENDERS = ("fixed 1", "fixed 2", "sluice", "pollux", "optimus", "tiresias")
@@ -176,6 +186,16 @@ def steady_steps_s(marks: list[tuple[int, float]] | list[list[float]]) -> float:
     return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else 0.0
 
 
+def throughput(replicas: int, stats: dict[str, Any], batch: int) -> Throughput:
+    """One measuring run's throughput from rank 0's stats file: over the whole loop (the
+    table's steps/s) and over its second half (`steady_steps_s`, what the simulator gets;
+    the whole-loop rate stands in only when the run left too few marks)."""
+    done, secs = stats["last"] - stats["start"] + 1, max(1e-9, stats["t_end"] - stats["t_first"])
+    gns = stats.get("metrics", {}).get("grad_noise_scale")
+    steady = steady_steps_s(stats.get("marks", [])) or done / secs
+    return Throughput(replicas, done, secs, done / secs, done * batch / secs, gns, steady)
+
+
 def _stats(folder: Path, attempt: int) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((folder / f"a{attempt}-r0.json").read_text())
     return data
@@ -216,10 +236,7 @@ def run(
                 if job.phase != Phase.SUCCEEDED:
                     raise RuntimeError(f"ddp.py at {n} replicas ended {job.phase}: {job.reason}")
                 s = _stats(folder, 1)
-                done, secs = s["last"] - s["start"] + 1, s["t_end"] - s["t_first"]
-                gns = s.get("metrics", {}).get("grad_noise_scale")
-                steady = steady_steps_s(s.get("marks", [])) or done / secs
-                rates.append(Throughput(n, done, secs, done / secs, done * batch / secs, gns, steady))
+                rates.append(throughput(n, s, batch))
                 assert job.finished_at is not None
                 around.append(Overheads(n, s["t_first"] - job.submitted_at, job.finished_at - s["t_end"]))
             console.print("ddp.py resized 2 → 1 → 2 ...")
@@ -304,7 +321,9 @@ def _policies(
         assert job.finished_at is not None
         last = _stats(folder, job.attempt)
         run = PolicyRun(how, job.finished_at - job.submitted_at, job.attempt, resized)
-        out.append(replace(run, world=int(last["world"]), steady_steps_s=steady_steps_s(last.get("marks", []))))
+        span = (last["last"] - last["start"] + 1) / max(1e-9, last["t_end"] - last["t_first"])
+        steady = steady_steps_s(last.get("marks", []))
+        out.append(replace(run, world=int(last["world"]), steady_steps_s=steady, span_steps_s=span))
     return out
 
 
@@ -346,14 +365,14 @@ def simulate(run: PolicyRun, profile: ReplicaProfile, steps: int, cpu: float, co
 def print_policies(runs: list[PolicyRun], steps: int, console: Console, profile: ReplicaProfile) -> None:
     base = runs[0]
     t = Table(title=f"one job of {steps} steps, replicas 1..2: real JCT vs the simulator's for the same job")
-    cols = ("how", "real JCT (s)", "vs " + base.how, "attempts", "sim JCT (s)", "real/sim", "sim attempts")
-    for col in (*cols, "last attempt: replicas", "its steady steps/s", "/ profile's"):
+    cols = ("how", "real JCT (s)", "vs " + base.how, "attempts", "sim JCT (s)", "sim/real", "sim attempts")
+    for col in (*cols, "last attempt: replicas", "its steps/s", "its / profile's"):
         t.add_column(col, justify="right")
     rates = dict(zip(profile.replicas, profile.steps_per_s, strict=True))
     for r in runs:
         sim = "-" if r.sim_jct_s is None else f"{r.sim_jct_s:.1f}"
-        ratio = "-" if not r.sim_jct_s else f"{r.jct_s / r.sim_jct_s:.2f}"
-        vs = f"{r.steady_steps_s / rates[r.world]:.2f}" if r.world in rates and r.steady_steps_s else "-"
+        ratio = "-" if r.sim_jct_s is None else f"{r.sim_jct_s / r.jct_s:.2f}"
+        vs = f"{r.span_steps_s / rates[r.world]:.2f}" if r.world in rates and r.span_steps_s else "-"
         t.add_row(
             r.how,
             f"{r.jct_s:.1f}",
@@ -363,14 +382,16 @@ def print_policies(runs: list[PolicyRun], steps: int, console: Console, profile:
             ratio,
             str(r.sim_attempts or "-"),
             str(r.world or "-"),
-            f"{r.steady_steps_s:.1f}" if r.steady_steps_s else "-",
+            f"{r.span_steps_s:.1f}" if r.span_steps_s else "-",
             vs,
         )
     console.print(t)
-    paired = [r.jct_s / r.sim_jct_s for r in runs if r.sim_jct_s]
+    paired = [r.sim_jct_s / r.jct_s for r in runs if r.sim_jct_s is not None]
     if paired:
         console.print(
-            f"  real/sim JCT: mean {sum(paired) / len(paired):.2f}, range {min(paired):.2f}–{max(paired):.2f}",
+            f"  sim/real JCT: mean {sum(paired) / len(paired):.2f}, range {min(paired):.2f}–{max(paired):.2f}; "
+            "its steps/s: the last attempt's steps over rank 0's span (its / profile's < 1: the simulator ran "
+            "that size faster than this job did, and sim/real is low by about as much)",
             markup=False,
         )
     for r in runs:

@@ -155,12 +155,16 @@ class ProgressTracker:
             self._seg_points.clear()
             self._seg_points.append((time, step))
             return
-        if time <= self._seg_points[-1][0]:
+        pts = self._seg_points
+        if time <= pts[-1][0]:
             return
-        self._seg_points.append((time, step))
-        start = next((p for p in self._seg_points if p[0] >= time - RATE_WINDOW_S), self._seg_points[0])
-        if start[0] >= time:
-            start = self._seg_points[-2]
+        # From the oldest kept point inside the window to this report. Points are kept at
+        # least RATE_WINDOW_S / maxlen apart, so the window is measured in seconds whatever
+        # the job's report rate: a job reporting 30 times a second once kept only its last
+        # 2 s, never reached MIN_MEASURED_S and was never resized (`bench elastic`, 645 steps/s).
+        start = next((q for q in pts if q[0] >= time - RATE_WINDOW_S), pts[-1])
+        if time - pts[-1][0] >= RATE_WINDOW_S / (pts.maxlen or 1):
+            pts.append((time, step))
         span = time - start[0]
         rate = max(0.0, (step - start[1]) / span)
         self._rates.pop(shape, None)
