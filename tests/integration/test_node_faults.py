@@ -109,6 +109,10 @@ def test_bad_fault_requests_are_refused_with_the_field_named(live: tuple[Control
         user = {"Authorization": f"Bearer {tokens['default']}"}
         r = http.post("/v1/nodes/node-1/faults", json={"kind": "cpu", "seconds": 5}, headers=user)
         assert r.status_code == 403
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "net", "seconds": 5}, headers=user)
+        assert r.status_code == 403
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "net", "seconds": 5, "workers": 0}, headers=admin)
+        assert r.status_code == 422 and r.json()["problems"][0]["field"] == "workers"
     code, out = sluice("node", "fault", "node-1")
     assert code == 2 and "--stop" in out
     code, out = sluice("node", "fault", "node-1", "disk")
