@@ -71,6 +71,11 @@ def test_a_jobs_traffic_counts_for_the_job_and_its_node_and_not_another_node(roo
         assert ca["net_tx_packets"] == 400 and ca["net_tx_bytes"] == pytest.approx(400 * 1028)
         assert ca["net_other_tx_packets"] == 100
         assert cb["net_tx_bytes"] == 0 and cb["net_other_tx_bytes"] == 0
+        time.sleep(0.1)  # the kernel drops an exited task from its cgroup a moment later
+        a.drop_job("job-1.1")  # the job ended: its rule goes, its bytes stay in the node's total
+        assert a.counters()["net_tx_bytes"] == pytest.approx(400 * 1028)
+        after = a.counters()
+        assert "job:job-1.1:net_tx_bytes" not in after and after["net_tx_bytes"] == pytest.approx(400 * 1028)
         tables, groups = (a.table, b.table), (a.group, b.group)
     finally:
         time.sleep(0.1)

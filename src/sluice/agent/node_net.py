@@ -140,6 +140,10 @@ class NodeNet:
     major: int = 0
     missing: str = ""
     _rules: dict[str, int] = field(default_factory=dict)
+    _retiring: set[str] = field(default_factory=set)
+    """Comments of rules whose job group is gone: counted once more, then deleted."""
+    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """Bytes and packets of deleted job rules, kept in the node's total (which only grows)."""
     """Comment (`node` or `job:<group>`) → class id of the rules in the table."""
 
     @property
@@ -184,11 +188,14 @@ class NodeNet:
             log.debug("node %s: nft rule for %s not added: %s", self.node, comment, err)
 
     def drop_job(self, name: str) -> None:
-        """Remove the job attempt's group (once its processes are gone); its rule stays so
-        the bytes it sent are not lost from the node's total until the next reading."""
+        """Remove the job attempt's group (once its processes are gone); its rule is deleted
+        at the next reading, its bytes kept in the node's total (so the table does not grow
+        with every attempt an agent ever ran)."""
         if self.group is not None:
             with contextlib.suppress(OSError):
                 (self.group / name).rmdir()
+        if f"job:{name}" in self._rules:
+            self._retiring.add(f"job:{name}")
 
     def counters(self) -> dict[str, float]:
         """Cumulative bytes and packets sent: `net_tx_bytes`/`net_tx_packets` (node total),
@@ -203,7 +210,8 @@ class NodeNet:
             data = json.loads(_nft(self.nft, "-j", "list", "table", "inet", self.table).stdout)
         except (OSError, subprocess.SubprocessError, ValueError):
             return {}
-        out = {"net_tx_bytes": 0.0, "net_tx_packets": 0.0, "net_other_tx_bytes": 0.0, "net_other_tx_packets": 0.0}
+        out = {"net_tx_bytes": self._retired[0], "net_tx_packets": self._retired[1]}
+        out.update(net_other_tx_bytes=0.0, net_other_tx_packets=0.0)
         for item in data.get("nftables", []):
             rule = item.get("rule")
             if not rule:
@@ -221,7 +229,19 @@ class NodeNet:
                     out["net_other_tx_packets"] += p
                 elif comment.startswith("job:"):
                     out[f"{comment}:net_tx_bytes"] = b
+                if comment in self._retiring and "handle" in rule:
+                    self._retire(comment, int(rule["handle"]), b, p)
         return out
+
+    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
+        try:
+            _nft(self.nft, "delete", "rule", "inet", self.table, "out", "handle", str(handle))
+        except (OSError, subprocess.SubprocessError):
+            return  # kept, and tried again at the next reading
+        self._retired[0] += sent_bytes
+        self._retired[1] += packets
+        self._retiring.discard(comment)
+        self._rules.pop(comment, None)
 
     def close(self) -> None:
         """Delete the table and the empty groups (a group still holding a job stays)."""
@@ -235,6 +255,7 @@ class NodeNet:
                 except OSError:
                     continue
         self._rules.clear()
+        self._retiring.clear()
 
 
 def _children(d: Path) -> list[Path]:
