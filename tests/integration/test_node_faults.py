@@ -91,6 +91,18 @@ def test_fault_runs_pinned_to_the_node_and_stops_by_itself_or_on_stop(
     assert code == 0 and "1 fault(s) stopped" in out, out
     assert wait_for(lambda: gone(io["pids"]), 10)
 
+    code, out = sluice("node", "fault", "node-1", "net", "--seconds", "600", "--workers", "1", "-o", "json")
+    assert code == 0, out
+    net = json.loads(out)
+    assert net["kind"] == "net" and not gone(net["pids"])
+    if groups.net is not None:  # in node-1's own net_cls group: its egress is node-1's "other"
+        procs = groups.net.group / "cgroup.procs"
+        assert wait_for(lambda: str(net["pids"][0]) in procs.read_text().split(), 10)
+        assert wait_for(lambda: groups.net.counters().get("net_other_tx_bytes", 0) > 1e6, 10)
+    code, out = sluice("node", "fault", "node-1", "--stop")
+    assert code == 0 and "1 fault(s) stopped" in out, out
+    assert wait_for(lambda: gone(net["pids"]), 10)
+
     history = [e.message for e in plane.store.events(node="node-1")]
     assert any("cpu fault injected by admin for 3s" in m for m in history), history
     assert any("1 fault(s) stopped by admin" in m for m in history), history
@@ -109,6 +121,10 @@ def test_bad_fault_requests_are_refused_with_the_field_named(live: tuple[Control
         user = {"Authorization": f"Bearer {tokens['default']}"}
         r = http.post("/v1/nodes/node-1/faults", json={"kind": "cpu", "seconds": 5}, headers=user)
         assert r.status_code == 403
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "net", "seconds": 5}, headers=user)
+        assert r.status_code == 403
+        r = http.post("/v1/nodes/node-1/faults", json={"kind": "net", "seconds": 5, "workers": 0}, headers=admin)
+        assert r.status_code == 422 and r.json()["problems"][0]["field"] == "workers"
     code, out = sluice("node", "fault", "node-1")
     assert code == 2 and "--stop" in out
     code, out = sluice("node", "fault", "node-1", "disk")

@@ -284,3 +284,17 @@ def test_a_storm_is_cordoned_on_logged_kpis() -> None:
     assert -1.0 <= cordons[0][1] <= 15.0, moves
     assert mon.status()["node-1"]["threshold"] < 1e3
     assert all(node == "node-1" for node, _ in cordons)
+
+
+def test_virtual_nodes_are_judged_on_egress_not_sent_by_jobs_only() -> None:
+    """A node's total egress follows its jobs (data loading, all-reduce): not judged on a
+    virtual node; what the node sends that is not a job's is."""
+    import fnmatch
+
+    from sluice.health.monitor import MACHINE_WIDE
+
+    def ignored(key: str) -> bool:
+        return any(fnmatch.fnmatch(key, p) for p in MACHINE_WIDE)
+
+    assert ignored("node_net_tx_mbps") and ignored("node_net_tx_pps") and ignored("net_tx_mbps")
+    assert not ignored("node_net_other_tx_mbps")

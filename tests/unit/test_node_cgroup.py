@@ -117,3 +117,15 @@ def test_counters_become_node_kpis_and_what_is_not_a_job_is_named(tmp_path: Path
     gone = {k: v for k, v in after.items() if not k.startswith("job:")}
     gone["cpu_s"] += 1.0
     assert node_rates(gone, after, 1.0, 2, 2048, last_other=7.0)["node_cpu_other_pct"] == 7.0
+
+
+def test_net_counters_become_egress_rates_and_other_is_the_node_groups_own() -> None:
+    """The node's total egress (node rule + job rules) and the part not sent by jobs (node
+    rule alone) as rates; no net counters (no nft / net_cls): no network KPIs at all."""
+    prev = {"net_tx_bytes": 0.0, "net_tx_packets": 0.0, "net_other_tx_bytes": 0.0, "net_other_tx_packets": 0.0}
+    cur = {"net_tx_bytes": 8 * 1048576.0, "net_tx_packets": 400.0, "net_other_tx_bytes": 2 * 1048576.0}
+    out = node_rates({**prev, **cur}, prev, 2.0, 1, 1024.0, 0.0)
+    assert out["node_net_tx_mbps"] == pytest.approx(4.0)
+    assert out["node_net_tx_pps"] == pytest.approx(200.0)
+    assert out["node_net_other_tx_mbps"] == pytest.approx(1.0)
+    assert not any(k.startswith("node_net") for k in node_rates({"cpu_s": 1.0}, {"cpu_s": 0.0}, 1.0, 1, 1024.0, 0.0))

@@ -1,7 +1,8 @@
 """Fault injection: make one (virtual) node sick for real, to test the health loop end to end.
 
 Kinds: `cpu` (busy loops on every core of the node), `memory` (allocate and keep touching
-MB of RAM), `io` (write + fsync storm into a folder). Every fault process is pinned to the
+MB of RAM), `io` (write + fsync storm into a folder), `net` (a TCP flood over loopback to a
+sink the fault runs itself: egress counted in the node's net_cls group). Every fault process is pinned to the
 node's cores (its cpuset), runs in its own process group and is killed with it, so a fault
 on node-1 stresses node-1's cores and not the test runner's. Injected through the node's
 agent (`FaultBoard`), its processes are also started inside the node's own cgroups
@@ -45,12 +46,24 @@ _PY_IO = (
     "        for _ in range(32): f.write(block)\n"
     "        f.flush(); os.fsync(f.fileno())\n"
 )
+_PY_NET = (
+    "import socket, threading\n"
+    "srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n"
+    "def sink():\n"
+    "    conn, _ = srv.accept()\n"
+    "    while conn.recv(1 << 20): pass\n"
+    "threading.Thread(target=sink, daemon=True).start()\n"
+    "out = socket.create_connection(srv.getsockname()); block = b'x' * (1 << 16)\n"
+    "while True: out.sendall(block)\n"
+)
+"""A TCP flood to a loopback sink the fault itself runs: the node's egress, not a NIC's."""
 
 
 class FaultKind(StrEnum):
     CPU = "cpu"
     MEMORY = "memory"
     IO = "io"
+    NET = "net"
 
 
 @dataclass
@@ -84,6 +97,8 @@ class Fault:
         if self.use_stress_ng and stress is None:
             raise RuntimeError("stress-ng was asked for but is not installed (apt-get install stress-ng)")
         where = self.workdir or self._tmp or tempfile.gettempdir()
+        if self.kind == FaultKind.NET:  # stress-ng's socket stressor is mostly CPU; keep it plain
+            return [[sys.executable, "-c", _PY_NET] for _ in range(max(n, 1))]
         if stress:
             taskset = ["--taskset", ",".join(map(str, cores))]
             if self.kind == FaultKind.CPU:
@@ -145,7 +160,7 @@ class Fault:
 
 
 def inject(kind: str, cores: Sequence[int], **kwargs: object) -> Fault:
-    """Start a fault by name ('cpu', 'memory', 'io'); raises ValueError naming the bad kind."""
+    """Start a fault by name ('cpu', 'memory', 'io', 'net'); raises ValueError naming the bad kind."""
     try:
         k = FaultKind(kind)
     except ValueError:

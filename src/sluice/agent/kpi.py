@@ -107,6 +107,8 @@ def node_rates(
     node_io_read_mbps, node_io_write_mbps, node_io_ops_ps   block I/O the node issued
     node_psi_{cpu,memory,io}_pct, node_psi_{memory,io}_full_pct   share of the second in which
                            some (all) of the node's runnable processes waited for that resource
+    node_net_tx_mbps, node_net_tx_pps   network egress of the node's processes (net_cls + nft)
+    node_net_other_tx_mbps of which not by its jobs (faults, anything else put in the node)
 
     `node_cpu_other_pct` is usage minus the sum over job cgroups; a job whose cgroup vanished
     between the readings took its last slice with it, so that sample repeats `last_other`."""
@@ -144,6 +146,12 @@ def node_rates(
             out[f"node_psi_{res}_pct"] = min(100.0, 100.0 * (rate(f"psi_{res}_some_s") or 0.0))
         if f"psi_{res}_full_s" in cur:
             out[f"node_psi_{res}_full_pct"] = min(100.0, 100.0 * (rate(f"psi_{res}_full_s") or 0.0))
+    if "net_tx_bytes" in cur and "net_tx_bytes" in prev:
+        # A rule is never removed while the agent runs, so the node's counters only grow;
+        # the other traffic is the node rule's own counter (a packet has one class id).
+        out["node_net_tx_mbps"] = (rate("net_tx_bytes") or 0.0) / _MB
+        out["node_net_tx_pps"] = rate("net_tx_packets") or 0.0
+        out["node_net_other_tx_mbps"] = (rate("net_other_tx_bytes") or 0.0) / _MB
     return out
 
 

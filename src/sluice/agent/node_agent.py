@@ -312,7 +312,8 @@ class NodeAgent:
             )
             ctrl.create()
             ctrl.apply(a.cpu_limit, a.cpu_request)
-            join = _join_both(ctrl, mem, self.groups.job_join(mem is not None))
+            net = self.groups.net.job_group(ctrl.name) if self.groups.net is not None else None
+            join = _join_both(ctrl, mem, (*self.groups.job_join(mem is not None), *([net] if net else [])))
             header = (
                 f"===== sluice: attempt {req.attempt} of {req.job_id} on {self.name} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
@@ -587,6 +588,8 @@ class NodeAgent:
         att.ctrl.cleanup()
         if att.mem is not None:
             att.mem.cleanup()
+        if self.groups.net is not None:
+            self.groups.net.drop_job(att.ctrl.name)
         self._release_gpus(att.job_id, att.attempt)
         own_file(att.dir / REPORTED_FILE, None)
         return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom)

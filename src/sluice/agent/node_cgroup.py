@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sluice.agent.cgroup import SYSFS_CGROUP, CgroupKind, CgroupLayout, _enable_v2, _ensure_dir, _parent_under
+from sluice.agent.node_net import NodeNet, node_net
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class NodeGroups:
     fault_leaf: Path | None = None
     """v2: where faults go (processes may not sit in a group whose children have controllers)."""
     missing: tuple[str, ...] = ()
+    net: NodeNet | None = None
+    """The node's net_cls group and nft counters (egress per node and job; node_net.py)."""
 
     def job_join(self, has_memory_cgroup: bool) -> tuple[str, ...]:
         """cgroup.procs files a job joins besides its own cgroups (hierarchies where jobs
@@ -83,6 +86,8 @@ class NodeGroups:
         else:
             dirs = [self.layout.cpu_parent, self.usage, self.memory, self.blkio, self.unified]
         dirs.append(cpuset)
+        if self.net is not None and self.net.group is not None:
+            dirs.append(self.net.group)  # the node's own class id: counted as `other` traffic
         seen: list[Path] = []
         for d in dirs:
             if d is not None and d not in seen:
@@ -225,6 +230,11 @@ def node_groups(
             unified = u if _ensure_dir(u) else None
     if unified is None or not (unified / "cpu.pressure").exists():
         missing.append("node pressure (PSI): no cgroup v2 group with *.pressure files (kernel PSI off?)")
+    net: NodeNet | None = None
+    if sysfs == SYSFS_CGROUP:  # a fake tree (tests) never touches the real net_cls or nft
+        net = node_net(node, root, sysfs)
+        if net.missing:
+            missing.append(f"node network egress: {net.missing}")
     return NodeGroups(
         node,
         scoped,
@@ -236,6 +246,7 @@ def node_groups(
         unified,
         fault_leaf,
         tuple(missing),
+        net if net is not None and net.group is not None else None,
     )
 
 
@@ -385,6 +396,8 @@ def read_counters(groups: NodeGroups) -> dict[str, float]:
             full = _psi_total(groups.unified / f"{res}.pressure", "full") if res != "cpu" else None
             if full is not None:
                 out[f"psi_{res}_full_s"] = full
+    if groups.net is not None:
+        out.update(groups.net.counters())
     return out
 
 
@@ -398,6 +411,8 @@ def remove_groups(groups: NodeGroups, cpuset: Path | None = None) -> None:
     """Remove the node's groups that are empty (best effort, when its agent closes), and its
     cpuset (`cgroup.node_cpuset`) when given: a group that still holds a job (left running
     for the next agent to adopt) stays."""
+    if groups.net is not None:
+        groups.net.close()
     dirs = [groups.fault_leaf, groups.layout.cpu_parent, groups.usage, groups.memory, groups.blkio, groups.unified]
     dirs.append(cpuset)
     for d in dict.fromkeys(x for x in dirs if x is not None):

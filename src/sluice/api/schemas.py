@@ -189,13 +189,13 @@ class FaultIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["cpu", "memory", "io"] = Field(
+    kind: Literal["cpu", "memory", "io", "net"] = Field(
         description="cpu: busy loops on every core of the node; memory: hold and keep touching "
-        "memory_mb of RAM; io: a write + fsync storm."
+        "memory_mb of RAM; io: a write + fsync storm; net: a TCP flood to a loopback sink."
     )
     seconds: float = Field(gt=0, le=3600, description="How long the fault runs (seconds); it stops by itself.")
     workers: int | None = Field(
-        default=None, ge=1, le=64, description="cpu/io worker processes (default: one per core of the node)."
+        default=None, ge=1, le=64, description="cpu/io/net worker processes (default: one per core of the node)."
     )
     memory_mb: int = Field(default=512, ge=1, le=1 << 20, description="RAM a memory fault holds (MiB).")
 

@@ -238,7 +238,7 @@ def health(
         bool,
         typer.Option(
             "--campaign",
-            help="Instead: run the demo workload and inject cpu, memory and io faults at seeded random times on "
+            help="Instead: run the demo workload and inject cpu, memory, io and net faults at seeded random times on "
             "random nodes; report per fault cordoned or not, after how long, jobs moved and finished, false cordons.",
         ),
     ] = False,

@@ -111,6 +111,7 @@ class FaultKindOpt(StrEnum):
     cpu = "cpu"
     memory = "memory"
     io = "io"
+    net = "net"
 
 
 @app.command()
@@ -118,12 +119,17 @@ def fault(
     name: NodeName,
     kind: Annotated[
         FaultKindOpt | None,
-        typer.Argument(help="cpu (busy loops), memory (hold RAM), io (write + fsync storm). Omit with --stop."),
+        typer.Argument(
+            help="cpu (busy loops), memory (hold RAM), io (write + fsync storm), net (TCP flood over "
+            "loopback). Omit with --stop."
+        ),
     ] = None,
     seconds: Annotated[
         float, typer.Option("--seconds", "-s", min=0.1, max=3600, help="How long (it stops by itself).")
     ] = 60.0,
-    workers: Annotated[int | None, typer.Option(min=1, max=64, help="cpu/io workers (default: one per core).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="cpu/io/net workers (default: one per core).")
+    ] = None,
     memory_mb: Annotated[int, typer.Option(min=1, help="RAM a memory fault holds (MiB).")] = 512,
     stop: Annotated[bool, typer.Option("--stop", help="Stop every fault running on the node now.")] = False,
     output: OutputOpt = Output.table,
@@ -131,7 +137,7 @@ def fault(
     """Make a node sick on purpose, pinned to its cores, for a while (admin): to watch the
     health loop flag it, cordon it and move its jobs (`sluice node list`, `sluice job why`)."""
     if stop == (kind is not None):
-        console.print("give a fault KIND (cpu, memory, io), or --stop to stop the node's faults", markup=False)
+        console.print("give a fault KIND (cpu, memory, io, net), or --stop to stop the node's faults", markup=False)
         raise typer.Exit(2)
     with errors_reported(), connect(admin=True) as client:
         if stop:

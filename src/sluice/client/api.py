@@ -386,7 +386,7 @@ class Client:
     def inject_fault(
         self, node: str, kind: str, seconds: float = 60.0, workers: int | None = None, memory_mb: int = 512
     ) -> FaultOut:
-        """Admin: make the node sick on purpose for a while (cpu, memory or io)."""
+        """Admin: make the node sick on purpose for a while (cpu, memory, io or net)."""
         body: dict[str, Any] = {"kind": kind, "seconds": seconds, "memory_mb": memory_mb}
         if workers is not None:
             body["workers"] = workers

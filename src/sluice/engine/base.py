@@ -99,7 +99,7 @@ class FaultInjector(Protocol):
     def inject_fault(
         self, node: str, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512
     ) -> FaultReport:
-        """Start a `kind` fault (cpu, memory, io) pinned to the node's cores, stopped after
+        """Start a `kind` fault (cpu, memory, io, net) pinned to the node's cores, stopped after
         `seconds`. KeyError for an unknown node, ValueError for a bad kind or duration."""
         ...
 

@@ -1,0 +1,298 @@
+"""One node's network egress, counted by the kernel per node and per job (cgroup v1 net_cls +
+nftables).
+
+Why: virtual nodes share the machine's network interfaces, so machine-wide byte counters
+cannot say which node is flooding the network. The kernel can: every socket of a process in a
+`net_cls` cgroup tags its packets with that group's class id, and an nftables rule on the
+output hook (`meta cgroup <classid> counter`) counts the packets and bytes sent with it.
+
+Layout: `net_cls/<root>/<node>` (class id MAJOR:1) holds what the node runs that is not a job
+(injected faults); each job attempt gets `net_cls/<root>/<node>/<job cgroup>` with its own
+class id (MAJOR:2, 3, ...). A packet carries one class id — its group's, not its ancestors'
+— so the node's total is the node rule plus every job rule, and the node rule alone is the
+"other" traffic (`node_net_other_tx_mbps`).
+
+One nft table per agent (`inet sluice_net_<pid>_<n>`, unique per agent process and node) holds
+the rules; it is deleted when the agent closes, and a table left by a killed agent (its pid
+gone) is deleted by the next agent that starts. Egress only: the input hook sees packets
+before they are tied to a receiving socket's cgroup. nft is always run with an argument list,
+never through a shell.
+
+Where net_cls is not in the kernel, cannot be mounted, or nft is missing, `missing` says why
+and the network KPIs are absent. cgroup v2 (nft `socket cgroupv2`) is not implemented here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluice.agent.cgroup import SYSFS_CGROUP, _ensure_dir, _parent_under
+
+log = logging.getLogger(__name__)
+
+TABLE_PREFIX = "sluice_net_"
+NODE_COMMENT = "node"
+_SEQ = itertools.count()
+_NFT_TIMEOUT_S = 5.0
+
+
+def _mountinfo_net_cls(mountinfo: Path = Path("/proc/self/mountinfo")) -> Path | None:
+    """Where a v1 hierarchy with the net_cls controller is mounted (None: nowhere)."""
+    try:
+        lines = mountinfo.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(rfields) >= 3 and rfields[0] == "cgroup" and "net_cls" in rfields[2].split(","):
+            return Path(fields[4])
+    return None
+
+
+def _kernel_has_net_cls(proc_cgroups: Path = Path("/proc/cgroups")) -> bool:
+    try:
+        for row in proc_cgroups.read_text().splitlines():
+            parts = row.split()
+            if len(parts) == 4 and parts[0] == "net_cls" and parts[3] == "1":
+                return True
+    except OSError:
+        return False
+    return False
+
+
+def find_net_cls(sysfs: Path = SYSFS_CGROUP, mount: bool = True) -> tuple[Path | None, str]:
+    """(mount point of net_cls, why not). Mounts it at `sysfs/net_cls` where the kernel has it
+    but no hierarchy is mounted (as distributions do on a v1 host), when `mount` is set."""
+    found = _mountinfo_net_cls()
+    if found is not None and (found / "net_cls.classid").exists():
+        return found, ""
+    if (sysfs / "net_cls" / "net_cls.classid").exists():
+        return sysfs / "net_cls", ""
+    if not _kernel_has_net_cls():
+        return None, "the kernel has no net_cls cgroup controller"
+    if (sysfs / "cgroup.controllers").exists():
+        return None, "cgroup v2 only (net_cls is v1); per-node egress on v2 is not implemented"
+    target = sysfs / "net_cls"
+    mnt = shutil.which("mount")
+    if not mount or mnt is None or not _ensure_dir(target):
+        return None, f"net_cls is not mounted and {target} cannot be made"
+    try:
+        subprocess.run(
+            [mnt, "-t", "cgroup", "-o", "net_cls", "net_cls", str(target)],
+            check=True,
+            capture_output=True,
+            timeout=_NFT_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"net_cls is not mounted and mounting it at {target} failed ({err})"
+    return (target, "") if (target / "net_cls.classid").exists() else (None, f"{target}: no net_cls.classid")
+
+
+def _nft(nft: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([nft, *args], input=stdin, capture_output=True, text=True, timeout=_NFT_TIMEOUT_S, check=True)
+
+
+def clean_stale_tables(nft: str) -> list[str]:
+    """Delete `sluice_net_<pid>_*` tables whose agent process is gone (a killed run's)."""
+    try:
+        listed = _nft(nft, "-j", "list", "tables", "inet").stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    removed = []
+    for item in json.loads(listed or "{}").get("nftables", []):
+        name = item.get("table", {}).get("name", "")
+        m = re.fullmatch(rf"{TABLE_PREFIX}(\d+)_\d+", name)
+        if m is None or Path(f"/proc/{m.group(1)}").exists():
+            continue
+        try:
+            _nft(nft, "delete", "table", "inet", name)
+            removed.append(name)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return removed
+
+
+def classid_major(node_dir: Path) -> int:
+    """A 16-bit major for the node's class ids, from its group's path: two nodes (or two
+    planes with their own roots) get different majors unless their paths' hashes collide."""
+    return (zlib.crc32(str(node_dir).encode()) & 0x7FFF) | 0x10
+
+
+@dataclass
+class NodeNet:
+    """A node's net_cls group and its nft table. `group` None: not available (see `missing`)."""
+
+    node: str
+    group: Path | None = None
+    table: str = ""
+    nft: str = ""
+    major: int = 0
+    missing: str = ""
+    _rules: dict[str, int] = field(default_factory=dict)
+    _retiring: set[str] = field(default_factory=set)
+    """Comments of rules whose job group is gone: counted once more, then deleted."""
+    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """Bytes and packets of deleted job rules, kept in the node's total (which only grows)."""
+    """Comment (`node` or `job:<group>`) → class id of the rules in the table."""
+
+    @property
+    def procs(self) -> str | None:
+        return None if self.group is None else str(self.group / "cgroup.procs")
+
+    def job_group(self, name: str) -> str | None:
+        """Make the job attempt's own group (own class id, own counter rule); its cgroup.procs
+        file for the job to join, None where there is no net accounting."""
+        if self.group is None:
+            return None
+        d = self.group / name
+        if not _ensure_dir(d):
+            return None
+        used = set(self._rules.values())
+        minor = next(m for m in itertools.count(2) if (self.major << 16 | m) not in used)
+        classid = self.major << 16 | minor
+        try:
+            # A new group inherits its parent's (the node's) class id; a job group an earlier
+            # agent made (adopted job) already has its own.
+            existing = int((d / "net_cls.classid").read_text().strip() or "0")
+            if (existing >> 16) == self.major and existing & 0xFFFF >= 2 and existing not in used:
+                classid = existing
+            else:
+                (d / "net_cls.classid").write_text(str(classid))
+        except (OSError, ValueError):
+            return None
+        self._add_rule(f"job:{name}", classid)
+        return str(d / "cgroup.procs")
+
+    def _add_rule(self, comment: str, classid: int) -> None:
+        if comment in self._rules:
+            return
+        try:
+            _nft(
+                self.nft,
+                "add", "rule", "inet", self.table, "out",
+                "meta", "cgroup", hex(classid), "counter", "comment", f'"{comment}"',
+            )  # fmt: skip
+            self._rules[comment] = classid
+        except (OSError, subprocess.SubprocessError) as err:
+            log.debug("node %s: nft rule for %s not added: %s", self.node, comment, err)
+
+    def drop_job(self, name: str) -> None:
+        """Remove the job attempt's group (once its processes are gone); its rule is deleted
+        at the next reading, its bytes kept in the node's total (so the table does not grow
+        with every attempt an agent ever ran)."""
+        if self.group is not None:
+            with contextlib.suppress(OSError):
+                (self.group / name).rmdir()
+        if f"job:{name}" in self._rules:
+            self._retiring.add(f"job:{name}")
+
+    def counters(self) -> dict[str, float]:
+        """Cumulative bytes and packets sent: `net_tx_bytes`/`net_tx_packets` (node total),
+        `net_other_tx_bytes`/`..._packets` (the node group itself: not its jobs), and per job
+        `job:<group>:net_tx_bytes`. {} where unavailable or nft cannot be read."""
+        if self.group is None:
+            return {}
+        for child in _children(self.group):
+            if f"job:{child.name}" not in self._rules:
+                self.job_group(child.name)  # adopted jobs (started by an earlier agent)
+        try:
+            data = json.loads(_nft(self.nft, "-j", "list", "table", "inet", self.table).stdout)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return {}
+        out = {"net_tx_bytes": self._retired[0], "net_tx_packets": self._retired[1]}
+        out.update(net_other_tx_bytes=0.0, net_other_tx_packets=0.0)
+        for item in data.get("nftables", []):
+            rule = item.get("rule")
+            if not rule:
+                continue
+            comment = rule.get("comment", "")
+            for expr in rule.get("expr", []):
+                c = expr.get("counter") if isinstance(expr, dict) else None
+                if c is None:
+                    continue
+                b, p = float(c.get("bytes", 0)), float(c.get("packets", 0))
+                out["net_tx_bytes"] += b
+                out["net_tx_packets"] += p
+                if comment == NODE_COMMENT:
+                    out["net_other_tx_bytes"] += b
+                    out["net_other_tx_packets"] += p
+                elif comment.startswith("job:"):
+                    out[f"{comment}:net_tx_bytes"] = b
+                if comment in self._retiring and "handle" in rule:
+                    self._retire(comment, int(rule["handle"]), b, p)
+        return out
+
+    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
+        try:
+            _nft(self.nft, "delete", "rule", "inet", self.table, "out", "handle", str(handle))
+        except (OSError, subprocess.SubprocessError):
+            return  # kept, and tried again at the next reading
+        self._retired[0] += sent_bytes
+        self._retired[1] += packets
+        self._retiring.discard(comment)
+        self._rules.pop(comment, None)
+
+    def close(self) -> None:
+        """Delete the table and the empty groups (a group still holding a job stays)."""
+        if self.table and self.nft:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                _nft(self.nft, "delete", "table", "inet", self.table)
+        if self.group is not None:
+            for d in [*_children(self.group), self.group]:
+                try:
+                    d.rmdir()
+                except OSError:
+                    continue
+        self._rules.clear()
+        self._retiring.clear()
+
+
+def _children(d: Path) -> list[Path]:
+    try:
+        return sorted(c for c in d.iterdir() if c.is_dir())
+    except OSError:
+        return []
+
+
+def node_net(node: str, root: str, sysfs: Path = SYSFS_CGROUP, mount: bool = True) -> NodeNet:
+    """Make the node's net_cls group and its agent's nft table (never raises: what cannot be
+    made is said in `missing`, and the network KPIs are then absent)."""
+    nft = shutil.which("nft")
+    if nft is None:
+        return NodeNet(node, missing="no nft command (apt-get install nftables)")
+    where, why = find_net_cls(sysfs, mount)
+    if where is None:
+        return NodeNet(node, missing=why)
+    group = _parent_under(where, root) / node
+    if not _ensure_dir(group):
+        return NodeNet(node, missing=f"cannot make {group}")
+    major = classid_major(group)
+    try:
+        (group / "net_cls.classid").write_text(str(major << 16 | 1))
+    except OSError as err:
+        return NodeNet(node, missing=f"cannot set {group}/net_cls.classid ({err.strerror})")
+    clean_stale_tables(nft)
+    table = f"{TABLE_PREFIX}{os.getpid()}_{next(_SEQ)}"
+    script = f"add table inet {table}\nadd chain inet {table} out {{ type filter hook output priority 0; }}\n"
+    try:
+        _nft(nft, "-f", "-", stdin=script)
+    except (OSError, subprocess.SubprocessError) as err:
+        detail = getattr(err, "stderr", "") or str(err)
+        return NodeNet(node, missing=f"nft cannot make table {table}: {str(detail).strip()}")
+    net = NodeNet(node, group, table, nft, major)
+    net._add_rule(NODE_COMMENT, major << 16 | 1)
+    if NODE_COMMENT not in net._rules:
+        net.close()
+        return NodeNet(node, missing=f"nft cannot add a `meta cgroup` rule to {table}")
+    return net

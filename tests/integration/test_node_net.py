@@ -1,0 +1,129 @@
+"""Per-node and per-job network egress on the real kernel: net_cls groups tag the packets of
+the processes inside them, an nft table owned by the agent counts them per class id."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.agent.cgroup import detect_cgroups, remove_root
+from sluice.agent.faults import Fault, FaultKind
+from sluice.agent.kpi import KpiSampler
+from sluice.agent.node_cgroup import node_groups, remove_groups
+from sluice.agent.node_net import TABLE_PREFIX, NodeNet, node_net
+
+pytestmark = pytest.mark.integration
+
+CORE = [max(os.sched_getaffinity(0))]
+_SEND = (
+    "import os, socket, sys\n"
+    "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+    "r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(('127.0.0.1', 0))\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "for _ in range(int(sys.argv[2])): s.sendto(b'x' * 1000, r.getsockname())\n"
+)
+
+
+def _tables() -> list[str]:
+    nft = shutil.which("nft") or "nft"
+    out = subprocess.run([nft, "-j", "list", "tables", "inet"], capture_output=True, text=True, check=True).stdout
+    return [t["table"]["name"] for t in json.loads(out)["nftables"] if "table" in t]
+
+
+@pytest.fixture
+def root() -> Iterator[str]:
+    name = f"sluice-test-{uuid.uuid4().hex[:6]}"
+    yield name
+    remove_root(name)
+
+
+def _nets(root: str, *nodes: str) -> list[NodeNet]:
+    nets = [node_net(n, root) for n in nodes]
+    if nets[0].group is None:
+        for n in nets:
+            n.close()
+        pytest.skip(f"no per-node network accounting here: {nets[0].missing}")
+    return nets
+
+
+def _send(procs: str, packets: int) -> None:
+    subprocess.run([sys.executable, "-c", _SEND, procs, str(packets)], check=True, timeout=30)
+
+
+def test_a_jobs_traffic_counts_for_the_job_and_its_node_and_not_another_node(root: str) -> None:
+    a, b = _nets(root, "a", "b")
+    try:
+        job = a.job_group("job-1.1")
+        assert job is not None and a.table != b.table and a.table in _tables()
+        _send(job, 300)
+        _send(a.procs or "", 100)  # something in node a that is not a job
+        ca, cb = a.counters(), b.counters()
+        assert ca["job:job-1.1:net_tx_bytes"] == pytest.approx(300 * 1028)
+        assert ca["net_tx_packets"] == 400 and ca["net_tx_bytes"] == pytest.approx(400 * 1028)
+        assert ca["net_other_tx_packets"] == 100
+        assert cb["net_tx_bytes"] == 0 and cb["net_other_tx_bytes"] == 0
+        time.sleep(0.1)  # the kernel drops an exited task from its cgroup a moment later
+        a.drop_job("job-1.1")  # the job ended: its rule goes, its bytes stay in the node's total
+        assert a.counters()["net_tx_bytes"] == pytest.approx(400 * 1028)
+        after = a.counters()
+        assert "job:job-1.1:net_tx_bytes" not in after and after["net_tx_bytes"] == pytest.approx(400 * 1028)
+        tables, groups = (a.table, b.table), (a.group, b.group)
+    finally:
+        time.sleep(0.1)
+        a.close()
+        b.close()
+    assert not set(tables) & set(_tables()), "the agent's nft tables outlive it"
+    assert all(g is not None and not g.exists() for g in groups)
+
+
+def test_a_killed_agents_leftover_table_is_removed_by_the_next(root: str) -> None:
+    nft = shutil.which("nft")
+    if nft is None:
+        pytest.skip("no nft command (apt-get install nftables)")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = f"{TABLE_PREFIX}{dead.pid}_0"
+    subprocess.run([nft, "add", "table", "inet", stale], check=True)
+    (net,) = _nets(root, "a")
+    try:
+        assert stale not in _tables()
+        assert net.table in _tables()
+    finally:
+        net.close()
+
+
+def test_a_net_fault_in_one_node_shows_as_its_other_egress_and_not_its_siblings(root: str) -> None:
+    layout = detect_cgroups(root=root)
+    a, b = (node_groups(layout, name, root=root) for name in ("a", "b"))
+    try:
+        if b.net is None:
+            pytest.skip(f"no per-node network accounting here: {b.missing}")
+        samplers = {g.node: KpiSampler(CORE, gpus=False, groups=g, memory_mb=4096) for g in (a, b)}
+        with Fault(FaultKind.NET, CORE, workers=1, join=b.fault_join()) as flood:
+            procs = Path(b.net.procs or "")
+            deadline = time.monotonic() + 20
+            while not all(str(p.pid) in procs.read_text().split() for p in flood.procs):
+                assert time.monotonic() < deadline, "the fault never joined b's net_cls group"
+                time.sleep(0.05)
+            for s in samplers.values():
+                s.sample()
+            time.sleep(1.5)
+            kpis = {n: s.sample() for n, s in samplers.items()}
+        assert kpis["b"]["node_net_other_tx_mbps"] > 10.0, kpis["b"]
+        assert kpis["b"]["node_net_tx_pps"] > 100.0, kpis["b"]
+        assert kpis["a"]["node_net_other_tx_mbps"] == 0.0 and kpis["a"]["node_net_tx_mbps"] == 0.0, kpis["a"]
+    finally:
+        time.sleep(0.2)  # the kernel drops a killed task from its cgroup a moment later
+        tables = [g.net.table for g in (a, b) if g.net is not None]
+        for g in (a, b):
+            remove_groups(g)
+    assert not set(tables) & set(_tables())
