@@ -147,8 +147,9 @@ def node_rates(
         if f"psi_{res}_full_s" in cur:
             out[f"node_psi_{res}_full_pct"] = min(100.0, 100.0 * (rate(f"psi_{res}_full_s") or 0.0))
     if "net_tx_bytes" in cur and "net_tx_bytes" in prev:
-        # A rule is never removed while the agent runs, so the node's counters only grow;
-        # the other traffic is the node rule's own counter (a packet has one class id).
+        # An ended job's rule is deleted with its bytes kept in the node's total
+        # (node_net.NodeNet), so the counters only grow; the other traffic is the node rule's
+        # own counter (a packet carries one class id).
         out["node_net_tx_mbps"] = (rate("net_tx_bytes") or 0.0) / _MB
         out["node_net_tx_pps"] = rate("net_tx_packets") or 0.0
         out["node_net_other_tx_mbps"] = (rate("net_other_tx_bytes") or 0.0) / _MB

@@ -140,11 +140,11 @@ class NodeNet:
     major: int = 0
     missing: str = ""
     _rules: dict[str, int] = field(default_factory=dict)
+    """Comment (`node` or `job:<group>`) → class id of the rules in the table."""
     _retiring: set[str] = field(default_factory=set)
     """Comments of rules whose job group is gone: counted once more, then deleted."""
     _retired: list[float] = field(default_factory=lambda: [0.0, 0.0])
     """Bytes and packets of deleted job rules, kept in the node's total (which only grows)."""
-    """Comment (`node` or `job:<group>`) → class id of the rules in the table."""
 
     @property
     def procs(self) -> str | None:
