@@ -98,7 +98,18 @@ def elastic(
             help="Steps of each measuring ddp.py run (its second half gives the steady steps/s the simulator replays).",
         ),
     ] = 1500,
-    width: Annotated[int, typer.Option(help="ddp.py's hidden width (sets the gradient size).")] = 256,
+    width: Annotated[
+        int, typer.Option(min=8, max=16_384, help="ddp.py's hidden width (sets the gradient size).")
+    ] = 256,
+    batch: Annotated[
+        int,
+        typer.Option(
+            min=4,
+            max=65_536,
+            help="ddp.py's global batch, kept at every size (sets the compute per step: a larger batch "
+            "makes a step's compute large next to its all-reduce, so more replicas can pay).",
+        ),
+    ] = 128,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
     policy_steps: Annotated[
         int,
@@ -130,7 +141,7 @@ def elastic(
             )
     if not names:
         raise typer.BadParameter("give at least one contender", param_hint="--contenders")
-    bench_elastic.run(steps=steps, width=width, out=out, policy_steps=policy_steps, contenders=names)
+    bench_elastic.run(steps=steps, width=width, batch=batch, out=out, policy_steps=policy_steps, contenders=names)
 
 
 @app.command("threads")
