@@ -114,7 +114,9 @@ def test_no_command_prints_a_traceback_for_bad_input(path: list[str], cmd: Any, 
         run(args)
 
 
-@pytest.mark.parametrize("args", [["--batch", "2"], ["--batch", "100000"], ["--width", "0"], ["--contenders", "fixed 3"]])
+@pytest.mark.parametrize(
+    "args", [["--batch", "2"], ["--batch", "100000"], ["--width", "0"], ["--contenders", "fixed 3"]]
+)
 def test_bench_elastic_refuses_sizes_out_of_bounds_before_any_work(args: list[str]) -> None:
     res = CliRunner().invoke(app, ["bench", "elastic", *args])
     assert res.exit_code == 2, res.output
