@@ -78,7 +78,7 @@ def test_ddp_resized_2_1_2_resumes_from_its_checkpoint_each_time(
     stats = tmp_path / "stats-a{attempt}-r{rank}.json"
     raw = {
         "name": "ddp-elastic",
-        "command": ["python", "ddp.py", "--steps", "400", "--width", "64", "--step-sleep", "0.01"],
+        "command": ["python", "ddp.py", "--steps", "900", "--width", "64", "--step-sleep", "0.01"],
         "workdir": str(EXAMPLES),
         "resources": {"cpu": {"min": 0.5}, "replicas": {"min": 1, "max": 2, "global_batch": 64}},
         "checkpoint": {"interval_s": 60},  # only the stops save: each relaunch resumes from its stop
@@ -105,16 +105,27 @@ def test_ddp_resized_2_1_2_resumes_from_its_checkpoint_each_time(
         return {r.replicas for r in pr.rates if r.steps_per_s > 0} if pr else set()
 
     assert wait_for(lambda: measured() == {1, 2}, timeout=30, every=0.2), p.progress(caller, job_id)
+
+    def restart_costs() -> tuple[float, ...]:  # the resize's cost, measured from the job's reports
+        pr = p.progress(caller, job_id)
+        return pr.restart_lost_s if pr else ()
+
+    assert wait_for(lambda: len(restart_costs()) == 1, timeout=30, every=0.2), p.progress(caller, job_id)
+    lost_by_tracker = restart_costs()[0]
     policy.push(Resize(job_id, spread(2), "test: grow"))
     assert wait_for(lambda: job().phase.terminal, timeout=60, every=0.2), job()
 
     final = job()
     assert final.phase == Phase.SUCCEEDED, final.reason
-    assert final.attempt == 3 and final.restarts == 0 and final.step == 399
+    assert final.attempt == 3 and final.restarts == 0 and final.step == 899
     runs = {a: json.loads((tmp_path / f"stats-a{a}-r0.json").read_text()) for a in (1, 2, 3)}
     assert [runs[a]["world"] for a in (1, 2, 3)] == [2, 1, 2]
     assert [runs[a]["batch"] for a in (1, 2, 3)] == [32, 64, 32]  # keep_global: 64 a step at any size
     assert runs[1]["start"] == 0
+    # The plane measured the first resize from the job's reports alone; rank 0's own clock
+    # says how long it really lost (last step of attempt 1 -> first step of attempt 2).
+    lost = runs[2]["t_first"] - runs[1]["t_end"]
+    assert abs(lost_by_tracker - lost) < max(2.0, 0.5 * lost), (lost_by_tracker, lost)
     for a in (2, 3):  # resumed where the stop saved, not from scratch: steps go on, the loss too
         assert runs[a]["start"] == runs[a - 1]["last"] + 1 > 0, runs
         assert runs[a]["first_loss"] < 0.8 * runs[1]["first_loss"], runs

@@ -17,13 +17,14 @@ from sluice.model import (
     JobView,
     NodeHealth,
     NodeView,
+    OracleInfo,
     Phase,
     ProgressSignals,
     ProgressTracker,
     RateSample,
     Resize,
 )
-from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, Speedups
+from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, DEFAULT_RESTART_S, Speedups, restart_s
 from sluice.policy.parts.replicas import ReplicaSizer
 from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
 from sluice.policy.registry import make_policy
@@ -51,6 +52,34 @@ def test_a_restart_is_not_counted_against_the_new_allocation() -> None:
     assert snap.throughput == pytest.approx(16.0)
     rates = {(r.gpus, r.replicas): r.steps_per_s for r in snap.rates}
     assert rates == {(1, 1): pytest.approx(10.0), (2, 2): pytest.approx(16.0)}
+
+
+def test_a_deliberate_restart_is_measured_from_the_reports_around_it() -> None:
+    tr = ProgressTracker()
+    one, two = (0, 1, 1), (0, 2, 2)
+    for t in range(0, 301, 60):  # 10 steps/s
+        tr.report(float(t), 10 * t, None, shape=one, attempt=1)
+    tr.restarting()  # the controller resizes the job
+    # Relaunched; 30 s of the next 60 lost, then 16 steps/s; the job restored the last report's step.
+    tr.report(360.0, 3000 + 30 * 16, None, shape=two, attempt=2)
+    assert tr.snapshot().restart_lost_s == ()  # the new size's rate is not measured yet
+    tr.report(420.0, 3000 + 90 * 16, None, shape=two, attempt=2)
+    assert tr.snapshot().restart_lost_s == (pytest.approx(30.0),)
+    # Restored from an older checkpoint (100 steps behind): those steps are lost as well.
+    tr.restarting()
+    tr.report(480.0, 3000 + 90 * 16 - 100 + 20 * 10, None, shape=one, attempt=3)
+    tr.report(540.0, 3000 + 90 * 16 - 100 + 80 * 10, None, shape=one, attempt=3)
+    assert tr.snapshot().restart_lost_s == (pytest.approx(30.0), pytest.approx(40.0 + 10.0))
+
+
+def test_failures_and_preemptions_are_not_counted_as_restart_costs() -> None:
+    tr = ProgressTracker()
+    for t in range(0, 301, 60):
+        tr.report(float(t), 10 * t, None, shape=(0, 1, 1), attempt=1)
+    # A new attempt nobody marked (a crash, or a preemption that waited in the queue for an hour).
+    tr.report(3900.0, 3000 + 200, None, shape=(0, 1, 1), attempt=2)
+    tr.report(3960.0, 3000 + 800, None, shape=(0, 1, 1), attempt=2)
+    assert tr.snapshot().restart_lost_s == ()
 
 
 def test_rates_are_measured_over_a_recent_window_within_one_allocation() -> None:
@@ -260,6 +289,31 @@ def test_no_resize_before_the_current_size_is_measured_nor_when_it_would_not_pay
     assert ReplicaSizer("sluice").decide(_cpu_view(nearly_done)) == []
     no_room = _cpu_job(1, (rep(1, 10.0),))
     assert ReplicaSizer("sluice").decide(_cpu_view(no_room, cores=1.0)) == []
+
+
+def test_a_measured_restart_cost_replaces_the_assumed_one() -> None:
+    # 150 s left at 10 steps/s; 2 replicas predicted 1.74x: 86 s + 30 s assumed < 150: explore.
+    # With 2000 steps left: 200 s vs 200/1.74*1.05 + 30 = 151 s: explore; measured 80 s: do not.
+    assumed = _cpu_job(1, (rep(1, 10.0),), total=2100)
+    ds = ReplicaSizer("sluice").decide(_cpu_view(assumed))
+    assert len(ds) == 1 and "resize cost 30.0s assumed" in ds[0].reason
+    slow = replace(assumed, progress=replace(assumed.progress, restart_lost_s=(70.0, 80.0, 200.0)))
+    assert ReplicaSizer("sluice").decide(_cpu_view(slow)) == []
+    # A job nearly done for the assumed cost still resizes where its restarts cost 2 s.
+    short = _cpu_job(1, (rep(1, 10.0),), total=500)  # 40 s left
+    assert ReplicaSizer("sluice").decide(_cpu_view(short)) == []
+    quick = replace(short, progress=replace(short.progress, restart_lost_s=(2.0,)))
+    ds = ReplicaSizer("sluice").decide(_cpu_view(quick))
+    assert len(ds) == 1 and "resize cost 2.0s measured" in ds[0].reason
+
+
+def test_restart_cost_is_the_oracle_then_the_median_measured_then_the_default() -> None:
+    j = _cpu_job(1, (rep(1, 10.0),))
+    assert restart_s(j) == DEFAULT_RESTART_S and restart_s(j, 5.0) == 5.0
+    measured = replace(j, progress=replace(j.progress, restart_lost_s=(4.0, 100.0, 6.0, 5.0)))
+    assert restart_s(measured) == pytest.approx(5.5)
+    told = replace(measured, oracle=OracleInfo(remaining_ref_s=10.0, restart_s=12.0))
+    assert restart_s(told) == 12.0
 
 
 def test_the_sluice_policy_resizes_elastic_cpu_jobs() -> None:

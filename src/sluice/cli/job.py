@@ -156,6 +156,8 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
         ]
         if progress is not None and progress.rates:
             rows.append(("measured steps/s", _rates(progress.rates)))
+        if progress is not None and progress.restart_lost_s:
+            rows.append(("resize cost (s)", ", ".join(f"{x:.1f}" for x in progress.restart_lost_s)))
         table(["FIELD", "VALUE"], rows)
 
     emit(job, output, render)

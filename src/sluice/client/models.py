@@ -50,7 +50,9 @@ class Progress(_Open):
     used) pairs; report_history: (time s, step, loss) of each report; throughput: steps per
     second over the recent window (0 when unknown). Histories keep the last 240 points.
     rates: steps/s measured at each allocation shape the job held (gpus, nodes, replicas,
-    steps_per_s, seconds, at), start-up excluded: what learned speed-up curves are fitted from."""
+    steps_per_s, seconds, at), start-up excluded: what learned speed-up curves are fitted from.
+    restart_lost_s: seconds each recent resize or migration cost the job, measured from its
+    reports (what restart-aware policies charge a change; empty before the first)."""
 
     step: int = 0
     loss: float | None = None
@@ -66,6 +68,7 @@ class Progress(_Open):
     usage_history: list[tuple[float, float]] = []
     report_history: list[tuple[float, int, float | None]] = []
     rates: list[dict[str, float]] = []
+    restart_lost_s: list[float] = []
 
 
 class NodeOut(_Open):

@@ -447,12 +447,14 @@ class Controller:
             if intent.kind == StopKind.SUSPEND:
                 self._suspended(job, f"{intent.reason} ({code}, stop took {took:.1f}s)", exit_code=e.exit_code)
             elif intent.kind == StopKind.MIGRATE and intent.target is not None:
+                self._tracker(job).restarting()
                 queued = self._requeue(
                     job, f"stopped for migration after {took:.1f}s ({code})", exit_code=e.exit_code, last_stop_s=took
                 )
                 self._place(queued, intent.target, f"migrate: {intent.reason}", now)
             elif intent.kind == StopKind.RESIZE and intent.target is not None:
                 # Not a failure: `restarts` is untouched, the relaunch resumes from the checkpoint.
+                self._tracker(job).restarting()
                 queued = self._requeue(
                     job, f"stopped for resize after {took:.1f}s ({code})", exit_code=e.exit_code, last_stop_s=took
                 )
@@ -656,6 +658,8 @@ class Controller:
         old = job.allocation.describe()
         if not self._engine_call(job, "resize", lambda: self.engine.resize(job.id, job.attempt, d.allocation)):
             return
+        if alloc_shape(d.allocation) != alloc_shape(job.allocation):
+            self._tracker(job).restarting()  # GPUs or nodes changed in place: the job pays a restart
         self.book.update(
             job.id,
             "resize",

@@ -23,6 +23,14 @@ RATE_WINDOW_S = 300.0
 """Recent span a rate is measured over, within one allocation: long enough to average out
 report jitter, short enough to follow a job whose speed changes as it trains."""
 
+RESTARTS_KEPT = 8
+"""Deliberate restarts (resizes, migrations) whose measured cost a job's signals keep."""
+
+RESTART_RATE_SPAN_S = 5.0
+"""A restart's cost is settled at the first report that measures the new allocation over at
+least this long: the rate right after the restart, not a later one that has drifted with
+training, is what the steps made across the gap are timed at."""
+
 AllocShape = tuple[int, int, int]
 """What a job held while a rate was measured: (GPUs, nodes, replicas)."""
 
@@ -66,6 +74,15 @@ class ProgressSignals:
                    series behind the others, for people (`sluice job plot`), not policies.
     rates:         measured steps/s at each allocation shape the job has held (RateSample),
                    what learned speedup models are fitted from.
+    restart_lost_s: seconds of progress each of the job's recent deliberate restarts (a
+                   resize or migration the controller carried out) cost it, measured from
+                   its reports: the wall time from the last report before the restart to the
+                   first after it, less the time the steps made in between take at the new
+                   allocation's measured rate (steps redone after restoring an older
+                   checkpoint count as lost). Oldest first; a restart shows up once the new
+                   allocation has been measured over RESTART_RATE_SPAN_S, and that first rate
+                   is the one used. What restart-aware policies charge a change instead of
+                   an assumed constant.
     """
 
     step: int = 0
@@ -82,6 +99,7 @@ class ProgressSignals:
     usage_history: tuple[tuple[float, float], ...] = ()
     report_history: tuple[tuple[float, int, float | None], ...] = ()
     rates: tuple[RateSample, ...] = ()
+    restart_lost_s: tuple[float, ...] = ()
 
     def mean_loss_between(self, t0: float, t1: float) -> float | None:
         """Mean normalised loss of reports with t0 < t <= t1 (None if none)."""
@@ -118,6 +136,10 @@ class ProgressTracker:
     _segment: tuple[AllocShape, int] | None = None
     _seg_points: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=64))
     _rates: dict[AllocShape, RateSample] = field(default_factory=dict)
+    _last_point: tuple[float, int] | None = None
+    _restart_pending: bool = False
+    _gap: tuple[float, int, float, int] | None = None
+    _restarts: deque[float] = field(default_factory=lambda: deque(maxlen=RESTARTS_KEPT))
 
     def report(
         self,
@@ -134,6 +156,7 @@ class ProgressTracker:
         self._snapshot = None
         if shape is not None:
             self._measure(time, int(step), shape, attempt)
+            self._last_point = (time, int(step))
         if self.first_report is None:
             self.first_report = time
         self.last_report = time
@@ -149,8 +172,22 @@ class ProgressTracker:
             self.best_loss = loss if self.best_loss is None else min(self.best_loss, loss)
         self._raw.append((time, int(step), loss if loss is not None and math.isfinite(loss) else None))
 
+    def restarting(self) -> None:
+        """The controller is restarting the job on purpose (a resize or a migration): the
+        gap between its last report and the first one of the next segment is a restart's
+        cost, to be measured (`restart_lost_s`). Failures and preemptions are not marked:
+        their gaps hold crash detection or time in the queue, not what a change costs."""
+        self._snapshot = None
+        self._restart_pending = True
+
     def _measure(self, time: float, step: int, shape: AllocShape, attempt: int) -> None:
         if self._segment != (shape, attempt):
+            # A restart's gap: (t0, s0) the report before it, (t1, s1) the first after it. A
+            # gap left unsettled by an earlier segment is dropped with it.
+            self._gap = None
+            if self._restart_pending and self._last_point is not None:
+                self._gap = (*self._last_point, time, step)
+            self._restart_pending = False
             self._segment = (shape, attempt)
             self._seg_points.clear()
             self._seg_points.append((time, step))
@@ -171,6 +208,10 @@ class ProgressTracker:
         self._rates[shape] = RateSample(shape[0], shape[1], shape[2], rate, span, time)
         while len(self._rates) > RATE_SHAPES:
             del self._rates[next(iter(self._rates))]
+        if self._gap is not None and rate > 0 and span >= RESTART_RATE_SPAN_S:
+            t0, s0, t1, s1 = self._gap
+            self._restarts.append(max(0.0, (t1 - t0) - (s1 - s0) / rate))
+            self._gap = None
 
     def _segment_rate(self) -> float | None:
         """The current allocation's measured rate; right after a change, before the new shape
@@ -229,6 +270,7 @@ class ProgressTracker:
             usage_history=tuple(self._usage),
             report_history=tuple(self._raw),
             rates=tuple(self._rates.values()),
+            restart_lost_s=tuple(self._restarts),
         )
         return self._snapshot
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from sluice.model import ClusterView, JobView, Phase, Resize
 from sluice.policy.parts.capacity import Ledger
-from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, DEFAULT_RESTART_S
+from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, DEFAULT_RESTART_S, restart_measured, restart_s
 from sluice.policy.parts.gpu import uses_gpus
 from sluice.policy.parts.ordering import ready
 from sluice.policy.parts.speedup import LearnedCurve
@@ -155,12 +155,13 @@ class ReplicaSizer:
         left_now = steps_left / now_rate if steps_left is not None else max(DEFAULT_REMAINING_S, j.attained_service)
         work = left_now * now_rate  # steps left, or as many as an unknown job is assumed to need
         best, best_t, best_alloc = n, left_now, None
+        cost = restart_s(j, self.restart_s)
         units.credit(j.allocation)
         for k in range(j.replicas_min, curves.most(j) + 1):
             rate = curve.rate(k)
             if k == n or not rate:
                 continue
-            t = work / rate * (1.0 + self.change_margin) + self.restart_s
+            t = work / rate * (1.0 + self.change_margin) + cost
             if t >= best_t:
                 continue
             alloc = units.take(j, k)
@@ -174,5 +175,5 @@ class ReplicaSizer:
             j.id,
             best_alloc,
             f"{self.name}: {n} -> {best} replicas: ~{best_t:.0f}s left instead of ~{left_now:.0f}s "
-            f"({curves.measured(j)}; resize cost {self.restart_s:.0f}s counted)",
+            f"({curves.measured(j)}; resize cost {cost:.1f}s {'measured' if restart_measured(j) else 'assumed'})",
         )
