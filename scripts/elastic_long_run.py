@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from sluice.bench.elastic import Sizer, _submit, _wait, embedded_plane, steady_steps_s
+from sluice.bench.elastic import Sizer, embedded_plane, steady_steps_s, submit_ddp, wait_job
 from sluice.policy.registry import make_policy
 
 
@@ -52,8 +52,8 @@ def through_plane(steps: int, how: str) -> None:
                 plane.controller.policy = Sizer(1, 0.5) if how == "fixed" else make_policy(how)
             me = psutil.Process()
             c0, t0 = me.cpu_times(), time.time()
-            job_id = _submit(plane, Path(tmp), steps, 256, 128, 0.5, 2)
-            job = _wait(plane, job_id, lambda j: j.phase.terminal, 3600, "the end")
+            job_id = submit_ddp(plane, Path(tmp), steps, 256, 128, 0.5, 2)
+            job = wait_job(plane, job_id, lambda j: j.phase.terminal, 3600, "the end")
             c1, t1 = me.cpu_times(), time.time()
             plane_cpu = (c1.user + c1.system) - (c0.user + c0.system)
             print(f"{how}: {job.phase}, {job.attempt} attempt(s); plane CPU {plane_cpu:.1f} s over {t1 - t0:.1f} s")

@@ -145,7 +145,8 @@ def _job(plane: ControlPlane, job_id: str) -> JobRecord:
     return plane.get_job(plane.store.get_tenant("default"), job_id)  # type: ignore[arg-type]
 
 
-def _wait(plane: ControlPlane, job_id: str, ok: Any, timeout: float, what: str) -> JobRecord:
+def wait_job(plane: ControlPlane, job_id: str, ok: Any, timeout: float, what: str) -> JobRecord:
+    """Poll the job book until `ok(job)`; a job that ends first, or a timeout, raises with `what`."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         job = _job(plane, job_id)
@@ -157,7 +158,9 @@ def _wait(plane: ControlPlane, job_id: str, ok: Any, timeout: float, what: str) 
     raise TimeoutError(f"job {job_id}: no {what} within {timeout:g}s")
 
 
-def _submit(plane: ControlPlane, stats: Path, steps: int, width: int, batch: int, cpu: float, most: int) -> str:
+def submit_ddp(plane: ControlPlane, stats: Path, steps: int, width: int, batch: int, cpu: float, most: int) -> str:
+    """Submit examples/ddp.py as the default tenant (replicas 1..`most`, keep_global batch),
+    its per-attempt, per-rank stats files in `stats`; checkpoints only on a resize's stop."""
     raw = {
         "name": "bench-elastic",
         "command": ["python", str(DDP), "--steps", str(steps), "--width", str(width), "--batch", str(batch)],
@@ -231,8 +234,8 @@ def run(
                 folder.mkdir()
                 with plane.controller.lock:
                     plane.controller.policy = Sizer(n, cpu)
-                job_id = _submit(plane, folder, steps, width, batch, cpu, most)
-                job = _wait(plane, job_id, lambda j: j.phase.terminal, timeout_s, "the end")
+                job_id = submit_ddp(plane, folder, steps, width, batch, cpu, most)
+                job = wait_job(plane, job_id, lambda j: j.phase.terminal, timeout_s, "the end")
                 if job.phase != Phase.SUCCEEDED:
                     raise RuntimeError(f"ddp.py at {n} replicas ended {job.phase}: {job.reason}")
                 s = _stats(folder, 1)
@@ -245,14 +248,16 @@ def run(
             sizer = Sizer(2, cpu)
             with plane.controller.lock:
                 plane.controller.policy = sizer
-            job_id = _submit(plane, folder, steps, width, batch, cpu, most)
+            job_id = submit_ddp(plane, folder, steps, width, batch, cpu, most)
             for attempt, to in ((1, 1), (2, 2)):
                 third = steps // 3 * attempt
-                _wait(plane, job_id, lambda j, a=attempt, t=third: j.attempt == a and j.step >= t, timeout_s, "steps")
+                wait_job(
+                    plane, job_id, lambda j, a=attempt, t=third: j.attempt == a and j.step >= t, timeout_s, "steps"
+                )
                 sizer.push(Resize(job_id, sizer.allocation(to, sorted(plane.controller.node_names())), "bench"))
-                job = _wait(plane, job_id, lambda j, a=attempt: j.attempt > a, timeout_s, "the relaunch")
+                job = wait_job(plane, job_id, lambda j, a=attempt: j.attempt > a, timeout_s, "the relaunch")
                 costs.append(ResizeCost(f"{3 - to} → {to}", 0.0, job.last_stop_s or 0.0))
-            job = _wait(plane, job_id, lambda j: j.phase.terminal, timeout_s, "the end")
+            job = wait_job(plane, job_id, lambda j: j.phase.terminal, timeout_s, "the end")
             if job.phase != Phase.SUCCEEDED:
                 raise RuntimeError(f"the resized job ended {job.phase}: {job.reason}")
             for i, cost in enumerate(costs):
@@ -313,8 +318,8 @@ def _policies(
         folder.mkdir()
         with plane.controller.lock:
             plane.controller.policy = _contender(how, cpu)
-        job_id = _submit(plane, folder, steps, width, batch, cpu, 2)
-        job = _wait(plane, job_id, lambda j: j.phase.terminal, timeout_s * 4, "the end")
+        job_id = submit_ddp(plane, folder, steps, width, batch, cpu, 2)
+        job = wait_job(plane, job_id, lambda j: j.phase.terminal, timeout_s * 4, "the end")
         if job.phase != Phase.SUCCEEDED:
             raise RuntimeError(f"ddp.py ({how}) ended {job.phase}: {job.reason}")
         resized = tuple(e.message for e in plane.why(caller, job_id) if "resized" in e.message)  # type: ignore[arg-type]
