@@ -10,6 +10,7 @@ truth) are they exact; that gives upper bounds, not results a real cluster could
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 
 from sluice.model import Allocation, Assignment, ClusterView, Decision, JobView, Phase, Place, Preempt, Resize, Wait
@@ -25,7 +26,7 @@ DEFAULT_RESTART_S = 30.0
 """What a restart (or change of GPUs) is assumed to cost a job until one of its own restarts
 has been measured (`ProgressSignals.restart_lost_s`): checkpoint, relaunch, restore. The
 simulator's GPU jobs charge exactly this much; a CPU data-parallel job on the local engine
-loses about 3-6 s (`sluice bench elastic`)."""
+loses about 2-6 s (`sluice bench elastic`)."""
 
 SCALING_EXPONENT = PRIOR_EXPONENT
 """The prior goodput model where a job has not been measured (see `speedup.LearnedCurve`)."""
@@ -129,16 +130,14 @@ def restart_s(job: JobView, default: float = DEFAULT_RESTART_S) -> float:
     (robust to one restart that waited on something else); else `default`, assumed."""
     if job.oracle is not None and job.oracle.restart_s is not None:
         return job.oracle.restart_s
-    return restart_measured(job) or default
+    measured = restart_measured(job)
+    return default if measured is None else measured
 
 
 def restart_measured(job: JobView) -> float | None:
     """The median measured cost of the job's recent deliberate restarts; None before any."""
-    lost = sorted(job.progress.restart_lost_s)
-    if not lost:
-        return None
-    mid = len(lost) // 2
-    return lost[mid] if len(lost) % 2 else (lost[mid - 1] + lost[mid]) / 2
+    lost = job.progress.restart_lost_s
+    return statistics.median(lost) if lost else None
 
 
 def apply_targets(

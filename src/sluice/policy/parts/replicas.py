@@ -156,6 +156,7 @@ class ReplicaSizer:
         work = left_now * now_rate  # steps left, or as many as an unknown job is assumed to need
         best, best_t, best_alloc = n, left_now, None
         cost = restart_s(j, self.restart_s)
+        how = "assumed" if restart_measured(j) is None else "measured"
         units.credit(j.allocation)
         for k in range(j.replicas_min, curves.most(j) + 1):
             rate = curve.rate(k)
@@ -175,5 +176,5 @@ class ReplicaSizer:
             j.id,
             best_alloc,
             f"{self.name}: {n} -> {best} replicas: ~{best_t:.0f}s left instead of ~{left_now:.0f}s "
-            f"({curves.measured(j)}; resize cost {cost:.1f}s {'measured' if restart_measured(j) else 'assumed'})",
+            f"({curves.measured(j)}; resize cost {cost:.1f}s {how})",
         )
