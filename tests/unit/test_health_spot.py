@@ -57,15 +57,46 @@ def test_ceiling_bounds_a_heavy_tailed_fit_so_faults_still_alarm() -> None:
     assert restored.ceiling == 10.0 and restored.threshold == pytest.approx(bounded.threshold)
 
 
-def test_monitor_spot_keeps_short_calibration_thresholds_between_floor_and_ceiling() -> None:
-    from sluice.health.monitor import CEILING_SPREADS, _spot
+@pytest.mark.parametrize("n", [12, 400, 2000])
+def test_monitor_spot_keeps_thresholds_between_floor_and_ceiling_whatever_the_calibration_length(n: int) -> None:
+    from sluice.health.monitor import CEILING_SPREADS, MIN_SPREAD_NATS, _spot
 
     rng = np.random.default_rng(4)
-    for _ in range(50):
-        cal = np.concatenate([rng.normal(-1.0, 0.05, 12), rng.pareto(0.3, 2)])
-        spot = _spot(1e-4, cal)
+    for _ in range(20):
+        cal = np.concatenate([rng.normal(-1.0, 3.0, n), rng.pareto(0.3, max(2, n // 50))])
+        spot = _spot(1e-3, cal)
         top, mid = float(cal.max()), float(np.median(cal))
-        assert top + (top - mid) - 1e-9 <= spot.threshold <= top + CEILING_SPREADS * (top - mid) + 1e-9
+        spread = max(top - mid, MIN_SPREAD_NATS)
+        assert top + spread - 1e-9 <= spot.threshold <= top + CEILING_SPREADS * spread + 1e-9
+
+
+def test_monitor_spot_threshold_cannot_run_away_on_a_fault_it_would_have_learned() -> None:
+    """The seed-3 campaign's miss: a long calibration with a few high healthy scores let SPOT
+    extrapolate a threshold above a fault's scores; streaming SPOT then learned the fault's
+    scores as peaks and the threshold climbed without end. Bounded on every calibration, the
+    fault's scores are alarms from the first, and alarms are never learned."""
+    from sluice.health.monitor import _spot
+
+    rng = np.random.default_rng(7)
+    cal = np.concatenate([rng.normal(-7.0, 0.5, 400), [12.0, 20.0, 25.0, 31.0, 39.0]])
+    unbounded = Spot(q=1e-3, level=0.98).fit(cal)
+    spot = _spot(1e-3, cal)
+    fault = rng.uniform(1000.0, 5000.0, 90)
+    assert unbounded.threshold > 1000.0  # the GPD extrapolation: a fault scoring 1,000 is "healthy"
+    assert all(spot.step(float(x)) for x in fault)
+    assert spot.threshold < 1000.0
+
+
+def test_monitor_spot_idle_node_threshold_tolerates_tiny_deviations() -> None:
+    """A node idle during learning scores every window alike; a threshold a hundredth of a
+    nat over them would alarm on a 0.3 % I/O stall."""
+    from sluice.health.monitor import MIN_SPREAD_NATS, _spot
+
+    cal = -9.06 + np.random.default_rng(1).normal(0.0, 0.005, 90)
+    spot = _spot(1e-3, cal)
+    assert spot.threshold >= cal.max() + MIN_SPREAD_NATS - 1e-9
+    assert spot.step(-8.5) is False
+    assert spot.step(600.0) is True
 
 
 def test_drift_aware_spot_follows_a_drifting_level_and_still_flags_jumps() -> None:

@@ -130,6 +130,9 @@ class _Campaign:
             latest = dict(zip(tr.keys or [], (float(v) for v in tr.rows[-1]), strict=False)) if tr.rows else {}
             row[node] = {
                 **{k: st[k] for k in ("health", "score", "threshold", "alarms", "held", "fits", "trained_on")},
+                # Seconds of scheduling-change grace left after the newest sample, so that
+                # `sluice bench health --replay` can hold the alarms the live monitor held.
+                "grace_s": round(max(0.0, tr.grace_until - tr.last_time), 1),
                 "kpis": {k: round(v, 2) for k, v in latest.items() if k.startswith(("node_", "peer_"))},
             }
         return row

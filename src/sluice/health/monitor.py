@@ -212,6 +212,8 @@ class NodeTrack:
     fits: int = 0
     grace_until: float = float("-inf")
     """The end of the latest scheduling change's grace."""
+    last_time: float = float("-inf")
+    """Time of the newest sample scored."""
     explained_until: float = float("-inf")
     """The current run of alarms is held until this time: the grace of the changes made
     before the run began (changes made during it explain nothing)."""
@@ -346,6 +348,7 @@ class HealthMonitor:
         `_settle`, after every sample of a round is in (settle=False defers it), so when
         several nodes qualify at once the sickest is cordoned first."""
         tr = self._track(e.node)
+        tr.last_time = e.time
         self._sync(tr, current, e.time)
         if tr.keys is None:
             skip = (*NOT_MODELLED, *self.config.ignore)
@@ -560,21 +563,38 @@ def explain(
 
 
 CEILING_SPREADS = 10.0
-"""On a short calibration the threshold stays below the largest healthy score plus this many
-times its distance from the median (see `_spot`)."""
+"""The threshold stays below the largest healthy calibration score plus this many spreads
+(see `_spot`)."""
+
+MIN_SPREAD_NATS = 5.0
+"""The smallest spread `_spot` allows (nats of window negative log-likelihood): a window
+e^5 ≈ 150 times less likely than the least likely healthy one is the least a threshold asks.
+Why a bound: a node that sat idle while its model learned scores every healthy window alike,
+so the largest and median calibration scores differ by hundredths, and a 0.3 % I/O stall put
+its score 0.1 nats over such a threshold (seed-3 campaign: node-1 went Suspect on that, and
+only the cordon cap kept it in service). Healthy scores there never passed their threshold
+by more than 4.5 nats; a fault's scores sat 670 or more above it."""
 
 
 def _spot(q: float, calibration: np.ndarray) -> Spot:
-    """SPOT on the held-out healthy scores. A few minutes of samples give too few scores to
-    fit a tail, so with fewer than 200 the threshold is kept between the largest healthy
-    score plus its distance from the median (no healthy score seen comes near it) and that
-    score plus `CEILING_SPREADS` such distances. The ceiling matters: a dozen scores from a
-    calm node can fit a GPD so heavy-tailed that the extrapolated threshold is 1e20 (seen in
-    the e2e test), and SPOT then takes a real fault's scores as healthy peaks and learns them."""
+    """SPOT on the held-out healthy scores, kept between the largest healthy score plus one
+    spread and that score plus `CEILING_SPREADS` spreads, where the spread is the largest
+    score's distance from the median (at least `MIN_SPREAD_NATS`).
+
+    Why bounds on every calibration, long ones included: extrapolating a GPD to q = 1e-3
+    from a few hundred scores (a handful of excesses) can put the threshold anywhere. A
+    dozen scores from a calm node gave 1e20 (the e2e test); in the seed-3 campaign a refit
+    on 1,186 healthy samples (411 calibration scores, −8.3 … 39) gave 3,797, above every
+    fault score of the run, and streaming SPOT then took a CPU fault's scores (1,000-5,000)
+    for healthy peaks and learned them, until its threshold reached 2.8e13 and the node's
+    next two faults went unseen. Under the ceiling a fault's scores stay alarms, and alarms
+    are never learned, so the threshold cannot run away. The floor keeps a healthy score
+    seen in calibration from ever alarming."""
     spot = Spot(q=q, level=_level(len(calibration)))
-    if 0 < len(calibration) < 200:
-        top, mid = float(np.max(calibration)), float(np.median(calibration))
-        spread = max(top - mid, 1e-3)
+    finite = calibration[np.isfinite(calibration)]
+    if len(finite) > 0:
+        top, mid = float(np.max(finite)), float(np.median(finite))
+        spread = max(top - mid, MIN_SPREAD_NATS)
         spot.floor = top + spread
         spot.ceiling = top + CEILING_SPREADS * spread
     return spot.fit(calibration)
