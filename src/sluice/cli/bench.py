@@ -263,10 +263,37 @@ def health(
             "after, test_label 1 while a fault ran on that node), readable by `sluice health eval DIR`."
         ),
     ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(
+            help="Instead: feed a campaign's recorded X.trace.jsonl (from --campaign --out X.json) through today's "
+            "health monitor, offline, and report per fault the cordon delay next to the live one's, and every "
+            "false cordon. Reads X.json beside it for each fault's node and kind.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
     from sluice.bench import health as bench_health
 
+    if replay is not None:
+        if campaign or record is not None:
+            typer.echo("error: --replay: replays a recorded campaign; not with --campaign or --record", err=True)
+            raise typer.Exit(2)
+        from rich.console import Console
+
+        from sluice.bench.health_replay import replay as run_replay
+        from sluice.bench.health_replay import report as replay_report
+
+        try:
+            replayed = run_replay(replay)
+        except (ValueError, KeyError, TypeError) as err:
+            typer.echo(f"error: --replay: {replay} is not a campaign trace ({type(err).__name__}: {err})", err=True)
+            raise typer.Exit(2) from err
+        replay_report(Console(soft_wrap=True), replayed)
+        return
     if campaign:
         from sluice.bench.health_campaign import campaign as run_campaign
 

@@ -269,7 +269,7 @@ class HealthMonitor:
                 self.score(e, None if nv is None else nv.health, settle=False)
                 last = e.time
         if last is not None:
-            self._settle(last)
+            self.settle(last)
         return self.decisions()
 
     def decisions(self) -> list[SetNodeHealth]:
@@ -345,7 +345,7 @@ class HealthMonitor:
     def score(self, e: NodeKPIs, current: NodeHealth | None = None, settle: bool = True) -> Transition | None:
         """Score one sample. `current`: the node's health as the controller has it now, so an
         operator's cordon/uncordon made elsewhere is honoured. Cordons are decided in
-        `_settle`, after every sample of a round is in (settle=False defers it), so when
+        `settle`, after every sample of a round is in (settle=False defers it), so when
         several nodes qualify at once the sickest is cordoned first."""
         tr = self._track(e.node)
         tr.last_time = e.time
@@ -389,11 +389,13 @@ class HealthMonitor:
         if t is not None:
             self._apply(t)
         if settle:
-            t = self._settle(e.time).get(e.node, t)
+            t = self.settle(e.time).get(e.node, t)
         return t
 
-    def _settle(self, now: float) -> dict[str, Transition]:
-        """Cordon qualifying nodes, sickest (highest recent score/threshold) first, within the cap."""
+    def settle(self, now: float) -> dict[str, Transition]:
+        """Cordon qualifying nodes, sickest (highest recent score/threshold) first, within the
+        cap. `observe` calls it once a round; a caller feeding `score(settle=False)` by hand
+        (a replay) calls it after each round's samples."""
         done: dict[str, Transition] = {}
         ready = [(n, tr) for n, tr in self.nodes.items() if tr.machine.qualifies()]
         ready.sort(key=lambda kv: -float(np.mean(kv[1].severity)) if kv[1].severity else 0.0)
