@@ -138,3 +138,14 @@ def test_campaign_traces_are_read_by_health_eval(tmp_path: Path) -> None:
     with np.load(files[1]) as d:
         assert d["kpis"].tolist() == keys
     assert KpiRecorder().write(tmp_path / "none", []) == []
+
+
+def test_eval_with_the_graph_encoder_and_a_refused_unknown_one(tmp_path: Path) -> None:
+    write_entity(tmp_path, "srv-1", 0)
+    out = tmp_path / "rows.json"
+    args = ["health", "eval", str(tmp_path), "--epochs", "3", "--no-baselines", "--json", str(out)]
+    res = CliRunner().invoke(app, [*args, "--encoder", "graph"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["mean"]["sluice-flow"]["auroc"] > 0.9
+    res = CliRunner().invoke(app, [*args, "--encoder", "lstm"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "--encoder" in res.output and "'lstm'" in res.output

@@ -137,3 +137,30 @@ def test_scaler_absolute_floor_keeps_tick_jitter_small() -> None:
     assert float(loose.transform(wobble)[0, 0]) > 5.0
     assert float(floored.transform(wobble)[0, 0]) < 2.0
     assert float(floored.transform(np.array([[98.0]], np.float32))[0, 0]) == floored.clip  # a storm still saturates
+
+
+@pytest.fixture(scope="module")
+def graph_fitted() -> FlowDetector:
+    det = FlowDetector(DetectorConfig(**{**SMALL.__dict__, "encoder": "graph", "epochs": 40}))
+    det.fit(healthy(800, 0), KPIS)
+    return det
+
+
+def test_graph_encoder_scores_a_broken_relation_between_kpis_higher(graph_fitted: FlowDetector, tmp_path: Path) -> None:
+    """net normally follows cpu's cycle; for 40 steps it holds still at its mean, every value
+    within its healthy range: only the relation between the two is off."""
+    assert graph_fitted.net is not None and graph_fitted.net.graph is not None
+    test = healthy(400, 1)
+    test[200:240, 3] = 0.3
+    s = graph_fitted.score(test)
+    assert np.median(s[210:240]) > np.quantile(np.r_[s[:190], s[250:]], 0.99)
+    path = tmp_path / "graph.pt"
+    graph_fitted.save(path)
+    back = FlowDetector.load(path)
+    assert back.config.encoder == "graph"
+    assert np.allclose(back.score(test), s, atol=1e-5)
+
+
+def test_config_rejects_an_unknown_encoder() -> None:
+    with pytest.raises(ValueError, match="encoder"):
+        DetectorConfig(encoder="transformer")

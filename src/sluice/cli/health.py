@@ -40,6 +40,13 @@ def eval_cmd(
     baselines: Annotated[bool, typer.Option(help="Also run PCA, Isolation Forest and an autoencoder.")] = True,
     epochs: Annotated[int, typer.Option(min=1, help="Training epochs of the flow detector.")] = 12,
     max_train_s: Annotated[float, typer.Option(min=1, help="Cap on the flow's training seconds per entity.")] = 100.0,
+    encoder: Annotated[
+        str,
+        typer.Option(
+            help="The flow's history encoder: 'gru' (one GRU over the KPI vectors) or 'graph' (a GRU per KPI, "
+            "then attention between KPIs: a dynamic graph per window)."
+        ),
+    ] = "gru",
     q: Annotated[
         float | None, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability [1e-3].")
     ] = None,
@@ -72,11 +79,14 @@ def eval_cmd(
     Point-adjusted F1 (PA) is inflated — a segment counts as found if one point is flagged —
     so read it beside the point-wise F1, PA%K and AUPRC.
     """
-    from sluice.health.detector import DetectorConfig
+    from sluice.health.detector import ENCODERS, DetectorConfig
     from sluice.health.evaluation import METRICS, DatasetError, average, contenders, evaluate_entity, load_folder
 
     console = Console()
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
+    if encoder not in ENCODERS:
+        console.print(f"[red]error:[/red] --encoder: {encoder!r} is not one of {', '.join(ENCODERS)}")
+        raise typer.Exit(2)
     if protocol not in ("fixed", "leave-servers-out"):
         console.print(f"[red]error:[/red] --protocol: {protocol!r} is not 'fixed' or 'leave-servers-out'")
         raise typer.Exit(2)
@@ -96,7 +106,7 @@ def eval_cmd(
             folder,
             only,
             baselines,
-            DetectorConfig(epochs=epochs, max_train_s=max_train_s),
+            DetectorConfig(epochs=epochs, max_train_s=max_train_s, encoder=encoder),
             folds or 3,
             cache,
             json_out,
@@ -111,6 +121,7 @@ def eval_cmd(
         DetectorConfig(
             epochs=epochs,
             max_train_s=max_train_s,
+            encoder=encoder,
             smooth=5 if smooth is None else smooth,
             decay=0.7 if decay is None else decay,
         ),

@@ -27,6 +27,11 @@ class DetectorConfig:
     """Knobs of the flow detector (defaults tuned on ASD, see docs/health.md).
 
     history:   steps the encoder reads before the modelled window.
+    encoder:   what summarises the history into the flow's context. "gru": one GRU over
+               the window's KPI vectors. "graph": each KPI's own series through a shared
+               GRU, then one round of attention between the KPIs (a dynamic graph learned
+               per window, after GANF/MTGFlow), so the context says which KPIs moved
+               together and which moved alone.
     target:    steps in the modelled window (its density is over target*K values).
     hidden:    GRU state size and flow hidden-layer width.
     transforms: coupling layers in the RealNVP.
@@ -49,6 +54,7 @@ class DetectorConfig:
     """
 
     history: int = 16
+    encoder: str = "gru"
     target: int = 1
     hidden: int = 64
     transforms: int = 4
@@ -77,23 +83,60 @@ class DetectorConfig:
             raise ValueError(f"decay: {self.decay} must be within [0, 1]")
         if self.smooth < 1:
             raise ValueError(f"smooth: {self.smooth} must be at least 1 window")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder: {self.encoder!r} is not one of {', '.join(ENCODERS)}")
+
+
+ENCODERS = ("gru", "graph")
+
+
+class _GraphEncoder(nn.Module):
+    """Per-KPI temporal summaries that attend to each other: a shared GRU reads each KPI's
+    own history (plus a learned embedding naming the KPI), self-attention over the K
+    summaries gives a K×K weighting for this window (the dynamic graph), and each KPI's
+    summary gets its neighbours' messages added. The flattened result is projected to
+    `hidden`. Why: a fault often shows as KPIs that usually move together parting ways
+    (CPU busy with no I/O behind it), which a joint GRU state need not keep apart."""
+
+    def __init__(self, k: int, hidden: int) -> None:
+        super().__init__()
+        d = max(8, hidden // 4)
+        self.k, self.d = k, d
+        self.series = nn.GRU(1, d, batch_first=True)
+        self.name = nn.Parameter(torch.zeros(k, d))
+        self.query, self.key, self.value = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.out = nn.Linear(k * d, hidden)
+
+    def forward(self, hist: torch.Tensor) -> torch.Tensor:
+        b, h, k = hist.shape
+        _, last = self.series(hist.permute(0, 2, 1).reshape(b * k, h, 1))
+        z = last[-1].reshape(b, k, self.d) + self.name
+        weights = torch.softmax(self.query(z) @ self.key(z).transpose(1, 2) / self.d**0.5, dim=-1)
+        z = self.norm(z + weights @ self.value(z))
+        return torch.relu(self.out(z.reshape(b, k * self.d)))
 
 
 class _Net(nn.Module):
     def __init__(self, k: int, cfg: DetectorConfig) -> None:
         super().__init__()
         self.k = k
-        self.encoder = nn.GRU(k, cfg.hidden, batch_first=True)
+        self.graph = _GraphEncoder(k, cfg.hidden) if cfg.encoder == "graph" else None
+        self.encoder = None if self.graph is not None else nn.GRU(k, cfg.hidden, batch_first=True)
         ctx = cfg.hidden + k
         self.flow = zuko.flows.RealNVP(
             k * cfg.target, context=ctx, transforms=cfg.transforms, hidden_features=(cfg.hidden, cfg.hidden)
         )
 
     def context(self, hist: torch.Tensor) -> torch.Tensor:
-        _, h = self.encoder(hist)
-        # The last observation goes in next to the GRU summary: "what came just before" is the
-        # strongest single predictor of a KPI, and the GRU need not learn to carry it.
-        return torch.cat([h[-1], hist[:, -1]], dim=1)
+        if self.graph is not None:
+            summary = self.graph(hist)
+        else:
+            assert self.encoder is not None
+            summary = self.encoder(hist)[1][-1]
+        # The last observation goes in next to the summary: "what came just before" is the
+        # strongest single predictor of a KPI, and the encoder need not learn to carry it.
+        return torch.cat([summary, hist[:, -1]], dim=1)
 
     def nll(self, hist: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         return -self.flow(self.context(hist)).log_prob(tgt)

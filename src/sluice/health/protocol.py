@@ -60,6 +60,8 @@ def _flow_config_key(cfg: DetectorConfig) -> dict[str, object]:
     d = asdict(cfg)
     for k in ("smooth", "decay", "threads"):
         d.pop(k)
+    if d["encoder"] == "gru":
+        d.pop("encoder")  # the key of every model cached before there was a choice
     return d
 
 
