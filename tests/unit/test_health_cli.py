@@ -149,3 +149,5 @@ def test_eval_with_the_graph_encoder_and_a_refused_unknown_one(tmp_path: Path) -
     assert json.loads(out.read_text())["mean"]["sluice-flow"]["auroc"] > 0.9
     res = CliRunner().invoke(app, [*args, "--encoder", "lstm"], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "--encoder" in res.output and "'lstm'" in res.output
+    res = CliRunner().invoke(app, [*args, "--seed", "-1"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2 and "--seed" in res.output

@@ -47,6 +47,9 @@ def eval_cmd(
             "then attention between KPIs: a dynamic graph per window)."
         ),
     ] = "gru",
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**31 - 1, help="Seed of the flow's initialisation and batch order [0].")
+    ] = 0,
     q: Annotated[
         float | None, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability [1e-3].")
     ] = None,
@@ -106,7 +109,7 @@ def eval_cmd(
             folder,
             only,
             baselines,
-            DetectorConfig(epochs=epochs, max_train_s=max_train_s, encoder=encoder),
+            DetectorConfig(epochs=epochs, max_train_s=max_train_s, encoder=encoder, seed=seed),
             folds or 3,
             cache,
             json_out,
@@ -122,6 +125,7 @@ def eval_cmd(
             epochs=epochs,
             max_train_s=max_train_s,
             encoder=encoder,
+            seed=seed,
             smooth=5 if smooth is None else smooth,
             decay=0.7 if decay is None else decay,
         ),
