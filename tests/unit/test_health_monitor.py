@@ -215,6 +215,25 @@ def test_alarms_during_the_grace_are_held_and_a_fault_that_outlasts_it_is_cordon
     assert [c[1] for c in ctl.calls] == [NodeHealth.SUSPECT, NodeHealth.CORDONED]
 
 
+def test_held_alarms_are_not_learned_as_healthy_history() -> None:
+    """A grace excuses a sample from counting towards a cordon, not from being abnormal: the
+    samples it holds must not reach the node's next model (seed-4 campaign: a refit on held
+    samples came with a threshold of 2,808)."""
+    cfg = config(None)
+    cfg.change_grace_s = 60.0
+    mon = make(FakeController(), cfg)
+    rng = np.random.default_rng(7)
+    feed(mon, rng, 0, 240)
+    assert mon.wait_ready()
+    tr = mon.nodes["node-1"]
+    kept, fresh = len(tr.healthy), tr.fresh
+    mon.note_change("node-1", 300.0, "jobs placed or removed")
+    feed(mon, rng, 300, 20, fault=True)
+    assert tr.machine.state == NodeHealth.HEALTHY and tr.held >= 15
+    feed(mon, rng, 320, 10)  # healthy again, still within the grace
+    assert len(tr.healthy) - kept == tr.fresh - fresh <= 30 - tr.held, "every held sample was left out"
+
+
 def test_keeps_learning_on_a_longer_healthy_history_but_not_while_suspect() -> None:
     cfg = config(None)
     cfg.train_samples, cfg.retrain_growth, cfg.history_samples = 120, 2.0, 400
