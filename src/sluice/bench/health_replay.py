@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,9 +114,8 @@ def replay(trace: Path, result: Path | None = None, config: MonitorConfig | None
     campaign's `.json`, default the one beside the trace) names each fault's node and kind and
     the live cordon delay; without it a fault's node is the first the live monitor took out
     of Healthy during the fault."""
-    cfg = config or MonitorConfig(ignore=("jobs", *MACHINE_WIDE))
-    cfg.background, cfg.models_dir = False, None
-    mon = HealthMonitor(cfg)
+    base = config or MonitorConfig(ignore=("jobs", *MACHINE_WIDE))
+    mon = HealthMonitor(replace(base, background=False, models_dir=None))
     faults = _faults(trace, result_path(trace) if result is None else result)
     by_n = {f.n: f for f in faults}
     out = ReplayResult(faults)
