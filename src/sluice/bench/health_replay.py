@@ -93,9 +93,9 @@ def result_path(trace: Path) -> Path:
     return trace.with_name(name + ".json")
 
 
-def _faults(trace: Path, result: Path | None) -> list[ReplayedFault]:
+def _faults(rows: list[dict[str, Any]], result: Path | None) -> list[ReplayedFault]:
     spans: dict[int, list[float]] = {}
-    for tick in ticks(trace):
+    for tick in rows:
         n = tick.get("fault")
         if n is not None:
             spans.setdefault(int(n), []).append(float(tick["t"]))
@@ -116,11 +116,12 @@ def replay(trace: Path, result: Path | None = None, config: MonitorConfig | None
     of Healthy during the fault."""
     base = config or MonitorConfig(ignore=("jobs", *MACHINE_WIDE))
     mon = HealthMonitor(replace(base, background=False, models_dir=None))
-    faults = _faults(trace, result_path(trace) if result is None else result)
+    rows = list(ticks(trace))  # read once: the fault windows come from the same ticks
+    faults = _faults(rows, result_path(trace) if result is None else result)
     by_n = {f.n: f for f in faults}
     out = ReplayResult(faults)
     shown = 0
-    for tick in ticks(trace):
+    for tick in rows:
         t = float(tick["t"])
         running = by_n.get(int(tick["fault"])) if tick.get("fault") is not None else None
         nodes = {k: v for k, v in tick.items() if isinstance(v, dict) and v.get("kpis")}

@@ -101,7 +101,7 @@ class _GraphEncoder(nn.Module):
     def __init__(self, k: int, hidden: int) -> None:
         super().__init__()
         d = max(8, hidden // 4)
-        self.k, self.d = k, d
+        self.d = d
         self.series = nn.GRU(1, d, batch_first=True)
         self.name = nn.Parameter(torch.zeros(k, d))
         self.query, self.key, self.value = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
