@@ -94,6 +94,22 @@ class Settings(BaseSettings):
     health_q: Annotated[
         float, Field(gt=0, lt=0.5, description="SPOT risk: chance a healthy score passes the threshold. Default 1e-3.")
     ] = 1e-3
+    health_threshold: Annotated[
+        Literal["spot", "dspot"],
+        Field(
+            description="How a node's anomaly scores become alarms: dspot (drift-aware: a threshold on the score's "
+            "excess over the mean of the newest non-alarm scores) or spot (a threshold on the score itself). "
+            "Default dspot.",
+        ),
+    ] = "dspot"
+    health_dspot_depth: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=3600,
+            description="dspot: how many of the newest non-alarm scores make a node's level (samples). Default 100.",
+        ),
+    ] = 100
     health_change_grace_s: Annotated[
         float,
         Field(
@@ -111,7 +127,8 @@ class Settings(BaseSettings):
         ),
     ] = 2.0
     health_history_samples: Annotated[
-        int, Field(ge=20, description="Healthy KPI samples kept per node for refits. Default 1800 (30 min).")
+        int,
+        Field(ge=20, le=86_400, description="Healthy KPI samples kept per node for refits. Default 1800 (30 min)."),
     ] = 1800
     isolation: Annotated[
         Literal["auto", "on", "off"],

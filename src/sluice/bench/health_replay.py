@@ -37,6 +37,7 @@ from rich.table import Table
 
 from sluice.bench.health_campaign import CORDON_GOAL_S, EXPLAINED_AFTER_S
 from sluice.health.monitor import MACHINE_WIDE, HealthMonitor, MonitorConfig
+from sluice.health.spot import DSpot
 from sluice.model import NodeHealth, NodeKPIs
 
 
@@ -63,7 +64,13 @@ class ReplayResult:
     graced: bool = False
     """Whether the trace carried the live monitor's grace (recorded from this version on)."""
     thresholds: dict[str, list[float]] = field(default_factory=dict)
-    """Per node, every threshold the replayed monitor used (for the largest and last)."""
+    """Per node, every threshold the replayed monitor fitted (for the largest and last); for
+    a drift-aware threshold, the threshold on the excess over the recent level."""
+    drift_aware: bool = False
+    """Whether the replayed monitor's thresholds were drift-aware (`dspot`)."""
+    false_alarms: dict[str, int] = field(default_factory=dict)
+    """Per node, alarms counted (not held by a grace) while no fault ran there: how close the
+    healthy scores came to a cordon. A cordon needs several within its window."""
 
     @property
     def judged(self) -> list[ReplayedFault]:
@@ -108,13 +115,17 @@ def _faults(rows: list[dict[str, Any]], result: Path | None) -> list[ReplayedFau
     return list(faults.values())
 
 
-def replay(trace: Path, result: Path | None = None, config: MonitorConfig | None = None) -> ReplayResult:
+def replay(
+    trace: Path, result: Path | None = None, config: MonitorConfig | None = None, threshold: str | None = None
+) -> ReplayResult:
     """Replay `trace` (a campaign's `.trace.jsonl`) through a new monitor with `config`
-    (default: the campaign's, virtual nodes judged on their own KPIs). `result` (the
-    campaign's `.json`, default the one beside the trace) names each fault's node and kind and
-    the live cordon delay; without it a fault's node is the first the live monitor took out
-    of Healthy during the fault."""
+    (default: the campaign's, virtual nodes judged on their own KPIs), its threshold rule
+    replaced by `threshold` if given. `result` (the campaign's `.json`, default the one
+    beside the trace) names each fault's node and kind and the live cordon delay; without it
+    a fault's node is the first the live monitor took out of Healthy during the fault."""
     base = config or MonitorConfig(ignore=("jobs", *MACHINE_WIDE))
+    if threshold is not None:
+        base = replace(base, threshold=threshold)
     mon = HealthMonitor(replace(base, background=False, models_dir=None))
     rows = list(ticks(trace))  # read once: the fault windows come from the same ticks
     faults = _faults(rows, result_path(trace) if result is None else result)
@@ -134,18 +145,27 @@ def replay(trace: Path, result: Path | None = None, config: MonitorConfig | None
                 out.graced = True
                 if float(st["grace_s"]) > 0:
                     mon.note_change(node, t, "recorded grace", float(st["grace_s"]))
+            before = mon.nodes[node].alarms if node in mon.nodes else 0
             mon.score(NodeKPIs(node, t, {k: float(v) for k, v in st["kpis"].items()}), settle=False)
+            if mon.nodes[node].alarms > before and not _in_fault(out.faults, node, t):
+                out.false_alarms[node] = out.false_alarms.get(node, 0) + 1
         mon.settle(t)
         for node, tr in mon.nodes.items():
-            if tr.spot is not None and math.isfinite(tr.spot.threshold):
+            fitted = tr.spot.spot if isinstance(tr.spot, DSpot) else tr.spot
+            out.drift_aware = out.drift_aware or isinstance(tr.spot, DSpot)
+            if fitted is not None and math.isfinite(fitted.threshold):
                 seen = out.thresholds.setdefault(node, [])
-                if not seen or seen[-1] != tr.spot.threshold:
-                    seen.append(float(tr.spot.threshold))
+                if not seen or seen[-1] != fitted.threshold:
+                    seen.append(float(fitted.threshold))
         for tr_ in mon.transitions[shown:]:
             if tr_.new == NodeHealth.CORDONED:
                 _account(out, tr_.node, tr_.time, tr_.reason)
         shown = len(mon.transitions)
     return out
+
+
+def _in_fault(faults: list[ReplayedFault], node: str, t: float) -> bool:
+    return any(f.node == node and f.start_s - 1.0 <= t <= f.end_s + EXPLAINED_AFTER_S for f in faults)
 
 
 def _account(out: ReplayResult, node: str, t: float, reason: str) -> None:
@@ -181,7 +201,12 @@ def report(console: Console, r: ReplayResult) -> None:
     )
     for node, t, why in r.false_cordons:
         console.print(f"  false cordon: {node} at {t:.0f}s: {why}", markup=False)
+    what = "thresholds on the excess over the recent level" if r.drift_aware else "thresholds"
     for node, ths in sorted(r.thresholds.items()):
-        console.print(f"  {node}: {len(ths)} thresholds, largest {max(ths):.4g}, last {ths[-1]:.4g}", markup=False)
+        console.print(
+            f"  {node}: {len(ths)} {what}, largest {max(ths):.4g}, last {ths[-1]:.4g}; "
+            f"{r.false_alarms.get(node, 0)} alarms counted while no fault ran there",
+            markup=False,
+        )
     if not r.graced:
         console.print("  (the trace carries no grace: alarms the live monitor held count here)", markup=False)

@@ -274,10 +274,23 @@ def health(
             readable=True,
         ),
     ] = None,
+    threshold: Annotated[
+        str | None,
+        typer.Option(
+            help="With --replay: the monitor's threshold rule, 'dspot' (drift-aware, the default) or 'spot', "
+            "to compare the two on one recording."
+        ),
+    ] = None,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
     from sluice.bench import health as bench_health
 
+    if threshold is not None and replay is None:
+        typer.echo("error: --threshold: only used with --replay", err=True)
+        raise typer.Exit(2)
+    if threshold is not None and threshold not in ("spot", "dspot"):
+        typer.echo(f"error: --threshold: {threshold!r} is not 'spot' or 'dspot'", err=True)
+        raise typer.Exit(2)
     if replay is not None:
         if campaign or record is not None:
             typer.echo("error: --replay: replays a recorded campaign; not with --campaign or --record", err=True)
@@ -288,7 +301,7 @@ def health(
         from sluice.bench.health_replay import report as replay_report
 
         try:
-            replayed = run_replay(replay)
+            replayed = run_replay(replay, threshold=threshold)
         except (ValueError, KeyError, TypeError) as err:
             typer.echo(f"error: --replay: {replay} is not a campaign trace ({type(err).__name__}: {err})", err=True)
             raise typer.Exit(2) from err

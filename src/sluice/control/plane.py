@@ -175,6 +175,8 @@ class ControlPlane:
         cfg = MonitorConfig(
             train_samples=settings.health_train_samples,
             q=settings.health_q,
+            threshold=settings.health_threshold,
+            dspot_depth=settings.health_dspot_depth,
             change_grace_s=settings.health_change_grace_s,
             retrain_growth=settings.health_retrain_growth,
             history_samples=settings.health_history_samples,

@@ -157,6 +157,77 @@ class Spot:
         return sp
 
 
+@dataclass
+class DSpot:
+    """Drift-aware SPOT (DSPOT, Siffer et al., KDD'17), one score at a time: each score is
+    judged by how far it lies above the mean of the `depth` newest scores that were *not*
+    alarms, and the threshold on that excess is SPOT's (`spot`), fitted on the calibration
+    scores' excesses and updated by every non-alarm peak.
+
+    Why: a node's score level drifts (a new job mix, a refitted model, a slowly warming
+    machine), and a threshold fixed on the healthy scores of training time is then either
+    always or never crossed; a fault is a jump over the recent level, which drift is not.
+    Alarms do not move the level, so a long fault stays above it. The price: a fault that
+    creeps in more slowly than `depth` scores is followed, not flagged."""
+
+    spot: Spot
+    depth: int = 10
+    recent: list[float] = field(default_factory=list)
+    total: float = 0.0
+
+    @staticmethod
+    def excesses(calibration: NDArray[np.floating], depth: int) -> tuple[NDArray[np.float64], int]:
+        """The calibration scores' excesses over their own running level, and the depth used
+        (at most half the scores, so a short calibration still leaves excesses to fit)."""
+        c = np.asarray(calibration, dtype=np.float64)
+        c = c[np.isfinite(c)]
+        depth = max(1, min(depth, len(c) // 2))
+        if len(c) < depth + 2:
+            raise ValueError(f"DSPOT needs more than {depth + 1} finite calibration scores, got {len(c)}")
+        level_before = np.convolve(c, np.ones(depth) / depth, mode="valid")[:-1]
+        return c[depth:] - level_before, depth
+
+    def fit(self, calibration: NDArray[np.floating]) -> DSpot:
+        """Fit `spot` on the calibration excesses (its floor and ceiling, if set, bound the
+        excess) and start the level from the newest calibration scores."""
+        ex, self.depth = self.excesses(calibration, self.depth)
+        self.spot.fit(ex)
+        c = np.asarray(calibration, dtype=np.float64)
+        self.recent = [float(x) for x in c[np.isfinite(c)][-self.depth :]]
+        self.total = float(sum(self.recent))
+        return self
+
+    @property
+    def level(self) -> float:
+        return self.total / max(len(self.recent), 1)
+
+    @property
+    def threshold(self) -> float:
+        """The score the next sample must exceed to alarm: the recent level plus the excess
+        threshold."""
+        return self.level + self.spot.threshold
+
+    def step(self, score: float) -> bool:
+        """Feed one new score; True = alarm. Non-finite scores are skipped (no alarm)."""
+        if not math.isfinite(score):
+            return False
+        alarm = self.spot.step(score - self.level)
+        if not alarm:
+            self.total += score - self.recent.pop(0)
+            self.recent.append(score)
+        return alarm
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": "dspot", "spot": self.spot.to_dict(), "depth": self.depth, "recent": list(self.recent)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> DSpot:
+        recent = [float(x) for x in d["recent"]]  # type: ignore[attr-defined]
+        out = cls(Spot.from_dict(d["spot"]), int(d["depth"]), recent)  # type: ignore[arg-type,call-overload]
+        out.total = float(sum(recent))
+        return out
+
+
 def dspot_alarms(
     calibration: NDArray[np.floating],
     scores: NDArray[np.floating],
@@ -164,34 +235,9 @@ def dspot_alarms(
     depth: int = 10,
     level: float = 0.98,
 ) -> NDArray[np.bool_]:
-    """Drift-aware SPOT (DSPOT, Siffer et al., KDD'17) over a stream of scores: each score is
-    judged by how far it lies above the mean of the `depth` newest scores that were *not*
-    alarms, and the threshold on that excess is SPOT's, fitted on the calibration scores'
-    excesses and updated by every non-alarm peak. Why: a node's score level drifts (a new job
-    mix, a refitted model, a slowly warming machine), and a threshold fixed on the healthy
-    scores of training time is then either always or never crossed; a fault is a jump over
-    the recent level, which drift is not. Alarms do not move the level, so a long fault stays
-    above it. Returns one bool per score (True = alarm)."""
-    c = np.asarray(calibration, dtype=np.float64)
-    c = c[np.isfinite(c)]
-    depth = max(1, min(depth, len(c) // 2))
-    if len(c) < depth + 2:
-        raise ValueError(f"DSPOT needs more than {depth + 1} finite calibration scores, got {len(c)}")
-    kernel = np.ones(depth) / depth
-    level_before = np.convolve(c, kernel, mode="valid")[:-1]  # mean of the `depth` scores before each
-    spot = Spot(q=q, level=level).fit(c[depth:] - level_before)
-    recent = list(c[-depth:])
-    total = float(sum(recent))
-    out = np.zeros(len(scores), dtype=bool)
-    for i, x in enumerate(np.asarray(scores, dtype=np.float64)):
-        if not math.isfinite(x):
-            continue
-        alarm = spot.step(x - total / depth)
-        out[i] = alarm
-        if not alarm:
-            total += x - recent.pop(0)
-            recent.append(x)
-    return out
+    """`DSpot` over a stream of scores (see there): one bool per score, True = alarm."""
+    d = DSpot(Spot(q=q, level=level), depth).fit(calibration)
+    return np.fromiter((d.step(float(x)) for x in np.asarray(scores, dtype=np.float64)), dtype=bool, count=len(scores))
 
 
 def hysteresis(alarms: NDArray[np.bool_], scores: NDArray[np.floating], lower: float) -> NDArray[np.bool_]:
