@@ -106,8 +106,9 @@ def test_leave_servers_out_reports_each_fold_and_caches_scores(tmp_path: Path) -
         app, [*args, "--no-baselines", "--cache", str(cache), "--json", str(out)], env={"COLUMNS": "250"}
     )
     assert res.exit_code == 0, res.output
-    assert "held-out" in res.output and "auto/best" in res.output and "shipped" in res.output
+    assert "held-out" in res.output and "auto/best" in res.output and "live monitor's rule" in res.output
     data_out = json.loads(out.read_text())
+    assert set(data_out["live_rule"]["sluice-flow"]) == {"srv-1", "srv-2", "srv-3"}
     assert [r["held_out"] for r in data_out["results"]] == [["srv-1"], ["srv-2"], ["srv-3"]]
     assert 0 <= data_out["mean"]["sluice-flow"]["f1_auto"] <= 1
     assert len(list(cache.glob("*.npz"))) == 3  # one model per server, whatever the grid

@@ -88,3 +88,31 @@ def test_replay_cli_prints_the_table_and_refuses_what_is_not_a_trace(tmp_path: P
     assert res.exit_code == 2
     res = runner.invoke(app, ["bench", "health", "--replay", str(bad), "--campaign"])
     assert res.exit_code == 2 and "not with --campaign" in res.output
+
+
+def test_replay_compares_threshold_rules_and_counts_alarms_on_healthy_nodes(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path)
+    spot = replay(trace, config=quick(), threshold="spot")
+    aware = replay(trace, config=quick(), threshold="dspot")
+    for r in (spot, aware):
+        assert r.caught == 1 and r.false_cordons == []
+        assert set(r.false_alarms) <= {"node-0", "node-1"}
+    assert not spot.drift_aware and aware.drift_aware
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "health", "--threshold", "spot"])
+    assert res.exit_code == 2 and "only used with --replay" in res.output
+    res = runner.invoke(app, ["bench", "health", "--replay", str(trace), "--threshold", "zscore"])
+    assert res.exit_code == 2 and "'zscore' is not 'spot' or 'dspot'" in res.output
+
+
+def test_health_threshold_setting_is_validated() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from sluice.settings import Settings
+
+    with pytest.raises(ValidationError, match="health_threshold"):
+        Settings(health_threshold="zscore")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="health_dspot_depth"):
+        Settings(health_dspot_depth=0)
+    assert Settings().health_threshold == "dspot"

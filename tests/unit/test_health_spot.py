@@ -146,3 +146,57 @@ def test_hold_keeps_an_alarm_until_the_score_falls_back() -> None:
     held = hysteresis(raised, scores, lower=2.0)
     # Steps 2-3 stay alarmed (3 > 2 right after an alarm); step 5 does not (no alarm before it).
     assert held.tolist() == [False, True, True, True, False, False, True, False]
+
+
+def test_dspot_follows_slow_drift_that_fixed_spot_alarms_on_and_still_flags_a_jump() -> None:
+    from sluice.health.spot import DSpot
+
+    rng = np.random.default_rng(7)
+    calibration = rng.normal(size=1000)
+    drift = np.linspace(0.0, 20.0, 2000) + rng.normal(size=2000)  # a healthy level creeping up
+    fixed = Spot(q=1e-3).fit(calibration)
+    aware = DSpot(Spot(q=1e-3), depth=100).fit(calibration)
+    fixed_alarms = sum(fixed.step(float(x)) for x in drift)
+    aware_alarms = sum(aware.step(float(x)) for x in drift)
+    assert fixed_alarms > 1000  # the fixed threshold is crossed for most of the drift
+    assert aware_alarms < 0.05 * len(drift)  # 42 here: the level lags a 0.01/step drift by ~0.5
+    level = aware.level
+    jump = level + 30.0 + rng.normal(size=50)  # a fault: a jump over the recent level
+    assert all(aware.step(float(x)) for x in jump)
+    assert aware.level == level  # alarms never move the level, so a long fault stays flagged
+
+
+def test_dspot_round_trips_and_matches_the_batch_form() -> None:
+    from sluice.health.spot import DSpot, dspot_alarms
+
+    rng = np.random.default_rng(8)
+    cal, test = rng.normal(size=600), np.r_[rng.normal(size=300), rng.normal(size=20) + 15, [np.nan]]
+    d = DSpot(Spot(q=1e-3), depth=50).fit(cal)
+    for x in test[:150]:
+        d.step(float(x))
+    restored = DSpot.from_dict(d.to_dict())
+    # (the restored GPD is refitted with today's sample count, as `Spot.from_dict` does)
+    assert restored.level == pytest.approx(d.level) and restored.threshold == pytest.approx(d.threshold, rel=1e-2)
+    assert [restored.step(float(x)) for x in test[150:]] == [d.step(float(x)) for x in test[150:]]
+    batch = dspot_alarms(cal, test, q=1e-3, depth=50)
+    assert batch[-1] == False  # noqa: E712  (a non-finite score is skipped, not an alarm)
+    assert batch[300:320].all() and batch[:300].sum() < 10
+
+
+def test_monitor_dspot_bounds_the_excess_threshold_and_short_calibrations_fall_back() -> None:
+    from sluice.health.monitor import CEILING_SPREADS, MIN_SPREAD_NATS, MonitorConfig, make_threshold
+    from sluice.health.spot import DSpot
+
+    rng = np.random.default_rng(9)
+    cal = rng.normal(size=400) - 8.0
+    th = make_threshold(MonitorConfig(threshold="dspot", dspot_depth=100), cal)
+    assert isinstance(th, DSpot) and th.depth == 100
+    ex, _ = DSpot.excesses(cal, 100)
+    top, spread = float(ex.max()), max(float(ex.max() - np.median(ex)), MIN_SPREAD_NATS)
+    assert top + spread - 1e-9 <= th.spot.threshold <= top + CEILING_SPREADS * spread + 1e-9
+    assert th.threshold == pytest.approx(th.level + th.spot.threshold)
+    few = make_threshold(MonitorConfig(threshold="dspot"), cal[:15])
+    assert isinstance(few, Spot)  # too few scores for a level: the bounded SPOT
+    assert isinstance(make_threshold(MonitorConfig(threshold="spot"), cal), Spot)
+    with pytest.raises(ValueError, match="threshold: 'zscore'"):
+        make_threshold(MonitorConfig(threshold="zscore"), cal)

@@ -624,15 +624,19 @@ def _bounded(spot: Spot, scores: np.ndarray) -> Spot:
     return spot
 
 
+MIN_DSPOT_DEPTH = 10
+"""The shortest level DSPOT is used with (scores): below it, a level is one or two scores
+and follows noise, so a calibration under twice this gets the bounded SPOT instead."""
+
+
 def _dspot(q: float, depth: int, calibration: np.ndarray) -> DSpot | Spot:
     """DSPOT with the same bounds as `_spot`, set on the calibration's excesses over their
     running level instead of the scores: an excess is never alarmed on below the largest
     healthy excess plus a spread, and always above it plus ten. A calibration too short for
-    a level (a few scores) gets the plain bounded SPOT."""
-    try:
-        ex, depth = DSpot.excesses(calibration, depth)
-    except ValueError:
+    a level of `MIN_DSPOT_DEPTH` scores gets the plain bounded SPOT."""
+    if int(np.isfinite(calibration).sum()) < 2 * MIN_DSPOT_DEPTH:
         return _spot(q, calibration)
+    ex, depth = DSpot.excesses(calibration, depth)
     return DSpot(_bounded(Spot(q=q, level=_level(len(ex))), ex), depth).fit(calibration)
 
 

@@ -30,6 +30,7 @@ from sluice.health.detector import DetectorConfig, FlowDetector, smooth_scores
 from sluice.health.evaluation import Entity
 from sluice.health.features import per_step
 from sluice.health.metrics import best_f1, f1_of
+from sluice.health.monitor import MonitorConfig, make_threshold
 from sluice.health.spot import Spot, dspot_alarms, hysteresis
 
 FLOW = "sluice-flow"
@@ -191,6 +192,29 @@ def apply(raw: RawScores, s: Setting) -> Outcome:
         raise ValueError(f"method: unknown {s.method!r} (spot, dspot, spot+hold, dspot+hold)")
     if hold:
         alarms = hysteresis(alarms, test, float(np.quantile(calib[np.isfinite(calib)], s.level)))
+    return _outcome(raw, test, alarms)
+
+
+def apply_live(raw: RawScores, config: MonitorConfig | None = None) -> Outcome:
+    """The live monitor's own rule on one server's scores: the online detector's score
+    smoothing and `monitor.make_threshold` (bounded SPOT or DSPOT, as `config` says),
+    streamed over the test scores. Nothing here is chosen on the servers it is scored on, so
+    every server's number is held-out. (The scores are the offline detector's: the rule is
+    the live one, the model is not.)"""
+    cfg = config or MonitorConfig()
+    if raw.smoothable:
+        calib = smooth_scores(raw.calibration, cfg.detector.smooth, cfg.detector.decay)
+        test = per_step(smooth_scores(raw.test, cfg.detector.smooth, cfg.detector.decay), len(raw.label))
+    else:
+        calib, test = raw.calibration, raw.test
+    calib = np.asarray(calib, dtype=np.float64)
+    test = np.nan_to_num(np.asarray(test, dtype=np.float64), nan=0.0, posinf=1e12, neginf=-1e12)
+    rule = make_threshold(cfg, calib)
+    alarms = np.fromiter((rule.step(float(x)) for x in test), dtype=bool, count=len(test))
+    return _outcome(raw, test, alarms)
+
+
+def _outcome(raw: RawScores, test: np.ndarray, alarms: np.ndarray) -> Outcome:
     y = raw.label.astype(bool)
     tp = float(np.sum(alarms & y))
     return Outcome(
