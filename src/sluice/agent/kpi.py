@@ -107,7 +107,7 @@ def node_rates(
     node_io_read_mbps, node_io_write_mbps, node_io_ops_ps   block I/O the node issued
     node_psi_{cpu,memory,io}_pct, node_psi_{memory,io}_full_pct   share of the second in which
                            some (all) of the node's runnable processes waited for that resource
-    node_net_tx_mbps, node_net_tx_pps   network egress of the node's processes (net_cls + nft)
+    node_net_tx_mbps, node_net_tx_pps   network egress of the node's processes (nft: v1 net_cls or v2 groups)
     node_net_other_tx_mbps of which not by its jobs (faults, anything else put in the node)
 
     `node_cpu_other_pct` is usage minus the sum over job cgroups; a job whose cgroup vanished

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sluice.agent.cgroup import SYSFS_CGROUP, CgroupKind, CgroupLayout, _enable_v2, _ensure_dir, _parent_under
-from sluice.agent.node_net import NodeNet, node_net
+from sluice.agent.node_net import NodeNet, NodeNetV2, node_net, node_net_v2
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,9 @@ class NodeGroups:
     fault_leaf: Path | None = None
     """v2: where faults go (processes may not sit in a group whose children have controllers)."""
     missing: tuple[str, ...] = ()
-    net: NodeNet | None = None
-    """The node's net_cls group and nft counters (egress per node and job; node_net.py)."""
+    net: NodeNet | NodeNetV2 | None = None
+    """The node's egress counters per node and job (node_net.py): v1 net_cls groups, or the
+    node's own v2 groups."""
 
     def job_join(self, has_memory_cgroup: bool) -> tuple[str, ...]:
         """cgroup.procs files a job joins besides its own cgroups (hierarchies where jobs
@@ -86,7 +87,7 @@ class NodeGroups:
         else:
             dirs = [self.layout.cpu_parent, self.usage, self.memory, self.blkio, self.unified]
         dirs.append(cpuset)
-        if self.net is not None and self.net.group is not None:
+        if isinstance(self.net, NodeNet) and self.net.group is not None:
             dirs.append(self.net.group)  # the node's own class id: counted as `other` traffic
         seen: list[Path] = []
         for d in dirs:
@@ -230,9 +231,13 @@ def node_groups(
             unified = u if _ensure_dir(u) else None
     if unified is None or not (unified / "cpu.pressure").exists():
         missing.append("node pressure (PSI): no cgroup v2 group with *.pressure files (kernel PSI off?)")
-    net: NodeNet | None = None
+    net: NodeNet | NodeNetV2 | None = None
     if sysfs == SYSFS_CGROUP:  # a fake tree (tests) never touches the real net_cls or nft
-        net = node_net(node, root, sysfs)
+        v2_mount = _v2_mount_of(usage, sysfs) if usage_kind is CgroupKind.V2 and usage is not None else None
+        if usage is not None and v2_mount is not None:
+            net = node_net_v2(node, usage, v2_mount)  # jobs have their own v2 groups under it
+        else:
+            net = node_net(node, root, sysfs)
         if net.missing:
             missing.append(f"node network egress: {net.missing}")
     return NodeGroups(

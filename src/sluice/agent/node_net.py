@@ -19,7 +19,13 @@ before they are tied to a receiving socket's cgroup. nft is always run with an a
 never through a shell.
 
 Where net_cls is not in the kernel, cannot be mounted, or nft is missing, `missing` says why
-and the network KPIs are absent. cgroup v2 (nft `socket cgroupv2`) is not implemented here.
+and the network KPIs are absent.
+
+On cgroup v2 (`NodeNetV2`) there is no class id: nft's `socket cgroupv2 level N "<path>"`
+matches a packet whose socket belongs to a process anywhere under the v2 group at that
+depth. The node's rule matches all its traffic (its total); each job's rule, one level
+deeper, its job group's; "other" is the total less every job's (live or retired). The groups
+are the node's own v2 groups (`node_cgroup`), so nothing is made here but the table.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ def find_net_cls(sysfs: Path = SYSFS_CGROUP, mount: bool = True) -> tuple[Path |
     if not _kernel_has_net_cls():
         return None, "the kernel has no net_cls cgroup controller"
     if (sysfs / "cgroup.controllers").exists():
-        return None, "cgroup v2 only (net_cls is v1); per-node egress on v2 is not implemented"
+        return None, "cgroup v2 only (net_cls is v1), and the node has no v2 group of its own to count by"
     target = sysfs / "net_cls"
     mnt = shutil.which("mount")
     if not mount or mnt is None or not _ensure_dir(target):
@@ -265,6 +271,18 @@ def _children(d: Path) -> list[Path]:
         return []
 
 
+def _make_table(nft: str) -> tuple[str, str]:
+    """A new table with an output chain, named for this agent process: (name, why not)."""
+    table = f"{TABLE_PREFIX}{os.getpid()}_{next(_SEQ)}"
+    script = f"add table inet {table}\nadd chain inet {table} out {{ type filter hook output priority 0; }}\n"
+    try:
+        _nft(nft, "-f", "-", stdin=script)
+    except (OSError, subprocess.SubprocessError) as err:
+        detail = getattr(err, "stderr", "") or str(err)
+        return table, f"nft cannot make table {table}: {str(detail).strip()}"
+    return table, ""
+
+
 def node_net(node: str, root: str, sysfs: Path = SYSFS_CGROUP, mount: bool = True) -> NodeNet:
     """Make the node's net_cls group and its agent's nft table (never raises: what cannot be
     made is said in `missing`, and the network KPIs are then absent)."""
@@ -283,16 +301,152 @@ def node_net(node: str, root: str, sysfs: Path = SYSFS_CGROUP, mount: bool = Tru
     except OSError as err:
         return NodeNet(node, missing=f"cannot set {group}/net_cls.classid ({err.strerror})")
     clean_stale_tables(nft)
-    table = f"{TABLE_PREFIX}{os.getpid()}_{next(_SEQ)}"
-    script = f"add table inet {table}\nadd chain inet {table} out {{ type filter hook output priority 0; }}\n"
-    try:
-        _nft(nft, "-f", "-", stdin=script)
-    except (OSError, subprocess.SubprocessError) as err:
-        detail = getattr(err, "stderr", "") or str(err)
-        return NodeNet(node, missing=f"nft cannot make table {table}: {str(detail).strip()}")
+    table, why = _make_table(nft)
+    if why:
+        return NodeNet(node, missing=why)
     net = NodeNet(node, group, table, nft, major)
     net._add_rule(NODE_COMMENT, major << 16 | 1)
     if NODE_COMMENT not in net._rules:
         net.close()
         return NodeNet(node, missing=f"nft cannot add a `meta cgroup` rule to {table}")
+    return net
+
+
+@dataclass
+class NodeNetV2:
+    """A node's egress counted by its cgroup v2 groups (see the module's docstring).
+
+    `group`: the node's v2 group (jobs are its children); `mount`: the v2 hierarchy's mount.
+    `missing` says why nothing is counted; `group` is then None."""
+
+    node: str
+    group: Path | None = None
+    mount: Path | None = None
+    table: str = ""
+    nft: str = ""
+    missing: str = ""
+    _rules: dict[str, str] = field(default_factory=dict)
+    """Comment (`node` or `job:<group>`) → the group path the rule matches."""
+    _retiring: set[str] = field(default_factory=set)
+    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    """Bytes and packets of deleted job rules: still in the node's total, not "other"."""
+
+    @property
+    def procs(self) -> str | None:
+        """Nothing to join: a v2 process is counted by the group it already sits in."""
+        return None
+
+    def _add_rule(self, comment: str, group: Path) -> bool:
+        if comment in self._rules:
+            return True
+        assert self.mount is not None
+        try:
+            level = len(group.relative_to(self.mount).parts)
+            # nft resolves the path under /sys/fs/cgroup (where a v2-only host mounts it; on
+            # a hybrid host the v2 tree is at /sys/fs/cgroup/unified).
+            path = str(group.relative_to(SYSFS_CGROUP))
+        except ValueError:
+            log.debug("node %s: %s is not under %s", self.node, group, SYSFS_CGROUP)
+            return False
+        if not re.fullmatch(r"[A-Za-z0-9_.\-/]+", path):
+            return False  # a name nft would not parse as one string
+        try:
+            _nft(
+                self.nft,
+                "add", "rule", "inet", self.table, "out",
+                "socket", "cgroupv2", "level", str(level), f'"{path}"',
+                "counter", "comment", f'"{comment}"',
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as err:
+            log.debug("node %s: nft rule for %s not added: %s", self.node, comment, err)
+            return False
+        self._rules[comment] = path
+        return True
+
+    def job_group(self, name: str) -> str | None:
+        """Count the job attempt's own v2 group (`<node group>/<name>`, made by the job's CPU
+        controller before this is called). Returns None: there is no extra group to join."""
+        if self.group is not None and (self.group / name).is_dir():
+            self._add_rule(f"job:{name}", self.group / name)
+        return None
+
+    def drop_job(self, name: str) -> None:
+        """The job attempt ended: its rule is deleted at the next reading, its bytes kept out
+        of the node's "other" traffic."""
+        if f"job:{name}" in self._rules:
+            self._retiring.add(f"job:{name}")
+
+    def counters(self) -> dict[str, float]:
+        """The same keys as `NodeNet.counters`; {} where unavailable or nft cannot be read."""
+        if self.group is None:
+            return {}
+        for child in _children(self.group):
+            if child.name != "faults" and f"job:{child.name}" not in self._rules:
+                self.job_group(child.name)  # adopted jobs (started by an earlier agent)
+        try:
+            data = json.loads(_nft(self.nft, "-j", "list", "table", "inet", self.table).stdout)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return {}
+        total = [0.0, 0.0]
+        jobs = [self._retired[0], self._retired[1]]
+        out: dict[str, float] = {}
+        for item in data.get("nftables", []):
+            rule = item.get("rule")
+            if not rule:
+                continue
+            comment = rule.get("comment", "")
+            for expr in rule.get("expr", []):
+                c = expr.get("counter") if isinstance(expr, dict) else None
+                if c is None:
+                    continue
+                b, pk = float(c.get("bytes", 0)), float(c.get("packets", 0))
+                if comment == NODE_COMMENT:
+                    total = [b, pk]
+                elif comment.startswith("job:"):
+                    out[f"{comment}:net_tx_bytes"] = b
+                    jobs[0] += b
+                    jobs[1] += pk
+                    if comment in self._retiring and "handle" in rule:
+                        self._retire(comment, int(rule["handle"]), b, pk)
+        out.update(
+            net_tx_bytes=total[0],
+            net_tx_packets=total[1],
+            net_other_tx_bytes=max(0.0, total[0] - jobs[0]),
+            net_other_tx_packets=max(0.0, total[1] - jobs[1]),
+        )
+        return out
+
+    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
+        try:
+            _nft(self.nft, "delete", "rule", "inet", self.table, "out", "handle", str(handle))
+        except (OSError, subprocess.SubprocessError):
+            return
+        self._retired[0] += sent_bytes
+        self._retired[1] += packets
+        self._retiring.discard(comment)
+        self._rules.pop(comment, None)
+
+    def close(self) -> None:
+        """Delete the table (the groups are the node's, removed with them)."""
+        if self.table and self.nft:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                _nft(self.nft, "delete", "table", "inet", self.table)
+        self._rules.clear()
+        self._retiring.clear()
+
+
+def node_net_v2(node: str, group: Path, mount: Path) -> NodeNetV2:
+    """Count the egress of the node's v2 group `group` (on the v2 hierarchy at `mount`) and of
+    its job groups (never raises: what cannot be done is said in `missing`)."""
+    nft = shutil.which("nft")
+    if nft is None:
+        return NodeNetV2(node, missing="no nft command (apt-get install nftables)")
+    clean_stale_tables(nft)
+    table, why = _make_table(nft)
+    if why:
+        return NodeNetV2(node, missing=why)
+    net = NodeNetV2(node, group, mount, table, nft)
+    if not net._add_rule(NODE_COMMENT, group):
+        net.close()
+        return NodeNetV2(node, missing=f"nft cannot add a `socket cgroupv2` rule for {group} to {table}")
     return net
