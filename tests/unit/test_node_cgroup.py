@@ -129,3 +129,38 @@ def test_net_counters_become_egress_rates_and_other_is_the_node_groups_own() -> 
     assert out["node_net_tx_pps"] == pytest.approx(200.0)
     assert out["node_net_other_tx_mbps"] == pytest.approx(1.0)
     assert not any(k.startswith("node_net") for k in node_rates({"cpu_s": 1.0}, {"cpu_s": 0.0}, 1.0, 1, 1024.0, 0.0))
+
+
+def test_egress_is_counted_by_the_nodes_v2_group_on_v2_and_by_net_cls_on_a_hybrid_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Which egress accounting the node gets (the counting itself is checked on the real
+    kernel in tests/integration/test_node_net.py). The fake tree stands in for /sys/fs/cgroup."""
+    import sluice.agent.node_cgroup as nc
+    from sluice.agent.node_net import NodeNet, NodeNetV2
+
+    calls: list[tuple[str, ...]] = []
+
+    def v2(node: str, group: Path, mount: Path) -> NodeNetV2:
+        calls.append(("v2", node, str(group), str(mount)))
+        return NodeNetV2(node, group, mount, "t", "nft")
+
+    def v1(node: str, root: str, sysfs: Path) -> NodeNet:
+        calls.append(("v1", node, root))
+        return NodeNet(node, group=sysfs / "net_cls" / root / node)
+
+    monkeypatch.setattr(nc, "node_net_v2", v2)
+    monkeypatch.setattr(nc, "node_net", v1)
+    block = fake_block(tmp_path)
+    sysfs = fake_v2(tmp_path / "v2")
+    monkeypatch.setattr(nc, "SYSFS_CGROUP", sysfs)
+    g = node_groups(detect_cgroups(sysfs, "sluice"), "n0", sysfs, "sluice", block)
+    assert calls == [("v2", "n0", str(sysfs / "sluice" / "n0"), str(sysfs))]
+    assert isinstance(g.net, NodeNetV2) and g.net.procs is None
+    assert g.fault_join() == (str(sysfs / "sluice" / "n0" / FAULT_LEAF / "cgroup.procs"),), "no net_cls group to join"
+    calls.clear()
+    sysfs = hybrid(tmp_path)
+    monkeypatch.setattr(nc, "SYSFS_CGROUP", sysfs)
+    g = node_groups(detect_cgroups(sysfs, "sluice", cpuset=True), "n1", sysfs, None, block)
+    assert calls == [("v1", "n1", "sluice")]
+    assert isinstance(g.net, NodeNet) and str(sysfs / "net_cls" / "sluice" / "n1" / "cgroup.procs") in g.fault_join()
