@@ -31,3 +31,37 @@ def test_goals_need_nine_in_ten_faults_cordoned_within_a_minute() -> None:
         "0 false cordons": True,
         "no job lost": False,
     }
+
+
+def test_no_fault_starts_that_could_not_run_its_whole_length_before_the_end() -> None:
+    """Seed 7's 30-minute run started a 90 s fault 7 s before its end and counted it missed."""
+    import time
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from sluice.bench.health_campaign import _Campaign
+
+    class Mon:
+        transitions: list[Transition] = []
+
+        def status(self) -> dict[str, dict[str, object]]:
+            return {n: {"health": str(NodeHealth.HEALTHY), "model": True} for n in ("node-0", "node-1")}
+
+    injected: list[str] = []
+    engine = SimpleNamespace(inject_fault=lambda node, *a: injected.append(node) or SimpleNamespace(pids=[1]))
+    plane = SimpleNamespace(
+        controller=SimpleNamespace(view=lambda: SimpleNamespace(nodes={"node-0": 0, "node-1": 0})), engine=engine
+    )
+    quiet = Console(file=open("/dev/null", "w"))  # noqa: SIM115
+
+    def run(seconds_left: float) -> list[str]:
+        injected.clear()
+        now = time.monotonic()
+        camp = _Campaign(Mon(), 1, 90.0, (0.0, 0.0), 64, quiet, now, end=now + seconds_left)  # type: ignore[arg-type]
+        for _ in range(3):  # the first tick draws the gap (0 s here), the next may start a fault
+            camp.tick(plane, [])
+        return injected
+
+    assert run(seconds_left=30.0) == []  # 30 s left: a 90 s fault would be cut short
+    assert len(run(seconds_left=600.0)) == 1

@@ -109,6 +109,34 @@ def _nft(nft: str, *args: str, stdin: str | None = None) -> subprocess.Completed
     return subprocess.run([nft, *args], input=stdin, capture_output=True, text=True, timeout=_NFT_TIMEOUT_S, check=True)
 
 
+def _read_rules(nft: str, table: str) -> list[tuple[str, float, float, int | None]] | None:
+    """(comment, bytes, packets, handle) of every counting rule in the table; None when nft
+    cannot list it."""
+    try:
+        data = json.loads(_nft(nft, "-j", "list", "table", "inet", table).stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    out: list[tuple[str, float, float, int | None]] = []
+    for item in data.get("nftables", []):
+        rule = item.get("rule")
+        if not rule:
+            continue
+        for expr in rule.get("expr", []):
+            c = expr.get("counter") if isinstance(expr, dict) else None
+            if c is not None:
+                handle = int(rule["handle"]) if "handle" in rule else None
+                out.append((rule.get("comment", ""), float(c.get("bytes", 0)), float(c.get("packets", 0)), handle))
+    return out
+
+
+def _delete_rule(nft: str, table: str, handle: int) -> bool:
+    try:
+        _nft(nft, "delete", "rule", "inet", table, "out", "handle", str(handle))
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
 def clean_stale_tables(nft: str) -> list[str]:
     """Delete `sluice_net_<pid>_*` tables whose agent process is gone (a killed run's)."""
     try:
@@ -212,37 +240,25 @@ class NodeNet:
         for child in _children(self.group):
             if f"job:{child.name}" not in self._rules:
                 self.job_group(child.name)  # adopted jobs (started by an earlier agent)
-        try:
-            data = json.loads(_nft(self.nft, "-j", "list", "table", "inet", self.table).stdout)
-        except (OSError, subprocess.SubprocessError, ValueError):
+        rules = _read_rules(self.nft, self.table)
+        if rules is None:
             return {}
         out = {"net_tx_bytes": self._retired[0], "net_tx_packets": self._retired[1]}
         out.update(net_other_tx_bytes=0.0, net_other_tx_packets=0.0)
-        for item in data.get("nftables", []):
-            rule = item.get("rule")
-            if not rule:
-                continue
-            comment = rule.get("comment", "")
-            for expr in rule.get("expr", []):
-                c = expr.get("counter") if isinstance(expr, dict) else None
-                if c is None:
-                    continue
-                b, p = float(c.get("bytes", 0)), float(c.get("packets", 0))
-                out["net_tx_bytes"] += b
-                out["net_tx_packets"] += p
-                if comment == NODE_COMMENT:
-                    out["net_other_tx_bytes"] += b
-                    out["net_other_tx_packets"] += p
-                elif comment.startswith("job:"):
-                    out[f"{comment}:net_tx_bytes"] = b
-                if comment in self._retiring and "handle" in rule:
-                    self._retire(comment, int(rule["handle"]), b, p)
+        for comment, b, p, handle in rules:
+            out["net_tx_bytes"] += b
+            out["net_tx_packets"] += p
+            if comment == NODE_COMMENT:
+                out["net_other_tx_bytes"] += b
+                out["net_other_tx_packets"] += p
+            elif comment.startswith("job:"):
+                out[f"{comment}:net_tx_bytes"] = b
+            if comment in self._retiring and handle is not None:
+                self._retire(comment, handle, b, p)
         return out
 
     def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
-        try:
-            _nft(self.nft, "delete", "rule", "inet", self.table, "out", "handle", str(handle))
-        except (OSError, subprocess.SubprocessError):
+        if not _delete_rule(self.nft, self.table, handle):
             return  # kept, and tried again at the next reading
         self._retired[0] += sent_bytes
         self._retired[1] += packets
@@ -383,31 +399,21 @@ class NodeNetV2:
         for child in _children(self.group):
             if child.name != "faults" and f"job:{child.name}" not in self._rules:
                 self.job_group(child.name)  # adopted jobs (started by an earlier agent)
-        try:
-            data = json.loads(_nft(self.nft, "-j", "list", "table", "inet", self.table).stdout)
-        except (OSError, subprocess.SubprocessError, ValueError):
+        rules = _read_rules(self.nft, self.table)
+        if rules is None:
             return {}
         total = [0.0, 0.0]
         jobs = [self._retired[0], self._retired[1]]
         out: dict[str, float] = {}
-        for item in data.get("nftables", []):
-            rule = item.get("rule")
-            if not rule:
-                continue
-            comment = rule.get("comment", "")
-            for expr in rule.get("expr", []):
-                c = expr.get("counter") if isinstance(expr, dict) else None
-                if c is None:
-                    continue
-                b, pk = float(c.get("bytes", 0)), float(c.get("packets", 0))
-                if comment == NODE_COMMENT:
-                    total = [b, pk]
-                elif comment.startswith("job:"):
-                    out[f"{comment}:net_tx_bytes"] = b
-                    jobs[0] += b
-                    jobs[1] += pk
-                    if comment in self._retiring and "handle" in rule:
-                        self._retire(comment, int(rule["handle"]), b, pk)
+        for comment, b, pk, handle in rules:
+            if comment == NODE_COMMENT:
+                total = [b, pk]
+            elif comment.startswith("job:"):
+                out[f"{comment}:net_tx_bytes"] = b
+                jobs[0] += b
+                jobs[1] += pk
+                if comment in self._retiring and handle is not None:
+                    self._retire(comment, handle, b, pk)
         out.update(
             net_tx_bytes=total[0],
             net_tx_packets=total[1],
@@ -417,9 +423,7 @@ class NodeNetV2:
         return out
 
     def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
-        try:
-            _nft(self.nft, "delete", "rule", "inet", self.table, "out", "handle", str(handle))
-        except (OSError, subprocess.SubprocessError):
+        if not _delete_rule(self.nft, self.table, handle):
             return
         self._retired[0] += sent_bytes
         self._retired[1] += packets

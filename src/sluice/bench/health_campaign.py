@@ -100,10 +100,15 @@ class _Campaign:
         memory_mb: int,
         console: Console,
         t0: float,
+        end: float = float("inf"),
     ) -> None:
         self.mon, self.fault_s, self.gap_s, self.memory_mb = mon, fault_s, gap_s, memory_mb
         self.rng = random.Random(seed)
         self.console, self.t0 = console, t0
+        self.end = end
+        """time.monotonic() when the campaign stops: no fault starts that could not run its
+        whole length before then (seed 7's 30-minute run started one 7 s before its end and
+        counted it as missed)."""
         self.kinds: list[FaultKind] = []
         self.faults: list[FaultRecord] = []
         self.current: FaultRecord | None = None
@@ -163,7 +168,7 @@ class _Campaign:
         if self.next_at is None:
             self.next_at = now + self.rng.uniform(*self.gap_s)
             return
-        if now < self.next_at:
+        if now < self.next_at or time.monotonic() + self.fault_s > self.end:
             return
         self.next_at = None
         kind, node = self._kind(), self.rng.choice(sorted(healthy))
@@ -258,7 +263,7 @@ def campaign(
         engine = plane.engine
         if not isinstance(engine, FaultInjector):
             raise RuntimeError(f"the {engine.name} engine cannot inject faults")
-        camp = _Campaign(plane.health, seed, fault_s, gap_s, memory_mb, console, t0)
+        camp = _Campaign(plane.health, seed, fault_s, gap_s, memory_mb, console, t0, end)
         camp.trace = out.with_suffix(".trace.jsonl") if out is not None else None
         recorder = KpiRecorder() if record is not None else None
         if recorder is not None:
