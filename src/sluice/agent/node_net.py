@@ -41,6 +41,7 @@ import subprocess
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sluice.agent.cgroup import SYSFS_CGROUP, _ensure_dir, _parent_under
 
@@ -163,8 +164,35 @@ def classid_major(node_dir: Path) -> int:
     return (zlib.crc32(str(node_dir).encode()) & 0x7FFF) | 0x10
 
 
+class _RuleBook:
+    """What both kinds of node counters do with their nft table: retire a job's rule (its
+    bytes kept in `_retired`) and delete the table. Expects the attributes both dataclasses
+    declare: nft, table, _rules, _retiring, _retired."""
+
+    nft: str
+    table: str
+    _rules: dict[str, Any]
+    _retiring: set[str]
+    _retired: list[float]
+
+    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
+        if not _delete_rule(self.nft, self.table, handle):
+            return  # kept, and tried again at the next reading
+        self._retired[0] += sent_bytes
+        self._retired[1] += packets
+        self._retiring.discard(comment)
+        self._rules.pop(comment, None)
+
+    def _drop_table(self) -> None:
+        if self.table and self.nft:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                _nft(self.nft, "delete", "table", "inet", self.table)
+        self._rules.clear()
+        self._retiring.clear()
+
+
 @dataclass
-class NodeNet:
+class NodeNet(_RuleBook):
     """A node's net_cls group and its nft table. `group` None: not available (see `missing`)."""
 
     node: str
@@ -257,27 +285,15 @@ class NodeNet:
                 self._retire(comment, handle, b, p)
         return out
 
-    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
-        if not _delete_rule(self.nft, self.table, handle):
-            return  # kept, and tried again at the next reading
-        self._retired[0] += sent_bytes
-        self._retired[1] += packets
-        self._retiring.discard(comment)
-        self._rules.pop(comment, None)
-
     def close(self) -> None:
         """Delete the table and the empty groups (a group still holding a job stays)."""
-        if self.table and self.nft:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                _nft(self.nft, "delete", "table", "inet", self.table)
+        self._drop_table()
         if self.group is not None:
             for d in [*_children(self.group), self.group]:
                 try:
                     d.rmdir()
                 except OSError:
                     continue
-        self._rules.clear()
-        self._retiring.clear()
 
 
 def _children(d: Path) -> list[Path]:
@@ -329,7 +345,7 @@ def node_net(node: str, root: str, sysfs: Path = SYSFS_CGROUP, mount: bool = Tru
 
 
 @dataclass
-class NodeNetV2:
+class NodeNetV2(_RuleBook):
     """A node's egress counted by its cgroup v2 groups (see the module's docstring).
 
     `group`: the node's v2 group (jobs are its children); `mount`: the v2 hierarchy's mount.
@@ -422,21 +438,9 @@ class NodeNetV2:
         )
         return out
 
-    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
-        if not _delete_rule(self.nft, self.table, handle):
-            return
-        self._retired[0] += sent_bytes
-        self._retired[1] += packets
-        self._retiring.discard(comment)
-        self._rules.pop(comment, None)
-
     def close(self) -> None:
         """Delete the table (the groups are the node's, removed with them)."""
-        if self.table and self.nft:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                _nft(self.nft, "delete", "table", "inet", self.table)
-        self._rules.clear()
-        self._retiring.clear()
+        self._drop_table()
 
 
 def node_net_v2(node: str, group: Path, mount: Path) -> NodeNetV2:
