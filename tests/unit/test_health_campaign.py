@@ -34,7 +34,7 @@ def test_goals_need_nine_in_ten_faults_cordoned_within_a_minute() -> None:
 
 
 def test_no_fault_starts_that_could_not_run_its_whole_length_before_the_end() -> None:
-    """Seed 7's 30-minute run started a 90 s fault 7 s before its end and counted it missed."""
+    """Seed 7's 30-minute run started a 90 s fault 2 s before its end and counted it missed."""
     import time
     from types import SimpleNamespace
 

@@ -107,7 +107,7 @@ class _Campaign:
         self.console, self.t0 = console, t0
         self.end = end
         """time.monotonic() when the campaign stops: no fault starts that could not run its
-        whole length before then (seed 7's 30-minute run started one 7 s before its end and
+        whole length before then (seed 7's 30-minute run started one 2 s before its end and
         counted it as missed)."""
         self.kinds: list[FaultKind] = []
         self.faults: list[FaultRecord] = []
