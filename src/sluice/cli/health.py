@@ -244,7 +244,7 @@ def _leave_servers_out(
     live_cfg = MonitorConfig()
     # The flow only: the live rule's bounds are in nats of the flow's window NLL, which the
     # baselines' scores are not (a 5-nat minimum spread would silence them).
-    live = {FLOW: {n: apply_live(raw, live_cfg) for n, raw in raws[FLOW].items()}}
+    live = {n: apply_live(raw, live_cfg) for n, raw in raws[FLOW].items()}
     mt = Table(title="held-out means (every server counted once, with the setting its fold chose)")
     for h in ("detector", "F1 best", "F1 auto", "auto/best", "precision (auto)", "recall (auto)"):
         mt.add_column(h, justify="left" if h == "detector" else "right")
@@ -259,19 +259,18 @@ def _leave_servers_out(
     rule = f"{live_cfg.threshold} q={live_cfg.q:g}" + (
         f" depth={live_cfg.dspot_depth}" if live_cfg.threshold == "dspot" else ""
     )
-    for d, per in live.items():
-        outs = per.values()
-        lb = float(np.nanmean([o.f1_best for o in outs]))
-        la = float(np.nanmean([o.f1_auto for o in outs]))
-        smoothing = f"smooth={live_cfg.detector.smooth} decay={live_cfg.detector.decay:g}"
-        mt.add_row(
-            f"{d}, the live monitor's rule ({smoothing} bounded {rule}; chooses nothing)",
-            f"{lb:.3f}",
-            f"{la:.3f}",
-            f"{la / max(lb, 1e-12):.2f}",
-            f"{np.nanmean([o.precision for o in outs]):.3f}",
-            f"{np.nanmean([o.recall for o in outs]):.3f}",
-        )
+    outs = live.values()
+    lb = float(np.nanmean([o.f1_best for o in outs]))
+    la = float(np.nanmean([o.f1_auto for o in outs]))
+    smoothing = f"smooth={live_cfg.detector.smooth} decay={live_cfg.detector.decay:g}"
+    mt.add_row(
+        f"{FLOW}, the live monitor's rule ({smoothing} bounded {rule}; chooses nothing)",
+        f"{lb:.3f}",
+        f"{la:.3f}",
+        f"{la / max(lb, 1e-12):.2f}",
+        f"{np.nanmean([o.precision for o in outs]):.3f}",
+        f"{np.nanmean([o.recall for o in outs]):.3f}",
+    )
     console.print(mt)
     fm = means[FLOW]
     console.print(
@@ -297,7 +296,7 @@ def _leave_servers_out(
                         for r in results
                     ],
                     "mean": means,
-                    "live_rule": {d: {n: asdict(o) for n, o in per.items()} for d, per in live.items()},
+                    "live_rule": {FLOW: {n: asdict(o) for n, o in live.items()}},
                 },
                 indent=1,
             )

@@ -150,6 +150,10 @@ the scheduler (an MLP makes 100x the steps of a CNN), not by the node's health. 
 `job_steps_log_per_job` carries the throughput signal in a mix-independent form."""
 
 
+THRESHOLD_RULES = ("spot", "dspot")
+"""The rules `MonitorConfig.threshold` may name (`make_threshold`)."""
+
+
 @dataclass
 class MonitorConfig:
     """train_samples: healthy samples a node must show before its model is fitted.
@@ -204,6 +208,14 @@ class MonitorConfig:
     nodes look sick together the cause is usually shared (the workload, the network, a
     noisy fault next door), and cordoning them all would stop the cluster. Nodes over the
     cap stay Suspect."""
+
+    def __post_init__(self) -> None:
+        # Checked here, not when a node's model is fitted: that happens on a background
+        # thread, where a bad rule would only leave the node without a model.
+        if self.threshold not in THRESHOLD_RULES:
+            raise ValueError(f"threshold: {self.threshold!r} is not 'spot' or 'dspot'")
+        if self.dspot_depth < 1:
+            raise ValueError(f"dspot_depth: {self.dspot_depth} must be at least 1")
 
 
 @dataclass
@@ -644,8 +656,6 @@ def make_threshold(config: MonitorConfig, calibration: np.ndarray) -> Spot | DSp
     """The node's alarm threshold as `config.threshold` asks (`spot` or `dspot`)."""
     if config.threshold == "dspot":
         return _dspot(config.q, config.dspot_depth, calibration)
-    if config.threshold != "spot":
-        raise ValueError(f"threshold: {config.threshold!r} is not 'spot' or 'dspot'")
     return _spot(config.q, calibration)
 
 

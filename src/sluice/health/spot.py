@@ -218,7 +218,7 @@ class DSpot:
         return alarm
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": "dspot", "spot": self.spot.to_dict(), "depth": self.depth, "recent": list(self.recent)}
+        return {"spot": self.spot.to_dict(), "depth": self.depth, "recent": list(self.recent)}
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> DSpot:
