@@ -52,9 +52,10 @@ class CurveCheck(SluicePolicy):
         out = super().decide(view)
         for d in out:
             if isinstance(d, Place | Resize):
-                curve = LearnedCurve(view.jobs[d.job_id].progress.rates)
+                pr = view.jobs[d.job_id].progress
+                curve = LearnedCurve(pr.rates, noise_now=pr.noise_scale, ref_batch=pr.ref_batch)
                 k = d.allocation.total_gpus
-                pred = curve.rate(k)
+                pred = curve.rate(k) or 0.0
                 if pred and k not in dict(curve.points):
                     self.pending[d.job_id] = (view.now, k, pred, curve.most_measured)
         return out

@@ -390,6 +390,20 @@ def test_job_watch_follows_until_the_end_and_exits_by_outcome(
     assert sluice("job", "watch", "j-nope")[0] == 1
 
 
+def test_job_get_shows_the_reported_gradient_noise_scale(live: Live, tmp_path: Path) -> None:
+    job_id, attempt = _running(live, tmp_path)
+    noise = {"total_steps": 100.0, "grad_noise_scale": 420.0, "gns_batch": 64.0}
+    for i in range(1, 4):
+        t = live.engine.now + 2
+        live.engine.pending.append(JobProgress(job_id, attempt, t, step=10 * i, loss=1.0, metrics=noise))
+        live.plane.step()
+    code, out, err = sluice("job", "get", job_id)
+    assert code == 0, err
+    assert "gradient noise scale" in out and "420 samples" in out
+    code, out, err = sluice("job", "get", job_id, "-o", "json")
+    assert code == 0, err
+
+
 def test_job_plot_writes_an_image_of_loss_throughput_and_cpu(live: Live, tmp_path: Path) -> None:
     job_id, attempt = _running(live, tmp_path)
     for i in range(1, 6):

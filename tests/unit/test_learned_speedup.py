@@ -3,6 +3,7 @@ fitted per job, used by the GPU policies instead of one fixed curve for every jo
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -24,6 +25,7 @@ from sluice.model import (
     RateSample,
     Resize,
 )
+from sluice.model.progress import NOISE_WEIGHT
 from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, DEFAULT_RESTART_S, Speedups, restart_s
 from sluice.policy.parts.replicas import ReplicaSizer
 from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
@@ -330,3 +332,82 @@ def test_job_get_shows_the_measured_rates() -> None:
         {"gpus": 0, "nodes": 2, "replicas": 2, "steps_per_s": 4.25, "seconds": 60, "at": 2},
     ]
     assert _rates(rates) == "1 replica: 10; 2 replicas: 4.25"
+
+
+# ------------------------------------------------------------------ the gradient noise scale
+
+
+def test_efficiency_and_the_noise_factor() -> None:
+    from sluice.policy.parts.speedup import efficiency, noise_factor
+
+    assert efficiency(64, 1000.0, 64) == pytest.approx(1.0)
+    assert efficiency(1024, 1000.0, 64) == pytest.approx(1064 / 2024)
+    # the same noise then and now, or the reference batch itself: nothing to carry
+    assert noise_factor(1024, 500.0, 500.0, 64) == pytest.approx(1.0)
+    assert noise_factor(64, 100.0, 5000.0, 64) == pytest.approx(1.0)
+    # the noise grew: a large batch gains, and more than a smaller one
+    assert noise_factor(1024, 100.0, 5000.0, 64) > noise_factor(256, 100.0, 5000.0, 64) > 1.0
+
+
+def test_the_tracker_keeps_the_noise_scale_each_rate_was_measured_at() -> None:
+    tr = ProgressTracker()
+    one = (1, 1, 1)
+    for t in range(0, 181, 60):
+        tr.report(float(t), 10 * t, None, {"grad_noise_scale": 100.0 + t, "gns_batch": 64.0, "ref_batch": 64.0}, one, 1)
+    # a running geometric mean of what was reported (NOISE_WEIGHT on the newest)
+    want = 100.0
+    for phi in (160.0, 220.0, 280.0):
+        want = math.exp((1 - NOISE_WEIGHT) * math.log(want) + NOISE_WEIGHT * math.log(phi))
+    snap = tr.snapshot()
+    (r,) = snap.rates
+    assert r.noise_scale == pytest.approx(want) and r.batch == 64.0 and 100.0 < want < 280.0
+    assert snap.noise_scale == pytest.approx(want) and snap.ref_batch == 64.0
+    # a report without them, or with nonsense, keeps the last good values
+    for bad in (
+        {},
+        {"grad_noise_scale": -1.0, "gns_batch": 64.0},
+        {"grad_noise_scale": float("nan"), "gns_batch": 1.0},
+        {"grad_noise_scale": 5.0, "gns_batch": float("inf"), "ref_batch": 0.0},
+    ):
+        tr.report(240.0 + len(bad), 2400, None, bad, one, 1)
+    snap = tr.snapshot()
+    assert snap.noise_scale == pytest.approx(want) and snap.ref_batch == 64.0
+    assert ProgressTracker().snapshot().noise_scale is None
+
+
+def _noisy(gpus: int, rate: float, phi: float, batch: float) -> RateSample:
+    return RateSample(gpus, 1, gpus, rate, 120.0, 1000.0, phi, batch)
+
+
+def test_a_curve_carries_old_rates_to_todays_noise_scale() -> None:
+    # 1 GPU at the reference batch, 16 GPUs at 16x the batch, both measured when the noise was 100
+    pts = [_noisy(1, 10.0, 100.0, 64.0), _noisy(16, 40.0, 100.0, 1024.0)]
+    as_measured = LearnedCurve(pts)
+    carried = LearnedCurve(pts, noise_now=5000.0, ref_batch=64.0)
+    assert as_measured.speedup(16, 1) == pytest.approx(4.0)
+    # the 1-GPU rate is at the reference batch (unchanged); the 16-GPU one gains
+    assert carried.rate(1) == pytest.approx(10.0)
+    assert carried.speedup(16, 1) == pytest.approx(4.0 * (5064 / 6024) / (164 / 1124))
+    # a job that does not say what its steps are counted in keeps its rates as measured
+    assert LearnedCurve(pts, noise_now=5000.0).speedup(16, 1) == pytest.approx(4.0)
+
+
+def test_carrying_rates_to_the_current_noise_scale_is_an_option() -> None:
+    prog = ProgressSignals(
+        rates=(_noisy(1, 10.0, 100.0, 64.0), _noisy(16, 40.0, 100.0, 1024.0)), noise_scale=5000.0, ref_batch=64.0
+    )
+    job = JobView(
+        id="j",
+        tenant="t",
+        name="j",
+        phase=Phase.RUNNING,
+        submitted_at=0.0,
+        gpus=1,
+        replicas_min=1,
+        replicas_max=16,
+        progress=prog,
+    )
+    assert Speedups(4, carry_noise=False)(job, 16) == pytest.approx(4.0)
+    assert Speedups(4, carry_noise=True)(job, 16) > 4.0 * 5
+    assert make_policy("sluice").carry_noise is False  # type: ignore[attr-defined]
+    assert make_policy("sluice", carry_noise=True).carry_noise is True  # type: ignore[attr-defined]

@@ -63,3 +63,28 @@ def test_a_lone_job_takes_the_sum_of_its_epochs_plus_one_restart(apps: dict[str,
         expected += (app.progress_at(e + 1) - app.progress_at(e)) / app.goodput((1,), cfg, e)
     used = job.advance(10 * expected, 0.0)
     assert used == pytest.approx(expected) and job.done
+
+
+def test_the_reported_noise_scale_reproduces_the_simulated_efficiency(apps: dict[str, Application]) -> None:
+    """What a simulated job reports (its gradient noise scale, batch and reference batch) is
+    enough to recompute the statistical efficiency the simulator runs it at: the policy's
+    model (`speedup.efficiency`) and the simulator's (`Application.gain`) are one model."""
+    from sluice.model import Allocation, Assignment
+    from sluice.policy.parts.speedup import efficiency
+    from sluice.sim.jobs import GpuAppJob
+
+    app = apps["cifar10"]
+    job = GpuAppJob(app, app.init_batch_size, 4, adaptive=True)
+    assert job.noise_metrics() == {}  # no GPUs, nothing measured
+    job.place(Allocation((Assignment("n0", 1.0, None, 4),)))
+    for epoch in (0, 30, 90):
+        job.epoch = epoch
+        job.cfg = job._config(job.placement)
+        m = job.noise_metrics()
+        b, b0 = m["gns_batch"], m["ref_batch"]
+        assert b == job.cfg.batch_size and b0 == app.init_batch_size
+        assert (b / b0) * efficiency(b, m["grad_noise_scale"], b0) == pytest.approx(app.gain(epoch, int(b)))
+    # the noise grows as training goes on (why larger batches pay off later)
+    early = GpuAppJob(app, app.init_batch_size, 4, adaptive=True)
+    early.place(Allocation((Assignment("n0", 1.0, None, 4),)))
+    assert m["grad_noise_scale"] > early.noise_metrics()["grad_noise_scale"]

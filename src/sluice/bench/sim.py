@@ -41,9 +41,12 @@ GPU_POLICIES = ("fifo", "binpack", "kube", "tiresias", "optimus", "pollux", "pol
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "pollux-prior": ("pollux", {"learn_speedup": False}),
     "sluice-prior": ("sluice", {"learn_speedup": False}),
+    "sluice-gns": ("sluice", {"carry_noise": True}),
 }
 """Rows that run a policy with one option changed: the fixed n^0.8 speed-up prior instead of
-curves learned from each job's measured rates, to show what learning buys."""
+curves learned from each job's measured rates, to show what learning buys; `sluice-gns`, the
+learned curves carried to each job's reported gradient noise scale (off by default, see
+docs/policies.md)."""
 LOADS = ("0.5", "1.0", "1.5", "2.0")
 PUBLISHED = ("pollux", "optimus", "tiresias")
 CPU_POLICIES = ("kube", "flowcon", "specon", "dqoes", "sluice")

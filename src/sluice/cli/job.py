@@ -116,13 +116,14 @@ def list_(
     emit(jobs, output, render)
 
 
-def _rates(rates: list[dict[str, float]]) -> str:
+def _rates(rates: list[dict[str, float | None]]) -> str:
     """The speed measured at each allocation the job has held (what learned curves use)."""
     parts = []
-    for r in sorted(rates, key=lambda r: (r["gpus"], r["replicas"])):
-        where = f"{r['gpus']:.0f} GPU" if r["gpus"] else f"{r['replicas']:.0f} replica"
-        plural = "s" if (r["gpus"] or r["replicas"]) != 1 else ""
-        parts.append(f"{where}{plural}: {r['steps_per_s']:.3g}")
+    for r in sorted(rates, key=lambda r: (r.get("gpus") or 0, r.get("replicas") or 0)):
+        gpus, replicas = r.get("gpus") or 0, r.get("replicas") or 0
+        where = f"{gpus:.0f} GPU" if gpus else f"{replicas:.0f} replica"
+        plural = "s" if (gpus or replicas) != 1 else ""
+        parts.append(f"{where}{plural}: {r.get('steps_per_s') or 0:.3g}")
     return "; ".join(parts)
 
 
@@ -156,6 +157,8 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
         ]
         if progress is not None and progress.rates:
             rows.append(("measured steps/s", _rates(progress.rates)))
+        if progress is not None and progress.noise_scale is not None:
+            rows.append(("gradient noise scale", f"{progress.noise_scale:.4g} samples"))
         if progress is not None and progress.restart_lost_s:
             rows.append(("resize cost (s)", ", ".join(f"{x:.1f}" for x in progress.restart_lost_s)))
         table(["FIELD", "VALUE"], rows)

@@ -51,8 +51,12 @@ class Progress(_Open):
     second over the recent window (0 when unknown). Histories keep the last 240 points.
     rates: steps/s measured at each allocation shape the job held (gpus, nodes, replicas,
     steps_per_s, seconds, at), start-up excluded: what learned speed-up curves are fitted from.
+    Each rate also carries the job's gradient noise scale and batch when it was measured
+    (noise_scale, batch; None when the job reports none).
     restart_lost_s: seconds each recent resize or migration cost the job, measured from its
-    reports (what restart-aware policies charge a change; empty before the first)."""
+    reports (what restart-aware policies charge a change; empty before the first).
+    noise_scale: the job's reported gradient noise scale (samples), a running mean; ref_batch:
+    the batch its steps are counted in, if it says (both None otherwise)."""
 
     step: int = 0
     loss: float | None = None
@@ -67,8 +71,10 @@ class Progress(_Open):
     loss_history: list[tuple[float, float]] = []
     usage_history: list[tuple[float, float]] = []
     report_history: list[tuple[float, int, float | None]] = []
-    rates: list[dict[str, float]] = []
+    rates: list[dict[str, float | None]] = []
     restart_lost_s: list[float] = []
+    noise_scale: float | None = None
+    ref_batch: float | None = None
 
 
 class NodeOut(_Open):

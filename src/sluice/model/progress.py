@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from sluice.model.allocation import Allocation
 
@@ -22,6 +23,12 @@ RATE_SHAPES = 32
 RATE_WINDOW_S = 300.0
 """Recent span a rate is measured over, within one allocation: long enough to average out
 report jitter, short enough to follow a job whose speed changes as it trains."""
+
+NOISE_WEIGHT = 0.2
+"""Weight of a report's gradient noise scale in the job's running (geometric) mean of them. An
+estimate from one report is noisy (the SDK's own is an EMA of noisy per-step measurements);
+the curve that uses it is redrawn every round, and a jumpy input turned into resizes
+(docs/policies.md, "The gradient noise scale")."""
 
 RESTARTS_KEPT = 8
 """Deliberate restarts (resizes, migrations) whose measured cost a job's signals keep."""
@@ -57,6 +64,10 @@ class RateSample:
     steps_per_s: float
     seconds: float
     at: float
+    noise_scale: float | None = None
+    """The job's gradient noise scale (samples) when the rate was measured, if it reports one."""
+    batch: float | None = None
+    """The global batch (samples) the job trained at when the rate was measured, if reported."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,15 @@ class ProgressSignals:
                    allocation has been measured over RESTART_RATE_SPAN_S, and that first rate
                    is the one used. What restart-aware policies charge a change instead of
                    an assumed constant.
+    noise_scale:   the gradient noise scale (B_noise, samples) the job reports
+                   (`sdk.GradientNoiseScale`: metric `grad_noise_scale`, measured at the global
+                   batch `gns_batch`), a running geometric mean over its reports
+                   (NOISE_WEIGHT); None if it reports none.
+    ref_batch:     the batch its steps are counted in (metric `ref_batch`), when its steps are
+                   reference-batch steps (progress at any batch size, in units of this batch:
+                   the simulator's adaptive-batch jobs, AdaptDL-style). With noise_scale it
+                   lets a learned curve carry a rate measured at an old noise scale to today's
+                   (`speedup.LearnedCurve`).
     """
 
     step: int = 0
@@ -100,6 +120,8 @@ class ProgressSignals:
     report_history: tuple[tuple[float, int, float | None], ...] = ()
     rates: tuple[RateSample, ...] = ()
     restart_lost_s: tuple[float, ...] = ()
+    noise_scale: float | None = None
+    ref_batch: float | None = None
 
     def mean_loss_between(self, t0: float, t1: float) -> float | None:
         """Mean normalised loss of reports with t0 < t <= t1 (None if none)."""
@@ -140,6 +162,10 @@ class ProgressTracker:
     _restart_pending: bool = False
     _gap: tuple[float, int, float, int] | None = None
     _restarts: deque[float] = field(default_factory=lambda: deque(maxlen=RESTARTS_KEPT))
+    _noise: tuple[float, float] | None = None
+    """(noise scale, batch): the running mean of the noise scales reported (NOISE_WEIGHT) and
+    the batch of the latest report that carried both."""
+    ref_batch: float | None = None
 
     def report(
         self,
@@ -154,6 +180,12 @@ class ProgressTracker:
         unknown, no rate is recorded); a new shape or attempt starts a new measurement whose
         first report is only its baseline."""
         self._snapshot = None
+        if metrics:
+            if "total_steps" in metrics and metrics["total_steps"] > 0:
+                self.total_steps = int(metrics["total_steps"])
+            if "stall_s" in metrics:
+                self.stall_s = float(metrics["stall_s"])
+            self._take_noise(metrics)
         if shape is not None:
             self._measure(time, int(step), shape, attempt)
             self._last_point = (time, int(step))
@@ -161,16 +193,23 @@ class ProgressTracker:
             self.first_report = time
         self.last_report = time
         self.step = max(self.step, int(step))
-        if metrics:
-            if "total_steps" in metrics and metrics["total_steps"] > 0:
-                self.total_steps = int(metrics["total_steps"])
-            if "stall_s" in metrics:
-                self.stall_s = float(metrics["stall_s"])
         if loss is not None and math.isfinite(loss):
             self.loss = float(loss)
             self.max_loss = loss if self.max_loss is None else max(self.max_loss, loss)
             self.best_loss = loss if self.best_loss is None else min(self.best_loss, loss)
         self._raw.append((time, int(step), loss if loss is not None and math.isfinite(loss) else None))
+
+    def _take_noise(self, metrics: dict[str, float]) -> None:
+        """The noise scale and the batch it was measured at, kept only as a pair of positive,
+        finite numbers (a job's report is not trusted to be either)."""
+        phi, batch = metrics.get("grad_noise_scale"), metrics.get("gns_batch")
+        if _positive(phi) and _positive(batch):
+            if self._noise is not None:
+                phi = math.exp((1 - NOISE_WEIGHT) * math.log(self._noise[0]) + NOISE_WEIGHT * math.log(phi))
+            self._noise = (phi, batch)
+        ref = metrics.get("ref_batch")
+        if _positive(ref):
+            self.ref_batch = ref
 
     def restarting(self) -> None:
         """The controller is restarting the job on purpose (a resize or a migration): the
@@ -205,7 +244,8 @@ class ProgressTracker:
         span = time - start[0]
         rate = max(0.0, (step - start[1]) / span)
         self._rates.pop(shape, None)
-        self._rates[shape] = RateSample(shape[0], shape[1], shape[2], rate, span, time)
+        phi, batch = self._noise if self._noise is not None else (None, None)
+        self._rates[shape] = RateSample(shape[0], shape[1], shape[2], rate, span, time, phi, batch)
         while len(self._rates) > RATE_SHAPES:
             del self._rates[next(iter(self._rates))]
         if self._gap is not None and rate > 0 and span >= RESTART_RATE_SPAN_S:
@@ -271,8 +311,14 @@ class ProgressTracker:
             report_history=tuple(self._raw),
             rates=tuple(self._rates.values()),
             restart_lost_s=tuple(self._restarts),
+            noise_scale=None if self._noise is None else self._noise[0],
+            ref_batch=self.ref_batch,
         )
         return self._snapshot
+
+
+def _positive(x: float | None) -> TypeGuard[float]:
+    return x is not None and math.isfinite(x) and x > 0
 
 
 def predict_steps_to_loss(points: list[tuple[int, float]], target: float) -> float | None:

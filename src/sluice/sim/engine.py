@@ -36,7 +36,7 @@ from sluice.model import (
 )
 from sluice.sim.datacache import DataCluster
 from sluice.sim.failures import FailurePlan
-from sluice.sim.jobs import JobModel
+from sluice.sim.jobs import GpuAppJob, JobModel
 
 
 class CapacityError(ValueError):
@@ -219,9 +219,10 @@ class SimEngine:
                 finished.append((job_id, self.now + used))
             elif self.progress_events and not getattr(model, "starting", False):
                 # (a model that says it is still starting has run no step: a real job reports none)
-                self._events.append(
-                    JobProgress(job_id, run.attempt, t, model.step, model.loss(), {"total_steps": model.total_steps})
-                )
+                metrics: dict[str, float] = {"total_steps": model.total_steps}
+                if isinstance(model, GpuAppJob):
+                    metrics.update(model.noise_metrics())
+                self._events.append(JobProgress(job_id, run.attempt, t, model.step, model.loss(), metrics))
             if model.kind == "cpu":
                 self._events.append(JobUsage(job_id, run.attempt, t, cpu))
         for job_id, at in finished:

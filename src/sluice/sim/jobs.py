@@ -162,6 +162,20 @@ class GpuAppJob:
     def loss(self) -> float | None:
         return None
 
+    def noise_metrics(self) -> dict[str, float]:
+        """What the job's own `sdk.GradientNoiseScale` would report: its gradient noise scale
+        at the batch and epoch it trains at now (B_noise = tr(Σ)/|G|², in samples; the
+        measured statistics give the variance at the reference batch, hence × B0), that batch,
+        and the reference batch its progress is counted in. Nothing while it holds no GPUs."""
+        if self.cfg is None:
+            return {}
+        batch = self.cfg.batch_size
+        sqr, var = self.app.grad_stats(self.epoch, batch)
+        if sqr <= 0:
+            return {}
+        b0 = float(self.app.init_batch_size)
+        return {"grad_noise_scale": var * b0 / sqr, "gns_batch": float(batch), "ref_batch": b0}
+
     def speedup(self, alloc: Allocation) -> float:
         return self.rate(placement_of(alloc)) / self.rate((1,))
 

@@ -49,18 +49,26 @@ class Speedups:
     (`speedup.LearnedCurve`); in one, the simulator's true curve is used.
     """
 
-    def __init__(self, per_node: int, learn: bool = True) -> None:
+    def __init__(self, per_node: int, learn: bool = True, carry_noise: bool = False) -> None:
         self.per_node = max(per_node, 1)
         self.learn = learn
         """False: every job gets the prior curve and may use its spec's maximum at once (the
         fixed model used before curves were learned; kept as a baseline)."""
+        self.carry_noise = carry_noise
+        """Carry each measured rate to the job's current gradient noise scale, when it reports
+        one (`speedup.noise_factor`). Off for the policies without hysteresis: the moving
+        estimates made `pollux` and `optimus` resize more and finish later (docs/policies.md)."""
         self._memo: dict[tuple[str, int], float] = {}
         self._curves: dict[str, LearnedCurve] = {}
 
     def curve(self, job: JobView) -> LearnedCurve:
         c = self._curves.get(job.id)
         if c is None:
-            c = self._curves[job.id] = LearnedCurve(job.progress.rates if self.learn else ())
+            c = self._curves[job.id] = LearnedCurve(
+                job.progress.rates if self.learn else (),
+                noise_now=job.progress.noise_scale if self.carry_noise else None,
+                ref_batch=job.progress.ref_batch,
+            )
         return c
 
     def __call__(self, job: JobView, n: int) -> float:

@@ -17,6 +17,16 @@ The curve, in log-log space:
 - no measurement: the prior, (n / requested)^PRIOR_EXPONENT, and the job is not trusted
   with more than it asked for.
 
+Rates are in reference-batch steps, and what one step at a large batch is worth grows with the
+job's gradient noise scale (Pollux's statistical efficiency): a rate measured 10 minutes ago
+at 16 GPUs understates what 16 GPUs give today. When the job reports its noise scale and the
+batch it trains at (`sdk.GradientNoiseScale`; the simulator's jobs report the same), each
+measured rate can be carried to today's noise scale before the curve is drawn (`noise_factor`;
+the caller passes `noise_now` and `ref_batch` to ask for it: `sluice` with `carry_noise`, off
+by default — measured in docs/policies.md).
+The job's choice of a new batch at the new noise scale is not modelled: the carried rate is
+what the old batch would give today, a lower bound.
+
 Uncertainty is carried in what the model will let a policy try: never more than
 `EXPLORE_FACTOR` × the most GPUs measured (Pollux uses 2×) or the job's own request, whichever
 is more, so a wrong prior costs one restart at a bounded size, and its measurement then
@@ -52,12 +62,32 @@ STALE_S = 900.0
 """Measurements older than this (seconds before the newest) are not used."""
 
 
+def efficiency(batch: float, noise_scale: float, ref_batch: float) -> float:
+    """Progress per sample at `batch` relative to `ref_batch` (Pollux's statistical efficiency,
+    McCandlish et al.'s model): (B_noise + B0) / (B_noise + B). One sample at a batch far
+    above the noise scale adds little, far below it nearly a whole reference sample."""
+    return (noise_scale + ref_batch) / (noise_scale + batch)
+
+
+def noise_factor(batch: float, then: float, now: float, ref_batch: float) -> float:
+    """How much faster a job counting reference-batch steps now runs at `batch` than when its
+    noise scale was `then`: the same samples per second, each worth efficiency(now) instead of
+    efficiency(then). Above 1 as the noise grows (late in training), more so for larger
+    batches — which is why larger allocations pay off later."""
+    return efficiency(batch, now, ref_batch) / efficiency(batch, then, ref_batch)
+
+
 class LearnedCurve:
     """Steps per second of one job at n units — GPUs (GPU jobs) or replicas (CPU data-parallel
     jobs) — from its own measurements."""
 
     def __init__(
-        self, samples: Iterable[RateSample], prior_exponent: float = PRIOR_EXPONENT, unit: str = "gpus"
+        self,
+        samples: Iterable[RateSample],
+        prior_exponent: float = PRIOR_EXPONENT,
+        unit: str = "gpus",
+        noise_now: float | None = None,
+        ref_batch: float | None = None,
     ) -> None:
         if unit not in ("gpus", "replicas"):
             raise ValueError(f"unit must be 'gpus' or 'replicas', got {unit!r}")
@@ -71,8 +101,18 @@ class LearnedCurve:
             old = by_units.get(units[s])
             if old is None or s.at > old.at:
                 by_units[units[s]] = s
-        self.points: list[tuple[int, float]] = sorted((n, s.steps_per_s) for n, s in by_units.items())
+        self.points: list[tuple[int, float]] = sorted(
+            (n, s.steps_per_s * self._carried(s, noise_now, ref_batch)) for n, s in by_units.items()
+        )
         self.prior_exponent = prior_exponent
+
+    @staticmethod
+    def _carried(s: RateSample, now: float | None, ref_batch: float | None) -> float:
+        """The factor that carries sample s to today's noise scale (1 when anything needed is
+        missing: a job that reports no noise scale keeps its rates as measured)."""
+        if now is None or ref_batch is None or s.noise_scale is None or s.batch is None:
+            return 1.0
+        return noise_factor(s.batch, s.noise_scale, now, ref_batch)
 
     @property
     def measured(self) -> bool:
