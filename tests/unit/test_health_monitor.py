@@ -305,7 +305,7 @@ def test_a_storm_is_cordoned_on_logged_kpis() -> None:
     assert all(node == "node-1" for node, _ in cordons)
 
 
-def test_virtual_nodes_are_judged_on_egress_not_sent_by_jobs_only() -> None:
+def test_virtual_nodes_are_judged_on_traffic_not_sent_or_received_by_jobs_only() -> None:
     """A node's total egress follows its jobs (data loading, all-reduce): not judged on a
     virtual node; what the node sends that is not a job's is."""
     import fnmatch
@@ -317,3 +317,5 @@ def test_virtual_nodes_are_judged_on_egress_not_sent_by_jobs_only() -> None:
 
     assert ignored("node_net_tx_mbps") and ignored("node_net_tx_pps") and ignored("net_tx_mbps")
     assert not ignored("node_net_other_tx_mbps")
+    assert ignored("node_net_rx_mbps") and ignored("node_net_rx_pps") and ignored("net_rx_mbps")
+    assert not ignored("node_net_other_rx_mbps")

@@ -119,7 +119,7 @@ def test_counters_become_node_kpis_and_what_is_not_a_job_is_named(tmp_path: Path
     assert node_rates(gone, after, 1.0, 2, 2048, last_other=7.0)["node_cpu_other_pct"] == 7.0
 
 
-def test_net_counters_become_egress_rates_and_other_is_the_node_groups_own() -> None:
+def test_net_counters_become_egress_and_ingress_rates_and_other_is_the_node_groups_own() -> None:
     """The node's total egress (node rule + job rules) and the part not sent by jobs (node
     rule alone) as rates; no net counters (no nft / net_cls): no network KPIs at all."""
     prev = {"net_tx_bytes": 0.0, "net_tx_packets": 0.0, "net_other_tx_bytes": 0.0, "net_other_tx_packets": 0.0}
@@ -128,22 +128,34 @@ def test_net_counters_become_egress_rates_and_other_is_the_node_groups_own() -> 
     assert out["node_net_tx_mbps"] == pytest.approx(4.0)
     assert out["node_net_tx_pps"] == pytest.approx(200.0)
     assert out["node_net_other_tx_mbps"] == pytest.approx(1.0)
+    assert not any(k.startswith("node_net_rx") or "_rx_" in k for k in out)  # v1: egress only
     assert not any(k.startswith("node_net") for k in node_rates({"cpu_s": 1.0}, {"cpu_s": 0.0}, 1.0, 1, 1024.0, 0.0))
+    # v2 groups also count what was received
+    rx_prev = {**prev, "net_rx_bytes": 0.0, "net_rx_packets": 0.0, "net_other_rx_bytes": 0.0}
+    rx_cur = {**cur, "net_rx_bytes": 6 * 1048576.0, "net_rx_packets": 100.0, "net_other_rx_bytes": 4 * 1048576.0}
+    out = node_rates(rx_cur, rx_prev, 2.0, 1, 1024.0, 0.0)
+    assert out["node_net_rx_mbps"] == pytest.approx(3.0) and out["node_net_rx_pps"] == pytest.approx(50.0)
+    assert out["node_net_other_rx_mbps"] == pytest.approx(2.0)
 
 
-def test_egress_is_counted_by_the_nodes_v2_group_on_v2_and_by_net_cls_on_a_hybrid_host(
+def test_the_network_is_counted_by_a_v2_group_where_the_node_has_one_and_by_net_cls_without(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Which egress accounting the node gets (the counting itself is checked on the real
-    kernel in tests/integration/test_node_net.py). The fake tree stands in for /sys/fs/cgroup."""
+    """Which network accounting the node gets (the counting itself is checked on the real
+    kernel in tests/integration/test_node_net.py). The fake tree stands in for /sys/fs/cgroup:
+    a v2-only host counts by the node's usage group; a hybrid host by its `unified` group, with
+    job groups the counters make (ingress too); net_cls (egress only) where that fails."""
     import sluice.agent.node_cgroup as nc
     from sluice.agent.node_net import NodeNet, NodeNetV2
 
     calls: list[tuple[str, ...]] = []
+    v2_fails = False
 
-    def v2(node: str, group: Path, mount: Path) -> NodeNetV2:
-        calls.append(("v2", node, str(group), str(mount)))
-        return NodeNetV2(node, group, mount, "t", "nft")
+    def v2(node: str, group: Path, mount: Path, owns_jobs: bool = False) -> NodeNetV2:
+        calls.append(("v2", node, str(group), str(mount), str(owns_jobs)))
+        if v2_fails:
+            return NodeNetV2(node, missing="nft cannot add a `socket cgroupv2` rule")
+        return NodeNetV2(node, group, mount, "t", "nft", owns_jobs=owns_jobs)
 
     def v1(node: str, root: str, sysfs: Path) -> NodeNet:
         calls.append(("v1", node, root))
@@ -155,12 +167,29 @@ def test_egress_is_counted_by_the_nodes_v2_group_on_v2_and_by_net_cls_on_a_hybri
     sysfs = fake_v2(tmp_path / "v2")
     monkeypatch.setattr(nc, "SYSFS_CGROUP", sysfs)
     g = node_groups(detect_cgroups(sysfs, "sluice"), "n0", sysfs, "sluice", block)
-    assert calls == [("v2", "n0", str(sysfs / "sluice" / "n0"), str(sysfs))]
+    assert calls == [("v2", "n0", str(sysfs / "sluice" / "n0"), str(sysfs), "False")]
     assert isinstance(g.net, NodeNetV2) and g.net.procs is None
-    assert g.fault_join() == (str(sysfs / "sluice" / "n0" / FAULT_LEAF / "cgroup.procs"),), "no net_cls group to join"
+    assert g.fault_join() == (str(sysfs / "sluice" / "n0" / FAULT_LEAF / "cgroup.procs"),), "no group to join"
+    assert not any("network" in m for m in g.missing)
+
     calls.clear()
     sysfs = hybrid(tmp_path)
+    unified = sysfs / "unified" / "sluice" / "n1"
     monkeypatch.setattr(nc, "SYSFS_CGROUP", sysfs)
     g = node_groups(detect_cgroups(sysfs, "sluice", cpuset=True), "n1", sysfs, None, block)
-    assert calls == [("v1", "n1", "sluice")]
-    assert isinstance(g.net, NodeNet) and str(sysfs / "net_cls" / "sluice" / "n1" / "cgroup.procs") in g.fault_join()
+    assert calls == [("v2", "n1", str(unified), str(sysfs / "unified"), "True")]
+    assert isinstance(g.net, NodeNetV2) and g.net.procs == str(unified / "cgroup.procs")
+    assert str(unified / "cgroup.procs") in g.fault_join()  # a fault is the node's "other" traffic
+    # A job joins the node's unified group, then (last, so it ends up there) its own child.
+    joined = [*g.job_join(has_memory_cgroup=False), str(unified / "job-1.1" / "cgroup.procs")]
+    assert joined.index(str(unified / "cgroup.procs")) < joined.index(str(unified / "job-1.1" / "cgroup.procs"))
+
+    calls.clear()
+    v2_fails = True
+    g = node_groups(detect_cgroups(sysfs, "sluice", cpuset=True), "n2", sysfs, None, block)
+    assert calls == [
+        ("v2", "n2", str(sysfs / "unified" / "sluice" / "n2"), str(sysfs / "unified"), "True"),
+        ("v1", "n2", "sluice"),
+    ]
+    assert isinstance(g.net, NodeNet) and str(sysfs / "net_cls" / "sluice" / "n2" / "cgroup.procs") in g.fault_join()
+    assert any(m.startswith("node network ingress: counted on cgroup v2 only") for m in g.missing), g.missing

@@ -109,6 +109,8 @@ def node_rates(
                            some (all) of the node's runnable processes waited for that resource
     node_net_tx_mbps, node_net_tx_pps   network egress of the node's processes (nft: v1 net_cls or v2 groups)
     node_net_other_tx_mbps of which not by its jobs (faults, anything else put in the node)
+    node_net_rx_mbps, node_net_rx_pps, node_net_other_rx_mbps   the same for what they
+                           received (v2 groups only: node_net.NodeNetV2)
 
     `node_cpu_other_pct` is usage minus the sum over job cgroups; a job whose cgroup vanished
     between the readings took its last slice with it, so that sample repeats `last_other`."""
@@ -153,6 +155,10 @@ def node_rates(
         out["node_net_tx_mbps"] = (rate("net_tx_bytes") or 0.0) / _MB
         out["node_net_tx_pps"] = rate("net_tx_packets") or 0.0
         out["node_net_other_tx_mbps"] = (rate("net_other_tx_bytes") or 0.0) / _MB
+    if "net_rx_bytes" in cur and "net_rx_bytes" in prev:
+        out["node_net_rx_mbps"] = (rate("net_rx_bytes") or 0.0) / _MB
+        out["node_net_rx_pps"] = rate("net_rx_packets") or 0.0
+        out["node_net_other_rx_mbps"] = (rate("net_other_rx_bytes") or 0.0) / _MB
     return out
 
 

@@ -62,8 +62,8 @@ class NodeGroups:
     """v2: where faults go (processes may not sit in a group whose children have controllers)."""
     missing: tuple[str, ...] = ()
     net: NodeNet | NodeNetV2 | None = None
-    """The node's egress counters per node and job (node_net.py): v1 net_cls groups, or the
-    node's own v2 groups."""
+    """The node's network counters per node and job (node_net.py): its v2 groups (egress and
+    ingress), or v1 net_cls groups (egress)."""
 
     def job_join(self, has_memory_cgroup: bool) -> tuple[str, ...]:
         """cgroup.procs files a job joins besides its own cgroups (hierarchies where jobs
@@ -233,13 +233,10 @@ def node_groups(
         missing.append("node pressure (PSI): no cgroup v2 group with *.pressure files (kernel PSI off?)")
     net: NodeNet | NodeNetV2 | None = None
     if sysfs == SYSFS_CGROUP:  # a fake tree (tests) never touches the real net_cls or nft
-        v2_mount = _v2_mount_of(usage, sysfs) if usage_kind is CgroupKind.V2 and usage is not None else None
-        if usage is not None and v2_mount is not None:
-            net = node_net_v2(node, usage, v2_mount)  # jobs have their own v2 groups under it
-        else:
-            net = node_net(node, root, sysfs)
-        if net.missing:
-            missing.append(f"node network egress: {net.missing}")
+        net = _node_net(node, root, sysfs, usage, usage_kind, unified)
+        if not isinstance(net, NodeNetV2) or net.missing:
+            what = "node network ingress" if not net.missing else "node network egress and ingress"
+            missing.append(f"{what}: {net.missing or 'counted on cgroup v2 only, and the node has no v2 group'}")
     return NodeGroups(
         node,
         scoped,
@@ -253,6 +250,23 @@ def node_groups(
         tuple(missing),
         net if net is not None and net.group is not None else None,
     )
+
+
+def _node_net(
+    node: str, root: str, sysfs: Path, usage: Path | None, usage_kind: CgroupKind | None, unified: Path | None
+) -> NodeNet | NodeNetV2:
+    """The node's network counters: its v2 group where it has one (v2-only host: the usage
+    group, whose job children the CPU controller makes; hybrid host: the `unified` group, whose
+    job children are made by the counters), which counts egress and ingress; else v1 net_cls,
+    egress only."""
+    if usage_kind is CgroupKind.V2 and usage is not None and (mount := _v2_mount_of(usage, sysfs)) is not None:
+        return node_net_v2(node, usage, mount)
+    if unified is not None and (mount := _v2_mount_of(unified, sysfs)) is not None:
+        net = node_net_v2(node, unified, mount, owns_jobs=True)
+        if not net.missing:
+            return net
+        log.info("node %s: v2 network accounting unavailable (%s); trying net_cls", node, net.missing)
+    return node_net(node, root, sysfs)
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -14,9 +14,8 @@ class id (MAJOR:2, 3, ...). A packet carries one class id — its group's, not i
 
 One nft table per agent (`inet sluice_net_<pid>_<n>`, unique per agent process and node) holds
 the rules; it is deleted when the agent closes, and a table left by a killed agent (its pid
-gone) is deleted by the next agent that starts. Egress only: the input hook sees packets
-before they are tied to a receiving socket's cgroup. nft is always run with an argument list,
-never through a shell.
+gone) is deleted by the next agent that starts. v1 counts egress only (below). nft is always
+run with an argument list, never through a shell.
 
 Where net_cls is not in the kernel, cannot be mounted, or nft is missing, `missing` says why
 and the network KPIs are absent.
@@ -24,8 +23,16 @@ and the network KPIs are absent.
 On cgroup v2 (`NodeNetV2`) there is no class id: nft's `socket cgroupv2 level N "<path>"`
 matches a packet whose socket belongs to a process anywhere under the v2 group at that
 depth. The node's rule matches all its traffic (its total); each job's rule, one level
-deeper, its job group's; "other" is the total less every job's (live or retired). The groups
-are the node's own v2 groups (`node_cgroup`), so nothing is made here but the table.
+deeper, its job group's; "other" is the total less every job's (live or retired). On a
+v2-only host the groups are the node's own v2 groups (`node_cgroup`), so nothing is made
+here but the table. On a hybrid host (v1 controllers, plus the v2 tree at
+`/sys/fs/cgroup/unified` with no controllers) the node's group is its `unified` group and
+each job gets a child of it here (`owns_jobs`), which the job joins like any other group.
+
+Ingress, v2 only: the same `socket cgroupv2` match on the input hook looks up the socket a
+packet is delivered to, so it counts what the node's (and each job's) processes *receive* —
+on loopback too, where the sender and the receiver are two nodes of one machine (v1's `meta
+cgroup` sees no socket on the input hook: measured, it counts nothing there).
 """
 
 from __future__ import annotations
@@ -130,9 +137,17 @@ def _read_rules(nft: str, table: str) -> list[tuple[str, float, float, int | Non
     return out
 
 
-def _delete_rule(nft: str, table: str, handle: int) -> bool:
+RX = "rx:"
+"""Prefix of the comments of ingress rules (chain `in`); egress rules (chain `out`) have none."""
+
+
+def _chain_of(comment: str) -> str:
+    return "in" if comment.startswith(RX) else "out"
+
+
+def _delete_rule(nft: str, table: str, handle: int, chain: str = "out") -> bool:
     try:
-        _nft(nft, "delete", "rule", "inet", table, "out", "handle", str(handle))
+        _nft(nft, "delete", "rule", "inet", table, chain, "handle", str(handle))
     except (OSError, subprocess.SubprocessError):
         return False
     return True
@@ -175,11 +190,14 @@ class _RuleBook:
     _retiring: set[str]
     _retired: list[float]
 
-    def _retire(self, comment: str, handle: int, sent_bytes: float, packets: float) -> None:
-        if not _delete_rule(self.nft, self.table, handle):
+    def _retire(self, comment: str, handle: int, nbytes: float, packets: float) -> None:
+        """Delete a retiring rule, keeping its bytes and packets (sent: `_retired[0:2]`,
+        received: `[2:4]`)."""
+        if not _delete_rule(self.nft, self.table, handle, _chain_of(comment)):
             return  # kept, and tried again at the next reading
-        self._retired[0] += sent_bytes
-        self._retired[1] += packets
+        at = 2 if comment.startswith(RX) else 0
+        self._retired[at] += nbytes
+        self._retired[at + 1] += packets
         self._retiring.discard(comment)
         self._rules.pop(comment, None)
 
@@ -205,7 +223,7 @@ class NodeNet(_RuleBook):
     """Comment (`node` or `job:<group>`) → class id of the rules in the table."""
     _retiring: set[str] = field(default_factory=set)
     """Comments of rules whose job group is gone: counted once more, then deleted."""
-    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Bytes and packets of deleted job rules, kept in the node's total (which only grows)."""
 
     @property
@@ -303,10 +321,13 @@ def _children(d: Path) -> list[Path]:
         return []
 
 
-def _make_table(nft: str) -> tuple[str, str]:
-    """A new table with an output chain, named for this agent process: (name, why not)."""
+def _make_table(nft: str, ingress: bool = False) -> tuple[str, str]:
+    """A new table with an output chain (and an input chain for `ingress`), named for this
+    agent process: (name, why not)."""
     table = f"{TABLE_PREFIX}{os.getpid()}_{next(_SEQ)}"
     script = f"add table inet {table}\nadd chain inet {table} out {{ type filter hook output priority 0; }}\n"
+    if ingress:
+        script += f"add chain inet {table} in {{ type filter hook input priority 0; }}\n"
     try:
         _nft(nft, "-f", "-", stdin=script)
     except (OSError, subprocess.SubprocessError) as err:
@@ -346,9 +367,10 @@ def node_net(node: str, root: str, sysfs: Path = SYSFS_CGROUP, mount: bool = Tru
 
 @dataclass
 class NodeNetV2(_RuleBook):
-    """A node's egress counted by its cgroup v2 groups (see the module's docstring).
+    """A node's egress and ingress counted by its cgroup v2 groups (see the module's docstring).
 
-    `group`: the node's v2 group (jobs are its children); `mount`: the v2 hierarchy's mount.
+    `group`: the node's v2 group (jobs are its children); `mount`: the v2 hierarchy's mount;
+    `owns_jobs`: the job groups are made (and removed) here, for jobs to join (hybrid host).
     `missing` says why nothing is counted; `group` is then None."""
 
     node: str
@@ -357,18 +379,23 @@ class NodeNetV2(_RuleBook):
     table: str = ""
     nft: str = ""
     missing: str = ""
+    owns_jobs: bool = False
     _rules: dict[str, str] = field(default_factory=dict)
-    """Comment (`node` or `job:<group>`) → the group path the rule matches."""
+    """Comment (`node`, `job:<group>`, and the same behind RX for ingress) → the group path."""
     _retiring: set[str] = field(default_factory=set)
-    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    """Bytes and packets of deleted job rules: still in the node's total, not "other"."""
+    _retired: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    """Bytes and packets sent, then received, of deleted job rules: still in the node's total,
+    not "other"."""
 
     @property
     def procs(self) -> str | None:
-        """Nothing to join: a v2 process is counted by the group it already sits in."""
-        return None
+        """The node group's cgroup.procs where this owns the job groups (what is not a job
+        sits in the node's group itself); on a v2-only host nothing: a process is counted by
+        the group it already sits in."""
+        return str(self.group / "cgroup.procs") if self.owns_jobs and self.group is not None else None
 
     def _add_rule(self, comment: str, group: Path) -> bool:
+        """The egress rule and the ingress rule for one group; True when both are in."""
         if comment in self._rules:
             return True
         assert self.mount is not None
@@ -382,34 +409,45 @@ class NodeNetV2(_RuleBook):
             return False
         if not re.fullmatch(r"[A-Za-z0-9_.\-/]+", path):
             return False  # a name nft would not parse as one string
+        match = ("socket", "cgroupv2", "level", str(level), f'"{path}"', "counter")
         try:
-            _nft(
-                self.nft,
-                "add", "rule", "inet", self.table, "out",
-                "socket", "cgroupv2", "level", str(level), f'"{path}"',
-                "counter", "comment", f'"{comment}"',
-            )  # fmt: skip
+            _nft(self.nft, "add", "rule", "inet", self.table, "out", *match, "comment", f'"{comment}"')
+            self._rules[comment] = path
+            _nft(self.nft, "add", "rule", "inet", self.table, "in", *match, "comment", f'"{RX}{comment}"')
+            self._rules[RX + comment] = path
         except (OSError, subprocess.SubprocessError) as err:
             log.debug("node %s: nft rule for %s not added: %s", self.node, comment, err)
             return False
-        self._rules[comment] = path
         return True
 
     def job_group(self, name: str) -> str | None:
-        """Count the job attempt's own v2 group (`<node group>/<name>`, made by the job's CPU
-        controller before this is called). Returns None: there is no extra group to join."""
-        if self.group is not None and (self.group / name).is_dir():
-            self._add_rule(f"job:{name}", self.group / name)
+        """Count the job attempt's own v2 group (`<node group>/<name>`). On a v2-only host the
+        job's CPU controller made it, and there is nothing to join (None); on a hybrid host it
+        is made here and its cgroup.procs returned for the job to join."""
+        if self.group is None:
+            return None
+        d = self.group / name
+        if self.owns_jobs and not _ensure_dir(d):
+            return None
+        if d.is_dir() and self._add_rule(f"job:{name}", d) and self.owns_jobs:
+            return str(d / "cgroup.procs")
         return None
 
     def drop_job(self, name: str) -> None:
-        """The job attempt ended: its rule is deleted at the next reading, its bytes kept out
-        of the node's "other" traffic."""
-        if f"job:{name}" in self._rules:
-            self._retiring.add(f"job:{name}")
+        """The job attempt ended: its rules are deleted at the next reading, its bytes kept
+        out of the node's "other" traffic (and the group it joined removed, where this made
+        it)."""
+        if self.owns_jobs and self.group is not None:
+            with contextlib.suppress(OSError):
+                (self.group / name).rmdir()
+        for comment in (f"job:{name}", f"{RX}job:{name}"):
+            if comment in self._rules:
+                self._retiring.add(comment)
 
     def counters(self) -> dict[str, float]:
-        """The same keys as `NodeNet.counters`; {} where unavailable or nft cannot be read."""
+        """`NodeNet.counters`' keys, and the same for what was received: `net_rx_bytes`,
+        `net_rx_packets`, `net_other_rx_bytes`/`..._packets`, `job:<group>:net_rx_bytes`.
+        {} where unavailable or nft cannot be read."""
         if self.group is None:
             return {}
         for child in _children(self.group):
@@ -418,42 +456,49 @@ class NodeNetV2(_RuleBook):
         rules = _read_rules(self.nft, self.table)
         if rules is None:
             return {}
-        total = [0.0, 0.0]
-        jobs = [self._retired[0], self._retired[1]]
+        total = [0.0, 0.0, 0.0, 0.0]
+        jobs = list(self._retired)
         out: dict[str, float] = {}
         for comment, b, pk, handle in rules:
-            if comment == NODE_COMMENT:
-                total = [b, pk]
-            elif comment.startswith("job:"):
-                out[f"{comment}:net_tx_bytes"] = b
-                jobs[0] += b
-                jobs[1] += pk
+            rx = comment.startswith(RX)
+            name, at, key = (comment[len(RX) :], 2, "net_rx_bytes") if rx else (comment, 0, "net_tx_bytes")
+            if name == NODE_COMMENT:
+                total[at], total[at + 1] = b, pk
+            elif name.startswith("job:"):
+                out[f"{name}:{key}"] = b
+                jobs[at] += b
+                jobs[at + 1] += pk
                 if comment in self._retiring and handle is not None:
                     self._retire(comment, handle, b, pk)
-        out.update(
-            net_tx_bytes=total[0],
-            net_tx_packets=total[1],
-            net_other_tx_bytes=max(0.0, total[0] - jobs[0]),
-            net_other_tx_packets=max(0.0, total[1] - jobs[1]),
-        )
+        for at, way in ((0, "tx"), (2, "rx")):
+            out[f"net_{way}_bytes"] = total[at]
+            out[f"net_{way}_packets"] = total[at + 1]
+            out[f"net_other_{way}_bytes"] = max(0.0, total[at] - jobs[at])
+            out[f"net_other_{way}_packets"] = max(0.0, total[at + 1] - jobs[at + 1])
         return out
 
     def close(self) -> None:
-        """Delete the table (the groups are the node's, removed with them)."""
+        """Delete the table (and the empty job groups this made; the node's group is
+        node_cgroup's)."""
         self._drop_table()
+        if self.owns_jobs and self.group is not None:
+            for d in _children(self.group):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
 
-def node_net_v2(node: str, group: Path, mount: Path) -> NodeNetV2:
-    """Count the egress of the node's v2 group `group` (on the v2 hierarchy at `mount`) and of
-    its job groups (never raises: what cannot be done is said in `missing`)."""
+def node_net_v2(node: str, group: Path, mount: Path, owns_jobs: bool = False) -> NodeNetV2:
+    """Count the egress and ingress of the node's v2 group `group` (on the v2 hierarchy at
+    `mount`) and of its job groups, made here when `owns_jobs` (never raises: what cannot be
+    done is said in `missing`)."""
     nft = shutil.which("nft")
     if nft is None:
         return NodeNetV2(node, missing="no nft command (apt-get install nftables)")
     clean_stale_tables(nft)
-    table, why = _make_table(nft)
+    table, why = _make_table(nft, ingress=True)
     if why:
         return NodeNetV2(node, missing=why)
-    net = NodeNetV2(node, group, mount, table, nft)
+    net = NodeNetV2(node, group, mount, table, nft, owns_jobs=owns_jobs)
     if not net._add_rule(NODE_COMMENT, group):
         net.close()
         return NodeNetV2(node, missing=f"nft cannot add a `socket cgroupv2` rule for {group} to {table}")

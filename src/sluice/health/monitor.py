@@ -114,20 +114,22 @@ MACHINE_WIDE: tuple[str, ...] = (
     "node_mem_majfaults_ps",
     "node_io_*",
     "node_net_tx_*",
+    "node_net_rx_*",
 )
 """What virtual nodes of one machine are *not* judged on (pass as `ignore`): the
 machine-wide counters; the absolute core times and job speed, which follow the whole
 machine's load (unpinned processes and other tenants float over every core); and, from the
 node's own cgroups (`node_*`, agent/node_cgroup.py), everything the node's jobs make: its
-total CPU, kernel time, memory held, major page faults, block I/O and network egress
-(`node_net_tx_*`) follow how many jobs the
+total CPU, kernel time, memory held, major page faults, block I/O and network traffic
+(`node_net_tx_*`, `node_net_rx_*`) follow how many jobs the
 scheduler put there and what they do (a first campaign run cordoned healthy nodes on
 `node_io_read_mbps`, `node_mem_used_pct`, `node_cpu_system_pct` while jobs started; a second
 on `node_mem_majfaults_ps` bursts at job starts), their throttling follows their limits, and
 the node's CPU stall follows the machine's load.
 
 What is judged: CPU used in the node by anything but its jobs (`node_cpu_other_pct`), network
-egress sent from the node by anything but its jobs (`node_net_other_tx_mbps`), the
+traffic sent and received in the node by anything but its jobs (`node_net_other_tx_mbps`,
+and `node_net_other_rx_mbps` where the node has a v2 group), the
 share of time its processes stalled on memory or I/O (`node_psi_memory*`, `node_psi_io*`),
 and memory limit hits. A fault injected in the node (`sluice node fault`) shows there; a
 process started outside every sluice cgroup only through the stalls it causes.
