@@ -50,3 +50,19 @@ def test_random_scores_get_high_pa_f1_but_low_pointwise_f1() -> None:
     assert sc.f1_pa > 0.8
     assert sc.f1_best < 0.6
     assert 0.4 < sc.auroc < 0.6
+
+
+def test_a_node_without_anomalies_has_no_f1_at_any_threshold_and_leaves_the_means_alone() -> None:
+    """A campaign node no fault ran on: its automatic thresholds' F1 is undefined (NaN) like
+    its best F1, so the means (and the automatic/best ratio) are over the faulty nodes only;
+    a 0 there used to halve the ratio on a two-node recording."""
+    from sluice.health.evaluation import EvaluationRow, average
+
+    calm = evaluate_scores(np.arange(100.0), np.zeros(100, dtype=int), 50.0, alarms=np.arange(100) > 50)
+    assert np.isnan(calm.f1_spot) and np.isnan(calm.f1_dspot) and np.isnan(calm.f1_best)
+    y = np.zeros(100, dtype=int)
+    y[90:] = 1
+    faulty = evaluate_scores(np.arange(100.0), y, 89.5, alarms=np.arange(100) >= 90)
+    assert faulty.f1_spot == pytest.approx(1.0) and faulty.f1_dspot == pytest.approx(1.0)
+    rows = [EvaluationRow("a", "flow", faulty, 1.0, 1.0), EvaluationRow("b", "flow", calm, 1.0, 1.0)]
+    assert average(rows)["flow"]["f1_spot"] == pytest.approx(1.0)

@@ -88,12 +88,15 @@ def evaluate_scores(
     alarms: NDArray[np.bool_] | None = None,
 ) -> Scores:
     """Every metric of `scores` against `labels`; `spot_threshold`: SPOT's fixed threshold
-    (f1_spot); `alarms`: a streaming threshold's alarms, one per score (f1_dspot)."""
+    (f1_spot); `alarms`: a streaming threshold's alarms, one per score (f1_dspot). Where the
+    labels hold no anomaly (a node no fault was injected on) no F1 is defined, the automatic
+    thresholds' included: NaN, skipped by the means, not a 0 next to a best F1 that is
+    itself undefined."""
     y = np.asarray(labels).astype(int).ravel()
     s = np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=0.0, posinf=1e12, neginf=-1e12)
     both = 0 < y.sum() < len(y)
     spot_f1 = float("nan")
-    if spot_threshold is not None:
+    if spot_threshold is not None and y.any():
         spot_f1 = f1_at(s, y, spot_threshold)
     return Scores(
         f1_best=best_f1(s, y)[0],
@@ -102,5 +105,5 @@ def evaluate_scores(
         f1_pak=best_f1(adjust(s, y, k_percent), y)[0],
         auroc=float(roc_auc_score(y, s)) if both else float("nan"),
         auprc=float(average_precision_score(y, s)) if both else float("nan"),
-        f1_dspot=f1_of(alarms, y) if alarms is not None else float("nan"),
+        f1_dspot=f1_of(alarms, y) if alarms is not None and y.any() else float("nan"),
     )
