@@ -14,7 +14,7 @@ from rich.table import Table
 from sluice.agent.faults import FaultKind
 from sluice.control.plane import ControlPlane
 from sluice.health.detector import DetectorConfig
-from sluice.health.evaluation import average, contenders, evaluate_entity, load_folder
+from sluice.health.evaluation import EVAL_DECAY, EVAL_SMOOTH, average, contenders, evaluate_entity, load_folder
 from sluice.health.monitor import HealthMonitor
 from sluice.health.state import Transition
 
@@ -25,7 +25,7 @@ QUALITY = ("f1_best", "f1_spot", "f1_dspot", "f1_pa", "f1_pak", "auroc", "auprc"
 def run(folder: Path, entities: list[str] | None = None, out: Path | None = None) -> dict[str, dict[str, float]]:
     console = Console()
     rows = []
-    makers = contenders(DetectorConfig())
+    makers = contenders(DetectorConfig(smooth=EVAL_SMOOTH, decay=EVAL_DECAY))
     ents = list(load_folder(folder, entities))
     with console.status("scoring") as status:
         for ent in ents:

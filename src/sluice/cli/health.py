@@ -51,17 +51,20 @@ def eval_cmd(
         int, typer.Option(min=0, max=2**31 - 1, help="Seed of the flow's initialisation and batch order [0].")
     ] = 0,
     q: Annotated[
-        float | None, typer.Option(min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability [1e-3].")
+        float | None,
+        typer.Option(
+            min=1e-9, max=0.5, help="SPOT risk: healthy exceedance probability [1e-2, chosen leave-servers-out on ASD]."
+        ),
     ] = None,
     smooth: Annotated[
         int | None, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows [5].")
     ] = None,
     decay: Annotated[
         float | None,
-        typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights) [0.7]."),
+        typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights) [0]."),
     ] = None,
     dspot_depth: Annotated[
-        int | None, typer.Option(min=1, help="Drift-aware SPOT: mean of this many newest non-alarm scores [10].")
+        int | None, typer.Option(min=1, help="Drift-aware SPOT: mean of this many newest non-alarm scores [100].")
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every row to this JSON file.")] = None,
     protocol: Annotated[
@@ -83,7 +86,18 @@ def eval_cmd(
     so read it beside the point-wise F1, PA%K and AUPRC.
     """
     from sluice.health.detector import ENCODERS, DetectorConfig
-    from sluice.health.evaluation import METRICS, DatasetError, average, contenders, evaluate_entity, load_folder
+    from sluice.health.evaluation import (
+        EVAL_DECAY,
+        EVAL_DSPOT_DEPTH,
+        EVAL_Q,
+        EVAL_SMOOTH,
+        METRICS,
+        DatasetError,
+        average,
+        contenders,
+        evaluate_entity,
+        load_folder,
+    )
 
     console = Console()
     only = [e.strip() for e in entities.split(",") if e.strip()] if entities else None
@@ -119,15 +133,15 @@ def eval_cmd(
         flag = "--folds" if folds is not None else "--cache"
         console.print(f"[red]error:[/red] {flag}: only used with --protocol leave-servers-out")
         raise typer.Exit(2)
-    q = 1e-3 if q is None else q
+    q = EVAL_Q if q is None else q
     makers = contenders(
         DetectorConfig(
             epochs=epochs,
             max_train_s=max_train_s,
             encoder=encoder,
             seed=seed,
-            smooth=5 if smooth is None else smooth,
-            decay=0.7 if decay is None else decay,
+            smooth=EVAL_SMOOTH if smooth is None else smooth,
+            decay=EVAL_DECAY if decay is None else decay,
         ),
         baselines=baselines,
     )
@@ -146,7 +160,9 @@ def eval_cmd(
         for ent in ents:
             for name, make in makers.items():
                 status.update(f"{ent.name}: {name}")
-                row = evaluate_entity(ent, name, make, q=q, dspot_depth=10 if dspot_depth is None else dspot_depth)
+                row = evaluate_entity(
+                    ent, name, make, q=q, dspot_depth=EVAL_DSPOT_DEPTH if dspot_depth is None else dspot_depth
+                )
                 rows.append(row)
                 d = row.as_dict()
                 table.add_row(ent.name, name, *(_fmt(float(d[m]), m) for m in METRICS))  # type: ignore[arg-type]

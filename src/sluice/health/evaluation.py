@@ -108,8 +108,20 @@ class EvaluationRow:
         }
 
 
+EVAL_Q = 1e-2
+"""SPOT's risk in the offline evaluation when none is given (`--q`): what the leave-servers-out
+protocol chose on ASD in every fold (docs/health.md; 2026-11-25, K = 3), for data sluice has not
+seen. The live monitor keeps 1e-3 (a sample a second, not one per 5 minutes)."""
+EVAL_DSPOT_DEPTH = 100
+"""Drift-aware SPOT's depth there (`--dspot-depth`): chosen in every fold, and the live depth."""
+EVAL_SMOOTH = 5
+"""The flow's score smoothing there (`--smooth`): chosen in every fold."""
+EVAL_DECAY = 0.0
+"""The newest window's weight in it (`--decay`, 0 = equal weights): chosen in two folds of three."""
+
+
 def evaluate_entity(
-    ent: Entity, name: str, make: Callable[[], Detector], q: float = 1e-3, dspot_depth: int = 10
+    ent: Entity, name: str, make: Callable[[], Detector], q: float = EVAL_Q, dspot_depth: int = EVAL_DSPOT_DEPTH
 ) -> EvaluationRow:
     det = make()
     t0 = time.perf_counter()
