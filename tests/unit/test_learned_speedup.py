@@ -368,11 +368,15 @@ def test_the_tracker_keeps_the_noise_scale_each_rate_was_measured_at() -> None:
         {"grad_noise_scale": -1.0, "gns_batch": 64.0},
         {"grad_noise_scale": float("nan"), "gns_batch": 1.0},
         {"grad_noise_scale": 5.0, "gns_batch": float("inf"), "ref_batch": 0.0},
+        {"grad_noise_scale": 1e308, "gns_batch": 1e308, "ref_batch": 1e308},
     ):
         tr.report(240.0 + len(bad), 2400, None, bad, one, 1)
     snap = tr.snapshot()
     assert snap.noise_scale == pytest.approx(want) and snap.ref_batch == 64.0
     assert ProgressTracker().snapshot().noise_scale is None
+    # what was kept cannot break the curve's arithmetic
+    carried = LearnedCurve(snap.rates, noise_now=snap.noise_scale, ref_batch=snap.ref_batch)
+    assert all(math.isfinite(r) for _, r in carried.points)
 
 
 def _noisy(gpus: int, rate: float, phi: float, batch: float) -> RateSample:

@@ -200,8 +200,8 @@ class ProgressTracker:
         self._raw.append((time, int(step), loss if loss is not None and math.isfinite(loss) else None))
 
     def _take_noise(self, metrics: dict[str, float]) -> None:
-        """The noise scale and the batch it was measured at, kept only as a pair of positive,
-        finite numbers (a job's report is not trusted to be either)."""
+        """The noise scale and the batch it was measured at, kept only as a pair of positive
+        numbers up to MAX_NOISE_SAMPLES (a job's report is not trusted to be either)."""
         phi, batch = metrics.get("grad_noise_scale"), metrics.get("gns_batch")
         if _positive(phi) and _positive(batch):
             if self._noise is not None:
@@ -317,8 +317,13 @@ class ProgressTracker:
         return self._snapshot
 
 
+MAX_NOISE_SAMPLES = 1e12
+"""Largest noise scale or batch (samples) a report may state: far above any real job, low
+enough that the efficiency arithmetic on it cannot overflow (a job's report is not trusted)."""
+
+
 def _positive(x: float | None) -> TypeGuard[float]:
-    return x is not None and math.isfinite(x) and x > 0
+    return x is not None and math.isfinite(x) and 0 < x <= MAX_NOISE_SAMPLES
 
 
 def predict_steps_to_loss(points: list[tuple[int, float]], target: float) -> float | None:
