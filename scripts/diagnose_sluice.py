@@ -53,7 +53,8 @@ class CurveCheck(SluicePolicy):
         for d in out:
             if isinstance(d, Place | Resize):
                 pr = view.jobs[d.job_id].progress
-                curve = LearnedCurve(pr.rates, noise_now=pr.noise_scale, ref_batch=pr.ref_batch)
+                noise = pr.noise_scale if self.carry_noise else None  # the curve the policy drew
+                curve = LearnedCurve(pr.rates, noise_now=noise, ref_batch=pr.ref_batch)
                 k = d.allocation.total_gpus
                 pred = curve.rate(k) or 0.0
                 if pred and k not in dict(curve.points):
