@@ -6,6 +6,9 @@ loop) — small and fast, so these tests exercise the mechanism, not PyTorch.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +258,44 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(sluice_settings
         assert exited.exit_code == -9 and "SIGKILL after grace" in exited.reason
     finally:
         agent.close()
+
+
+def test_a_killed_agents_empty_node_groups_are_removed_by_the_next_agent(sluice_settings: Settings) -> None:
+    """A detached Ray agent is killed with its cluster and closes nothing: its node's groups
+    used to stay behind in every hierarchy. The next agent to start on the host removes them
+    (agent/node_owners.py); a live agent's groups are left alone."""
+    env = {
+        **os.environ,
+        "SLUICE_HOME": str(sluice_settings.home),
+        "SLUICE_CGROUP_ROOT": str(sluice_settings.cgroup_root),
+    }
+    code = (
+        "import sys, time\n"
+        "from sluice.agent.node_agent import NodeAgent\n"
+        "from sluice.settings import Settings\n"
+        "s = Settings()\n"
+        "a = NodeAgent('gc-dead', s.runs_dir, settings=s)\n"
+        "print(a.groups.usage, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        usage = Path(child.stdout.readline().strip())
+        assert usage.is_dir(), f"the child agent made no node group ({usage})"
+        live = NodeAgent("gc-live", sluice_settings.runs_dir, settings=sluice_settings)
+        assert usage.is_dir(), "a live agent's groups were swept"
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        assert usage.is_dir()  # nothing removes them on a kill...
+        second = NodeAgent("gc-next", sluice_settings.runs_dir, settings=sluice_settings)
+        dead_dirs = list(Path("/sys/fs/cgroup").glob(f"*/{sluice_settings.cgroup_root}/gc-dead"))
+        assert dead_dirs == [], f"a killed agent's groups stayed: {dead_dirs}"
+        assert live.groups.usage is not None and live.groups.usage.is_dir()
+        second.close()
+        live.close()
+        assert list(Path("/sys/fs/cgroup").glob(f"*/{sluice_settings.cgroup_root}/gc-*")) == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -5,13 +5,14 @@ checked in tests/integration/test_health_faults.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sluice.agent.cgroup import CgroupKind, CgroupLayout, detect_cgroups
 from sluice.agent.kpi import node_rates
-from sluice.agent.node_cgroup import ACCOUNTING_BPS, FAULT_LEAF, node_groups, read_counters
+from sluice.agent.node_cgroup import ACCOUNTING_BPS, FAULT_LEAF, group_dirs, node_groups, read_counters
 
 from .test_cgroup import fake_v1, fake_v1_memory, fake_v2
 
@@ -193,3 +194,22 @@ def test_the_network_is_counted_by_a_v2_group_where_the_node_has_one_and_by_net_
     ]
     assert isinstance(g.net, NodeNet) and str(sysfs / "net_cls" / "sluice" / "n2" / "cgroup.procs") in g.fault_join()
     assert any(m.startswith("node network ingress: counted on cgroup v2 only") for m in g.missing), g.missing
+
+
+def test_the_dirs_recorded_for_a_node_are_its_own_never_a_shared_root(tmp_path: Path) -> None:
+    """What `node_owners` may remove after a killed agent: the node's groups in each hierarchy
+    (and its faults leaf and cpuset), never the root other nodes' groups sit in — not even
+    for a node named like the root, nor where a hierarchy had no node group."""
+    sysfs = hybrid(tmp_path)
+    layout = detect_cgroups(sysfs, "sluice", cpuset=True)
+    block = fake_block(tmp_path)
+    g = node_groups(layout, "node-1", sysfs, None, block)
+    cpuset = sysfs / "cpuset" / "sluice" / "node-1"
+    assert set(group_dirs(g, layout, cpuset)) == {
+        sysfs / h / "sluice" / "node-1" for h in ("cpu", "cpuacct", "memory", "blkio", "unified", "cpuset")
+    }
+    same = node_groups(layout, "sluice", sysfs, None, block)
+    assert all(d.parent.name == "sluice" and d.name == "sluice" for d in group_dirs(same, layout))
+    unscoped = replace(g, layout=layout, memory=None)  # as when the node's memory group failed
+    assert layout.memory_parent not in group_dirs(unscoped, layout)
+    assert layout.cpu_parent not in group_dirs(unscoped, layout)

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ import psutil
 
 from sluice.agent.cache_report import CacheReporter
 from sluice.agent.cgroup import (
+    SYSFS_CGROUP,
     CgroupLayout,
     CoreLedger,
     CpuController,
@@ -56,7 +57,8 @@ from sluice.agent.faults import FaultBoard, FaultReport
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, launch_problem, own_dir, own_file, plane_dirs
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
-from sluice.agent.node_cgroup import node_groups, remove_groups, warn_missing
+from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, warn_missing
+from sluice.agent.node_owners import NodeOwners
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
 from sluice.data.cache import DatasetCache
@@ -201,10 +203,17 @@ class NodeAgent:
             self.guard = (guard_pid, start)
         self.layout = layout or detect_cgroups(root=self.settings.cgroup_root, cpuset=len(self.cpus) < machine)
         warn_once(self.layout)
-        self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
         # The node's own cgroups: its jobs' cgroups are made inside them, faults run in them,
-        # and the node's KPIs are read from them (agent/node_cgroup.py).
-        self.groups = node_groups(self.layout, name, root=self.settings.cgroup_root)
+        # and the node's KPIs are read from them (agent/node_cgroup.py). Recorded as this
+        # process's, so that if it is killed the next agent here removes them when empty
+        # (and removes those of agents killed before: agent/node_owners.py).
+        parents = (self.layout.cpu_parent, self.layout.memory_parent, self.layout.cpuset_parent)
+        real = any(p is not None and SYSFS_CGROUP in p.parents for p in parents)  # not a test's fake tree
+        self.owners = NodeOwners() if real else None
+        with self._claiming(name) as record:
+            self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
+            self.groups = node_groups(self.layout, name, root=self.settings.cgroup_root)
+            record(group_dirs(self.groups, self.layout, self.cpuset))
         warn_missing(self.groups)
         self.layout = self.groups.layout
         self.ledger = CoreLedger(self.cpus)
@@ -672,6 +681,11 @@ class NodeAgent:
                 self._warm_cache = DatasetCache(self._cache.settings)
             return self._warm_cache
 
+    def _claiming(self, name: str) -> contextlib.AbstractContextManager[Callable[[Iterable[Path | None]], None]]:
+        if self.owners is None:
+            return contextlib.nullcontext(lambda dirs: None)
+        return self.owners.claiming(self.settings.cgroup_root or "", name)
+
     # ------------------------------------------------------------------ faults
     def inject_fault(self, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512) -> FaultReport:
         """Make this node sick for `seconds` (`sluice node fault`): a CPU hog, memory pressure
@@ -692,3 +706,5 @@ class NodeAgent:
                     att.popen.wait()
             self._watched.clear()
         remove_groups(self.groups, self.cpuset)
+        if self.owners is not None:
+            self.owners.release(self.settings.cgroup_root or "", self.name)

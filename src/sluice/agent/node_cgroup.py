@@ -426,6 +426,18 @@ def warn_missing(groups: NodeGroups) -> None:
         log.warning("node %s: %s; those per-node KPIs are not reported", groups.node, line)
 
 
+def group_dirs(groups: NodeGroups, unscoped: CgroupLayout, cpuset: Path | None = None) -> list[Path]:
+    """Every directory made for the node: its group in each hierarchy, the faults leaf, its
+    cpuset and its net_cls group (what `node_owners` records, to sweep after a killed agent).
+    Never one of `unscoped`'s parents (the layout before `node_groups`): where a node group
+    could not be made, the node's jobs use that shared root, which is not the node's."""
+    net = groups.net.group if groups.net is not None else None
+    dirs = [groups.fault_leaf, groups.layout.cpu_parent, groups.layout.cpuacct_parent, groups.usage]
+    dirs += [groups.memory, groups.blkio, groups.unified, cpuset, net]
+    shared = {unscoped.cpu_parent, unscoped.cpuacct_parent, unscoped.memory_parent, unscoped.cpuset_parent}
+    return list(dict.fromkeys(d for d in dirs if d is not None and d not in shared))
+
+
 def remove_groups(groups: NodeGroups, cpuset: Path | None = None) -> None:
     """Remove the node's groups that are empty (best effort, when its agent closes), and its
     cpuset (`cgroup.node_cpuset`) when given: a group that still holds a job (left running
