@@ -415,3 +415,23 @@ def test_carrying_rates_to_the_current_noise_scale_is_an_option() -> None:
     assert Speedups(4, carry_noise=True)(job, 16) > 4.0 * 5
     assert make_policy("sluice").carry_noise is False  # type: ignore[attr-defined]
     assert make_policy("sluice", carry_noise=True).carry_noise is True  # type: ignore[attr-defined]
+
+
+def test_sluice_looks_past_a_measured_dip_but_never_lands_in_it() -> None:
+    """Goodput often falls when a job first spans a second node and rises beyond: measured at
+    1 GPU 12 steps/s, at 4 40, at 5 30 (the dip), at 8 75. One GPU more is a loss, so judging one GPU
+    at a time (`lookahead="none"`) never grows it; judged against the counts it was measured
+    at, it grows to 8 — and where only 5 are to be had it stays at 4, not in the dip."""
+    dip = (sample(1, 12.0), sample(4, 40.0), sample(5, 30.0), sample(8, 75.0))
+    a = _running("a", 4, dip)
+
+    def after(gpus: int, lookahead: str) -> int:
+        ds = {d.job_id: d for d in make_policy("sluice", lookahead=lookahead).decide(_view(a, gpus=gpus))}
+        d = ds.get("a")
+        return d.allocation.total_gpus if isinstance(d, Resize) else 4
+
+    assert after(8, "none") == 4
+    assert after(8, "measured") == 8
+    assert after(5, "measured") == 4
+    with pytest.raises(ValueError, match="lookahead must be one of"):
+        make_policy("sluice", lookahead="everything")

@@ -27,6 +27,8 @@ from sluice.policy.parts.ordering import ready
 from sluice.policy.parts.replicas import ReplicaSizer
 from sluice.policy.sluice_cpu import CpuShares
 
+LOOKAHEADS = ("measured", "all", "none")
+
 
 class SluicePolicy:
     name = "sluice"
@@ -42,9 +44,12 @@ class SluicePolicy:
         busy_fraction: float = 0.7,
         learn_speedup: bool = True,
         carry_noise: bool = False,
+        lookahead: str = "measured",
     ) -> None:
         if not 0.0 <= busy_fraction <= 1.0:
             raise ValueError(f"busy_fraction must be within [0, 1], got {busy_fraction}")
+        if lookahead not in LOOKAHEADS:
+            raise ValueError(f"lookahead must be one of {', '.join(LOOKAHEADS)}, got {lookahead!r}")
         self.alpha = alpha
         self.change_margin = change_margin
         """A running job's other allocations are taken as this much slower than predicted
@@ -61,6 +66,14 @@ class SluicePolicy:
         (`speedup.noise_factor`). Off: its gain in the simulator (1-2 % mean JCT with the exact
         noise scale) did not survive a realistic error on the estimate (docs/policies.md, "The
         gradient noise scale"); the `sluice-gns` row of `sluice bench sim` runs it on."""
+        self.lookahead = lookahead
+        """Which larger GPU counts a job's next GPU is judged against (besides one more):
+        "measured" — the counts its curve was measured at, so a job can be moved past a dip
+        it has seen (goodput often falls at a node boundary and rises beyond it) but never
+        on an extrapolation (in an oracle study, where the curve is exact, every count);
+        "all" — every count up to `Speedups.most`, which only an exact curve can afford;
+        "none" — one more GPU only (before 2026-11-26).
+        See docs/policies.md, "Looking past a dip"."""
         self.preempt_ratio = preempt_ratio
         self.deadline_slack = deadline_slack
         self.queue_price = queue_price
@@ -125,15 +138,30 @@ class SluicePolicy:
         price = self.queue_price * waiting / total
 
         def gain(j: JobView) -> float:
-            k = n[j.id]
-            if k == 0 or k + 1 > sp.most(j):
+            """What the job's next GPU is worth: the best time saved per GPU, net of the price
+            of the GPU-seconds it burns, over a step to one more GPU or to a larger count worth
+            looking at (`lookahead`), weighted by 1/T^alpha."""
+            k, most = n[j.id], sp.most(j)
+            if k == 0 or k + 1 > most:
                 return 0.0
-            t0, t1 = time_at(j, k), time_at(j, k + 1)
-            cost = (k + 1) * t1 - k * t0
-            g = (t0 - t1) - price * max(cost, 0.0)
-            return g / t0**self.alpha
+            t0 = time_at(j, k)
+            best = float("-inf")
+            for m in self._steps(sp, j, k, most):
+                tm = time_at(j, m)
+                best = max(best, ((t0 - tm) - price * max(m * tm - k * t0, 0.0)) / (m - k))
+            return best / t0**self.alpha
+
+        def fastest_up_to(j: JobView, top: int) -> int:
+            times = {m: time_at(j, m) for m in range(1, top + 1)}
+            return min(times, key=lambda m: (times[m], -m))
 
         hand_out(order, n, free, gain)
+        if self.lookahead != "none":
+            # A job handed GPUs towards a count past a dip, but not all the way, would land in
+            # the dip: it keeps the fastest count up to what it was handed.
+            for j in order:
+                if n[j.id] > 1:
+                    n[j.id] = fastest_up_to(j, n[j.id])
 
         def why(j: JobView, k: int) -> str:
             if k == 0:
@@ -141,3 +169,11 @@ class SluicePolicy:
             return f"finishes in ~{time_at(j, k) / 3600:.2f} h on {k} GPUs (speedup {sp(j, k):.2f}×)"
 
         return apply_targets(view, order, n, self.name, why, ledger)
+
+    def _steps(self, sp: Speedups, j: JobView, k: int, most: int) -> list[int]:
+        """The GPU counts above k that the job's next GPU is judged against."""
+        if self.lookahead == "all" or (self.lookahead == "measured" and j.oracle is not None):
+            return list(range(k + 1, most + 1))  # in an oracle study every count is known
+        if self.lookahead == "measured":
+            return [k + 1] + [g for g, _ in sp.curve(j).points if k + 1 < g <= most]
+        return [k + 1]
