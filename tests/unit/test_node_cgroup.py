@@ -210,6 +210,7 @@ def test_the_dirs_recorded_for_a_node_are_its_own_never_a_shared_root(tmp_path: 
     }
     same = node_groups(layout, "sluice", sysfs, None, block)
     assert all(d.parent.name == "sluice" and d.name == "sluice" for d in group_dirs(same, layout))
-    unscoped = replace(g, layout=layout, memory=None)  # as when the node's memory group failed
-    assert layout.memory_parent not in group_dirs(unscoped, layout)
-    assert layout.cpu_parent not in group_dirs(unscoped, layout)
+    for node in (g, same):  # as when the node's cpu and memory groups failed: jobs use the root
+        unscoped = replace(node, layout=layout, memory=None)
+        assert layout.memory_parent not in group_dirs(unscoped, layout)
+        assert layout.cpu_parent not in group_dirs(unscoped, layout)
