@@ -9,7 +9,9 @@
   is much shorter (`preempt_ratio`);
 - **QoE targets** (DQoES): a job whose deadline is at risk jumps the queue;
 - **GPU-time as a price**: spare GPUs go greedily to the job whose completion time falls the
-  most, minus what the extra GPU-seconds cost the jobs still waiting (zero when none wait).
+  most, minus what the extra GPU-seconds cost the jobs still waiting (zero when none wait),
+  judged per GPU over a step to one more GPU or to a larger count the job was measured at
+  (goodput often dips at a node boundary and rises beyond: `lookahead`).
 
 CPU-only jobs get the same idea through kernel CPU weights (`sluice_cpu.CpuShares`):
 shortest remaining work first up to what each job can use, QoE deadlines at risk first,
