@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sluice.agent.cgroup import SYSFS_CGROUP
-from sluice.agent.shim import process_start_ticks
+from sluice.agent.shim import process_start_ticks, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +150,8 @@ class NodeOwners:
 
     def _write(self, root: str, node: str, dirs: list[Path]) -> None:
         record = {"root": root, "node": node, "pid": self.pid, "start": self.start, "dirs": [str(d) for d in dirs]}
-        path = self._key(root, node)
-        tmp = path.with_suffix(".tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
-            os.replace(tmp, path)
+            write_json_atomic(self._key(root, node), record)
         except OSError as err:
             log.debug("cannot record the owner of node %s's groups (%s)", node, err)
 
