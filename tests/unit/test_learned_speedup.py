@@ -26,6 +26,7 @@ from sluice.model import (
     Resize,
 )
 from sluice.model.progress import NOISE_WEIGHT
+from sluice.policy.parts import speedup
 from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, DEFAULT_RESTART_S, Speedups, restart_s
 from sluice.policy.parts.replicas import ReplicaSizer
 from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
@@ -162,6 +163,18 @@ def test_a_slower_allocation_is_never_extrapolated_downwards_or_super_linearly()
     assert steep.rate(8) == pytest.approx(4.0 * 4)  # clipped at linear
 
 
+def test_below_the_fewest_gpus_measured_the_prior_scales_the_rate_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured flat from 8 to 16 GPUs (across nodes): that slope (0) would say a job shrunk
+    to 2 GPUs keeps its speed — a free shrink. The prior exponent scales it down instead."""
+    flat = [sample(8, 80.0), sample(16, 80.0)]
+    c = LearnedCurve(flat)
+    assert c.rate(2) == pytest.approx(80.0 * (2 / 8) ** PRIOR_EXPONENT)
+    assert c.rate(16) == 80.0 and c.rate(32) == pytest.approx(80.0)  # above: the measured slope, as before
+    assert c.speedup(2, 8) < 0.5
+    monkeypatch.setattr(speedup, "MEASURED_SLOPE_BELOW", True)  # the old rule
+    assert LearnedCurve(flat).rate(2) == pytest.approx(80.0)
+
+
 def test_old_measurements_are_forgotten() -> None:
     c = LearnedCurve([sample(8, 80.0, at=0.0), sample(1, 10.0, at=STALE_S + 10.0)])
     assert [g for g, _ in c.points] == [1]
@@ -220,7 +233,7 @@ def test_hysteresis_holds_a_small_gain_back_only_while_the_gpus_are_busy() -> No
     a = _running("a", 2, small)
     idle = {d.job_id: d for d in make_policy("sluice").decide(_view(a, gpus=8))}
     assert isinstance(idle.get("a"), Resize) and idle["a"].allocation.total_gpus >= 3
-    b = _running("b", 5, (sample(4, 40.0), sample(5, 50.0)))
+    b = _running("b", 5, (sample(1, 10.0), sample(4, 40.0), sample(5, 50.0)))
     busy = {d.job_id: d for d in make_policy("sluice").decide(_view(a, b, gpus=8))}
     assert not isinstance(busy.get("a"), Resize) or busy["a"].allocation.total_gpus == 2
     with pytest.raises(ValueError, match="busy_fraction"):

@@ -11,9 +11,12 @@ with what every engine reports: steps per second at each allocation shape the jo
 The curve, in log-log space:
 - at a measured GPU count: the latest measurement;
 - between two measured counts: interpolated;
-- beyond the measured range: extended from the nearest measurement with the slope of the
-  two nearest measurements (one measurement: the prior exponent), clipped to [0, 1] so a
-  job is never predicted to lose speed, nor to scale super-linearly, where nobody looked.
+- above the measured range: extended from the most GPUs measured with the slope of the two
+  largest measurements (one measurement: the prior exponent), clipped to [0, 1] so a job is
+  never predicted to lose speed, nor to scale super-linearly, where nobody looked;
+- below it: scaled down from the fewest GPUs measured with the prior exponent, not with the
+  slope measured above (`MEASURED_SLOPE_BELOW`): that slope usually spans a node boundary,
+  and says little about the counts inside one node.
 - no measurement: the prior, (n / requested)^PRIOR_EXPONENT, and the job is not trusted
   with more than it asked for.
 
@@ -60,6 +63,20 @@ engine; a measurement there replaces the prior as anywhere else."""
 
 STALE_S = 900.0
 """Measurements older than this (seconds before the newest) are not used."""
+
+MEASURED_SLOPE_BELOW = False
+"""Scale a job's rate below the fewest GPUs it was measured at with the slope of its two
+lowest measurements (True; the rule before 2026-11-26) instead of the prior exponent.
+Checked against the first rate then measured at the smaller count (0.5× load, all eight
+workloads, 134 such moves; `scripts/diagnose_sluice.py`): the measured slope's
+measured/predicted ratio had p10 0.16, median 0.94, p90 1.63 — the two lowest measurements
+were both multi-node counts in 142 of 176 moves, and their slope, clipped to 0 in 41 % of
+them, made a shrink look free. The prior errs the other way with a narrow low tail (p10
+0.89, median 1.53, p90 4.1): a job runs faster on fewer GPUs than n^0.8 says, so a shrink
+looks dearer than it is, which costs fewer restarts than a shrink that looked free. Mean
+JCT 0.5× 0.367 → 0.354 h, 1.0× 0.665 → 0.658 h, 1.5× 0.878 → 0.864 h, 2.0× 1.284 → 1.282 h,
+restarts 4–8 % fewer; `pollux`, drawing the same curves, gained as much
+(docs/policies.md)."""
 
 
 def efficiency(batch: float, noise_scale: float, ref_batch: float) -> float:
@@ -144,8 +161,10 @@ class LearnedCurve:
                 return r
             if g > n:
                 if i == 0:
-                    slope = self._slope(pts[0], pts[1]) if len(pts) > 1 else self.prior_exponent
-                    slope = min(max(slope, 0.0), 1.0)
+                    if MEASURED_SLOPE_BELOW and len(pts) > 1:
+                        slope = min(max(self._slope(pts[0], pts[1]), 0.0), 1.0)
+                    else:
+                        slope = self.prior_exponent
                     return r * (n / g) ** slope
                 lo = pts[i - 1]
                 f = math.log(n / lo[0]) / math.log(g / lo[0])
