@@ -171,6 +171,8 @@ def test_below_the_fewest_gpus_measured_the_prior_scales_the_rate_down(monkeypat
     assert c.rate(2) == pytest.approx(80.0 * (2 / 8) ** PRIOR_EXPONENT)
     assert c.rate(16) == 80.0 and c.rate(32) == pytest.approx(80.0)  # above: the measured slope, as before
     assert c.speedup(2, 8) < 0.5
+    # a CPU job's replica curve (one node, no boundary in it) keeps the measured slope
+    assert LearnedCurve(flat, unit="replicas").rate(2) == pytest.approx(80.0)
     monkeypatch.setattr(speedup, "MEASURED_SLOPE_BELOW", True)  # the old rule
     assert LearnedCurve(flat).rate(2) == pytest.approx(80.0)
 

@@ -14,9 +14,9 @@ The curve, in log-log space:
 - above the measured range: extended from the most GPUs measured with the slope of the two
   largest measurements (one measurement: the prior exponent), clipped to [0, 1] so a job is
   never predicted to lose speed, nor to scale super-linearly, where nobody looked;
-- below it: scaled down from the fewest GPUs measured with the prior exponent, not with the
-  slope measured above (`MEASURED_SLOPE_BELOW`): that slope usually spans a node boundary,
-  and says little about the counts inside one node.
+- below it (GPUs): scaled down from the fewest GPUs measured with the prior exponent, not
+  with the slope measured above (`MEASURED_SLOPE_BELOW`): that slope usually spans a node
+  boundary, and says little about the counts inside one node. (Replicas: the measured slope.)
 - no measurement: the prior, (n / requested)^PRIOR_EXPONENT, and the job is not trusted
   with more than it asked for.
 
@@ -76,7 +76,8 @@ them, made a shrink look free. The prior errs the other way with a narrow low ta
 looks dearer than it is, which costs fewer restarts than a shrink that looked free. Mean
 JCT 0.5× 0.367 → 0.354 h, 1.0× 0.665 → 0.658 h, 1.5× 0.878 → 0.864 h, 2.0× 1.284 → 1.282 h,
 restarts 4–8 % fewer; `pollux`, drawing the same curves, gained as much
-(docs/policies.md)."""
+(docs/policies.md). GPU curves only: a CPU job's replica curve (`unit="replicas"`, one
+node's cores, no node boundary in it) keeps the measured slope — nothing was measured there."""
 
 
 def efficiency(batch: float, noise_scale: float, ref_batch: float) -> float:
@@ -108,6 +109,7 @@ class LearnedCurve:
     ) -> None:
         if unit not in ("gpus", "replicas"):
             raise ValueError(f"unit must be 'gpus' or 'replicas', got {unit!r}")
+        self.unit = unit
         units = {s: s.gpus if unit == "gpus" else s.replicas for s in samples}
         usable = [s for s in units if units[s] > 0 and s.steps_per_s > 0]
         newest = max((s.at for s in usable), default=0.0)
@@ -161,7 +163,7 @@ class LearnedCurve:
                 return r
             if g > n:
                 if i == 0:
-                    if MEASURED_SLOPE_BELOW and len(pts) > 1:
+                    if (MEASURED_SLOPE_BELOW or self.unit == "replicas") and len(pts) > 1:
                         slope = min(max(self._slope(pts[0], pts[1]), 0.0), 1.0)
                     else:
                         slope = self.prior_exponent
