@@ -28,8 +28,9 @@ from typing import Any
 
 import psutil
 
-from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation
+from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation, interpreter_problem
 from sluice.agent.netif import NetInterfaceUnavailable
+from sluice.model import JobUser
 from sluice.settings import Settings, load_settings
 
 log = logging.getLogger("sluice.server")
@@ -66,6 +67,16 @@ def check_home(home: Path) -> None:
         problem = "is on a read-only file system" if read_only else "is not writable by this user"
         where = f"{home}" if existing == home else f"{home} cannot be created: its parent {existing}"
         raise HomeError(f"SLUICE_HOME {where} {problem}")
+
+
+def make_home(home: Path) -> None:
+    """`check_home`, then create the folder: what only the kernel can refuse (a folder under
+    /proc or /sys, say, which no permission bit forbids) is a HomeError naming it too."""
+    check_home(home)
+    try:
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise HomeError(f"SLUICE_HOME {home} cannot be created: {err.strerror or err}") from None
 
 
 class _Terminated(Exception):
@@ -119,6 +130,16 @@ MEMORY_SAYS = {
 """What `sluice up` and the server log say about memory_mb enforcement."""
 
 
+def job_python_problem(settings: Settings, isolation: Isolation) -> str | None:
+    """With isolation on, why a tenant's jobs could not run the job interpreter (None: they
+    can, or isolation is off and jobs run as the plane's own user). Judged for the first uid
+    of the tenant range: no file belongs to it, so what it may reach, every tenant uid may."""
+    if not isolation.enabled:
+        return None
+    probe = JobUser(settings.job_uid_min, settings.job_uid_min)
+    return interpreter_problem(settings.job_python or sys.executable, probe)
+
+
 def isolation_status(settings: Settings) -> Isolation:
     """Whether this process may run tenants' jobs as their own users under `settings`, and why
     (IsolationUnavailable for isolation=on without the privilege)."""
@@ -157,8 +178,7 @@ def serve(settings: Settings) -> None:
     from sluice.control.plane import ControlPlane
 
     home = settings.home
-    check_home(home)
-    home.mkdir(parents=True, exist_ok=True)
+    make_home(home)
     running = read_server_file(home)
     if running is not None:
         raise AlreadyRunning(f"a sluice server is already running for {home} at {running.get('url')}")
@@ -187,6 +207,10 @@ def serve(settings: Settings) -> None:
         info |= {"isolation": plane.isolation.enabled, "isolation_reason": plane.isolation.reason}
         memory = plane.engine.capabilities.memory_limits
         info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}
+        python_problem = job_python_problem(settings, plane.isolation)
+        if python_problem is not None:
+            info["job_python_problem"] = python_problem
+            log.warning("%s", python_problem)
         write_secret(server_file, json.dumps(info))
         log.info("sluice serving %s (engine %s, policy %s)", url, settings.engine, settings.policy)
         (log.info if plane.isolation.enabled else log.warning)("%s", plane.isolation.reason)

@@ -60,3 +60,12 @@ def test_up_on_a_home_that_is_a_file(tmp_path: Path) -> None:
 def test_the_server_module_on_a_read_only_home(ro: Path) -> None:
     proc = run(ro, sys.executable, "-m", "sluice.server")
     assert_refused(proc, f"SLUICE_HOME {ro} is on a read-only file system")
+
+
+@pytest.mark.parametrize("detach", [False, True], ids=["foreground", "detached"])
+def test_up_where_only_the_kernel_refuses_the_folder(detach: bool) -> None:
+    """/proc passes every permission check (root may write it) but makes no folders: the
+    refusal is still one line naming the home, not an exception's name."""
+    home = Path("/proc/sluice-no-such-home")
+    proc = run(home, SLUICE, "up", *(["--detach"] if detach else []))
+    assert_refused(proc, f"SLUICE_HOME {home} cannot be created: No such file or directory")

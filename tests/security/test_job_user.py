@@ -15,10 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from sluice.agent.isolation import REQUIRED_CAPS, IsolationUnavailable, detect_isolation, unreachable
+from sluice.agent.isolation import (
+    REQUIRED_CAPS,
+    Isolation,
+    IsolationUnavailable,
+    detect_isolation,
+    interpreter_problem,
+    unreachable,
+)
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent
 from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.server import job_python_problem
 from sluice.settings import Settings
 from sluice.spec import JobSpec
 from tests.integration.conftest import kill_runs, remove_cgroups
@@ -105,6 +113,28 @@ def test_a_program_the_job_uid_cannot_reach_is_refused_with_the_reason(agent: No
         agent.launch(req)
     exited = _exit(agent, "hidden")
     assert exited.exit_code == 127 and str(private) in exited.reason
+    assert exited.retryable is False  # the controller fails the job at once: a retry meets the same wall
+
+
+@needs_root
+def test_the_plane_names_a_job_interpreter_tenant_uids_cannot_run_when_it_starts(tmp_path: Path) -> None:
+    """A venv on a pyenv under /root (0700) is what `scripts/setup.sh` makes on some machines:
+    `sluice up` says so before the first job fails on it."""
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    python = private / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    problem = interpreter_problem(str(python), USER)
+    assert problem is not None and str(private) in problem and "SLUICE_JOB_PYTHON" in problem
+    private.chmod(0o755)
+    assert interpreter_problem(str(python), USER) is None
+    on = Isolation(True, "on")
+    settings = Settings(home=tmp_path / "h", job_python=str(python), job_uid_min=USER.uid)
+    assert job_python_problem(settings, on) is None
+    private.chmod(0o700)
+    assert job_python_problem(settings, on) is not None
+    assert job_python_problem(settings, Isolation(False, "off")) is None  # jobs run as the plane's own user
 
 
 def test_privilege_detection_names_what_is_missing() -> None:

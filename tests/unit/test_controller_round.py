@@ -182,6 +182,26 @@ def test_a_launch_that_keeps_failing_is_retried_then_failed_with_its_restarts_co
     assert [r.attempt for r in engine.launched] == [1, 2, 3]
 
 
+def test_a_launch_that_can_never_work_fails_at_once_without_spending_restarts() -> None:
+    """The agent says a retry would fail the same way (the job's uid cannot reach its program):
+    no back-off, no second attempt, the reason kept."""
+
+    class Unreachable(FakeEngine):
+        def launch(self, req: LaunchRequest) -> None:
+            self.launched.append(req)
+            why = "launch failed: the job runs as uid 200001 and cannot use /root/python3"
+            self.pending.append(JobExited(req.job_id, req.attempt, self.now, 127, why, retryable=False))
+
+    ctl, engine, _ = make(Unreachable())
+    jid = ctl.submit("t", spec(max_restarts=2)).id
+    for _ in range(5):
+        ctl.step()
+    job = ctl.book.get(jid)
+    assert job is not None and job.phase == Phase.FAILED and job.restarts == 0
+    assert "cannot use /root/python3" in job.reason and "not retried" in job.reason
+    assert [r.attempt for r in engine.launched] == [1]
+
+
 def test_cancel_while_stopping_turns_the_stop_into_a_cancel() -> None:
     ctl, engine, pol = make()
     jid = ctl.submit("t", spec()).id

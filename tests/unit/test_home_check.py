@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.server import HomeError, check_home
+from sluice.server import HomeError, check_home, make_home
 
 from ..readonly import read_only_mount
 
@@ -57,3 +57,10 @@ def test_a_home_under_an_unwritable_parent_is_named(tmp_path: Path) -> None:
             check_home(parent / "home")
     finally:
         parent.chmod(0o700)
+
+
+def test_make_home_creates_it_or_names_what_the_kernel_refused(tmp_path: Path) -> None:
+    make_home(tmp_path / "a" / "home")
+    assert (tmp_path / "a" / "home").is_dir()
+    with pytest.raises(HomeError, match="SLUICE_HOME /proc/sluice-nope cannot be created: No such file"):
+        make_home(Path("/proc/sluice-nope"))

@@ -60,6 +60,18 @@ def test_an_oom_killed_replica_makes_the_gang_exit_as_oom_killed() -> None:
     assert [(e.exit_code, e.oom) for e in out if isinstance(e, JobExited)] == [(-9, oom)]
 
 
+def test_a_replica_that_could_never_start_makes_the_gang_exit_not_retryable() -> None:
+    book = GangBook()
+    (r0, _), (r1, _) = book.open("j", 1, ["a", "b"])
+    book.translate(JobExited(r1, 1, 1.0, 127, "launch failed: cannot use /root/python3", retryable=False), "b")
+    out, _ = book.translate(JobExited(r0, 1, 2.0, -15), "a")  # killed after: not what the gang exits with
+    assert [(e.exit_code, e.retryable) for e in out if isinstance(e, JobExited)] == [(127, False)]
+    (s0, _), (s1, _) = book.open("k", 1, ["a", "b"])
+    book.translate(JobExited(s1, 1, 1.0, 3, "boom"), "b")
+    out, _ = book.translate(JobExited(s0, 1, 2.0, -15), "a")
+    assert [e.retryable for e in out if isinstance(e, JobExited)] == [True]
+
+
 def test_node_loss_exits_the_jobs_on_it_as_node_lost_and_kills_their_other_replicas() -> None:
     book = GangBook()
     book.open("solo", 1, ["a"])

@@ -182,6 +182,22 @@ def interpreter_paths(python: str) -> list[tuple[str, int]]:
     return need
 
 
+def interpreter_problem(python: str, user: JobUser) -> str | None:
+    """Why jobs running as `user` could not run `python` (a job's `python` command), or None.
+    Asked once when the plane starts, so that an interpreter under a private folder (a pyenv
+    under /root, say) is named before the first job fails on it."""
+    for path, want in interpreter_paths(python):
+        problem = unreachable(path, user, want)
+        if problem is not None:
+            return (
+                f"jobs run as tenant uids and cannot use the job interpreter {python}: {problem}; every job "
+                "whose command is `python ...` will fail to launch. Install sluice where every user may read "
+                "it, on an interpreter they may run (e.g. `rm -rf .venv && PYTHON=/usr/bin/python3 "
+                "scripts/setup.sh`), or set SLUICE_JOB_PYTHON to one (docs/security.md)"
+            )
+    return None
+
+
 def launch_problem(argv0: str, cwd: Path, user: JobUser, python: str | None) -> str | None:
     """Why a job run as `user` could not start `argv0` in `cwd`, or None."""
     checks = interpreter_paths(argv0) if python and argv0 == python else [(argv0, os.X_OK)]

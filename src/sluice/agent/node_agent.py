@@ -309,7 +309,8 @@ class NodeAgent:
                 mem = self._memory_limit(req)
             except (LaunchError, OSError) as err:
                 self._release_gpus(req.job_id, req.attempt)
-                self._fail_launch(req, adir, log_file, str(err))
+                # A LaunchError can never work as asked; an OSError (a full disk, say) might next time.
+                self._fail_launch(req, adir, log_file, str(err), retryable=not isinstance(err, LaunchError))
                 raise LaunchError(str(err)) from None
             a = req.allocation.assignments[0]
             ctrl = CpuController(
@@ -391,12 +392,16 @@ class NodeAgent:
             raise LaunchError(f"resources.memory_mb: could not set a {limit_mb} MiB limit: {err}") from None
         return mem
 
-    def _fail_launch(self, req: LaunchRequest, adir: Path, log_file: Path, reason: str) -> None:
+    def _fail_launch(self, req: LaunchRequest, adir: Path, log_file: Path, reason: str, retryable: bool) -> None:
         with open(log_file, "a") as f:
             f.write(f"===== sluice: attempt {req.attempt} of {req.job_id} could not start: {reason}\n")
         write_json_atomic(adir / EXIT_FILE, {"exit_code": 127, "time": self.clock(), "reason": reason})
         own_file(adir / REPORTED_FILE, None)
-        self._pending.append(JobExited(req.job_id, req.attempt, self.clock(), 127, reason=f"launch failed: {reason}"))
+        self._pending.append(
+            JobExited(
+                req.job_id, req.attempt, self.clock(), 127, reason=f"launch failed: {reason}", retryable=retryable
+            )
+        )
 
     def _prepare_checkpoint_dir(self, location: str, user: JobUser | None) -> None:
         """The checkpoint folder is the job's (0700, its uid); the folders above it that sluice

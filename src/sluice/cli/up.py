@@ -29,8 +29,8 @@ from sluice.server import (
     HomeError,
     IsolationUnavailable,
     NetInterfaceUnavailable,
-    check_home,
     isolation_status,
+    make_home,
     pid_alive,
     policy_names,
     read_server_file,
@@ -139,7 +139,7 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
         err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
         raise typer.Exit(2)
     try:
-        check_home(settings.home)
+        make_home(settings.home)
     except HomeError as err:
         err_console.print(f"error: {err}", markup=False)
         raise typer.Exit(1) from None
@@ -157,7 +157,6 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
             err_console.print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
         return
-    settings.home.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_path = str(settings.home / "server.log")
     with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         os.fchmod(log.fileno(), 0o600)
@@ -184,6 +183,8 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
                 )
             if info.get("memory_limits") is False:
                 err_console.print(f"warning: {info.get('memory_reason', '')}", markup=False)
+            if info.get("job_python_problem"):
+                err_console.print(f"warning: {info['job_python_problem']}", markup=False)
             typer.echo(info["url"])
             return
         time.sleep(0.2)

@@ -468,6 +468,10 @@ class Controller:
                 )
         elif e.node_lost:
             self._requeue(job, f"{code}; resuming from checkpoint", exit_code=e.exit_code)
+        elif not e.retryable:
+            self._finish(
+                job, Phase.FAILED, f"{code}; not retried: every attempt would fail the same way", exit_code=e.exit_code
+            )
         else:
             self._retry_or_fail(job, code, now, exit_code=e.exit_code)
 

@@ -62,6 +62,8 @@ class Gang:
     """A replica died with its node: the job resumes elsewhere without counting a failure."""
     oom: OomKill | None = None
     """The first failing replica's OOM kill, if that is how it died: the gang's exit says so."""
+    retryable: bool = True
+    """False when the first failing replica could never start as asked: nor can the gang."""
 
     def running_ranks(self) -> list[int]:
         return [r for r in self.nodes if r not in self.exited]
@@ -120,7 +122,9 @@ class GangBook:
             gang.announced = True
             return [JobStarted(job_id, e.attempt, gang.nodes.get(0, node), e.time, e.pid if rank == 0 else None)], []
         if isinstance(e, JobExited):
-            return self._exited(gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost, oom=e.oom)
+            return self._exited(
+                gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost, oom=e.oom, retryable=e.retryable
+            )
         if rank != 0 or gang.closed:
             return [], []
         return [replace(e, job_id=job_id)], []
@@ -146,11 +150,13 @@ class GangBook:
         close_now: bool = False,
         node_lost: bool = False,
         oom: OomKill | None = None,
+        retryable: bool = True,
     ) -> tuple[list[Event], list[Stop]]:
         gang.node_lost = gang.node_lost or node_lost
         first_failure = code != 0 and not any(c != 0 for c in gang.exited.values())
         if first_failure:
             gang.oom = oom
+            gang.retryable = retryable
         gang.exited[rank] = code
         stops: list[Stop] = []
         if first_failure and gang.world > 1:
@@ -166,5 +172,14 @@ class GangBook:
         exit_code = failed[0] if failed else 0
         why = reason if close_now else (gang.reason if failed and gang.world > 1 else reason)
         return [
-            JobExited(gang.job_id, gang.attempt, now, exit_code, why, node_lost=gang.node_lost, oom=gang.oom)
+            JobExited(
+                gang.job_id,
+                gang.attempt,
+                now,
+                exit_code,
+                why,
+                node_lost=gang.node_lost,
+                oom=gang.oom,
+                retryable=gang.retryable,
+            )
         ], stops

@@ -73,7 +73,10 @@ class JobExited:
     the job resumes elsewhere from its checkpoint and no failure is counted. A typed flag,
     not a reason string, so rewording a message cannot turn node loss into a crash.
     oom: set when the kernel OOM-killed the job at its memory limit (a failure, retried per
-    max_restarts like any other, reported as `OOMKilled: ...`)."""
+    max_restarts like any other, reported as `OOMKilled: ...`).
+    retryable: False when the attempt could not start for a reason a retry would meet again
+    (its program, interpreter or workdir unreachable by the job's uid, a program not found):
+    the job fails at once with that reason, its restarts untouched."""
 
     job_id: str
     attempt: int
@@ -82,6 +85,7 @@ class JobExited:
     reason: str = ""
     node_lost: bool = False
     oom: OomKill | None = None
+    retryable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
