@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.model.queue import Amounts, Limits, QueueConfig, Reclaim, WithinQueue
-from sluice.policy.admission import AdmissionJob, Admit, Evict, Hold, Stage, TenantLimits, admit
+from sluice.policy.admission import AdmissionJob, Admit, Evict, Hold, QuotaLedger, Stage, TenantLimits, admit
 
 _ids = itertools.count()
 
@@ -217,6 +217,23 @@ def test_a_gang_is_admitted_whole_or_not_at_all_and_does_not_block_smaller_jobs(
     got = by_kind(admit(queues, [busy, gang, small]))
     assert [d.job_id for d in got["admit"]] == [small.id]
     assert got["hold"][0].job_id == gang.id and "gpus 4/8 nominal, needs 6 more" in got["hold"][0].reason
+
+
+def test_a_fresh_queue_with_quotas_states_them_instead_of_no_quota() -> None:
+    research = QueueConfig("research", "lab", Limits(cores=8, gpus=4), borrowing_limit=Limits(cores=4), weight=2)
+    ledger = QuotaLedger({"research": research, "ml": QueueConfig("ml", "lab", Limits(cores=8))}, Amounts())
+    assert ledger.summary("research") == "cores 0/8 nominal (+4 borrowable); gpus 0/4 nominal; cohort lab, weight 2"
+    assert ledger.describe("research") == "queue research: cores 0/8 nominal; gpus 0/4 nominal"
+    ledger.add("research", Amounts(cores=10, jobs=1))
+    assert ledger.summary("research").startswith("cores 10/8 nominal, borrowing 2 of 4 from cohort lab; gpus 0/4")
+    bare = QuotaLedger({"default": QueueConfig("default")}, Amounts())
+    assert bare.summary("default") == "no quota" and bare.describe("default") == "queue default: no quota"
+
+
+def test_an_admitted_job_names_its_queues_quota_even_for_a_resource_the_queue_does_not_limit() -> None:
+    queues = {"g": QueueConfig("g", None, Limits(gpus=4))}
+    got = by_kind(admit(queues, [job("g", 2)]))  # cores only: the queue limits GPUs
+    assert got["admit"][0].reason == "admitted to queue g: gpus 0/4 nominal"
 
 
 def test_a_job_in_a_deleted_queue_waits_with_the_reason() -> None:

@@ -137,8 +137,21 @@ def test_submitting_as_another_tenant_is_forbidden(env: Env) -> None:
         ({**GOOD, "command": ["sh", "-c", "python train.py"]}, "command", "shell"),
         ({**GOOD, "env": {"SLUICE_HOME": "/"}}, "env", "set by sluice"),
         ([1, 2], "(body)", "valid dictionary"),
+        ({**GOOD, "resources": {"cpu": {"min": True, "max": 1}}}, "resources.cpu.min", "expected a number, not true"),
+        ({**GOOD, "name": "MyJob"}, "name", "'MyJob' is not a valid name: use 1 to 63 lowercase letters"),
     ],
-    ids=["unknown-field", "wrong-type", "negative-cpu", "missing-command", "shell-string", "sh-c", "env", "not-a-map"],
+    ids=[
+        "unknown-field",
+        "wrong-type",
+        "negative-cpu",
+        "missing-command",
+        "shell-string",
+        "sh-c",
+        "env",
+        "not-a-map",
+        "bool-cpu",
+        "bad-name",
+    ],
 )
 def test_bad_spec_is_422_naming_the_field_and_stores_nothing(env: Env, body: Any, field: str, words: str) -> None:
     r = env.client.post("/v1/jobs", json=body, headers=env.alice)
@@ -190,6 +203,9 @@ def test_submit_list_get_cancel_why(env: Env) -> None:
     starting = env.client.get("/v1/jobs", params={"phase": "Starting"}, headers=env.alice).json()["items"]
     assert [j["id"] for j in starting] == [job["id"]]
     assert env.client.get("/v1/jobs", params={"phase": "Queued"}, headers=env.alice).json()["items"] == []
+    for spelling in ("starting", "STARTING", "sTaRtInG"):
+        got_any_case = env.client.get("/v1/jobs", params={"phase": spelling}, headers=env.alice)
+        assert got_any_case.status_code == 200 and got_any_case.json()["items"] == starting, spelling
     bad_phase = env.client.get("/v1/jobs", params={"phase": "Sleeping"}, headers=env.alice)
     assert bad_phase.status_code == 422 and bad_phase.json()["problems"][0]["field"].startswith("phase")
 
@@ -269,6 +285,7 @@ def test_nodes_cordon_and_uncordon(env: Env) -> None:
     assert missing_reason.status_code == 422 and missing_reason.json()["problems"][0]["field"] == "reason"
     r = env.client.post("/v1/nodes/n0/cordon", json={"reason": "disk failing"}, headers=env.admin)
     assert r.status_code == 200 and r.json()["health"] == "Cordoned" and r.json()["reason"] == "disk failing"
+    assert r.json()["moved_jobs"] == [] and r.json()["other_schedulable_nodes"] == 1
     assert env.client.post("/v1/nodes/nx/cordon", json={"reason": "x"}, headers=env.admin).status_code == 404
     r = env.client.post("/v1/nodes/n0/uncordon", headers=env.admin)
     assert r.status_code == 200 and r.json()["health"] == "Healthy"

@@ -126,8 +126,10 @@ def test_submit_list_get_why_cancel(live: Live, tmp_path: Path) -> None:
         ("name: x\nresources: {cpu: -1}\n", "resources.cpu.min"),
         ("name: x\n", "command"),
         ("command: [python\n", "(spec)"),
+        ("command: [x]\nresources: {cpu: {min: true, max: 1}}\n", "resources.cpu.min"),
+        ("command: [x]\npriority: 1\npriority: 2\n", "(spec)"),
     ],
-    ids=["unknown-field", "shell-string", "negative-cpu", "missing-command", "bad-yaml"],
+    ids=["unknown-field", "shell-string", "negative-cpu", "missing-command", "bad-yaml", "bool-cpu", "duplicate-key"],
 )
 def test_bad_spec_file_exits_2_naming_the_field(live: Live, tmp_path: Path, text: str, field: str) -> None:
     code, out, err = sluice("job", "submit", str(write_spec(tmp_path / "bad.yaml", text)))
@@ -199,6 +201,38 @@ def test_nodes(live: Live) -> None:
     assert code == 1 and "not found" in err
 
 
+def test_cordon_says_which_jobs_move_and_warns_when_no_other_node_can_take_them(live: Live, tmp_path: Path) -> None:
+    code, out, err = sluice("node", "cordon", "n1", "-r", "disk")
+    assert code == 0 and "n1: Cordoned — disk" in out and "no running job to move" in out and not err
+    job_id, _ = _running(live, tmp_path)  # the only schedulable node left is n0: it runs there
+    code, out, err = sluice("node", "cordon", "n0", "-r", "disk")
+    assert code == 0 and f"1 job(s) move off it through their checkpoints: {job_id}" in out
+    assert "warning: no other node is schedulable, so the 1 job(s) will wait" in err
+    assert live.plane.controller.book.get(job_id).phase == Phase.STOPPING
+    assert sluice("node", "uncordon", "n1")[0] == 0
+    code, out, _ = sluice("node", "cordon", "n0", "-r", "disk again", "-o", "json")
+    got = json.loads(out)
+    assert code == 0 and got["moved_jobs"] == [] and got["other_schedulable_nodes"] == 1  # already stopping
+    code, out, err = sluice("node", "cordon", "n0", "-r", "disk, third time")
+    assert code == 0 and "no running job to move" in out and "warning" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("job", "get", "../../etc/passwd"), "job '../../etc/passwd' not found"),
+        (("job", "why", "a/b"), "job 'a/b' not found"),
+        (("dataset", "get", "../digits"), "dataset '../digits' not found"),
+        (("job", "get", "j-nope"), "not found"),
+    ],
+)
+def test_a_missing_job_or_dataset_is_named_even_when_no_route_matched(
+    live: Live, args: tuple[str, ...], words: str
+) -> None:
+    code, _, err = sluice(*args)
+    assert code == 1 and words in err and "error: Not Found" not in err, err
+
+
 def test_tenants(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = sluice("tenant", "create", "carol", "--max-running-jobs", "2", "-o", "json")
     assert code == 0
@@ -238,6 +272,52 @@ def test_priority_classes(live: Live, tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 1 and "not found" in err
 
 
+def test_submit_with_only_a_priority_class_or_the_default_class(live: Live, tmp_path: Path) -> None:
+    assert sluice("priority", "create", "high", "--value", "100")[0] == 0
+    code, out, err = sluice(
+        "job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC + "priority_class: high\n"))
+    )
+    assert code == 0, err  # was exit 2: "priority: 0 contradicts priority_class 'high'"
+    stored = live.plane.store.get_job(out.strip())
+    assert stored is not None and (stored.spec.priority, stored.spec.priority_class) == (100, "high")
+    assert sluice("priority", "create", "batch", "--value", "-5", "--default")[0] == 0
+    code, out, err = sluice("job", "submit", str(write_spec(tmp_path / "plain.yaml", GOOD_SPEC)))
+    stored = live.plane.store.get_job(out.strip())
+    assert stored is not None and (stored.spec.priority, stored.spec.priority_class) == (-5, "batch"), err
+
+
+def test_duplicate_key_and_boolean_number_name_the_key_line_and_field(live: Live, tmp_path: Path) -> None:
+    code, _, err = sluice(
+        "job", "submit", str(write_spec(tmp_path / "a.yaml", "command: [x]\npriority: 1\npriority: 2\n"))
+    )
+    assert code == 2 and "line 3, column 1: duplicate key 'priority' (first at line 2)" in err
+    code, _, err = sluice(
+        "job", "submit", str(write_spec(tmp_path / "b.yaml", "command: [x]\nresources: {cpu: {min: true}}\n"))
+    )
+    assert code == 2 and "resources.cpu.min: expected a number, not true" in err
+    assert live.plane.store.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tenant", "create", "Bob"],
+        ["queue", "create", "Research"],
+        ["priority", "create", "High", "--value", "1"],
+        ["job", "submit", "{dir}/job.yaml"],
+        ["dataset", "create", "{dir}/data.yaml"],
+    ],
+    ids=["tenant", "queue", "priority-class", "job", "dataset"],
+)
+def test_a_bad_name_says_what_a_name_may_hold(live: Live, tmp_path: Path, args: list[str]) -> None:
+    write_spec(tmp_path / "job.yaml", "name: MyJob\ncommand: [x]\n")
+    write_spec(tmp_path / "data.yaml", f"name: My-Data\nsource: {tmp_path}\n")
+    code, out, err = sluice(*[a.format(dir=tmp_path) for a in args])
+    assert code == 2 and out == ""
+    assert "is not a valid name: use 1 to 63 lowercase letters, digits, '.', '_' or '-'," in err, err
+    assert "pattern" not in err and "[a-z0-9]" not in err
+
+
 def test_up_refuses_an_unknown_policy_before_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
     code, _, err = sluice("up", "--policy", "nope")
@@ -262,6 +342,31 @@ def test_up_and_down_read_server_json(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 # --------------------------------------------------------------------------- what a new user tripped on
+
+
+def test_queue_create_states_its_quota_and_names_the_queue_once(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["queue", "create", "research", "--cohort", "lab", "--cores", "8", "--gpus", "4", "--borrow-cores", "4"]
+    code, out, err = sluice(*args, "--weight", "2")
+    assert code == 0, err
+    assert out.strip() == "queue research: cores 0/8 nominal (+4 borrowable); gpus 0/4 nominal; cohort lab, weight 2"
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["admin"])  # an admin lists every queue
+    code, out, _ = sluice("queue", "list", "-o", "json")
+    summaries = {q["name"]: q["summary"] for q in json.loads(out)}
+    assert code == 0 and summaries == {
+        "default": "no quota",
+        "research": "cores 0/8 nominal (+4 borrowable); gpus 0/4 nominal; cohort lab, weight 2",
+    }
+
+
+def test_the_default_queue_cannot_be_deleted_and_says_so(live: Live) -> None:
+    import httpx
+
+    code, _, err = sluice("queue", "delete", "default")
+    assert code == 1 and "default queue cannot be deleted" in err and "not found" not in err
+    r = httpx.delete(f"{live.url}/v1/queues/default", headers={"Authorization": f"Bearer {live.tokens['admin']}"})
+    assert r.status_code == 409 and "cannot be deleted" in r.text
+    code, out, _ = sluice("queue", "list", "-o", "json")
+    assert code == 0 and "default" in [q["name"] for q in json.loads(out)]
 
 
 def _submitted_and_placed(live: Live, tmp_path: Path, n: int = 1) -> list[str]:
@@ -325,6 +430,38 @@ def test_job_times_read_as_dates_and_ages_while_json_keeps_seconds(live: Live, t
     assert code == 0 and re.search(rf"{job_id}\s.*\s3m\s", out), out
     _, out, _ = sluice("job", "get", job_id, "-o", "json")
     assert isinstance(json.loads(out)["submitted_at"], float)
+
+
+def test_a_restart_back_off_reads_in_local_time_while_json_keeps_utc(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    import time
+
+    old_tz = os.environ.get("TZ")
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # UTC+5:30, so local time is not UTC
+    time.tzset()
+    try:
+        live.engine.now = time.time()
+        job_id, attempt = _running(live, tmp_path)
+        live.engine.pending.append(JobExited(job_id, attempt, live.engine.now, 3))
+        live.plane.step()  # requeued with a back-off
+        live.plane.step()  # still backing off: the policy says until when
+        until = live.plane.controller.book.get(job_id).not_before
+        local = time.strftime("%H:%M:%S", time.localtime(int(until)))
+        for args in (("job", "list"), ("job", "why", job_id), ("job", "get", job_id)):
+            code, out, _ = sluice(*args)
+            assert code == 0 and f"restart back-off until {local}" in out, (args, out)
+            assert not re.search(r"t=\d{6,}|\d{4}-\d\d-\d\dT", out), (args, out)
+        code, out, _ = sluice("job", "get", job_id, "-o", "json")
+        utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+        assert code == 0 and json.loads(out)["reason"] == f"restart back-off until {utc}"
+    finally:
+        if old_tz is None:
+            monkeypatch.delenv("TZ")
+        else:
+            monkeypatch.setenv("TZ", old_tz)
+        time.tzset()
 
 
 def test_job_list_keeps_one_line_per_job_at_80_columns(

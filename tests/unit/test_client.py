@@ -128,6 +128,52 @@ def test_submit_from_dict_yaml_and_model_then_get_list_why(live: Live, tmp_path:
             c.jobs(phase="sleeping")
 
 
+def test_a_priority_class_from_a_file_and_the_default_class_apply_to_client_submissions(
+    live: Live, tmp_path: Path
+) -> None:
+    with Client(admin=True) as admin:
+        admin.create_priority_class({"name": "high", "value": 100})
+        admin.create_priority_class({"name": "batch", "value": -5, "default": True})
+    path = tmp_path / "job.yaml"
+    path.write_text("name: urgent\ncommand: [python, train.py]\npriority_class: high\n")
+    with Client() as c:
+        urgent = c.submit(path)  # was 422: the client sent the default `priority: 0` as if set
+        assert (urgent.spec["priority"], urgent.spec["priority_class"]) == (100, "high")
+        plain = c.submit(SPEC)  # sets neither: the default class
+        assert (plain.spec["priority"], plain.spec["priority_class"]) == (-5, "batch")
+        bare = c.submit({**SPEC, "priority": 0})  # an explicit integer is kept
+        assert (bare.spec["priority"], bare.spec["priority_class"]) == (0, None)
+
+
+def test_request_bodies_hold_only_the_fields_given() -> None:
+    bodies: list[tuple[str, dict[str, object]]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append((request.url.path, json.loads(request.content)))
+        return httpx.Response(500, json={"error": "error", "detail": "stop here"})
+
+    with Client("http://sluice.test", "t", transport=httpx.MockTransport(handler)) as c:
+        calls = [
+            lambda: c.submit({"command": ["x"], "priority_class": "high", "resources": {"cpu": 2}}),
+            lambda: c.submit({"command": ["x"], "priority_class": "high"}, resume_from="j-1"),
+            lambda: c.create_tenant({"name": "carol"}),
+            lambda: c.create_queue({"name": "q", "nominal": {"cores": 2}}),
+            lambda: c.create_priority_class({"name": "high", "value": 100}),
+            lambda: c.create_dataset({"name": "d", "source": "/data"}),
+        ]
+        for call in calls:
+            with pytest.raises(SluiceError):
+                call()
+    assert bodies == [
+        ("/v1/jobs", {"command": ["x"], "priority_class": "high", "resources": {"cpu": {"min": 2.0}}}),
+        ("/v1/jobs", {"command": ["x"], "priority_class": "high", "resume_from": "j-1"}),
+        ("/v1/tenants", {"name": "carol"}),
+        ("/v1/queues", {"name": "q", "nominal": {"cores": 2.0}}),
+        ("/v1/priority-classes", {"name": "high", "value": 100}),
+        ("/v1/datasets", {"name": "d", "source": "/data"}),
+    ]
+
+
 def test_every_page_is_walked(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_api, "PAGE_SIZE", 2)
     seen: list[str] = []

@@ -1,9 +1,22 @@
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from sluice.spec import SpecError, parse_job_spec
-from sluice.spec.loading import MAX_SPEC_BYTES, load_yaml_text
+import sluice.spec
+from sluice.spec import (
+    DatasetSpec,
+    PriorityClassSpec,
+    QueuePatch,
+    QueueSpec,
+    SpecError,
+    TenantSpec,
+    parse_job_spec,
+)
+from sluice.spec.base import SpecModel
+from sluice.spec.loading import MAX_SPEC_BYTES, load_yaml_text, parse_model
 
 
 def fields(err: SpecError) -> set[str]:
@@ -36,7 +49,7 @@ def test_cpu_shorthand() -> None:
         ({"command": []}, "command", "at least 1"),
         ({"command": ["x"], "resources": {"cpu": {"min": 2, "max": 1}}}, "resources.cpu", "smaller than min"),
         ({"command": ["x"], "env": {"SLUICE_JOB_ID": "1"}}, "env", "set by sluice"),
-        ({"command": ["x"], "name": "Bad Name!"}, "name", "pattern"),
+        ({"command": ["x"], "name": "Bad Name!"}, "name", "'Bad Name!' is not a valid name: use 1 to 63 lowercase"),
         (
             {"command": ["x"], "resources": {"replicas": {"max": 2, "batch": "keep"}}},
             "resources.replicas.batch",
@@ -77,3 +90,118 @@ def test_arbitrary_input_either_parses_or_names_fields(data: dict) -> None:
         parse_job_spec(data)
     except SpecError as err:
         assert err.problems and all(p.field for p in err.problems)
+
+
+# --------------------------------------------------------------------------- booleans are not numbers
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"resources": {"cpu": {"min": True, "max": 1}}}, "resources.cpu.min"),
+        ({"resources": {"cpu": {"max": False}}}, "resources.cpu.max"),
+        ({"resources": {"cpu": True}}, "resources.cpu"),
+        ({"resources": {"gpus": True}}, "resources.gpus"),
+        ({"resources": {"replicas": {"min": True}}}, "resources.replicas.min"),
+        ({"priority": True}, "priority"),
+        ({"max_restarts": False}, "max_restarts"),
+        ({"qoe": {"loss": True}}, "qoe.loss"),
+    ],
+)
+def test_a_boolean_is_not_a_number(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_spec({"command": ["x"], **data})
+    assert field in fields(info.value)
+    assert "not true" in str(info.value) or "not false" in str(info.value)
+
+
+def _spec_models() -> list[type[BaseModel]]:
+    found = {m for m in vars(sluice.spec).values() if isinstance(m, type) and issubclass(m, SpecModel)}
+    for model in list(found):
+        for f in model.model_fields.values():
+            found.update(a for a in (f.annotation, *getattr(f.annotation, "__args__", ())) if _is_spec(a))
+    return sorted(found, key=lambda m: m.__name__)
+
+
+def _is_spec(a: object) -> bool:
+    return isinstance(a, type) and issubclass(a, SpecModel)
+
+
+def test_every_number_field_of_every_spec_refuses_a_boolean() -> None:
+    checked = 0
+    for model in _spec_models():
+        for name, f in model.model_fields.items():
+            members = {f.annotation, *getattr(f.annotation, "__args__", ())}
+            if not members & {int, float}:
+                continue
+            with pytest.raises(SpecError) as info:
+                parse_model(model, {name: True})
+            assert any(p.field == name and p.problem == "expected a number, not true" for p in info.value.problems), (
+                model.__name__,
+                name,
+                info.value,
+            )
+            checked += 1
+    assert checked >= 20  # CpuRange, ReplicaRange, Resources, QuotaSpec, TenantSpec, ... were all reached
+
+
+def test_ints_quoted_numbers_and_real_booleans_still_read() -> None:
+    spec = parse_job_spec(
+        {"command": ["x"], "resources": {"cpu": {"min": 1, "max": "2.5"}, "gpus": 1.0}, "priority": "3"}
+    )
+    assert (spec.resources.cpu.min, spec.resources.cpu.max, spec.resources.gpus, spec.priority) == (1.0, 2.5, 1, 3)
+    assert parse_model(TenantSpec, {"name": "t", "admin": True}).admin is True
+
+
+# --------------------------------------------------------------------------- duplicate keys
+
+
+def test_a_key_repeated_in_one_mapping_is_refused_naming_the_key_and_its_lines() -> None:
+    with pytest.raises(SpecError) as info:
+        load_yaml_text("command: [x]\npriority: 1\npriority: 2\n")
+    assert str(info.value) == "(spec): not valid YAML at line 3, column 1: duplicate key 'priority' (first at line 2)"
+    with pytest.raises(SpecError, match="duplicate key 'min'"):
+        load_yaml_text("resources:\n  cpu: {min: 1, max: 2, min: 3}\n")
+
+
+def test_the_same_key_in_different_mappings_and_merge_overrides_are_fine() -> None:
+    assert load_yaml_text("a: {min: 1}\nb: {min: 2}\n") == {"a": {"min": 1}, "b": {"min": 2}}
+    assert load_yaml_text("base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  x: 3\n")["d"] == {"x": 3, "y": 2}
+
+
+# --------------------------------------------------------------------------- names
+
+
+NAME_RULE = "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "field", "shown"),
+    [
+        (None, {"command": ["x"], "name": "MyJob"}, "name", "'MyJob'"),
+        (None, {"command": ["x"], "name": "../../etc"}, "name", "'../../etc'"),
+        (None, {"command": ["x"], "name": "a" * 5000}, "name", "'" + "a" * 40 + "'... (5000 characters)"),
+        (None, {"command": ["x"], "queue": "Research"}, "queue", "'Research'"),
+        (None, {"command": ["x"], "priority_class": "High"}, "priority_class", "'High'"),
+        (None, {"command": ["x"], "datasets": [{"name": "-x"}]}, "datasets.0.name", "'-x'"),
+        (TenantSpec, {"name": "Bob"}, "name", "'Bob'"),
+        (QueueSpec, {"name": "q_"}, "name", "'q_'"),
+        (QueueSpec, {"name": "q", "cohort": "Lab"}, "cohort", "'Lab'"),
+        (QueuePatch, {"cohort": "Lab"}, "cohort", "'Lab'"),
+        (PriorityClassSpec, {"name": "a" * 64, "value": 1}, "name", "'" + "a" * 40 + "'... (64 characters)"),
+        (DatasetSpec, {"name": "My Data", "source": "/data"}, "name", "'My Data'"),
+    ],
+)
+def test_a_bad_name_says_what_a_name_may_hold(
+    model: type[BaseModel] | None, data: dict[str, Any], field: str, shown: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_spec(data) if model is None else parse_model(model, data)
+    assert [str(p) for p in info.value.problems] == [f"{field}: {shown} is not a valid name: {NAME_RULE}"]
+    assert "pattern" not in str(info.value)
+
+
+def test_good_names_and_an_empty_cohort_still_read() -> None:
+    assert parse_job_spec({"command": ["x"], "name": " a.b_c-9 "}).name == "a.b_c-9"
+    assert parse_model(TenantSpec, {"name": "a" * 63}).name == "a" * 63
+    assert parse_model(QueuePatch, {"cohort": ""}).cohort == ""

@@ -85,7 +85,7 @@ def list_(output: OutputOpt = Output.table) -> None:
 @app.command()
 def get(name: Name, output: OutputOpt = Output.table) -> None:
     """One dataset."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"dataset {name!r}"), connect() as client:
         d = client.dataset(name)
     emit(d, output, lambda x: table(COLUMNS, _rows([x])))
 
@@ -109,7 +109,7 @@ def warm(
 ) -> None:
     """Fetch the whole dataset into the cache of every node now (or the --node ones), so the
     first epoch reads it warm there. Prints, per node, what was fetched and how long it took."""
-    with errors_reported(), connect() as client, console.status(f"warming {name} ..."):
+    with errors_reported(missing=f"dataset {name!r}"), connect() as client, console.status(f"warming {name} ..."):
         res = client.warm_dataset(name, nodes=node or ())
     emit(res, output, lambda r: console.print("\n".join(_warm_line(name, n) for n in r["nodes"]), markup=False))
     failed = [n.node for n in res.nodes if n.error]
@@ -123,7 +123,7 @@ Owner = Annotated[
 
 
 def _publish(name: str, tenant: str | None, published: bool, output: Output, verb: str) -> None:
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"dataset {name!r}"), connect() as client:
         d = client.publish_dataset(name, tenant, published=published)
     emit(d, output, lambda x: console.print(f"{verb} dataset {x['name']} of tenant {x['tenant']}", markup=False))
 
@@ -144,7 +144,7 @@ def unpublish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table
 @app.command("rm")
 def rm(name: Name) -> None:
     """Delete a dataset and drop it from every node's cache (its source is not touched)."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"dataset {name!r}"), connect() as client:
         out = client.delete_dataset(name)
     console.print(f"deleted dataset {name}", markup=False)
     for node, what in sorted(out.nodes.items()):

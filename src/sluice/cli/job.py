@@ -19,6 +19,7 @@ from sluice.cli.output import (
     emit,
     errors_reported,
     list_table,
+    local_times,
     number,
     plain,
     stamp,
@@ -70,7 +71,7 @@ def submit(
         try:
             spec = load_job_spec(file)
             if resume_from is not None:
-                spec = parse_job_spec({**spec.model_dump(mode="json", exclude_none=True), "resume_from": resume_from})
+                spec = parse_job_spec({**spec.model_dump(mode="json", exclude_unset=True), "resume_from": resume_from})
         except SpecError as err:
             raise CliError(f"invalid job spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
         with connect() as client:
@@ -106,7 +107,7 @@ def list_(
                     j["step"] or "",
                     number(j["loss"]),
                     ago(j["submitted_at"]),
-                    j["reason"],
+                    local_times(j["reason"]),
                 ]
                 for j in rows
             ],
@@ -130,7 +131,7 @@ def _rates(rates: list[dict[str, float | None]]) -> str:
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.job(job_id)
         progress = client.progress(job_id) if output == Output.table and not Phase(job.phase).terminal else None
 
@@ -141,7 +142,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("name", j["name"]),
             ("tenant", j["tenant"]),
             ("phase", j["phase"]),
-            ("reason", j["reason"]),
+            ("reason", local_times(j["reason"])),
             ("command", " ".join(spec["command"])),
             ("submitted", stamp(j["submitted_at"])),
             ("started", stamp(j["started_at"])),
@@ -178,7 +179,7 @@ def logs(
     ] = None,
 ) -> None:
     """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         if follow:
             for chunk in client.follow_logs(job_id, tail=tail, raw=True):
                 sys.stdout.write(chunk)
@@ -190,31 +191,31 @@ def logs(
 @app.command()
 def cancel(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Cancel a job: a queued one ends now, a running one checkpoints and exits."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.cancel(job_id)
-    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
+    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))
 
 
 @app.command()
 def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.suspend(job_id)
-    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
+    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))
 
 
 @app.command()
 def resume(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Resume a suspended job: it is admitted again and starts from its checkpoint."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.resume(job_id)
-    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {j['reason']}", markup=False))
+    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))
 
 
 @app.command()
 def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Why the job is where it is: every phase change and decision, with time and reason."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         events = client.why(job_id)
         job = plain(client.job(job_id)) if output == Output.table else None
 
@@ -222,11 +223,11 @@ def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
         t0 = rows[0]["time"] if rows else 0.0
         table(
             ["TIME", "+S", "KIND", "WHAT AND WHY"],
-            [[when(e["time"]), f"{e['time'] - t0:.1f}", e["kind"], e["message"]] for e in rows],
+            [[when(e["time"]), f"{e['time'] - t0:.1f}", e["kind"], local_times(e["message"])] for e in rows],
             title=f"job {job_id}",
         )
         if job is not None:  # where it stands now, e.g. why it is still pending
-            console.print(f"now: {job['phase']} — {job['reason']}", markup=False)
+            console.print(f"now: {job['phase']} — {local_times(job['reason'])}", markup=False)
 
     emit(events, output, render)
 
@@ -269,9 +270,9 @@ def watch(
 ) -> None:
     """Follow a job live: a progress bar with its phase, step (of the total, when the job
     states one), loss and steps/s, until it ends. Exits 0 if it succeeded, 1 otherwise."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = _watch(client, job_id, interval)
-    console.print(f"{job.id}: {job.phase} — {job.reason}", markup=False)
+    console.print(f"{job.id}: {job.phase} — {local_times(job.reason)}", markup=False)
     if job.phase != Phase.SUCCEEDED.value:
         raise typer.Exit(EXIT_FAILURE)
 
@@ -286,7 +287,7 @@ def plot(
     """Plot a job's loss, throughput (steps/s) and CPU (requested, limit, used) over time.
     Loss, throughput and CPU used come from its progress, which the server keeps while the
     job is live; the CPU it was given comes from its events, kept for good."""
-    with errors_reported(), connect() as client:
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.job(job_id)
         progress = client.progress(job_id)
         events = client.why(job_id)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from sluice.cli.client import connect
-from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, number, table
+from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, number, table
 
 app = typer.Typer(help="Nodes: list, cordon, uncordon, inject faults.", no_args_is_help=True)
 
@@ -48,10 +48,29 @@ def cordon(
     reason: Annotated[str, typer.Option("--reason", "-r", help="Why (recorded in the node's history).")],
     output: OutputOpt = Output.table,
 ) -> None:
-    """Take a node out of service: nothing new is placed; its jobs move off via checkpoints (admin)."""
+    """Take a node out of service: nothing new is placed; its jobs move off via checkpoints (admin).
+    Says how many jobs that moves, and warns when no other node can take them."""
     with errors_reported(), connect(admin=True) as client:
         node = client.cordon(name, reason)
-    emit(node, output, lambda n: console.print(f"{name}: {n.get('health', 'Cordoned')} — {reason}", markup=False))
+
+    def render(n: dict[str, Any]) -> None:
+        console.print(f"{name}: {n.get('health', 'Cordoned')} — {reason}", markup=False)
+        moved = n.get("moved_jobs")
+        if moved is None:  # a server that does not say
+            return
+        if not moved:
+            console.print("no running job to move", markup=False)
+            return
+        ids = ", ".join(moved)
+        console.print(f"{len(moved)} job(s) move off it through their checkpoints: {ids}", markup=False)
+        if n.get("other_schedulable_nodes") == 0:
+            err_console.print(
+                f"warning: no other node is schedulable, so the {len(moved)} job(s) will wait until "
+                f"a node joins or `sluice node uncordon {name}`",
+                markup=False,
+            )
+
+    emit(node, output, render)
 
 
 @app.command()

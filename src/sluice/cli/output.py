@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import calendar
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -119,6 +121,21 @@ def when(t: float | None) -> str:
     return time.strftime(fmt, time.localtime(t))
 
 
+_UTC_INSTANT = re.compile(r"\b(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z\b")
+
+
+def local_times(text: str | None) -> str:
+    """A reason or message with each instant the server wrote in ISO-8601 UTC
+    (`2026-11-23T12:01:05Z`) shown in local time, as `when` shows times; -o json keeps the text."""
+    if not text:
+        return ""
+
+    def local(m: re.Match[str]) -> str:
+        return when(calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")))
+
+    return _UTC_INSTANT.sub(local, text)
+
+
 def stamp(t: float | None, now: float | None = None) -> str:
     """A moment as a person reads it: local date and time, and how long ago, e.g.
     `2026-11-23 12:01:05 (3m ago)`. Virtual (simulator) clocks as `when` shows them."""
@@ -146,12 +163,19 @@ def number(x: float | None, digits: int = 4) -> str:
     return "" if x is None else f"{x:.{digits}g}"
 
 
+_BARE_404 = {"", "not found"}
+"""What the server says when no route matched (the name held a `/` or `..`, say): it names nothing."""
+
+
 @contextmanager
-def errors_reported() -> Iterator[None]:
-    """`with errors_reported():` turns a CliError or a client error into a printed message and its exit code."""
+def errors_reported(missing: str | None = None) -> Iterator[None]:
+    """`with errors_reported():` turns a CliError or a client error into a printed message and its exit code.
+    `missing` (e.g. "job 'j-1'") names what a bare 404 was about: `error: job 'j-1' not found`."""
     try:
         yield
     except CliError as err:
         fail(err)
     except SluiceError as err:
+        if missing is not None and err.status == 404 and err.detail.strip().lower() in _BARE_404:
+            fail(CliError(f"{missing} not found"))
         fail(cli_error(err))

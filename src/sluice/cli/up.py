@@ -176,7 +176,6 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
             raise typer.Exit(1)
         info = read_server_file(settings.home)
         if info is not None and info.get("pid") == proc.pid and _healthy(str(info["url"])):
-            console.print(f"sluice is up at {info['url']} (pid {proc.pid}; log {log_path})", markup=False)
             if "isolation_reason" in info:
                 (console if info.get("isolation") else err_console).print(
                     ("" if info.get("isolation") else "warning: ") + str(info["isolation_reason"]), markup=False
@@ -185,6 +184,8 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
                 err_console.print(f"warning: {info.get('memory_reason', '')}", markup=False)
             if info.get("job_python_problem"):
                 err_console.print(f"warning: {info['job_python_problem']}", markup=False)
+            # The URL alone is the last line (for `$(sluice up -d | tail -1)`), and only there.
+            console.print(f"sluice is up (pid {proc.pid}; log {log_path}) at", markup=False)
             typer.echo(info["url"])
             return
         time.sleep(0.2)

@@ -83,6 +83,14 @@ def _spec(model: type[S], spec: Any, what: str) -> S:
     raise TypeError(f"a {what} is a {model.__name__}, a mapping or a file path, not {type(spec).__name__}")
 
 
+def _body(spec: BaseModel) -> dict[str, Any]:
+    """The spec as a request body: only the fields that were given, as the user gave them.
+
+    Defaults are the server's to fill in. Sending them would make them look set: a job's
+    default `priority: 0` contradicts its `priority_class`, and keeps a default class away."""
+    return spec.model_dump(mode="json", exclude_unset=True)
+
+
 class Client:
     """A connection to one sluice server as one tenant.
 
@@ -193,10 +201,8 @@ class Client:
         folder is the default workdir). `resume_from`: start from that job's newest checkpoint."""
         job = _spec(JobSpec, spec, "job spec")
         if resume_from is not None:
-            job = _spec(
-                JobSpec, {**job.model_dump(mode="json", exclude_none=True), "resume_from": resume_from}, "job spec"
-            )
-        return self._one(JobOut, "POST", "/v1/jobs", json=job.model_dump(mode="json"))
+            job = _spec(JobSpec, {**_body(job), "resume_from": resume_from}, "job spec")
+        return self._one(JobOut, "POST", "/v1/jobs", json=_body(job))
 
     def jobs(
         self,
@@ -288,7 +294,7 @@ class Client:
             DatasetOut,
             "POST",
             "/v1/datasets",
-            json=ds.model_dump(mode="json"),
+            json=_body(ds),
             params={"probe": str(probe).lower()},
             timeout=600,
         )
@@ -320,7 +326,7 @@ class Client:
         """Create a tenant; the answer carries its token, shown only this once."""
         t = _spec(TenantSpec, spec, "tenant")
         params = {"force": "true"} if force else None
-        return self._one(NewTenantOut, "POST", "/v1/tenants", json=t.model_dump(mode="json"), params=params)
+        return self._one(NewTenantOut, "POST", "/v1/tenants", json=_body(t), params=params)
 
     def tenants(self) -> list[TenantOut]:
         return self._all(TenantOut, "/v1/tenants")
@@ -342,7 +348,7 @@ class Client:
 
     def create_queue(self, spec: QueueSpec | Mapping[str, Any]) -> QueueOut:
         q = _spec(QueueSpec, spec, "queue")
-        return self._one(QueueOut, "POST", "/v1/queues", json=q.model_dump(mode="json"))
+        return self._one(QueueOut, "POST", "/v1/queues", json=_body(q))
 
     def update_queue(self, name: str, patch: QueuePatch | Mapping[str, Any]) -> QueueOut:
         p = _spec(QueuePatch, patch, "queue change")
@@ -350,7 +356,7 @@ class Client:
 
     def grant_queue(self, name: str, tenant: str, granted: bool = True) -> QueueOut:
         g = _spec(GrantSpec, {"tenant": tenant, "granted": granted}, "grant")
-        return self._one(QueueOut, "POST", f"/v1/queues/{name}/grants", json=g.model_dump(mode="json"))
+        return self._one(QueueOut, "POST", f"/v1/queues/{name}/grants", json=_body(g))
 
     def delete_queue(self, name: str) -> None:
         self.request("DELETE", f"/v1/queues/{name}")
@@ -365,7 +371,7 @@ class Client:
     def create_priority_class(self, spec: PriorityClassSpec | Mapping[str, Any]) -> PriorityClassOut:
         """Admin: a class jobs may name with `priority_class`."""
         p = _spec(PriorityClassSpec, spec, "priority class")
-        return self._one(PriorityClassOut, "POST", "/v1/priority-classes", json=p.model_dump(mode="json"))
+        return self._one(PriorityClassOut, "POST", "/v1/priority-classes", json=_body(p))
 
     def delete_priority_class(self, name: str) -> None:
         """Admin: refused (ConflictError) while an unfinished job uses it."""

@@ -64,6 +64,15 @@ class NodeStatus:
     cpu_limits: float | None
 
 
+@dataclass(frozen=True)
+class CordonOutcome:
+    """What a cordon set in motion: the jobs it moves off the node (each checkpoints, stops
+    and waits for a place again) and how many other nodes can take new jobs."""
+
+    moved: list[str]
+    other_schedulable: int
+
+
 def secure_home(home: Path, isolation: Isolation) -> None:
     """$SLUICE_HOME is the plane's: 0700; with isolation 0711, so a job (another uid) can pass
     through to its own run folder and cache, but list nothing. Everything in it that is not a
@@ -615,12 +624,23 @@ class ControlPlane:
         with self.controller.lock:
             return {n.name: dict(n.cached_datasets) for n in self.controller.view().nodes.values()}
 
-    def cordon(self, caller: TenantRecord, node: str, reason: str) -> None:
+    def cordon(self, caller: TenantRecord, node: str, reason: str) -> CordonOutcome:
+        """Cordon the node; say which jobs that moves off it (the ones starting or running
+        there, as the controller stops them) and whether any other node can take them."""
         self._require_admin(caller)
-        try:
-            self.controller.set_node_health(node, NodeHealth.CORDONED, reason or "cordoned by operator", by="operator")
-        except KeyError:
-            raise NotFound(f"node {node!r} not found") from None
+        with self.controller.lock:  # no round between counting and cordoning
+            view = self.controller.view()
+            if node not in view.nodes:
+                raise NotFound(f"node {node!r} not found")
+            moved = sorted(j.id for j in view.jobs_on(node) if j.phase in (Phase.STARTING, Phase.RUNNING))
+            others = sum(1 for n in view.nodes.values() if n.name != node and n.schedulable)
+            try:
+                self.controller.set_node_health(
+                    node, NodeHealth.CORDONED, reason or "cordoned by operator", by="operator"
+                )
+            except KeyError:
+                raise NotFound(f"node {node!r} not found") from None
+            return CordonOutcome(moved, others)
 
     def uncordon(self, caller: TenantRecord, node: str) -> None:
         self._require_admin(caller)

@@ -97,6 +97,11 @@ class QueueService:
         return self.status(name)
 
     def delete(self, name: str) -> None:
+        if name == DEFAULT_QUEUE:
+            raise Conflict(
+                "the built-in default queue cannot be deleted: every tenant submits to it; "
+                "change its quota with `sluice queue set default` instead"
+            )
         if self.store.get_queue(name) is None:
             raise NotFound(f"queue {name!r} not found")
         live = [j for j in self.controller.book.live() if j.spec.queue == name]
@@ -169,6 +174,6 @@ class QueueService:
             borrowed={r: ledger.borrowed(name, r) for r in RESOURCES if ledger.borrowed(name, r) > 0},
             admitted=admitted,
             pending=pending,
-            summary=ledger.describe(name),
+            summary=ledger.summary(name),
             created_at=rec.created_at if rec else 0.0,
         )

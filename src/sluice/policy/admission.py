@@ -186,24 +186,47 @@ class QuotaLedger:
         return short, why
 
     def describe(self, q: str, d: Amounts | None = None) -> str:
-        """'queue research: cores 10/8 nominal, borrowing 2 of 4 from cohort lab'."""
+        """'queue research: cores 10/8 nominal, borrowing 2 of 4 from cohort lab': the quota'd
+        resources q uses or `d` demands (all of them when it uses none), for reasons."""
+        parts = [self._resource(q, r) for r in self._quotaed(q) if self._involved(q, r, d)]
+        parts = parts or [self._resource(q, r) for r in self._quotaed(q)]
+        return f"queue {q}: " + ("; ".join(parts) if parts else "no quota")
+
+    def summary(self, q: str) -> str:
+        """What `sluice queue list` says of q, without its name: every quota'd resource with
+        its usage and borrowing limit, its cohort and weight, e.g. 'cores 0/8 nominal
+        (+4 borrowable); gpus 0/4 nominal; cohort lab, weight 2'."""
         cfg = self.queues[q]
         parts = []
-        for r in RESOURCES:
-            nom = cfg.nominal.get(r)
-            use = self.usage[q].get(r)
-            if nom is None or (use <= 0 and (d is None or d.get(r) <= 0)):
-                continue
-            text = f"{r} {fmt(use)}/{fmt(nom)} nominal"
-            b = self.borrowed(q, r)
-            if b > _EPS and cfg.cohort is not None:
-                _used, total = self.pool(q, r)
-                others = total - (cfg.lendable(r) or 0.0)
-                limit = cfg.borrowing_limit.get(r)
-                can = others if limit is None else min(limit, others)
-                text += f", borrowing {fmt(b)} of {fmt(can)} from cohort {cfg.cohort}"
+        for r in self._quotaed(q):
+            text = self._resource(q, r)
+            limit = cfg.borrowing_limit.get(r)
+            if cfg.cohort is not None and limit is not None and self.borrowed(q, r) <= _EPS:
+                text += f" (+{fmt(limit)} borrowable)"
             parts.append(text)
-        return f"queue {q}: " + ("; ".join(parts) if parts else "no quota")
+        tail = [f"cohort {cfg.cohort}"] if cfg.cohort else []
+        if abs(cfg.weight - 1.0) > _EPS:
+            tail.append(f"weight {fmt(cfg.weight)}")
+        return "; ".join((parts or ["no quota"]) + ([", ".join(tail)] if tail else []))
+
+    def _quotaed(self, q: str) -> list[str]:
+        return [r for r in RESOURCES if self.queues[q].nominal.get(r) is not None]
+
+    def _involved(self, q: str, r: str, d: Amounts | None) -> bool:
+        return self.usage[q].get(r) > 0 or (d is not None and d.get(r) > 0)
+
+    def _resource(self, q: str, r: str) -> str:
+        """'cores 10/8 nominal, borrowing 2 of 4 from cohort lab' (r has a nominal quota)."""
+        cfg = self.queues[q]
+        text = f"{r} {fmt(self.usage[q].get(r))}/{fmt(cfg.nominal.get(r) or 0.0)} nominal"
+        b = self.borrowed(q, r)
+        if b > _EPS and cfg.cohort is not None:
+            _used, total = self.pool(q, r)
+            others = total - (cfg.lendable(r) or 0.0)
+            limit = cfg.borrowing_limit.get(r)
+            can = others if limit is None else min(limit, others)
+            text += f", borrowing {fmt(b)} of {fmt(can)} from cohort {cfg.cohort}"
+        return text
 
     def share(self, q: str, usage: Amounts | None = None) -> float:
         """Dominant share of q's cohort (or of the cluster) that `usage` (default q's) is."""

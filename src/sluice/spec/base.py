@@ -6,14 +6,50 @@ compares false with everything and silently breaks every capacity sum, so they a
 the door. Strings with a NUL byte or a lone UTF-16 surrogate (legal in a JSON string escape)
 cannot be stored by PostgreSQL, encoded to UTF-8 or passed to exec; they are refused with the
 field that holds them instead of failing deep inside the store.
+
+YAML's `true`/`false` are refused where a number is expected: Python counts a bool as an
+int, so `min: true` would otherwise be read as 1 core. Names (jobs, tenants, queues, priority
+classes, datasets) share one type, `Name`, whose error says what a name may hold.
 """
 
 from __future__ import annotations
 
+import re
+import types
 from collections.abc import Mapping
-from typing import Any
+from functools import cache
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, WithJsonSchema, field_validator
+
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+"""DNS-label-like names: safe in paths, URLs and cgroup names."""
+
+NAME_RULE = "use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
+_NAME = re.compile(NAME_PATTERN)
+_SHOWN_CHARS = 40
+"""A longer offending value is cut in the message: the user knows the rest."""
+
+
+def check_name(value: str) -> str:
+    """`value` if it is a valid name, else a ValueError that says what a name may hold."""
+    if _NAME.fullmatch(value) is None:
+        shown = repr(value) if len(value) <= _SHOWN_CHARS else f"{value[:_SHOWN_CHARS]!r}... ({len(value)} characters)"
+        raise ValueError(f"{shown} is not a valid name: {NAME_RULE}")
+    return value
+
+
+def _check_name_or_empty(value: str) -> str:
+    return value if value == "" else check_name(value)
+
+
+Name = Annotated[str, AfterValidator(check_name), WithJsonSchema({"type": "string", "pattern": NAME_PATTERN})]
+"""A job, tenant, queue, cohort, priority class or dataset name (NAME_PATTERN)."""
+
+NameOrEmpty = Annotated[
+    str, AfterValidator(_check_name_or_empty), WithJsonSchema({"type": "string", "pattern": "^$|" + NAME_PATTERN})
+]
+"""A name, or "" to clear one (a queue's cohort)."""
 
 
 def check_text(value: Any) -> None:
@@ -34,10 +70,30 @@ def check_text(value: Any) -> None:
             check_text(v)
 
 
+def _is_number_type(annotation: Any) -> bool:
+    """True for int, float and their optional forms (`float | None`); bool fields are not numbers."""
+    members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    return bool({int, float} & set(members)) and bool not in members
+
+
+@cache
+def _number_fields(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(name for name, f in model.model_fields.items() if _is_number_type(f.annotation))
+
+
 class SpecModel(BaseModel):
-    """Frozen, unknown fields refused, floats finite, every string storable."""
+    """Frozen, unknown fields refused, floats finite, booleans no numbers, every string storable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads True as 1; its strict mode would also refuse "2", which
+        # specs accept today, so only booleans are refused here, before the number is parsed.
+        if isinstance(v, bool) and info.field_name in _number_fields(cls):
+            raise ValueError(f"expected a number, not {str(v).lower()}")
+        return v
 
     @field_validator("*")
     @classmethod

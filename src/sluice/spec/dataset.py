@@ -6,8 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from sluice.spec.base import SpecModel
-from sluice.spec.job import NAME_PATTERN
+from sluice.spec.base import Name, SpecModel
 
 ALLOWED_SCHEMES = ("file", "local", "s3", "http", "https", "memory")
 
@@ -15,8 +14,8 @@ ALLOWED_SCHEMES = ("file", "local", "s3", "http", "https", "memory")
 class DatasetSpec(SpecModel):
     """A dataset as a tenant declares it."""
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    tenant: Annotated[str | None, Field(pattern=NAME_PATTERN)] = None
+    name: Name
+    tenant: Name | None = None
     source: Annotated[str, Field(min_length=1, max_length=4096, description="fsspec URL or local path.")]
     format: Annotated[str, Field(pattern="^(files|blocks)$", description="Raw files, or pre-merged blocks.")] = "files"
     cache: Annotated[bool, Field(description="Cache on nodes that run jobs reading it.")] = True

@@ -12,10 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from sluice.spec.base import SpecModel
-
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
-"""DNS-label-like names: safe in paths, URLs and cgroup names."""
+from sluice.spec.base import Name, SpecModel
 
 MAX_ARGV_ITEMS = 256
 MAX_ARG_LENGTH = 8192
@@ -115,7 +112,9 @@ class Resources(_Strict):
     @classmethod
     def _cpu_shorthand(cls, v: object) -> object:
         # `cpu: 2` means a request of 2 cores with no explicit ceiling.
-        if isinstance(v, int | float) and not isinstance(v, bool):
+        if isinstance(v, bool):
+            raise ValueError(f"expected a number of cores or {{min, max}}, not {str(v).lower()}")
+        if isinstance(v, int | float):
             return {"min": v}
         return v
 
@@ -168,7 +167,7 @@ class QoETarget(_Strict):
 class DatasetMount(_Strict):
     """A dataset the job reads through the node cache."""
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    name: Name
     access: Annotated[str, Field(pattern="^(random|sequential)$")] = "random"
 
 
@@ -180,13 +179,9 @@ resizing, sluice.sdk._threads) and the agent never sets, so no contract value is
 class JobSpec(_Strict):
     """A training job as a tenant submits it."""
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN, description="Human name; need not be unique.")] = "job"
-    tenant: Annotated[
-        str | None, Field(pattern=NAME_PATTERN, description="Owner; defaults to the caller's tenant.")
-    ] = None
-    queue: Annotated[
-        str, Field(pattern=NAME_PATTERN, description="A queue the tenant is granted (docs/queues.md).")
-    ] = "default"
+    name: Annotated[Name, Field(description="Human name; need not be unique.")] = "job"
+    tenant: Annotated[Name | None, Field(description="Owner; defaults to the caller's tenant.")] = None
+    queue: Annotated[Name, Field(description="A queue the tenant is granted (docs/queues.md).")] = "default"
     command: Annotated[
         list[str],
         Field(min_length=1, max_length=MAX_ARGV_ITEMS, description="argv list, run without a shell."),
@@ -201,9 +196,8 @@ class JobSpec(_Strict):
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     priority_class: Annotated[
-        str | None,
+        Name | None,
         Field(
-            pattern=NAME_PATTERN,
             description="A priority class an admin defined (docs/queues.md); the job's priority is its value.",
         ),
     ] = None

@@ -56,11 +56,36 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"not valid YAML: {what}"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key repeated in one mapping: PyYAML keeps the last value,
+    so `priority: 1` then `priority: 2` would silently be priority 2. Keys a merge (`<<`)
+    brings in may still be overridden, as YAML means them to be."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                seen = first.setdefault(key, key_node.start_mark)
+            except TypeError:
+                continue  # an unhashable key: the base class refuses it
+            if seen is not key_node.start_mark:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"duplicate key {key!r} (first at line {seen.line + 1})",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml_text(text: str | bytes) -> Any:
     if len(text) > MAX_SPEC_BYTES:
         raise SpecError([FieldProblem("(spec)", f"larger than {MAX_SPEC_BYTES // 1024} KiB")])
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as err:
         raise SpecError([FieldProblem("(spec)", _yaml_problem(err))]) from None
     except RecursionError:

@@ -6,8 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sluice.spec.base import SpecModel
-from sluice.spec.job import NAME_PATTERN
+from sluice.spec.base import Name, NameOrEmpty, SpecModel
 
 _BIG = 1_000_000_000.0
 """Above any real cluster; larger numbers are typos."""
@@ -44,8 +43,8 @@ class PreemptionSpec(SpecModel):
 class QueueSpec(SpecModel):
     """A queue: a nominal quota, the cohort it borrows from and lends to, and its weight."""
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    cohort: Annotated[str | None, Field(pattern=NAME_PATTERN, description="Queues of one cohort share.")] = None
+    name: Name
+    cohort: Annotated[Name | None, Field(description="Queues of one cohort share.")] = None
     nominal: QuotaSpec = QuotaSpec()
     borrowing_limit: Annotated[
         QuotaSpec, Field(description="Most it may use above its nominal quota (unset: whatever the cohort lends).")
@@ -61,7 +60,7 @@ class QueuePatch(SpecModel):
     """A live change to a queue: only the fields given change. A quota given replaces the
     queue's quota of that kind; `cohort: ""` takes the queue out of its cohort."""
 
-    cohort: Annotated[str | None, Field(pattern=r"^$|" + NAME_PATTERN)] = None
+    cohort: NameOrEmpty | None = None
     nominal: QuotaSpec | None = None
     borrowing_limit: QuotaSpec | None = None
     lending_limit: QuotaSpec | None = None
@@ -72,7 +71,7 @@ class QueuePatch(SpecModel):
 class GrantSpec(SpecModel):
     """Grant (or, with granted=false, take back) the use of a queue to a tenant."""
 
-    tenant: Annotated[str, Field(pattern=NAME_PATTERN)]
+    tenant: Name
     granted: bool = True
 
 
@@ -80,7 +79,7 @@ class PriorityClassSpec(SpecModel):
     """A named priority class (Kueue's WorkloadPriorityClass): jobs name it with
     `priority_class` and get its value as their priority."""
 
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    name: Name
     value: Annotated[int, Field(ge=-1000, le=1000, description="The priority its jobs get (higher goes first).")]
     description: Annotated[str, Field(max_length=256)] = ""
     preemption: Annotated[

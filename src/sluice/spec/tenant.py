@@ -6,15 +6,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sluice.spec.base import SpecModel
-from sluice.spec.job import NAME_PATTERN
+from sluice.spec.base import Name, SpecModel
 
 MAX_RUNNING_JOBS = 1_000_000
 """A quota above any real cluster; larger numbers are typos (and overflow a database integer)."""
 
 
 class TenantSpec(SpecModel):
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    name: Name
     admin: bool = False
     max_running_jobs: Annotated[
         int | None, Field(ge=1, le=MAX_RUNNING_JOBS, description="Quota on concurrently running jobs.")

@@ -10,6 +10,7 @@ from typing import Annotated, Any, BinaryIO
 from anyio import to_thread
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import BeforeValidator
 
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
@@ -60,12 +61,20 @@ _LIST_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _phase_any_case(v: Any) -> Any:
+    """`running`, `RUNNING` and `Running` are the phase Running (as the CLI takes them)."""
+    if isinstance(v, str):
+        return next((p for p in Phase if p.value.lower() == v.lower()), v)
+    return v
+
+
 @router.get("", response_model=Page[JobOut], responses=_LIST_ERRORS)
 def list_jobs(
     plane: PlaneDep,
     caller: CallerDep,
     phase: Annotated[
-        list[Phase] | None, Query(max_length=len(Phase), description="Only jobs in these phases (repeatable).")
+        list[Annotated[Phase, BeforeValidator(_phase_any_case)]] | None,
+        Query(max_length=len(Phase), description="Only jobs in these phases (repeatable, any case)."),
     ] = None,
     limit: LimitQ = DEFAULT_LIMIT,
     cursor: CursorQ = None,

@@ -110,9 +110,11 @@ def node_why(plane: PlaneDep, caller: CallerDep, name: str) -> NodeWhyOut:
 
 @router.post("/{name}/cordon", responses=_ERRORS)
 def cordon(plane: PlaneDep, caller: CallerDep, name: str, body: CordonIn) -> dict[str, Any]:
-    """Stop placing jobs on the node and move its jobs off through their checkpoints."""
-    plane.cordon(caller, name, body.reason)
-    return _node_out(plane, name)
+    """Stop placing jobs on the node and move its jobs off through their checkpoints. The
+    node as `GET /v1/nodes` shows it, plus `moved_jobs` (the ids of the jobs this moves off
+    it) and `other_schedulable_nodes` (0: the moved jobs wait until a node can take them)."""
+    outcome = plane.cordon(caller, name, body.reason)
+    return {**_node_out(plane, name), "moved_jobs": outcome.moved, "other_schedulable_nodes": outcome.other_schedulable}
 
 
 @router.post("/{name}/uncordon", responses=_ERRORS)

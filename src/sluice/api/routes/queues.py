@@ -47,8 +47,16 @@ def update_queue(plane: PlaneDep, caller: CallerDep, name: str, patch: QueuePatc
     return plane.update_queue(caller, name, patch)
 
 
-@router.delete("/{name}", status_code=204, responses={**_ERRORS, 409: {"model": ErrorOut}})
+@router.delete(
+    "/{name}",
+    status_code=204,
+    responses={
+        **_ERRORS,
+        409: {"model": ErrorOut, "description": "The queue has unfinished jobs, or is the built-in `default`."},
+    },
+)
 def delete_queue(plane: PlaneDep, caller: CallerDep, name: str) -> Response:
+    """Delete a queue with no unfinished jobs. The built-in `default` queue cannot be deleted."""
     plane.delete_queue(caller, name)
     return Response(status_code=204)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from sluice.model import ClusterView, JobView
 
 
@@ -21,4 +23,11 @@ def ready(view: ClusterView, jobs: list[JobView]) -> tuple[list[JobView], list[J
 
 
 def backoff_reason(job: JobView) -> str:
-    return f"restart back-off until t={job.not_before:.1f}"
+    """The wait's reason, with an instant that stays the same round after round (so the reason
+    does not change, and make an event, every round). A wall-clock time is written in ISO-8601
+    UTC (`2026-11-23T12:01:05Z`), which the CLI shows in local time; a virtual clock (the
+    simulator's seconds since its start) as `t=<seconds>`."""
+    t = job.not_before
+    if t < 10**8:
+        return f"restart back-off until t={t:.1f}"
+    return f"restart back-off until {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(t))}"
