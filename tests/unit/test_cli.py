@@ -286,6 +286,15 @@ def test_submit_with_only_a_priority_class_or_the_default_class(live: Live, tmp_
     assert stored is not None and (stored.spec.priority, stored.spec.priority_class) == (-5, "batch"), err
 
 
+def test_a_spec_only_the_server_can_refuse_is_named_like_a_local_refusal(live: Live, tmp_path: Path) -> None:
+    """An unknown priority class passes the local check (classes live on the server): the
+    refusal still names the file and the field, and exits 2 like a local one."""
+    spec = write_spec(tmp_path / "job.yaml", GOOD_SPEC + "priority_class: no-such-class\n")
+    code, _, err = sluice("job", "submit", str(spec))
+    assert code == 2, err
+    assert f"invalid job spec {spec} (refused by the server)" in err and "priority_class" in err, err
+
+
 def test_duplicate_key_and_boolean_number_name_the_key_line_and_field(live: Live, tmp_path: Path) -> None:
     code, _, err = sluice(
         "job", "submit", str(write_spec(tmp_path / "a.yaml", "command: [x]\npriority: 1\npriority: 2\n"))

@@ -27,7 +27,7 @@ from sluice.cli.output import (
     when,
 )
 from sluice.cli.plot import plot_job
-from sluice.client import Client, JobOut
+from sluice.client import BadRequestError, Client, JobOut
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
 
@@ -75,7 +75,15 @@ def submit(
         except SpecError as err:
             raise CliError(f"invalid job spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
         with connect() as client:
-            job = client.submit(spec)
+            try:
+                job = client.submit(spec)
+            except BadRequestError as err:
+                if not err.problems:
+                    raise
+                # What only the server can judge (an unknown priority class or queue, a quota):
+                # said like a local refusal, naming the file, so the user knows which spec.
+                problems = [{"field": p.field, "problem": p.problem} for p in err.problems]
+                raise CliError(f"invalid job spec {file} (refused by the server)", EXIT_USAGE, problems) from None
         emit(job, output, lambda j: typer.echo(j["id"]))
 
 
