@@ -1,5 +1,5 @@
 # The two commands of the README.
-.PHONY: demo test lint setup
+.PHONY: demo test lint setup cli-docs
 
 setup:
 	./scripts/setup.sh
@@ -20,3 +20,7 @@ lint: setup
 	.venv/bin/ruff check src tests
 	.venv/bin/mypy
 	.venv/bin/lint-imports
+
+# docs/cli.md is generated from the CLI's own help; tests/unit/test_cli_docs.py fails when it is stale.
+cli-docs: setup
+	.venv/bin/python -m typer sluice.cli.main utils docs --name sluice --title "sluice command reference" --output docs/cli.md
