@@ -204,6 +204,8 @@ def serve(settings: Settings) -> None:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         info = {"pid": os.getpid(), "url": url, "port": port, "home": str(home)}
+        # A Ray instance the plane started itself stops with it, and its jobs with it (ray.md).
+        info["jobs_outlive_plane"] = not (settings.engine == "ray" and not settings.ray_address)
         info |= {"isolation": plane.isolation.enabled, "isolation_reason": plane.isolation.reason}
         memory = plane.engine.capabilities.memory_limits
         info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app as cli
-from sluice.control.errors import NotFound
+from sluice.control.errors import Conflict, NotFound
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
@@ -182,6 +182,12 @@ def test_suspend_resume_and_resume_from_another_job_of_the_same_tenant(plane: Co
     log2 = Path(p.engine.log_path(again.id) or "")
     assert wait_for(lambda: f"resumed at step {last + 1}" in log2.read_text(), 30)
     assert any(f"starts from job {job.id}'s checkpoint at step {last}" in m for m in why(p, again))
+
+    never = p.submit(caller, loop())  # cancelled before it could checkpoint
+    p.cancel(caller, never.id)
+    assert wait_for(lambda: get(p, never).phase == Phase.CANCELLED, 30)
+    with pytest.raises(Conflict, match="left no checkpoint to resume from"):  # not a silent start from 0
+        p.submit(caller, loop(resume_from=never.id))
 
 
 def test_a_high_priority_class_preempts_a_low_job_in_the_default_queue_which_resumes(plane: ControlPlane) -> None:

@@ -244,3 +244,27 @@ def test_late_events_never_move_a_finished_job(phase_after: Phase) -> None:
     engine.pending += [JobStarted(jid, 1, "n0", engine.now), JobExited(jid, 1, engine.now, 1)]
     ctl.step()
     assert ctl.book.get(jid) == done
+
+
+def test_the_specs_cpu_max_is_a_ceiling_whatever_a_policy_decides() -> None:
+    """`cpu.max` is the user's ceiling (examples/mlp.yaml: "the CFS quota never goes above
+    this"): a policy's "no limit" (FlowCon lifting limits) or a limit above it is executed as
+    the ceiling, and lifting a limit that already is the ceiling does nothing."""
+    ctl, engine, pol = make()
+    jid = ctl.submit("t", spec(resources={"cpu": {"min": 0.5, "max": 1.5}})).id
+    run(ctl, engine, jid)
+    launched = engine.launched[-1].allocation.assignments[0]
+    assert launched.cpu_limit is not None and launched.cpu_limit <= 1.5
+    job = ctl.book.get(jid)
+    assert job is not None and job.allocation is not None
+    pol.push(Resize(jid, job.allocation.with_cpu_limit(1.0), "less"))
+    ctl.step()
+    assert engine.resized[-1][2].assignments[0].cpu_limit == 1.0
+    pol.push(Resize(jid, job.allocation.with_cpu_limit(4.0), "more"))
+    ctl.step()
+    assert engine.resized[-1][2].assignments[0].cpu_limit == 1.5
+    resized = len(engine.resized)
+    pol.push(Resize(jid, job.allocation.with_cpu_limit(None), "lift every limit"))
+    ctl.step()
+    assert len(engine.resized) == resized  # already at the ceiling: no call, no event
+    assert ctl.book.get(jid).allocation.assignments[0].cpu_limit == 1.5  # type: ignore[union-attr]

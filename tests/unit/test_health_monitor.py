@@ -4,6 +4,7 @@ scores, keeps hands off an operator's cordon, and reuses a saved model after a r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
 
@@ -60,7 +61,13 @@ def config(tmp_path: Path | None = None) -> MonitorConfig:
         detector=DetectorConfig(history=6, hidden=24, transforms=2, epochs=15, max_train_s=30, smooth=1, threads=1),
         background=False,
         models_dir=tmp_path,
+        # These tests judge one node: the default cap (half the nodes, rounded down) would
+        # never let the detector cordon it. The cap's own tests use the default.
+        max_cordoned_fraction=1.0,
     )
+
+
+DEFAULT_CAP = MonitorConfig().max_cordoned_fraction
 
 
 def feed(mon: HealthMonitor, rng: np.random.Generator, start: int, n: int, fault: bool = False) -> None:
@@ -124,10 +131,23 @@ def test_a_sample_missing_a_kpi_is_scored_not_dropped(tmp_path: Path, missing: s
     assert np.isfinite(mon.nodes["node-1"].last_score)
 
 
+def test_the_only_node_goes_suspect_but_is_never_cordoned_by_the_detector(tmp_path: Path) -> None:
+    """A one-node cluster: cordoning its node would stop every job with nowhere to go (half
+    of one node, rounded down, is none)."""
+    ctl = FakeController()
+    mon = make(ctl, replace(config(tmp_path), max_cordoned_fraction=DEFAULT_CAP))
+    rng = np.random.default_rng(0)
+    feed(mon, rng, 0, 240)
+    assert mon.wait_ready()
+    feed(mon, rng, 240, 30, fault=True)
+    assert not [c for c in ctl.calls if c[1] == NodeHealth.CORDONED]
+    assert mon.nodes["node-1"].machine.state == NodeHealth.SUSPECT
+
+
 def test_detector_never_cordons_more_than_the_cap(tmp_path: Path) -> None:
     """Two nodes sick at once: with the default cap (half the nodes) only one is cordoned."""
     ctl = FakeController()
-    mon = make(ctl, config(tmp_path))
+    mon = make(ctl, replace(config(tmp_path), max_cordoned_fraction=DEFAULT_CAP))
     rng = np.random.default_rng(4)
     for t in range(240):
         for node in ("a", "b"):
@@ -143,7 +163,7 @@ def test_detector_never_cordons_more_than_the_cap(tmp_path: Path) -> None:
 
 def test_when_several_nodes_qualify_in_a_round_the_sickest_is_cordoned() -> None:
     ctl = FakeController()
-    mon = make(ctl, config(None))
+    mon = make(ctl, replace(config(None), max_cordoned_fraction=DEFAULT_CAP))
     rng = np.random.default_rng(5)
     for t in range(240):
         ctl.round(float(t), [NodeKPIs(n, float(t), sample(rng, t)) for n in ("a", "b")])

@@ -194,7 +194,9 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
 
 
 def down() -> None:
-    """Stop the control plane gracefully. Job processes keep running; `sluice up` adopts them."""
+    """Stop the control plane gracefully. Job processes keep running and `sluice up` adopts
+    them — except on a one-node Ray instance the plane started itself, which stops with it:
+    its jobs resume from their checkpoints at the next `sluice up`."""
     settings = load_settings()
     info = read_server_file(settings.home)
     if info is None:
@@ -206,7 +208,14 @@ def down() -> None:
     deadline = time.monotonic() + DOWN_TIMEOUT_S
     while time.monotonic() < deadline:
         if read_server_file(settings.home) is None or not pid_alive(pid):
-            console.print(f"sluice stopped (pid {pid}); running jobs keep running", markup=False)
+            if info.get("jobs_outlive_plane", True):
+                console.print(f"sluice stopped (pid {pid}); running jobs keep running", markup=False)
+            else:
+                console.print(
+                    f"sluice stopped (pid {pid}) with the Ray instance it started; its jobs stopped too and "
+                    "resume from their checkpoints at the next `sluice up`",
+                    markup=False,
+                )
             return
         time.sleep(0.2)
     err_console.print(f"error: the server (pid {pid}) is still stopping after {DOWN_TIMEOUT_S:.0f}s")

@@ -528,6 +528,9 @@ class Controller:
             if refusal is not None:
                 self._refuse(job, d, refusal)
                 return
+            d = self._under_the_ceiling(job, d)
+            if isinstance(d, Resize) and d.allocation == job.allocation:
+                return  # lifting a limit to the ceiling it already has: nothing to do, nothing to log
             if isinstance(d, Place):
                 if job.phase == Phase.QUEUED and job.not_before <= now:
                     self._place(job, d.allocation, d.reason, now)
@@ -656,6 +659,22 @@ class Controller:
         except Exception as err:
             log.warning("launch of %s attempt %d failed: %s", job.id, job.attempt, err)
             self._retry_or_fail(job, f"launch failed: {err}", now)
+
+    @staticmethod
+    def _under_the_ceiling(job: JobRecord, d: Decision) -> Decision:
+        """The spec's `cpu.max` is the user's ceiling: every replica's CPU limit is kept at or
+        under it, and "no limit" from a policy (FlowCon lifting limits, a work-conserving
+        share) means the ceiling. Enforced here, where every policy's decision is executed."""
+        ceiling = job.spec.resources.cpu.max
+        if ceiling is None or not isinstance(d, Place | Resize | Migrate):
+            return d
+        assignments = tuple(
+            replace(a, cpu_limit=ceiling if a.cpu_limit is None else min(a.cpu_limit, ceiling))
+            for a in d.allocation.assignments
+        )
+        if assignments == d.allocation.assignments:
+            return d
+        return replace(d, allocation=Allocation(assignments))
 
     def _resize(self, job: JobRecord, d: Resize) -> None:
         assert job.allocation is not None

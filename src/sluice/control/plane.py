@@ -403,11 +403,13 @@ class ControlPlane:
             newest = copy_checkpoints(src_dir, dst_dir)
         except OSError as err:
             raise Conflict(f"resume_from: could not copy job {source_id}'s checkpoints: {err}") from None
+        if newest is None:  # asked to resume: starting from step 0 instead would be a silent surprise
+            raise Conflict(
+                f"resume_from: job {source_id} left no checkpoint to resume from; submit without "
+                "resume_from to start from step 0"
+            )
         with self.controller.lock:
             job = self.controller.submit(tenant, spec, job_id=job_id)
-            if newest is None:
-                self.controller.book.note(job.id, "resume", f"job {source_id} left no checkpoint; starting from step 0")
-                return job
             path, step = newest
             self.controller.book.note(job.id, "resume", f"starts from job {source_id}'s checkpoint at step {step}")
             return self.controller.book.observe(job.id, checkpoint=path, checkpoint_step=step) or job

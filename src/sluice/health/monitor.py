@@ -205,11 +205,12 @@ class MonitorConfig:
     history_samples: int = 1800
     """Healthy samples kept per node for refits (samples; 1800 = 30 min at 1 Hz)."""
     max_cordoned_fraction: float = 0.5
-    """At most this share of the nodes may be cordoned by the detector at once (as the
-    Kubernetes node controller stops evicting when a whole zone looks unhealthy): when many
-    nodes look sick together the cause is usually shared (the workload, the network, a
-    noisy fault next door), and cordoning them all would stop the cluster. Nodes over the
-    cap stay Suspect."""
+    """At most this share of the nodes may be cordoned by the detector at once, rounded down
+    (as the Kubernetes node controller stops evicting when a whole zone looks unhealthy):
+    when many nodes look sick together the cause is usually shared (the workload, the
+    network, a noisy fault next door), and cordoning them all would stop the cluster. Nodes
+    over the cap stay Suspect. So on a one-node cluster the detector never cordons (its
+    jobs would have nowhere to go): the node goes Suspect, and an operator may cordon it."""
 
     def __post_init__(self) -> None:
         # Checked here, not when a node's model is fitted: that happens on a background
@@ -442,7 +443,7 @@ class HealthMonitor:
 
     def _may_cordon(self) -> bool:
         cordoned = sum(1 for t in self.nodes.values() if t.machine.state == NodeHealth.CORDONED)
-        return cordoned + 1 <= max(1, int(self.config.max_cordoned_fraction * len(self.nodes)))
+        return cordoned + 1 <= int(self.config.max_cordoned_fraction * len(self.nodes))
 
     def _sync(self, tr: NodeTrack, current: NodeHealth | None, now: float) -> None:
         m = tr.machine
