@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -371,20 +372,78 @@ def fairness(
         raise typer.BadParameter(str(err)) from None
 
 
+SIM_MAX_WORKERS = 256
+SIM_MAX_SCALE_JOBS = 1_000_000
+SIM_MAX_SCALE_NODES = 100_000
+SIM_LOAD_FACTORS = (0.01, 1000.0)
+SIM_MAX_SCALE_HOURS = 100_000.0
+
+
+def _usage(flag: str, problem: str) -> NoReturn:
+    """Bad input to a bench: one line `error: FLAG: PROBLEM` on stderr, exit 2, before any work."""
+    typer.echo(f"error: {flag}: {problem}", err=True)
+    raise typer.Exit(2)
+
+
+def _names(flag: str, given: str | None, valid: list[str]) -> list[str] | None:
+    """A comma-separated list of policy names, each one of `valid` (None: not given)."""
+    if given is None:
+        return None
+    names = [p.strip() for p in given.split(",") if p.strip()]
+    if not names:
+        _usage(flag, f"give at least one policy: {', '.join(valid)}")
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        _usage(flag, f"unknown policy {', '.join(map(repr, unknown))}; choose from {', '.join(valid)}")
+    return names
+
+
 @app.command("sim")
 def sim(
     parts: Annotated[str, typer.Option(help="Which parts: pollux, cpu, scale (comma-separated).")] = "pollux,cpu",
-    policies: Annotated[str | None, typer.Option(help="GPU policies (default: all GPU policies).")] = None,
-    loads: Annotated[str, typer.Option(help="Load levels of the Pollux workloads.")] = "0.5,1.0,1.5,2.0",
+    policies: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU policies for the pollux part, comma-separated (default: fifo, binpack, kube, tiresias, "
+            "optimus, pollux, pollux-prior, sluice, sluice-prior): any `sluice sim policies` name, or a variant "
+            "pollux-prior, sluice-prior (the fixed speed-up prior) or sluice-gns (gradient noise scale)."
+        ),
+    ] = None,
+    loads: Annotated[str, typer.Option(help="Load levels of the Pollux workloads (0.5, 1.0, 1.5, 2.0).")] = (
+        "0.5,1.0,1.5,2.0"
+    ),
     workloads: Annotated[str, typer.Option(help="Pollux workload numbers (1-8).")] = "1,2,3,4,5,6,7,8",
-    cpu_policies: Annotated[str | None, typer.Option(help="Policies for the CPU-job setups.")] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Parallel simulations (default: one per core).")] = None,
-    scale_policy: Annotated[str, typer.Option(help="Policy for the scale run.")] = "sluice",
-    scale_jobs: Annotated[int, typer.Option(min=1, help="Philly jobs in the scale run.")] = 20_000,
-    scale_nodes: Annotated[int, typer.Option(min=1, help="Nodes (8 GPUs each) in the scale run.")] = 5_000,
-    scale_load_factor: Annotated[float, typer.Option(help="Arrival compression of the Philly window.")] = 10.0,
+    cpu_policies: Annotated[
+        str | None,
+        typer.Option(
+            help="Policies for the CPU-job setups, comma-separated `sluice sim policies` names "
+            "(default: kube, flowcon, specon, dqoes, sluice)."
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help=f"Parallel simulations, 1 to {SIM_MAX_WORKERS} (default: one per core).")
+    ] = None,
+    scale_policy: Annotated[str, typer.Option(help="Policy for the scale run (a `sluice sim policies` name).")] = (
+        "sluice"
+    ),
+    scale_jobs: Annotated[
+        int, typer.Option(help=f"Philly jobs in the scale run (1 to {SIM_MAX_SCALE_JOBS:,}).")
+    ] = 20_000,
+    scale_nodes: Annotated[
+        int, typer.Option(help=f"Nodes (8 GPUs each) in the scale run (1 to {SIM_MAX_SCALE_NODES:,}).")
+    ] = 5_000,
+    scale_load_factor: Annotated[
+        float,
+        typer.Option(
+            help=f"Arrival compression of the Philly window ({SIM_LOAD_FACTORS[0]:g} to {SIM_LOAD_FACTORS[1]:g})."
+        ),
+    ] = 10.0,
     scale_hours: Annotated[
-        float | None, typer.Option(help="Stop the scale run after this many virtual hours (default: run to the end).")
+        float | None,
+        typer.Option(
+            help="Stop the scale run after this many virtual hours (above 0, at most "
+            f"{SIM_MAX_SCALE_HOURS:,.0f}; default: run to the end)."
+        ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
     oracle: Annotated[
@@ -397,32 +456,49 @@ def sim(
     ] = False,
 ) -> None:
     """Every policy in the simulator: the eight Pollux workloads at four loads beside the published
-    Pollux/Optimus/Tiresias numbers, FlowCon's CPU setups vs kube, and a Philly scale run."""
+    Pollux/Optimus/Tiresias numbers, FlowCon's CPU setups vs kube, and a Philly scale run.
+    Every flag and policy name is checked before the first simulation: bad input exits 2."""
     from sluice.bench import sim as bench_sim
+    from sluice.control.simulate import SimDataMissing, policy_names
 
     names = {p.strip() for p in parts.split(",") if p.strip()}
     unknown = names - {"pollux", "cpu", "scale"}
     if unknown or not names:
-        raise typer.BadParameter(f"unknown part(s) {', '.join(sorted(unknown)) or '(none)'}", param_hint="--parts")
+        _usage("--parts", f"unknown part(s) {', '.join(sorted(unknown)) or '(none)'}; choose from pollux, cpu, scale")
     load_list = [x.strip() for x in loads.split(",") if x.strip()]
     bad = [x for x in load_list if x not in bench_sim.LOADS]
-    if bad:
-        raise typer.BadParameter(f"{', '.join(bad)}: choose from {', '.join(bench_sim.LOADS)}", param_hint="--loads")
+    if bad or not load_list:
+        _usage("--loads", f"{', '.join(bad) or '(none)'}: choose from {', '.join(bench_sim.LOADS)}")
     try:
         wl = [int(x) for x in workloads.split(",") if x.strip()]
     except ValueError:
-        raise typer.BadParameter("give workload numbers 1-8, comma-separated", param_hint="--workloads") from None
+        _usage("--workloads", "give workload numbers 1-8, comma-separated")
     if not wl or any(w < 1 or w > 8 for w in wl):
-        raise typer.BadParameter("give workload numbers 1-8, comma-separated", param_hint="--workloads")
-    from sluice.control.simulate import SimDataMissing
+        _usage("--workloads", "give workload numbers 1-8, comma-separated")
+    registered = policy_names()
+    gpu_names = _names("--policies", policies, sorted({*registered, *bench_sim.VARIANTS}))
+    cpu_names = _names("--cpu-policies", cpu_policies, registered)
+    if scale_policy not in registered:
+        _usage("--scale-policy", f"unknown policy {scale_policy!r}; choose from {', '.join(registered)}")
+    if workers is not None and not 1 <= workers <= SIM_MAX_WORKERS:
+        _usage("--workers", f"must be 1 to {SIM_MAX_WORKERS}, got {workers}")
+    if not 1 <= scale_jobs <= SIM_MAX_SCALE_JOBS:
+        _usage("--scale-jobs", f"must be 1 to {SIM_MAX_SCALE_JOBS}, got {scale_jobs}")
+    if not 1 <= scale_nodes <= SIM_MAX_SCALE_NODES:
+        _usage("--scale-nodes", f"must be 1 to {SIM_MAX_SCALE_NODES}, got {scale_nodes}")
+    lo, hi = SIM_LOAD_FACTORS
+    if not (math.isfinite(scale_load_factor) and lo <= scale_load_factor <= hi):
+        _usage("--scale-load-factor", f"must be a number from {lo:g} to {hi:g}, got {scale_load_factor:g}")
+    if scale_hours is not None and not (math.isfinite(scale_hours) and 0 < scale_hours <= SIM_MAX_SCALE_HOURS):
+        _usage("--scale-hours", f"must be a number above 0 and at most {SIM_MAX_SCALE_HOURS:g}, got {scale_hours:g}")
 
     try:
         bench_sim.run(
             parts=sorted(names),
-            policies=[p.strip() for p in policies.split(",")] if policies else None,
+            policies=gpu_names,
             loads=load_list,
             workloads=wl,
-            cpu_policies=[p.strip() for p in cpu_policies.split(",")] if cpu_policies else None,
+            cpu_policies=cpu_names,
             workers=workers,
             scale_policy=scale_policy,
             scale_jobs=scale_jobs,

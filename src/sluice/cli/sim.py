@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+from rich.text import Text
 
 from sluice.cli.client import EXIT_USAGE, CliError
-from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
+from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, table
+from sluice.sim.workload import MAX_DURATION_S
 
 if TYPE_CHECKING:
     from sluice.control.simulate import FailurePlan, SimConfig, SimResult, WorkloadJob
@@ -21,21 +23,89 @@ def _hours(s: float) -> str:
     return "-" if math.isnan(s) else f"{s / 3600:.3f} h"
 
 
-def _fail_at(items: list[str]) -> list[tuple[float, str]]:
+def _bad(where: str, problem: str) -> NoReturn:
+    """Refuse bad input: one line `error: WHERE: PROBLEM` on stderr, exit 2. Printed as plain
+    text, as it quotes the input (`cpu:x:` or `[x]` would otherwise turn into emoji or markup)."""
+    err_console.print(Text.assemble(("error:", "bold red"), f" {where}: {problem}"))
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _in_range(flag: str, value: float | None, lo: float, hi: float, *, above: bool = False) -> None:
+    """A finite number from lo (excluded when `above`) to hi, or a usage error naming the flag."""
+    if value is None:
+        return
+    low_ok = value > lo if above else value >= lo
+    if not (math.isfinite(value) and low_ok and value <= hi):
+        rule = f"above {_num(lo)}" if above else f"at least {_num(lo)}"
+        _bad(flag, f"must be a number {rule} and at most {_num(hi)}, got {_num(value)}")
+
+
+def _num(x: float) -> str:
+    """A bound or value as typed: whole numbers in full (100000, not 1e+05), others short."""
+    if isinstance(x, int) or (math.isfinite(x) and x.is_integer() and abs(x) < 1e15):
+        return str(int(x))
+    return f"{x:g}"
+
+
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 64
+MAX_CPUS_PER_NODE = 1024.0
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 3600.0
+MIN_LOAD_FACTOR = 0.01
+MAX_LOAD_FACTOR = 1000.0
+MAX_WINDOW_H = 100_000.0
+MAX_JOBS = 1_000_000
+MAX_FAIL_RATE = 1.0
+MAX_REPAIR_S = 7 * 86_400.0
+MAX_FAIL_AT_S = 1e9
+MAX_SEED = 2**32 - 1
+MAX_CPU_JOBS = 100_000
+MAX_STAGGER_S = 86_400.0
+MIN_PROFILE_S = 2.0
+MAX_PROFILE_S = 3600.0
+MAX_PROFILE_LIMITS = 16
+
+
+def _fail_at(items: list[str], nodes: list[str]) -> list[tuple[float, str]]:
+    """`SECONDS:NODE` items, each a time from 0 to MAX_FAIL_AT_S and a node of the cluster."""
     out = []
     for item in items:
         t, sep, node = item.partition(":")
         try:
-            out.append((float(t), node))
+            at = float(t)
         except ValueError:
-            raise CliError(f"--fail-at {item!r}: expected SECONDS:NODE, e.g. 3600:n03", EXIT_USAGE) from None
+            _bad(f"--fail-at {item}", "expected SECONDS:NODE, e.g. 3600:n03")
         if not sep or not node:
-            raise CliError(f"--fail-at {item!r}: expected SECONDS:NODE, e.g. 3600:n03", EXIT_USAGE)
+            _bad(f"--fail-at {item}", "expected SECONDS:NODE, e.g. 3600:n03")
+        if not (math.isfinite(at) and 0 <= at <= MAX_FAIL_AT_S):
+            _bad(f"--fail-at {item}", f"SECONDS must be from 0 to 1e9, got {t}")
+        if node not in nodes:
+            _bad(f"--fail-at {item}", f"no node {node!r}; the nodes are {nodes[0]} to {nodes[-1]}")
+        out.append((at, node))
     return out
 
 
 DEFAULT_GPUS_PER_NODE = 4
 """GPUs per simulated node for GPU workloads when --gpus-per-node is not given (CPU workloads: 0)."""
+
+
+def _cpu_spec(workload: str) -> tuple[int, float]:
+    """`cpu:N[:STAGGER_S]` as (N, stagger), each in its range, or a usage error."""
+    parts = workload.split(":")
+    usage = "expected cpu:N[:STAGGER_S], e.g. cpu:20 or cpu:20:30"
+    if len(parts) > 3:
+        _bad(f"--workload {workload}", usage)
+    try:
+        n = int(parts[1])
+        stagger = float(parts[2]) if len(parts) > 2 else 30.0
+    except ValueError:
+        _bad(f"--workload {workload}", usage)
+    if not 1 <= n <= MAX_CPU_JOBS:
+        _bad(f"--workload {workload}", f"N must be from 1 to {MAX_CPU_JOBS}, got {n}")
+    if not (math.isfinite(stagger) and 0 <= stagger <= MAX_STAGGER_S):
+        _bad(f"--workload {workload}", f"STAGGER_S must be from 0 to {MAX_STAGGER_S:g}, got {parts[2]}")
+    return n, stagger
 
 
 def _load_jobs(
@@ -47,18 +117,14 @@ def _load_jobs(
     max_jobs: int | None,
     seed: int,
 ) -> list[WorkloadJob]:
-    """The workload's jobs: a trace file, or `cpu:N[:STAGGER_S]` for synthetic CPU jobs."""
+    """The workload's jobs: a trace file, or `cpu:N[:STAGGER_S]` for synthetic CPU jobs.
+    Rows of a file that carry no GPU work (0 GPUs or 0 duration) are skipped with a note on stderr."""
     from sluice.control import simulate as sim
 
+    notes: list[str] = []
     try:
         if workload.startswith("cpu:"):
-            parts = workload.split(":")
-            if len(parts) > 3:
-                raise ValueError
-            n = int(parts[1])
-            stagger = float(parts[2]) if len(parts) > 2 else 30.0
-            if n < 1 or stagger < 0:
-                raise ValueError
+            n, stagger = _cpu_spec(workload)
             jobs = sim.cpu_workload(n, stagger_s=stagger, seed=seed)
         else:
             jobs = sim.load_workload(
@@ -68,13 +134,14 @@ def _load_jobs(
                 window_hours=window_hours,
                 max_jobs=max_jobs,
                 seed=seed,
+                notes=notes,
             )
     except sim.WorkloadError as err:
-        raise CliError(f"--workload: {err}", EXIT_USAGE) from None
-    except ValueError:
-        raise CliError(f"--workload {workload!r}: expected a file or cpu:N[:STAGGER_S]", EXIT_USAGE) from None
+        _bad("--workload", str(err))
+    for note in notes:
+        err_console.print(f"note: --workload: {note}", markup=False)
     if not jobs:
-        raise CliError(f"--workload {workload}: no jobs in it (or in the chosen window)", EXIT_USAGE)
+        _bad(f"--workload {workload}", "no jobs in it (or in the chosen window)")
     return jobs
 
 
@@ -89,12 +156,13 @@ def _gpus_per_node(jobs: list[WorkloadJob], asked: int | None) -> int:
     return asked
 
 
-def _failures(fail_rate: float, fail_at: list[str], repair_s: float, seed: int) -> FailurePlan | None:
+def _failures(fail_rate: float, fail_at: list[str], repair_s: float, seed: int, nodes: list[str]) -> FailurePlan | None:
     from sluice.control.simulate import FailurePlan
 
-    if fail_rate <= 0 and not fail_at:
+    losses = _fail_at(fail_at, nodes)
+    if fail_rate <= 0 and not losses:
         return None
-    return FailurePlan(at=_fail_at(fail_at), rate_per_node_hour=fail_rate, repair_s=repair_s, seed=seed)
+    return FailurePlan(at=losses, rate_per_node_hour=fail_rate, repair_s=repair_s, seed=seed)
 
 
 def _simulate(jobs: list[WorkloadJob], policy: str, cfg: SimConfig) -> SimResult:
@@ -105,12 +173,12 @@ def _simulate(jobs: list[WorkloadJob], policy: str, cfg: SimConfig) -> SimResult
         with console.status(f"simulating {len(jobs)} jobs under {policy}{mode}…"):
             return sim.run_simulation(jobs, policy, cfg)
     except sim.WorkloadError as err:
-        raise CliError(f"--workload: {err}", EXIT_USAGE) from None
+        _bad("--workload", str(err))
     except sim.SimDataMissing as err:
         raise CliError(str(err), EXIT_USAGE) from None
     except ValueError as err:
         if "unknown policy" in str(err):
-            raise CliError(f"--policy: {err}", EXIT_USAGE) from None
+            _bad("--policy", str(err))
         raise
 
 
@@ -148,26 +216,57 @@ def run(
         str,
         typer.Option(
             help="Workload CSV (Pollux, Philly or Helios/Acme columns), or cpu:N[:STAGGER_S] for a synthetic "
-            "FlowCon-style CPU workload."
+            f"FlowCon-style CPU workload (N from 1 to {MAX_CPU_JOBS:,}, STAGGER_S from 0 to {MAX_STAGGER_S:,.0f}, "
+            "default 30). A row with a value out of range (negative GPUs or duration, a duration over "
+            f"{MAX_DURATION_S:.0e} s) is refused with its row number; trace rows with 0 GPUs or 0 duration carry "
+            "no GPU work and are skipped, with a note. A job needing more GPUs than the cluster has is refused.",
         ),
     ],
     policy: Annotated[str, typer.Option(help="Policy name (see `sluice sim policies`).")] = "sluice",
-    nodes: Annotated[int, typer.Option(min=1, help="Nodes in the simulated cluster.")] = 16,
+    nodes: Annotated[int, typer.Option(help=f"Nodes in the simulated cluster (1 to {MAX_NODES:,}).")] = 16,
     gpus_per_node: Annotated[
-        int | None, typer.Option(min=0, help="GPUs per node (default 4, or 0 for CPU workloads).")
+        int | None,
+        typer.Option(help=f"GPUs per node, 0 to {MAX_GPUS_PER_NODE} (default 4, or 0 for CPU workloads)."),
     ] = None,
-    cpus_per_node: Annotated[float | None, typer.Option(help="Cores per node (default 8 for CPU workloads).")] = None,
-    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds.")] = 60.0,
+    cpus_per_node: Annotated[
+        float | None,
+        typer.Option(
+            help=f"Cores per node, 1 to {MAX_CPUS_PER_NODE:g} "
+            "(default 8 for CPU workloads, else 4 per GPU, at least 8)."
+        ),
+    ] = None,
+    interval: Annotated[
+        float,
+        typer.Option(help=f"Seconds between scheduling rounds ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
+    ] = 60.0,
     load_factor: Annotated[
-        float, typer.Option(help="Arrival-rate multiplier (traces: <1 samples, >1 compresses).")
+        float,
+        typer.Option(
+            help=f"Arrival-rate multiplier, {MIN_LOAD_FACTOR:g} to {MAX_LOAD_FACTOR:g} "
+            "(traces: <1 samples, >1 compresses)."
+        ),
     ] = 1.0,
-    window_start_h: Annotated[float | None, typer.Option(help="Trace window start, hours after its first job.")] = None,
-    window_hours: Annotated[float | None, typer.Option(help="Trace window length in hours.")] = None,
-    max_jobs: Annotated[int | None, typer.Option(min=1, help="Keep only the first N jobs.")] = None,
-    fail_rate: Annotated[float, typer.Option(min=0, help="Random node losses per node-hour.")] = 0.0,
-    fail_at: Annotated[list[str] | None, typer.Option(help="Lose a node at a time: SECONDS:NODE (repeatable).")] = None,
-    repair_s: Annotated[float, typer.Option(min=0, help="Seconds until a lost node comes back.")] = 1800.0,
-    seed: Annotated[int, typer.Option(help="Seed for sampling and failures.")] = 0,
+    window_start_h: Annotated[
+        float | None,
+        typer.Option(help=f"Trace window start, hours after its first job (0 to {MAX_WINDOW_H:,.0f})."),
+    ] = None,
+    window_hours: Annotated[
+        float | None,
+        typer.Option(help=f"Trace window length in hours (above 0, at most {MAX_WINDOW_H:,.0f})."),
+    ] = None,
+    max_jobs: Annotated[int | None, typer.Option(help=f"Keep only the first N jobs (1 to {MAX_JOBS:,}).")] = None,
+    fail_rate: Annotated[float, typer.Option(help=f"Random node losses per node-hour (0 to {MAX_FAIL_RATE:g}).")] = 0.0,
+    fail_at: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Lose a node at a time: SECONDS:NODE (repeatable; SECONDS from 0 to 1e9, NODE one of the "
+            "cluster's: n0..n9 for up to 10 nodes, n00..n15 for 16, n000.. for 100 or more)."
+        ),
+    ] = None,
+    repair_s: Annotated[
+        float, typer.Option(help=f"Seconds until a lost node comes back (0 to {MAX_REPAIR_S:,.0f}).")
+    ] = 1800.0,
+    seed: Annotated[int, typer.Option(help=f"Seed for sampling and failures (0 to {MAX_SEED}).")] = 0,
     oracle: Annotated[
         bool,
         typer.Option(
@@ -181,20 +280,30 @@ def run(
     output: OutputOpt = Output.table,
 ) -> None:
     """Run one policy over a workload on the simulated cluster; print average and p99 JCT,
-    makespan, restarts and QoE targets met."""
+    makespan, restarts and QoE targets met. Every flag, policy name, node name and workload row
+    is checked before the run starts: bad input exits 2 with one `error:` line."""
     from sluice.control import simulate as sim
 
     with errors_reported():
         if out is not None and out.suffix.lower() not in (".csv", ".json"):
-            raise CliError(f"--out {out}: must end in .csv or .json", EXIT_USAGE)
+            _bad(f"--out {out}", "must end in .csv or .json")
         if cdf is not None and cdf.suffix.lower() != ".png":
-            raise CliError(f"--cdf {cdf}: must end in .png", EXIT_USAGE)
-        if interval <= 0:
-            raise CliError(f"--interval: must be positive, got {interval}", EXIT_USAGE)
-        if load_factor <= 0:
-            raise CliError(f"--load-factor: must be positive, got {load_factor}", EXIT_USAGE)
-        if cpus_per_node is not None and cpus_per_node <= 0:
-            raise CliError(f"--cpus-per-node: must be positive, got {cpus_per_node}", EXIT_USAGE)
+            _bad(f"--cdf {cdf}", "must end in .png")
+        _in_range("--nodes", nodes, 1, MAX_NODES)
+        _in_range("--gpus-per-node", gpus_per_node, 0, MAX_GPUS_PER_NODE)
+        _in_range("--cpus-per-node", cpus_per_node, 1, MAX_CPUS_PER_NODE)
+        _in_range("--interval", interval, MIN_INTERVAL_S, MAX_INTERVAL_S)
+        _in_range("--load-factor", load_factor, MIN_LOAD_FACTOR, MAX_LOAD_FACTOR)
+        _in_range("--window-start-h", window_start_h, 0, MAX_WINDOW_H)
+        _in_range("--window-hours", window_hours, 0, MAX_WINDOW_H, above=True)
+        _in_range("--max-jobs", max_jobs, 1, MAX_JOBS)
+        _in_range("--fail-rate", fail_rate, 0, MAX_FAIL_RATE)
+        _in_range("--repair-s", repair_s, 0, MAX_REPAIR_S)
+        _in_range("--seed", seed, 0, MAX_SEED)
+        known = sim.policy_names()
+        if policy not in known:
+            _bad("--policy", f"unknown policy {policy!r}; choose one of {', '.join(known)}")
+        failures = _failures(fail_rate, fail_at or [], repair_s, seed, sim.node_names(nodes))
         jobs = _load_jobs(
             workload,
             load_factor=load_factor,
@@ -209,10 +318,16 @@ def run(
                 gpus_per_node=_gpus_per_node(jobs, gpus_per_node),
                 cpus_per_node=cpus_per_node,
                 interval_s=interval,
-                failures=_failures(fail_rate, fail_at or [], repair_s, seed),
+                failures=failures,
                 oracle=oracle,
             )
         except ValueError as err:
+            raise CliError(str(err), EXIT_USAGE) from None
+        try:
+            sim.preflight(jobs, cfg)
+        except sim.WorkloadError as err:
+            _bad("--workload", str(err))
+        except sim.SimDataMissing as err:
             raise CliError(str(err), EXIT_USAGE) from None
         res = _simulate(jobs, policy, cfg)
         if out is not None:
@@ -225,12 +340,26 @@ def run(
 @app.command()
 def profile(
     spec: Annotated[Path, typer.Argument(help="Example job spec (YAML), e.g. examples/mlp.yaml.", dir_okay=False)],
-    cores: Annotated[str, typer.Option(help="CPU limits to measure at (comma-separated cores).")] = "0.5,1,2",
-    seconds: Annotated[float, typer.Option(min=2, help="Seconds to run at each limit.")] = 20.0,
-    out: Annotated[Path | None, typer.Option(help="Where to save the profile (JSON).")] = None,
+    cores: Annotated[
+        str,
+        typer.Option(
+            help=f"CPU limits to measure at (comma-separated cores, each above 0 and at most {MAX_CPUS_PER_NODE:g}; "
+            f"at most {MAX_PROFILE_LIMITS} of them)."
+        ),
+    ] = "0.5,1,2",
+    seconds: Annotated[
+        float, typer.Option(help=f"Seconds to run at each limit ({MIN_PROFILE_S:g} to {MAX_PROFILE_S:g}).")
+    ] = 20.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to save the profile (JSON); default SPEC with .profile.json, e.g. examples/mlp.profile.json."
+        ),
+    ] = None,
 ) -> None:
     """Run a real example on the local engine at several CPU limits (real kernel quotas) and save
-    its throughput and loss curves as a profile the simulator's CPU jobs can use."""
+    its throughput and loss curves as a profile the simulator's CPU jobs can use: `sluice bench
+    simreal --profiles DIR` reuses DIR/<example>.profile.json (docs/simulator.md, "Profiles")."""
     from sluice.control.profile import profile_example, save_profile
     from sluice.spec import SpecError
 
@@ -238,9 +367,12 @@ def profile(
         try:
             limits = tuple(float(c) for c in cores.split(",") if c.strip())
         except ValueError:
-            raise CliError(f"--cores {cores!r}: give numbers, e.g. 0.5,1,2", EXIT_USAGE) from None
-        if not limits or any(c <= 0 for c in limits):
-            raise CliError(f"--cores {cores!r}: give positive numbers, e.g. 0.5,1,2", EXIT_USAGE)
+            _bad(f"--cores {cores}", "give numbers, e.g. 0.5,1,2")
+        if not limits or len(limits) > MAX_PROFILE_LIMITS:
+            _bad(f"--cores {cores}", f"give 1 to {MAX_PROFILE_LIMITS} limits, e.g. 0.5,1,2")
+        if any(not (math.isfinite(c) and 0 < c <= MAX_CPUS_PER_NODE) for c in limits):
+            _bad(f"--cores {cores}", f"each limit must be above 0 and at most {MAX_CPUS_PER_NODE:g}")
+        _in_range("--seconds", seconds, MIN_PROFILE_S, MAX_PROFILE_S)
         if not spec.is_file():
             raise CliError(f"SPEC {spec}: no such file", EXIT_USAGE)
         try:
@@ -273,9 +405,31 @@ def profile(
         )
         console.print(
             f"loss {curve.loss_start:.3f} -> floor {curve.loss_floor:.3f}, half way after "
-            f"{curve.loss_half_steps:.0f} steps; {started}; profile saved to {dest} "
-            f"(use it in a workload as cpu_profile={dest})"
+            f"{curve.loss_half_steps:.0f} steps; {started}; profile saved to {dest}"
         )
+        console.print(_profile_use(dest, spec), markup=False)
+
+
+def _profile_use(dest: Path, spec: Path) -> str:
+    """How a saved profile is used: `bench simreal --profiles DIR` reads DIR/<example>.profile.json
+    for the examples of its mixed workload. `sim run`'s CSV workloads and cpu:N name no profile
+    (cpu:N runs the parametric families); see docs/simulator.md, "Profiles"."""
+    wanted = f"{spec.stem}.profile.json"
+    if spec.stem not in SIMREAL_EXAMPLES:
+        return (
+            f"`sluice bench simreal` reads profiles of {', '.join(SIMREAL_EXAMPLES)} only; use this one from Python "
+            f"as WorkloadJob(kind='cpu', cpu_profile='{dest}') (docs/simulator.md, 'Profiles')"
+        )
+    where = (
+        f"sluice bench simreal --profiles {dest.parent}"
+        if dest.name == wanted
+        else f"sluice bench simreal --profiles DIR, once saved there as {wanted}"
+    )
+    return f"use it with: {where} (it reads {wanted} for its mixed workload's {spec.stem} jobs)"
+
+
+SIMREAL_EXAMPLES = ("mlp", "cnn", "lstm", "autoencoder")
+"""The examples of `bench simreal`'s mixed workload (bench/scenario.py), the ones a saved profile serves."""
 
 
 @app.command()

@@ -121,8 +121,10 @@ class SimConfig:
             raise ValueError(f"nodes must be at least 1, got {self.nodes}")
         if self.gpus_per_node < 0:
             raise ValueError(f"gpus_per_node must be non-negative, got {self.gpus_per_node}")
-        if self.interval_s <= 0:
-            raise ValueError(f"interval must be positive, got {self.interval_s}")
+        if not (math.isfinite(self.interval_s) and self.interval_s > 0):
+            raise ValueError(f"interval must be a positive number, got {self.interval_s}")
+        if self.cpus_per_node is not None and not (math.isfinite(self.cpus_per_node) and self.cpus_per_node > 0):
+            raise ValueError(f"cpus_per_node must be a positive number, got {self.cpus_per_node}")
 
 
 @dataclass(frozen=True)
@@ -330,10 +332,73 @@ def build_spec(job: WorkloadJob, model: JobModel) -> JobSpec:
     )
 
 
+def node_names(nodes: int) -> list[str]:
+    """The simulated nodes' names, as `--fail-at` gives them: n0..n9, n00..n15, n000..n099, ..."""
+    width = len(str(nodes - 1))
+    return [f"n{i:0{width}d}" for i in range(nodes)]
+
+
+def _uses_cpu_nodes(workload: list[WorkloadJob]) -> bool:
+    return any(j.kind in ("cpu", "data", "replicas") for j in workload)
+
+
+def node_cores(cfg: SimConfig, cpu_jobs: bool) -> float:
+    """Cores per simulated node: as configured, else 8 for CPU workloads and 4 per GPU (at least 8) otherwise."""
+    return cfg.cpus_per_node or (8.0 if cpu_jobs else max(8.0, 4.0 * cfg.gpus_per_node))
+
+
 def make_nodes(cfg: SimConfig, cpu_jobs: bool) -> list[NodeInfo]:
-    cpus = cfg.cpus_per_node or (8.0 if cpu_jobs else max(8.0, 4.0 * cfg.gpus_per_node))
-    width = len(str(cfg.nodes - 1))
-    return [NodeInfo(f"n{i:0{width}d}", cpus, cfg.gpus_per_node) for i in range(cfg.nodes)]
+    cpus = node_cores(cfg, cpu_jobs)
+    return [NodeInfo(name, cpus, cfg.gpus_per_node) for name in node_names(cfg.nodes)]
+
+
+def never_placed(workload: list[WorkloadJob], cfg: SimConfig) -> list[tuple[WorkloadJob, str]]:
+    """Jobs no placement on this cluster could ever hold, each with why. The simulated cluster
+    does not grow, so such a job would wait for ever and the run would never end.
+
+    A GPU job (gpu, trace) runs at least `gpus` replicas of one GPU each (as `build_spec` asks,
+    capped at 1024): more than the cluster's GPUs never fit. A CPU or data job needs its `cpus`
+    (default 1) on one node; a replicas job `replicas_min` of them."""
+    cores = node_cores(cfg, _uses_cpu_nodes(workload))
+    total_gpus = cfg.nodes * cfg.gpus_per_node
+    out = []
+    for j in workload:
+        need = 1.0 if j.cpus is None else j.cpus
+        if j.kind in ("gpu", "trace"):
+            if min(j.gpus, 1024) > total_gpus:
+                why = f"needs {j.gpus} GPUs but the cluster has {total_gpus} ({cfg.nodes} nodes x {cfg.gpus_per_node})"
+                out.append((j, why))
+        elif need > cores + 1e-9:
+            out.append((j, f"needs {need:g} cores on one node but a node has {cores:g}"))
+        elif j.kind == "replicas" and j.replicas_min * need > cfg.nodes * cores + 1e-9:
+            out.append(
+                (j, f"needs {j.replicas_min} replicas of {need:g} cores but the cluster has {cfg.nodes * cores:g}")
+            )
+    return out
+
+
+def preflight(workload: list[WorkloadJob], cfg: SimConfig) -> None:
+    """Check what would otherwise fail or hang only once the run reaches the job: every GPU
+    job's application has a job model, and every job fits the cluster (`never_placed`).
+    WorkloadError (or SimDataMissing) naming the first bad job and how many there are."""
+    gpu = [j for j in workload if j.kind == "gpu"]
+    if gpu:
+        traces = cfg.traces_dir or job_models_dir()
+        apps = load_applications(str(traces)) if traces.is_dir() else {}
+        if not apps:
+            build_model(gpu[0], False, traces, cfg.data)  # raises SimDataMissing naming the setting
+        unknown = [j for j in gpu if j.application not in apps]
+        if unknown:
+            more = f" (and {len(unknown) - 1} more job(s) like it)" if len(unknown) > 1 else ""
+            raise WorkloadError(
+                f"job {unknown[0].name!r}: unknown application {unknown[0].application!r}{more}; "
+                f"known: {', '.join(apps)}"
+            )
+    bad = never_placed(workload, cfg)
+    if bad:
+        job, why = bad[0]
+        more = f" ({len(bad)} such jobs)" if len(bad) > 1 else ""
+        raise WorkloadError(f"job {job.name!r} {why}, so it could never be placed{more}")
 
 
 def run_simulation(
@@ -355,7 +420,7 @@ def run_simulation(
     pol = make_policy(policy, **{"interval_s": cfg.interval_s, **cfg.policy_options})
     adaptive = cfg.adaptive_batch if cfg.adaptive_batch is not None else adapts_batch(pol)
     traces = cfg.traces_dir or job_models_dir()
-    nodes = make_nodes(cfg, any(j.kind in ("cpu", "data", "replicas") for j in workload))
+    nodes = make_nodes(cfg, _uses_cpu_nodes(workload))
     engine = SimEngine(nodes, cfg.failures, oracle=cfg.oracle, data=cfg.data, background_cpu=cfg.background_cpu)
     sizes = cfg.data.sizes if cfg.data is not None else {}
     store = MemoryStore(keep_events=False)
@@ -459,7 +524,10 @@ __all__ = [
     "cpu_workload",
     "data_workload",
     "load_workload",
+    "never_placed",
+    "node_names",
     "plot_jct_cdf",
+    "preflight",
     "run_simulation",
     "write_rows",
 ]

@@ -9,6 +9,7 @@ so a new trace of either shape plugs in without code.
 from __future__ import annotations
 
 import csv
+import math
 import random
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,15 @@ from sluice.sim.replicas import ReplicaProfile
 
 class WorkloadError(ValueError):
     """A workload file that cannot be read; the message names the file, row and column."""
+
+
+MAX_DURATION_S = 1e8
+"""The longest job a trace row may give (about 3 years; the Philly trace's longest is 54 days)."""
+MAX_SPAN_S = 1e9
+"""The latest arrival a workload may have, in seconds after its first (about 31 years)."""
+MAX_JOB_GPUS = 1_000_000
+"""The most GPUs a workload row may ask for (whether the cluster has them is the caller's check)."""
+MAX_BATCH_SIZE = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -59,11 +69,31 @@ class WorkloadJob:
     measured (`sluice bench elastic`)."""
 
 
-def _num(row: dict[str, str], col: str, path: Path, line: int) -> float:
+def _num(row: dict[str, str], col: str, path: Path, line: int, lo: float = -math.inf, hi: float = math.inf) -> float:
+    """A finite number in [lo, hi] from the row; WorkloadError naming the file, row and column otherwise."""
     try:
-        return float(row[col])
+        v = float(row[col])
     except (KeyError, TypeError, ValueError):
         raise WorkloadError(f"{path}:{line}: column {col!r} must be a number, got {row.get(col)!r}") from None
+    if not math.isfinite(v):
+        raise WorkloadError(f"{path}:{line}: column {col!r} must be a finite number, got {row.get(col)!r}")
+    if not lo <= v <= hi:
+        raise WorkloadError(f"{path}:{line}: column {col!r} must be from {_show(lo)} to {_show(hi)}, got {_show(v)}")
+    return v
+
+
+def _show(x: float) -> str:
+    """A number as typed: whole ones in full (100000000, not 1e+08), others short."""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _whole(row: dict[str, str], col: str, path: Path, line: int, lo: int, hi: int) -> int:
+    """A whole number in [lo, hi] from the row (`2` or `2.0`)."""
+    v = _num(row, col, path, line, lo, hi)
+    if not v.is_integer():
+        raise WorkloadError(f"{path}:{line}: column {col!r} must be a whole number, got {_show(v)}")
+    return int(v)
 
 
 def _time(value: str) -> float:
@@ -81,28 +111,51 @@ def load_workload(
     window_hours: float | None = None,
     max_jobs: int | None = None,
     seed: int = 0,
+    notes: list[str] | None = None,
 ) -> list[WorkloadJob]:
-    """Read any supported workload file, recognised by its header."""
+    """Read any supported workload file, recognised by its header.
+
+    A row with a value that is not a finite number in its range (negative GPUs or duration, a
+    duration over MAX_DURATION_S, arrivals spread over more than MAX_SPAN_S) is refused with a
+    WorkloadError naming the file, row and column. Trace rows with 0 GPUs or 0 duration are
+    valid records of no GPU work (CPU-only jobs): skipped, and counted in `notes` when given."""
+    if not (math.isfinite(load_factor) and load_factor > 0):
+        raise WorkloadError(f"load factor must be a positive number, got {load_factor}")
+    if window_start_h is not None and not (math.isfinite(window_start_h) and window_start_h >= 0):
+        raise WorkloadError(f"window start must be a non-negative number of hours, got {window_start_h}")
+    if window_hours is not None and not (math.isfinite(window_hours) and window_hours > 0):
+        raise WorkloadError(f"window length must be a positive number of hours, got {window_hours}")
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise WorkloadError(f"workload file {p} does not exist")
-    with p.open(newline="") as f:
-        reader = csv.DictReader(f)
-        cols = set(reader.fieldnames or [])
-        rows = list(reader)
+    if p.is_dir():
+        raise WorkloadError(f"{p} is a directory, not a workload file")
+    if not p.is_file():
+        raise WorkloadError(f"{p} is not a regular file (a device or a pipe?), not a workload file")
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            cols = set(reader.fieldnames or [])
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{p} is not a text CSV file (binary content)") from None
+    except csv.Error as err:
+        raise WorkloadError(f"{p} is not a readable CSV file ({err})") from None
     if {"time", "application", "num_replicas", "batch_size"} <= cols:
         jobs = _pollux(rows, p)
         if load_factor != 1.0:
             jobs = _scale_arrivals(jobs, load_factor)
     elif {"timestamp", "duration", "num_gpus"} <= cols:
-        jobs = _trace(rows, p, "timestamp", "duration", "num_gpus", "cluster")
+        jobs = _trace(rows, p, "timestamp", "duration", "num_gpus", "cluster", notes)
         jobs = _window(jobs, window_start_h, window_hours, load_factor, seed)
     elif {"submit_time", "duration", "gpu_num"} <= cols:
-        jobs = _trace(rows, p, "submit_time", "duration", "gpu_num", "user")
+        jobs = _trace(rows, p, "submit_time", "duration", "gpu_num", "user", notes)
         jobs = _window(jobs, window_start_h, window_hours, load_factor, seed)
     else:
+        shown = sorted(cols)[:12]
+        more = f" and {len(cols) - len(shown)} more" if len(cols) > len(shown) else ""
         raise WorkloadError(
-            f"{p}: unrecognised columns {sorted(cols)}; expected Pollux "
+            f"{p}: unrecognised columns {', '.join(repr(c[:40]) for c in shown) or '(none)'}{more}; expected Pollux "
             "(name,time,application,num_replicas,batch_size), Philly (timestamp,duration,num_gpus) "
             "or Helios/Acme (submit_time,duration,gpu_num,user)"
         )
@@ -113,44 +166,62 @@ def load_workload(
 def _pollux(rows: list[dict[str, str]], path: Path) -> list[WorkloadJob]:
     out = []
     for i, r in enumerate(rows, start=2):
-        gpus = int(_num(r, "num_replicas", path, i))
-        if gpus < 1:
-            raise WorkloadError(f"{path}:{i}: column 'num_replicas' must be at least 1, got {gpus}")
         out.append(
             WorkloadJob(
                 name=r.get("name") or f"job-{i - 2}",
-                submit_time=_num(r, "time", path, i),
+                submit_time=_num(r, "time", path, i, 0.0, MAX_SPAN_S),
                 kind="gpu",
-                gpus=gpus,
-                application=r["application"].strip(),
-                batch_size=int(_num(r, "batch_size", path, i)),
+                gpus=_whole(r, "num_replicas", path, i, 1, MAX_JOB_GPUS),
+                application=(r.get("application") or "").strip(),
+                batch_size=_whole(r, "batch_size", path, i, 1, MAX_BATCH_SIZE),
             )
         )
     return out
 
 
-def _trace(rows: list[dict[str, str]], path: Path, t_col: str, d_col: str, g_col: str, u_col: str) -> list[WorkloadJob]:
-    out = []
+def _trace(
+    rows: list[dict[str, str]],
+    path: Path,
+    t_col: str,
+    d_col: str,
+    g_col: str,
+    u_col: str,
+    notes: list[str] | None = None,
+) -> list[WorkloadJob]:
+    out: list[tuple[int, WorkloadJob]] = []
+    skipped = 0
     for i, r in enumerate(rows, start=2):
         try:
             t = _time(r[t_col])
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             raise WorkloadError(f"{path}:{i}: column {t_col!r} is not a time: {r.get(t_col)!r}") from None
-        dur = _num(r, d_col, path, i)
-        gpus = int(_num(r, g_col, path, i))
-        if dur <= 0 or gpus <= 0:
-            continue  # CPU-only or zero-length records of a GPU trace carry no GPU work
-        out.append(
-            WorkloadJob(
-                name=r.get("job_id") or r.get("name") or f"trace-{i - 2}",
-                submit_time=t,
-                kind="trace",
-                gpus=gpus,
-                duration_s=dur,
-                user=(r.get(u_col) or "default").strip() or "default",
-            )
+        if not math.isfinite(t):
+            raise WorkloadError(f"{path}:{i}: column {t_col!r} must be a finite time, got {r.get(t_col)!r}")
+        dur = _num(r, d_col, path, i, 0.0, MAX_DURATION_S)
+        gpus = _whole(r, g_col, path, i, 0, MAX_JOB_GPUS)
+        if dur == 0 or gpus == 0:
+            skipped += 1  # CPU-only or zero-length records of a GPU trace carry no GPU work
+            continue
+        job = WorkloadJob(
+            name=r.get("job_id") or r.get("name") or f"trace-{i - 2}",
+            submit_time=t,
+            kind="trace",
+            gpus=gpus,
+            duration_s=dur,
+            user=(r.get(u_col) or "default").strip() or "default",
         )
-    return out
+        out.append((i, job))
+    if out:
+        t0 = min(j.submit_time for _, j in out)
+        late = next(((i, j) for i, j in out if j.submit_time - t0 > MAX_SPAN_S), None)
+        if late is not None:
+            raise WorkloadError(
+                f"{path}:{late[0]}: column {t_col!r}: arrives {_show(late[1].submit_time - t0)} s after the first "
+                f"job; a workload may span at most {_show(MAX_SPAN_S)} s"
+            )
+    if skipped and notes is not None:
+        notes.append(f"skipped {skipped} row(s) with 0 GPUs or 0 duration (no GPU work to simulate)")
+    return [j for _, j in out]
 
 
 def _window(
