@@ -21,8 +21,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from sluice.control.datasets import DatasetService  # noqa: E402
-from sluice.data.cache import cache_key, dataset_id  # noqa: E402
+from sluice.control.datasets import DatasetService, cache_folder  # noqa: E402
 from sluice.data.guard import SourceGuard  # noqa: E402
 from sluice.data.httpserve import DataServer  # noqa: E402
 from sluice.engine.ray import RayEngine  # noqa: E402
@@ -123,7 +122,7 @@ def test_warm_fills_every_ray_nodes_cache_and_rm_empties_it_through_each_agent(
             svc = DatasetService(MemoryStore(), engine=engine, guard=SourceGuard.of([], allow))
             assert svc.warmer is engine
             rec = svc.create(Caller(), DatasetSpec(name="imgs", source=srv.url))
-            ds = dataset_id(cache_key("default", "imgs"), srv.url, {})
+            ds = cache_folder(rec)  # the folder jobs open: owner/name, source and generation
 
             # only the named node
             [one] = svc.warm(Caller(), "imgs", nodes=[nodes[1]])

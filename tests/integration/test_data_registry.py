@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app
-from sluice.control.datasets import DatasetService
+from sluice.control.datasets import DatasetService, generation
 from sluice.control.plane import ControlPlane
 from sluice.data.httpserve import DataServer
 from sluice.policy import make_policy
@@ -102,11 +102,22 @@ def test_dataset_lifecycle_through_the_cli(live, monkeypatch: pytest.MonkeyPatch
         monkeypatch.delenv("SLUICE_TOKEN")
         svc = DatasetService(plane.store)
         env = svc.launch_env("default", ["imgs"])
+        rec = plane.store.get_dataset("default", "imgs")
+        assert rec is not None
         assert json.loads(env["SLUICE_DATASETS"]) == {
-            "imgs": {"source": srv.url, "storage_options": {}, "cache_key": "default/imgs"}
+            "imgs": {
+                "source": srv.url,
+                "storage_options": {},
+                "cache_key": "default/imgs",
+                "generation": generation(rec),
+            }
         }
         assert svc.dataset_bytes("default", ["imgs"]) == {"default/imgs": sum(1000 + i for i in range(40))}
         code, _, err = sluice("dataset", "rm", "imgs")
         assert code == 0, err
         assert sluice("dataset", "list", "-o", "json")[1].strip() == "[]"
         assert svc.node_cache().state()[0] == {}
+        # ... and no copy is left anywhere: the shared cache, nor the tenant uid's own (isolation)
+        cs = plane.datasets.cache_settings
+        for base in (Path(cs.resolved_disk_dir()), Path(cs.resolved_memory_dir())):
+            assert not [*base.glob("default~imgs-*"), *base.glob("uid-*/default~imgs-*")], base

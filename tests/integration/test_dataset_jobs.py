@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from sluice.agent.isolation import IsolationUnavailable, detect_isolation
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
 from sluice.model import Phase
@@ -91,5 +93,81 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
         with pytest.raises(SpecError) as err:
             plane.datasets.warm(caller, "blobs", nodes=["elsewhere"])
         assert err.value.problems[0].field == "nodes"
+    finally:
+        plane.stop()
+
+
+def _isolating() -> bool:
+    try:
+        return detect_isolation("auto").enabled
+    except IsolationUnavailable:
+        return False
+
+
+def _write_items(src: Path, extra: int) -> int:
+    """20 items whose sizes depend on `extra`; their total size."""
+    src.mkdir(exist_ok=True)
+    for i in range(20):
+        (src / f"item-{i:03d}.bin").write_bytes(bytes([i]) * (1000 + extra + i))
+    return sum(1000 + extra + i for i in range(20))
+
+
+def _run_reader(plane: ControlPlane, caller: Any, expect: int) -> None:
+    spec = parse_job_spec(
+        {
+            "command": ["python", str(JOBS / "reads_dataset.py")],
+            "env": {"DATASET": "blobs", "EXPECT_BYTES": str(expect)},
+            "datasets": [{"name": "blobs"}],
+            "resources": {"cpu": 0.5},
+        }
+    )
+    job = plane.submit(caller, spec)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not plane.get_job(caller, job.id).phase.terminal:
+        time.sleep(0.2)
+    done = plane.get_job(caller, job.id)
+    assert done.phase == Phase.SUCCEEDED, done.reason
+
+
+@pytest.mark.skipif(not _isolating(), reason="needs a plane that may run jobs as tenant uids (root)")
+def test_under_isolation_warm_fills_what_the_job_reads_and_rm_purges_it(tmp_path: Path) -> None:
+    """The tenant's jobs run as its uid and read a cache of that uid's own: `warm` (through the
+    local engine's agent) fills that one, `get` reports it, the job hits it; `rm` empties it and
+    a dataset registered again under the name reads its new bytes, not the old ones."""
+    src = tmp_path / "src"
+    first = _write_items(src, 0)
+    settings = Settings(home=tmp_path / "home", reconcile_interval_s=0.1, dataset_roots=[str(tmp_path)], isolation="on")
+    plane = ControlPlane.from_settings(settings)
+    tokens = plane.bootstrap_tenants()
+    app = create_app(plane)
+    plane.start()
+    auth = {"Authorization": f"Bearer {tokens['default']}"}
+    try:
+        caller = plane.store.get_tenant("default")
+        uid = plane.job_user("default").uid
+        node = plane.engine.nodes()[0].name
+        plane.datasets.create(caller, DatasetSpec(name="blobs", source=str(src)))
+        [report] = plane.datasets.warm(caller, "blobs")
+        assert report.error is None, report.error
+        assert (report.node, report.files_fetched, report.cached_fraction) == (node, 20, 1.0)
+        mine = [
+            Path(settings.cache.resolved_disk_dir()) / f"uid-{uid}",
+            Path(settings.cache.resolved_memory_dir()) / f"uid-{uid}",
+        ]
+        assert any(d.glob("default~blobs-*/item-000.bin") for d in mine)  # the tenant's own folders
+        with TestClient(app) as http:
+            assert http.get("/v1/datasets/blobs", headers=auth).json()["cached_fraction"] == 1.0
+            _run_reader(plane, caller, first)
+            got = http.get("/v1/datasets/blobs", headers=auth).json()
+            assert (sum(got["cache_hits"].values()), got["cache_misses"]) == (20, 0)  # warm was where it reads
+            gone = http.delete("/v1/datasets/blobs", headers=auth)
+            assert gone.status_code == 200 and gone.json()["nodes"] == {node: "removed"}, gone.text
+            assert not [p for d in mine for p in d.glob("default~blobs-*")]
+            second = _write_items(src, 500)  # same name, same source folder, new bytes
+            plane.datasets.create(caller, DatasetSpec(name="blobs", source=str(src)))
+            assert http.get("/v1/datasets/blobs", headers=auth).json()["cached_fraction"] == 0.0
+            _run_reader(plane, caller, second)  # the job checks it read the new sizes
+            got = http.get("/v1/datasets/blobs", headers=auth).json()
+            assert got["cache_misses"] == 20
     finally:
         plane.stop()

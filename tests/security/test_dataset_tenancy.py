@@ -1,7 +1,8 @@
 """Issue 10, part 4: the dataset cache is per tenant, and only an admin publishes to everyone.
 
 Tenants alice and bob both register a dataset named `imgs` (different bytes) and warm it into
-the plane's real node cache. Bob then tries, through the API, to list, read, warm, purge and
+the plane's real node cache — under isolation (the tests run as root) into each tenant's own
+cache, the one its jobs read. Bob then tries, through the API, to list, read, warm, purge and
 publish alice's; each attempt fails (404 for what he may not see, 403 for what he may see but
 not change) and alice's cached bytes stay where they were.
 """
@@ -9,11 +10,14 @@ not change) and alice's cached bytes stay where they were.
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pytest
 
-from sluice.data.cache import cache_key, dataset_id
+from sluice.control.datasets import cache_folder
+from sluice.data.cache import index_fractions
+from sluice.data.index import Index
 
 from .confine_helpers import Api, live_plane
 
@@ -39,24 +43,49 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-unt
         yield api
 
 
-def cached(api: Api) -> dict[str, float]:
-    return api.plane.datasets.node_cache().state()[0]
+def tiers(api: Api, tenant: str) -> list[Path]:
+    """The cache folders `tenant`'s jobs read on the plane's node: its uid's own under isolation
+    (`uid-<uid>`, 0700), else the node's shared ones. Memory tier first, then disk (and index)."""
+    cs = api.plane.datasets.cache_settings
+    shared = [Path(cs.resolved_memory_dir()), Path(cs.resolved_disk_dir())]
+    if not api.plane.isolation.enabled:
+        return shared
+    return [t / f"uid-{api.plane.job_user(tenant).uid}" for t in shared]
+
+
+def cached(api: Api, tenant: str) -> dict[str, float]:
+    """Cache key -> share held in the cache `tenant`'s jobs read (read from its index as root:
+    the test may, the plane does not)."""
+    path = tiers(api, tenant)[1] / "index.sqlite"
+    if not path.exists():
+        return {}
+    out: dict[str, float] = {}
+    for (_ds, name), frac in index_fractions(Index(str(path), 0.01)).items():
+        out[name] = max(out.get(name, 0.0), frac)
+    return out
 
 
 def test_same_name_two_tenants_two_cache_entries(api: Api, tmp_path: Path) -> None:
-    assert cached(api) == {"alice/imgs": 1.0, "bob/imgs": 1.0}
+    assert cached(api, "alice")["alice/imgs"] == cached(api, "bob")["bob/imgs"] == 1.0
+    if api.plane.isolation.enabled:  # each tenant's warm filled its own cache, nothing else
+        assert set(cached(api, "alice")) == {"alice/imgs"} and set(cached(api, "bob")) == {"bob/imgs"}
     [mine] = api.call("bob", "GET", "/v1/datasets").json()["items"]
     assert (mine["tenant"], mine["cached_fraction"], mine["published"]) == ("bob", 1.0, False)
     assert "alice" not in mine["source"]
     # what bob's jobs read: his own bytes, under his own cache key
     env = json.loads(api.plane.datasets.launch_env("bob", ["imgs"])["SLUICE_DATASETS"])
     assert env["imgs"]["cache_key"] == "bob/imgs" and env["imgs"]["source"].endswith("/bob")
-    cs = api.plane.datasets.cache_settings
-    tiers = [Path(cs.resolved_memory_dir()), Path(cs.resolved_disk_dir())]
     for who, fill in (("alice", 1), ("bob", 2)):
-        ds = dataset_id(cache_key(who, "imgs"), str(tmp_path / "data" / who), {})
-        [held] = [t / ds / "0.bin" for t in tiers if (t / ds / "0.bin").exists()]
+        rec = api.plane.store.get_dataset(who, "imgs")
+        assert rec is not None
+        ds = cache_folder(rec)
+        [held] = [t / ds / "0.bin" for t in tiers(api, who) if (t / ds / "0.bin").exists()]
         assert held.read_bytes() == bytes([fill]) * 200  # each tenant's own bytes, in its own folder
+        if api.plane.isolation.enabled:  # ... which no other tenant's uid may open
+            uid = api.plane.job_user(who).uid
+            assert (held.stat().st_uid, stat.S_IMODE(held.stat().st_mode)) == (uid, 0o600)
+            own = tiers(api, who)[0].stat()
+            assert (own.st_uid, stat.S_IMODE(own.st_mode)) == (uid, 0o700)
 
 
 def test_bob_cannot_reach_alices_dataset(api: Api, tmp_path: Path) -> None:
@@ -74,7 +103,8 @@ def test_bob_cannot_reach_alices_dataset(api: Api, tmp_path: Path) -> None:
     # bob purges his own `imgs`: only his cache entry goes
     r = api.call("bob", "DELETE", "/v1/datasets/imgs")
     assert r.status_code == 200, r.text
-    assert cached(api) == {"alice/imgs": 1.0}
+    assert "bob/imgs" not in cached(api, "bob") and "bob/imgs" not in cached(api, "alice")
+    assert cached(api, "alice")["alice/imgs"] == 1.0
     assert api.call("alice", "GET", "/v1/datasets/imgs").json()["cached_fraction"] == 1.0
     # and with his own gone, alice's (unpublished) is still invisible to him
     assert api.call("bob", "GET", "/v1/datasets").json()["items"] == []
@@ -90,10 +120,13 @@ def test_an_admin_publishes_a_dataset_to_every_tenant(api: Api) -> None:
     [seen] = api.call("bob", "GET", "/v1/datasets").json()["items"]
     assert (seen["tenant"], seen["name"], seen["published"]) == ("alice", "imgs", True)
     assert api.call("bob", "GET", "/v1/datasets/imgs").status_code == 200
-    # bob may warm it (the shared entry, alice/imgs), mount it, but not delete it
+    # bob may warm it (its cache key is alice/imgs), mount it, but not delete it. Under
+    # isolation his jobs read his own cache, so that is where his warm puts it.
     r = api.call("bob", "POST", "/v1/datasets/imgs/warm")
-    assert r.status_code == 200 and r.json()["nodes"][0]["already_cached"] == 4, r.text
-    assert set(cached(api)) == {"alice/imgs"}
+    [warmed] = r.json()["nodes"]
+    assert r.status_code == 200 and warmed["files_fetched" if api.plane.isolation.enabled else "already_cached"] == 4
+    assert set(cached(api, "bob")) == {"alice/imgs"}
+    assert api.call("bob", "GET", "/v1/datasets/imgs").json()["cached_fraction"] == 1.0
     r = api.call("bob", "DELETE", "/v1/datasets/imgs")
     assert r.status_code == 403 and "published" in r.text
     r = api.call("bob", "POST", "/v1/jobs", json={"command": ["python", "t.py"], "datasets": [{"name": "imgs"}]})

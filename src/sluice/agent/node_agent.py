@@ -61,6 +61,7 @@ from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, war
 from sluice.agent.node_owners import NodeOwners
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
+from sluice.agent.tenant_cache import drop_everywhere, tenant_dir, warm_as
 from sluice.data.cache import DatasetCache
 from sluice.data.guard import guard_from
 from sluice.data.warm import WarmReport, warm_node
@@ -432,8 +433,7 @@ class NodeAgent:
         for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
             base = env.get(var)
             if base:
-                plane_dirs(Path(base))
-                env[var] = str(own_dir(Path(base) / f"uid-{user.uid}", PRIVATE_DIR_MODE, user))
+                env[var] = str(tenant_dir(base, user))
 
     def _release_gpus(self, job_id: str, attempt: int) -> None:
         for g, holder in list(self._gpu_holders.items()):
@@ -665,19 +665,38 @@ class NodeAgent:
             return {a.job_id: a.attempt for a in self._watched.values() if a.alive()}
 
     def warm_dataset(
-        self, name: str, source: str, storage_options: dict[str, Any] | None = None, workers: int = 16
+        self,
+        name: str,
+        source: str,
+        storage_options: dict[str, Any] | None = None,
+        workers: int = 16,
+        generation: str = "",
+        run_as: JobUser | None = None,
     ) -> WarmReport:
         """Fetch a whole dataset into this node's cache (`sluice dataset warm`): runs here
         because the cache is a folder on this node. Blocks until done; errors are in the report.
         The agent fetches on a tenant's behalf, so the admin's source policy applies here too
-        (checked again at connect time: the name may resolve differently than at `create`)."""
+        (checked again at connect time: the name may resolve differently than at `create`).
+
+        `run_as`: the tenant whose jobs will read it, under isolation: their jobs read a cache
+        of that uid's own, so that is the one filled, by a helper running as that uid
+        (agent/tenant_cache.py). None: the node's shared cache, which jobs read without
+        isolation. `generation`: which registration of the dataset, as its jobs open it."""
         guard = guard_from(self.settings)
-        return warm_node(self._dataset_cache(), self.name, name, source, storage_options, workers, guard=guard)
+        if run_as is not None:
+            s = self._cache.settings
+            python = self.settings.job_python
+            return warm_as(s, run_as, self.name, name, source, storage_options, workers, guard, generation, python)
+        return warm_node(
+            self._dataset_cache(), self.name, name, source, storage_options, workers, guard=guard, generation=generation
+        )
 
     def drop_dataset(self, name: str) -> int:
-        """Remove every cached copy of a dataset from this node (`sluice dataset rm`); returns
-        how many cached copies (one per source) were removed."""
-        return self._dataset_cache().remove(name)
+        """Remove every cached copy of a dataset from this node (`sluice dataset rm`): every
+        source and generation, in the shared cache and in every tenant's own (as that uid);
+        returns how many cached copies were removed. OSError (TenantCacheError) when a tenant's
+        cache could not be emptied, after all the others were."""
+        return drop_everywhere(self._dataset_cache(), self._cache.settings, name, self.settings.job_python)
 
     def _dataset_cache(self) -> DatasetCache:
         """The node cache that warm and drop work on: opened on first use, then kept."""

@@ -31,7 +31,7 @@ from typing import Any
 from sluice.agent.faults import FaultReport
 from sluice.agent.netif import NET_IP_LABEL, interface_ipv4_or_none
 from sluice.data.warm import WarmReport
-from sluice.model import Allocation, Event, LaunchRequest, NodeInfo
+from sluice.model import Allocation, Event, JobUser, LaunchRequest, NodeInfo
 
 
 class RayNodeAgent:
@@ -124,7 +124,13 @@ class RayNodeAgent:
             return int(s.getsockname()[1])
 
     def warm_start(
-        self, name: str, source: str, storage_options: dict[str, Any] | None = None, workers: int = 16
+        self,
+        name: str,
+        source: str,
+        storage_options: dict[str, Any] | None = None,
+        workers: int = 16,
+        generation: str = "",
+        run_as: JobUser | None = None,
     ) -> str:
         """Start warming a dataset into this node's cache; returns a ticket for warm_result.
 
@@ -134,7 +140,9 @@ class RayNodeAgent:
         if self._warm_pool is None:
             self._warm_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sluice-warm")
         ticket = uuid.uuid4().hex
-        self._warms[ticket] = self._warm_pool.submit(self._agent.warm_dataset, name, source, storage_options, workers)
+        self._warms[ticket] = self._warm_pool.submit(
+            self._agent.warm_dataset, name, source, storage_options, workers, generation, run_as
+        )
         return ticket
 
     def warm_result(self, ticket: str, wait_s: float = 1.0) -> WarmReport | None:

@@ -69,11 +69,9 @@ def service(request: Request, plane: ControlPlane) -> DatasetService:
     return plane.datasets
 
 
-def _cached(svc: DatasetService) -> dict[str, float] | None:
-    try:
-        return svc.node_cache().state()[0]
-    except OSError:
-        return None
+def _cached(svc: DatasetService, caller: Any, records: list[Any]) -> dict[str, float] | None:
+    """How much of each dataset this host's node cache holds for the caller's jobs."""
+    return svc.cached_here(caller, records)
 
 
 def _by_node(plane: ControlPlane) -> dict[str, dict[str, float]]:
@@ -90,7 +88,7 @@ def list_datasets(
     svc = service(request, plane)
     records = svc.list_datasets(caller, after=after, limit=limit + 1)
     page, nxt = page_of(records, limit, "datasets", lambda r: (r.tenant, r.name))
-    cached, by_node, pub = _cached(svc), _by_node(plane), svc.published()
+    cached, by_node, pub = _cached(svc, caller, page), _by_node(plane), svc.published()
     items = [dataset_out(r, cached, by_node, pub, _counts(request, caller, r)) for r in page]
     return Page[DatasetOut](items=items, next_cursor=nxt)
 
@@ -113,7 +111,9 @@ def get_dataset(
     """One dataset the caller may read: its own, else a published one of that name."""
     svc = service(request, plane)
     rec = svc.get(caller, name, tenant)
-    return dataset_out(rec, _cached(svc), _by_node(plane), svc.published(), _counts(request, caller, rec))
+    return dataset_out(
+        rec, _cached(svc, caller, [rec]), _by_node(plane), svc.published(), _counts(request, caller, rec)
+    )
 
 
 @router.delete("/{name}", response_model=DeletedOut)

@@ -9,8 +9,8 @@ import typer
 
 from sluice.cli.client import EXIT_USAGE, CliError, connect
 from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table, when
-from sluice.spec import DatasetSpec, SpecError
-from sluice.spec.loading import load_spec_file, parse_model
+from sluice.spec import SpecError
+from sluice.spec.loading import load_dataset_spec
 
 app = typer.Typer(help="Datasets cached next to the jobs that read them.", no_args_is_help=True)
 
@@ -59,7 +59,7 @@ def create(
     """Register a dataset. Its source is listed now, so a wrong URL fails here, not in a job."""
     with errors_reported():
         try:
-            spec = parse_model(DatasetSpec, load_spec_file(file))
+            spec = load_dataset_spec(file)  # a relative local source is taken from the file's folder
         except SpecError as err:
             raise CliError(f"invalid dataset spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
         with connect() as client:

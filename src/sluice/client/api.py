@@ -52,7 +52,7 @@ from sluice.spec import (
     TenantSpec,
     load_job_spec,
 )
-from sluice.spec.loading import load_spec_file, parse_model
+from sluice.spec.loading import load_dataset_spec, load_spec_file, parse_model
 
 PAGE_SIZE = 500
 """Items asked per page when a list is walked (the API allows up to 1000)."""
@@ -72,8 +72,13 @@ def _spec(model: type[S], spec: Any, what: str) -> S:
     try:
         if isinstance(spec, model):
             return spec
-        if isinstance(spec, str | Path):  # a job's file also sets its default workdir: its folder
-            loaded = load_job_spec(spec) if model is JobSpec else parse_model(model, load_spec_file(spec))
+        if isinstance(spec, str | Path):  # relative paths in a job's or dataset's file: from its folder
+            if model is JobSpec:
+                loaded: BaseModel = load_job_spec(spec)
+            elif model is DatasetSpec:
+                loaded = load_dataset_spec(spec)
+            else:
+                loaded = parse_model(model, load_spec_file(spec))
             assert isinstance(loaded, model)
             return loaded
         if isinstance(spec, Mapping):

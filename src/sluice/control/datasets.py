@@ -5,8 +5,16 @@ sees all. A dataset that is not the caller's is reported as not found (never "fo
 names of other tenants' datasets do not leak. The node caches are per tenant too: a dataset's
 cache key is `tenant/name`, so tenant B's `imgs` never reads, warms over or purges tenant A's
 `imgs`. An admin may publish a dataset to every tenant: then any tenant lists it, reads it and
-mounts it by name (its own dataset of that name wins), and all share one cache — but only its
-owner or an admin deletes it.
+mounts it by name (its own dataset of that name wins), and all share one cache key — but only
+its owner or an admin deletes it.
+
+Under tenant isolation each tenant's jobs run as its own uid and read a cache of that uid's own
+(`uid-<uid>` inside the node's cache folders, see agent/tenant_cache.py), so `warm` fills, and
+`list`/`get` report, the cache of the tenant whose jobs will read the dataset: the caller's own
+(for its own dataset or a published one; an admin's: the owner's). `rm` empties every copy:
+the shared cache and every tenant's own. And a dataset's cache folder includes its
+*generation* (`created_at`), so one deleted and registered again under the same name is never
+served the old bytes, even from a node that was unreachable when it was deleted.
 
 Registering checks the source against the admin's policy (data/guard.py: local roots, no
 private addresses, safe storage options) and lists it once, so a typo in a URL is a clear 422
@@ -19,21 +27,37 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from sluice.agent.tenant_cache import drop_everywhere, fractions_of, warm_as
 from sluice.control.auth import Caller
 from sluice.control.errors import Conflict, Forbidden, NotFound
-from sluice.data.cache import DatasetCache, cache_key
-from sluice.data.errors import DataError
+from sluice.data.cache import DatasetCache, cache_key, dataset_id
+from sluice.data.errors import DataError, SourceError
 from sluice.data.guard import SourceGuard, SourceRefused
 from sluice.data.index import Index
 from sluice.data.settings import CacheSettings
 from sluice.data.source import Source
 from sluice.data.warm import WarmReport, warm_node
 from sluice.engine.base import CacheWarmer
+from sluice.model import JobUser
 from sluice.spec import DatasetSpec, SpecError
+from sluice.spec.dataset import relative_local_source
 from sluice.spec.errors import FieldProblem
 from sluice.store.base import DatasetRecord, DuplicateError, Store
+
+
+def generation(rec: DatasetRecord) -> str:
+    """Which registration of a dataset this is: it changes when the dataset is deleted and
+    registered again, and is part of its cache folder (`dataset_id`), so a re-created dataset
+    of the same name (and even the same source) never reads bytes cached for the old one."""
+    return f"{rec.created_at:.6f}"
+
+
+def cache_folder(rec: DatasetRecord) -> str:
+    """The cache folder (`dataset_id`) the dataset's jobs read on every node."""
+    return dataset_id(cache_key(rec.tenant, rec.name), rec.spec.source, rec.spec.storage_options, generation(rec))
 
 
 class DatasetService:
@@ -43,7 +67,15 @@ class DatasetService:
         cache_settings: CacheSettings | None = None,
         engine: object | None = None,
         guard: SourceGuard | None = None,
+        run_as: Callable[[str], JobUser] | None = None,
+        job_python: str | None = None,
     ) -> None:
+        """`run_as`: under tenant isolation, the uid a tenant's jobs run as (whose own cache
+        they read); None when jobs run as the plane's user and read the node's shared cache.
+        `job_python`: the interpreter tenant uids run (settings job_python), for the helper
+        that works in a tenant's own cache as its uid."""
+        self.run_as = run_as
+        self.job_python = job_python
         self.store = store
         self.cache_settings = cache_settings or CacheSettings()
         self.warmer = engine if isinstance(engine, CacheWarmer) else None
@@ -64,6 +96,18 @@ class DatasetService:
         if self.store.get_dataset(owner, spec.name) is not None:
             raise Conflict(f"dataset {spec.name!r} exists for tenant {owner!r}; delete it first")
         rec = DatasetRecord(owner, spec.name, spec.model_copy(update={"tenant": owner}), created_at=time.time())
+        if relative_local_source(spec.source):
+            # Relative to what? The plane's working folder means nothing to the caller; the CLI
+            # resolves a spec file's relative source against the file's folder, as a job's workdir.
+            raise SpecError(
+                [
+                    FieldProblem(
+                        "source",
+                        f"local path {spec.source!r} is relative: give an absolute path (a spec file's "
+                        "relative path is taken from the file's folder by the CLI)",
+                    )
+                ]
+            )
         try:
             self.guard.check(spec.source, spec.storage_options)
         except SourceRefused as err:
@@ -73,9 +117,11 @@ class DatasetService:
                 manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard).list()
             except SourceRefused as err:
                 raise SpecError([FieldProblem(err.field, err.problem)]) from None
+            except SourceError as err:  # names the source and what is wrong with it
+                raise SpecError([FieldProblem("source", str(err))]) from None
             except (DataError, OSError, ValueError) as err:
                 raise SpecError([FieldProblem("source", f"cannot list {spec.source}: {err}")]) from None
-            if len(manifest) == 0:
+            if len(manifest) == 0:  # a source's own manifest may list nothing
                 raise SpecError([FieldProblem("source", f"{spec.source} holds no files")])
             rec.items, rec.total_bytes = len(manifest), manifest.total_bytes
         try:
@@ -138,10 +184,16 @@ class DatasetService:
             )
         return rec
 
+    def _reader(self, caller: Caller, rec: DatasetRecord) -> str:
+        """The tenant whose jobs will read `rec` when `caller` warms or lists it: the caller
+        itself (its own dataset, or a published one its jobs mount), or for an admin the owner."""
+        return rec.tenant if caller.admin else caller.name
+
     def delete(self, caller: Caller, name: str, tenant: str | None = None, purge_cache: bool = True) -> dict[str, str]:
         """Unregister the dataset and, with `purge_cache`, drop it from every node's cache
-        (through each node's agent); per node, what the purge did. Only this tenant's cache
-        entry is dropped: another tenant's dataset of the same name is untouched."""
+        (through each node's agent): every copy, in the shared cache and in every tenant
+        uid's own; per node, what the purge did. Only this dataset's key (`owner/name`) is
+        dropped: another tenant's dataset of the same name is untouched."""
         rec = self._owned(caller, name, tenant)
         if self.published().get(rec.name) == rec.tenant:
             self.store.unpublish_dataset(rec.name)
@@ -151,7 +203,10 @@ class DatasetService:
         key = cache_key(rec.tenant, rec.name)
         if self.warmer is not None:
             return self.warmer.drop_dataset(key)
-        removed = self.node_cache().remove(key)
+        try:
+            removed = drop_everywhere(self.node_cache(), self.cache_settings, key, self.job_python)
+        except OSError as err:
+            return {socket.gethostname(): f"{type(err).__name__}: {err}"}
         return {socket.gethostname(): "removed" if removed else "not cached"}
 
     def publish(self, caller: Caller, name: str, tenant: str | None = None, published: bool = True) -> DatasetRecord:
@@ -180,6 +235,28 @@ class DatasetService:
     def node_cache(self) -> DatasetCache:
         return DatasetCache(self.cache_settings)
 
+    def cached_here(self, caller: Caller, records: Iterable[DatasetRecord]) -> dict[str, float] | None:
+        """Cache key (`owner/name`) -> share of each dataset held on this host's node cache, in
+        the cache its reader's jobs read (see `_reader`): under isolation that tenant's own,
+        read by a helper as its uid; else the shared cache. Only the dataset's current copy
+        counts (its source and generation). None when the cache cannot be read."""
+        by_reader: dict[str, dict[str, float]] = {}
+        out: dict[str, float] = {}
+        try:
+            for rec in records:
+                reader = self._reader(caller, rec) if self.run_as is not None else ""
+                held = by_reader.get(reader)
+                if held is None:
+                    held = by_reader[reader] = (
+                        fractions_of(self.cache_settings, self.run_as(reader), self.job_python)
+                        if self.run_as is not None
+                        else self.node_cache().fractions()
+                    )
+                out[cache_key(rec.tenant, rec.name)] = held.get(cache_folder(rec), 0.0)
+        except OSError:
+            return None
+        return out
+
     def cached_bytes_by_tier(self) -> dict[tuple[str, str], int]:
         """(cache key `owner/name`, tier) -> bytes held in this host's node cache (metrics).
         Reads the cache's index only: opening a DatasetCache would resize tiers and start
@@ -197,25 +274,32 @@ class DatasetService:
         """Fetch the whole dataset into the cache of every node (or `nodes`), through each
         node's agent; one report per node. An engine without node agents (the simulator, a
         test's fake) warms the control plane's own node instead. The cache entry warmed is the
-        dataset's own (`owner/name`): warming never fills another tenant's entry."""
+        dataset's own (`owner/name`, its current generation): warming never fills another
+        tenant's entry. Under isolation the cache filled is the one the reader's jobs read
+        (`_reader`: that tenant uid's own), written by a helper running as that uid."""
         rec = self.get(caller, name, tenant)
         src, opts = rec.spec.source, dict(rec.spec.storage_options)
-        key = cache_key(rec.tenant, rec.name)
+        key, gen = cache_key(rec.tenant, rec.name), generation(rec)
+        user = self.run_as(self._reader(caller, rec)) if self.run_as is not None else None
         if self.warmer is not None:
             try:
-                return self.warmer.warm_dataset(key, src, opts, nodes or None, workers)
+                return self.warmer.warm_dataset(key, src, opts, nodes or None, workers, generation=gen, run_as=user)
             except ValueError as err:
                 raise SpecError([FieldProblem("nodes", str(err))]) from None
         if nodes:
             raise SpecError(
                 [FieldProblem("nodes", "this engine has no node agents to warm; warm without naming nodes")]
             )
-        return [warm_node(self.node_cache(), socket.gethostname(), key, src, opts, workers, guard=self.guard)]
+        host = socket.gethostname()
+        if user is not None:
+            return [warm_as(self.cache_settings, user, host, key, src, opts, workers, self.guard, gen, self.job_python)]
+        return [warm_node(self.node_cache(), host, key, src, opts, workers, guard=self.guard, generation=gen)]
 
     # -- what the controller gives jobs and policies ----------------------------------------
     def launch_env(self, tenant: str, names: list[str]) -> dict[str, str]:
         """Environment for a job mounting `names`: where each dataset lives, its cache key
-        (`owner/name`), and where the node cache is. The controller merges it into
+        (`owner/name`) and generation, and where the node cache is (under isolation the agent
+        points the job at its uid's own folders inside it). The controller merges it into
         LaunchRequest.env."""
         table: dict[str, Any] = {}
         for n in names:
@@ -225,6 +309,7 @@ class DatasetService:
                     "source": rec.spec.source,
                     "storage_options": dict(rec.spec.storage_options),
                     "cache_key": cache_key(rec.tenant, rec.name),
+                    "generation": generation(rec),
                 }
         s = self.cache_settings
         return {

@@ -151,7 +151,14 @@ class ControlPlane:
         self.engine = engine
         self.isolation = isolation or detect_isolation(settings.isolation)
         self._job_users: dict[str, JobUser] = {}
-        self.datasets = DatasetService(store, settings.cache, engine=engine, guard=guard_from(settings))
+        self.datasets = DatasetService(
+            store,
+            settings.cache,
+            engine=engine,
+            guard=guard_from(settings),
+            run_as=self.job_user if self.isolation.enabled else None,
+            job_python=settings.job_python,
+        )
         self.controller = Controller(
             store,
             engine,

@@ -17,6 +17,8 @@ import hashlib
 import json
 import mmap
 import os
+import re
+import shutil
 import struct
 import threading
 import time
@@ -28,7 +30,7 @@ from typing import Any
 import psutil
 
 from sluice.data.blocks import Layout, pack, packed_size, unpack
-from sluice.data.errors import CorruptItem, UnsafePath
+from sluice.data.errors import CorruptItem, SourceError, UnsafePath
 from sluice.data.files import READ_FLAGS as _RD
 from sluice.data.files import map_file, read_exact, tmp_owner, unlink_quiet, write_atomic
 from sluice.data.guard import SourceGuard
@@ -43,6 +45,10 @@ DISK = "disk"
 BLOCKS = ".sluice-blocks"
 SOURCE_BLOCKS = "_sluice_blocks"
 MANIFEST = ".sluice-manifest.json"
+
+TENANT_DIR = re.compile(r"uid-[0-9]+")
+"""A tenant uid's own cache inside a node cache's folders (`uid-<uid>`, under isolation: see
+sluice.agent.tenant_cache); not part of the cache whose folders hold it."""
 
 _LOCK_FDS: dict[str, int] = {}
 _LOCK_FDS_MU = threading.Lock()
@@ -84,12 +90,23 @@ def cache_key(tenant: str, name: str) -> str:
     return f"{tenant}/{name}"
 
 
-def dataset_id(name: str, source: str, storage_options: Mapping[str, Any] | None = None) -> str:
+def dataset_id(name: str, source: str, storage_options: Mapping[str, Any] | None = None, generation: str = "") -> str:
     """Cache folder of a dataset: its name (`tenant/name` flattened to `tenant~name`) plus a hash
-    of the name and where the bytes come from, so a dataset re-created with another source never
-    serves the old bytes and two tenants never share a folder."""
-    tag = json.dumps([name, source, sorted((storage_options or {}).items())], default=str)
+    of the name, where the bytes come from and the registration's `generation` (the dataset's
+    `created_at`: see `sluice.control.datasets.generation`), so a dataset re-created — with
+    another source or the same one — never serves the old bytes, and two tenants never share a
+    folder. An unregistered dataset (off-cluster, a bench) has no generation."""
+    parts: list[Any] = [name, source, sorted((storage_options or {}).items())]
+    if generation:
+        parts.append(generation)
+    tag = json.dumps(parts, default=str)
     return f"{name.replace('/', '~')}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
+
+
+def folder_pattern(name: str) -> re.Pattern[str]:
+    """What the cache folders of every copy of dataset `name` are called (`dataset_id`: any
+    source, any generation), and nothing else: `alice~imgs-<hash>`, not `alice~imgs-2-<hash>`."""
+    return re.compile(re.escape(name.replace("/", "~")) + r"-[0-9a-f]{10}")
 
 
 @dataclass
@@ -222,10 +239,12 @@ class DatasetCache:
         storage_options: Mapping[str, Any] | None = None,
         refresh: bool = False,
         guard: SourceGuard | None = None,
+        generation: str = "",
     ) -> CachedDataset:
         """The dataset `name` (for a registered dataset, its `cache_key`) through this cache.
-        `guard`: the admin's source policy, when sluice fetches on a tenant's behalf."""
-        ds = dataset_id(name, source, storage_options)
+        `guard`: the admin's source policy, when sluice fetches on a tenant's behalf;
+        `generation`: which registration of the dataset (see `dataset_id`)."""
+        ds = dataset_id(name, source, storage_options, generation)
         if not refresh and guard is None and ds in self._open:
             return self._open[ds]
         cd = CachedDataset(
@@ -241,29 +260,38 @@ class DatasetCache:
     def state(self) -> tuple[dict[str, float], int]:
         """(dataset name -> fraction of its bytes held on this node, free bytes in all tiers)."""
         self.drain()
-        cached = self.index.cached_bytes()
         out: dict[str, float] = {}
-        for ds, name, _src, _items, total in self.index.datasets():
-            frac = min(1.0, cached.get(ds, 0) / total) if total > 0 else 1.0
-            out[name] = max(out.get(name, 0.0), round(frac, 4))
+        for (_ds, name), frac in index_fractions(self.index).items():
+            out[name] = max(out.get(name, 0.0), frac)
         free = sum(max(0, cap - used) for used, cap in self.index.usage().values())
         return out, free
 
-    def remove(self, name: str) -> int:
-        """Drop every cached copy of the dataset `name` from this node; returns datasets removed."""
+    def fractions(self) -> dict[str, float]:
+        """Cache folder (`dataset_id`) -> fraction of that copy's bytes held here: what a reader
+        of exactly that copy (one source, one generation) will find, where `state` gives the
+        best of every copy of a name."""
         self.drain()
-        n = 0
-        for ds, dname, *_ in self.index.datasets():
-            if dname != name:
-                continue
-            self.index.drop_dataset(ds)
-            for root in (self.memory_dir, self.disk_dir):
-                import shutil
+        return {ds: frac for (ds, _name), frac in index_fractions(self.index).items()}
 
+    def remove(self, name: str) -> int:
+        """Drop every cached copy of the dataset `name` from this node (every source and
+        generation, both tiers, and folders of it the index no longer knows); returns how many
+        copies were removed."""
+        self.drain()
+        gone: set[str] = set()
+        for ds, dname, *_ in self.index.datasets():
+            if dname == name:
+                self.index.drop_dataset(ds)
+                gone.add(ds)
+        pattern = folder_pattern(name)
+        for root in (self.memory_dir, self.disk_dir):
+            with contextlib.suppress(FileNotFoundError), os.scandir(root) as entries:
+                gone.update(e.name for e in entries if pattern.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+        for ds in gone:
+            for root in (self.memory_dir, self.disk_dir):
                 shutil.rmtree(os.path.join(root, ds), ignore_errors=True)
             self._open.pop(ds, None)
-            n += 1
-        return n
+        return len(gone)
 
     def recover(self, verify: bool = False) -> CacheRecoveryReport:
         """Make the cache consistent after a crash: remove temp files of dead writers, drop index
@@ -291,8 +319,11 @@ class DatasetCache:
                 rep.entries_dropped += 1
                 rep.problems.append(f"{tier}:{ds}/{key}: missing or damaged, dropped")
         for root in (self.memory_dir, self.disk_dir):
-            for folder, _dirs, files in os.walk(root):
+            for folder, dirs, files in os.walk(root):
                 if folder == root:
+                    # Tenants' own caches (isolation): theirs, with an index of their own; never
+                    # walked, let alone cleaned, by whoever recovers this one (the agent, as root).
+                    dirs[:] = [d for d in dirs if not TENANT_DIR.fullmatch(d)]
                     continue
                 for f in files:
                     path = os.path.join(folder, f)
@@ -308,6 +339,15 @@ class DatasetCache:
                     rep.orphans_removed += 1
         self.index.recount()
         return rep
+
+
+def index_fractions(index: Index) -> dict[tuple[str, str], float]:
+    """(cache folder, dataset name) -> fraction of that copy's bytes the index vouches for."""
+    cached = index.cached_bytes()
+    out: dict[tuple[str, str], float] = {}
+    for ds, name, _src, _items, total in index.datasets():
+        out[(ds, name)] = round(min(1.0, cached.get(ds, 0) / total), 4) if total > 0 else 1.0
+    return out
 
 
 def default_memory_bytes() -> int:
@@ -329,11 +369,14 @@ class CachedDataset:
         os.makedirs(self._mem_root, exist_ok=True)
         os.makedirs(self._disk_root, exist_ok=True)
         mpath = os.path.join(self._disk_root, MANIFEST)
-        if refresh or not os.path.exists(mpath):
-            self.manifest = source.list()
-            self.manifest.save(mpath)
-        else:
-            self.manifest = Manifest.load(mpath)
+        manifest = None if refresh or not os.path.exists(mpath) else Manifest.load(mpath)
+        if manifest is None or len(manifest) == 0:  # an empty one may be a vanished source's, kept before
+            try:  # listing told "missing" from "empty": list again
+                manifest = source.list()
+            except SourceError as err:  # a job or a warm must say which dataset has no source
+                raise SourceError(f"dataset {name!r}: {err}") from err
+            manifest.save(mpath)
+        self.manifest = manifest
         cache.index.register(ds, name, source.url, len(self.manifest), self.manifest.total_bytes)
         self.sizes = self.manifest.sizes
         self.keys = self.manifest.keys

@@ -33,21 +33,37 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sluice.data.errors import DataError
+from sluice.spec.dataset import SOURCE_SCHEMES
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-SCHEMES = ("file", "local", "http", "https", "s3")
-"""What sluice fetches on a tenant's behalf. `memory://` is refused: it is the plane's own
-process memory, shared by every tenant."""
+SCHEMES = SOURCE_SCHEMES
+"""What sluice fetches on a tenant's behalf: the spec's own list (spec/dataset.py), so the
+schemes a refusal names are exactly those accepted. `memory://` is not one: it is the plane's
+own process memory, shared by every tenant."""
 
-SAFE_OPTIONS: dict[str, frozenset[str]] = {
-    "file": frozenset(),
-    "http": frozenset(),
-    "s3": frozenset({"key", "secret", "token", "endpoint_url", "anon", "requester_pays", "version_aware"}),
+OPTION_TYPES: dict[str, dict[str, type]] = {
+    "file": {},
+    "http": {},
+    "s3": {
+        "key": str,
+        "secret": str,
+        "token": str,
+        "endpoint_url": str,
+        "anon": bool,
+        "requester_pays": bool,
+        "version_aware": bool,
+    },
 }
-"""Storage options a tenant may set, per protocol. Anything else (a `proxy`, client or config
-arguments) could point the fetch somewhere the guard did not check."""
+"""Storage options a tenant may set, per protocol, with the type each takes. Anything else (a
+`proxy`, client or config arguments) could point the fetch somewhere the guard did not check."""
+
+SAFE_OPTIONS: dict[str, frozenset[str]] = {family: frozenset(opts) for family, opts in OPTION_TYPES.items()}
+
+_BOOL_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+"""Spellings of a boolean option given as a string (what specs had to write before options
+could be booleans). `"false"` must mean False: passed on as a string it is truthy."""
 
 
 class SourceRefused(DataError):
@@ -58,6 +74,35 @@ class SourceRefused(DataError):
         self.field = field
         self.problem = problem
         super().__init__(f"{field}: {problem}")
+
+
+def option_family(url: str) -> str:
+    """The protocol family whose options apply to `url`: file, http, s3 (or its own scheme)."""
+    proto = url.split("://", 1)[0].lower() if "://" in url else "file"
+    return {"local": "file", "https": "http"}.get(proto, proto)
+
+
+def option_value(family: str, key: str, value: Any) -> Any:
+    """`value` as the option `key` of a `family` source takes it: a boolean option given as
+    "true"/"false" (yes/no, 1/0) becomes a boolean; a value of the wrong type is a
+    SourceRefused naming the option. Options sluice has no type for pass unchanged."""
+    want = OPTION_TYPES.get(family, {}).get(key)
+    if want is bool:
+        if isinstance(value, bool):
+            return value
+        word = _BOOL_WORDS.get(value.strip().lower()) if isinstance(value, str) else None
+        if word is None:
+            raise SourceRefused(f"storage_options.{key}", f"must be true or false, not {value!r}")
+        return word
+    if want is str and not isinstance(value, str):
+        raise SourceRefused(f"storage_options.{key}", f"must be a string, not {value!r}")
+    return value
+
+
+def normalized_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The storage options as fsspec should get them (see option_value)."""
+    family = option_family(url)
+    return {k: option_value(family, k, v) for k, v in (storage_options or {}).items()}
 
 
 def address_refusal(ip: IPAddress) -> str | None:
@@ -177,10 +222,11 @@ class SourceGuard:
         if proto not in SCHEMES:
             raise SourceRefused("source", f"scheme {proto!r} is not fetched by sluice; use one of {', '.join(SCHEMES)}")
         family = {"local": "file", "https": "http"}.get(proto, proto)
-        for key in storage_options or {}:
+        for key, value in (storage_options or {}).items():
             if key not in SAFE_OPTIONS[family]:
                 allowed = ", ".join(sorted(SAFE_OPTIONS[family])) or "none"
                 raise SourceRefused(f"storage_options.{key}", f"not accepted for {proto} sources (accepted: {allowed})")
+            option_value(family, key, value)
         if family == "file":
             self.check_local(rest if "://" in url else url)
         elif family == "http":

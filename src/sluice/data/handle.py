@@ -23,13 +23,15 @@ class DatasetHandle:
     memory_dir: str | None = None
     merge: str | int = "auto"
     decode: Decode | None = None
+    generation: str = ""
+    """Which registration of the dataset (SLUICE_DATASETS' `generation`): part of its cache folder."""
     _reader: Reader | None = field(default=None, repr=False, compare=False)
     _pid: int = field(default=0, repr=False, compare=False)
 
     def reader(self) -> Reader:
         if self._reader is None or self._pid != os.getpid():
             cache = DatasetCache(disk_dir=self.disk_dir, memory_dir=self.memory_dir)
-            cached = cache.open(self.name, self.source, self.storage_options)
+            cached = cache.open(self.name, self.source, self.storage_options, generation=self.generation)
             self._reader = Reader(cached, decode=self.decode, merge=self.merge)
             self._pid = os.getpid()
         return self._reader

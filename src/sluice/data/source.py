@@ -15,8 +15,8 @@ from typing import Any
 
 import fsspec
 
-from sluice.data.errors import SourceError, UnsafePath
-from sluice.data.guard import SourceGuard
+from sluice.data.errors import DataError, SourceError, UnsafePath
+from sluice.data.guard import SourceGuard, normalized_options
 from sluice.data.manifest import MANIFEST_NAME, Manifest
 from sluice.data.paths import check_key
 
@@ -32,6 +32,14 @@ def _split(url: str) -> tuple[str, str]:
     if proto in ("http", "https"):
         return proto, url.rstrip("/")
     return proto, rest.rstrip("/")
+
+
+def _why(err: BaseException) -> str:
+    """What a storage client's error says, with a hint where the fix is in the spec."""
+    text = str(err) or type(err).__name__
+    if type(err).__name__ == "NoCredentialsError":
+        text += " (give storage_options key and secret, or anon: true for a public bucket)"
+    return text
 
 
 class Source:
@@ -53,13 +61,16 @@ class Source:
         if guard is not None:
             guard.check(url, storage_options)
         self.protocol, self.root = _split(url)
-        opts = dict(storage_options or {})
+        opts = normalized_options(url, storage_options)
         if self.protocol in ("http", "https"):
             opts.setdefault("skip_instance_cache", True)
         if guard is not None:
             opts.update(guard.fsspec_options(self.protocol))
             opts["skip_instance_cache"] = True
-        self.fs = fsspec.filesystem(self.protocol, **opts)
+        try:
+            self.fs = fsspec.filesystem(self.protocol, **opts)
+        except (ImportError, TypeError, ValueError) as err:
+            raise SourceError(f"cannot open {url}: {err}") from err
         self.retries = retries
         self.backoff_s = backoff_s
 
@@ -76,17 +87,28 @@ class Source:
             raise UnsafePath(f"{path}: resolves to {real}, outside the dataset source {real_root}")
 
     def list(self) -> Manifest:
-        """The source's own manifest if it has one, else a recursive listing (sorted by key)."""
+        """The source's own manifest if it has one, else a recursive listing (sorted by key).
+
+        A source that does not exist, cannot be read or holds no files is a SourceError saying
+        which: an empty listing is never taken for an empty dataset (fsspec lists a missing
+        folder, bucket or prefix as empty). Whatever the storage client raises (no credentials,
+        no route to the endpoint) is a SourceError too, naming the source."""
         own = posixpath.join(self.root, MANIFEST_NAME)
         try:
             if self.fs.exists(own):
                 return Manifest.from_json(self.fs.cat_file(own))
         except (OSError, ValueError):
-            pass
+            pass  # no readable manifest of its own: list the source
+        except DataError:
+            raise
+        except Exception as err:  # botocore/aiohttp errors are their own types
+            raise SourceError(f"cannot list {self.url}: {_why(err)}") from err
         try:
             found = self.fs.find(self.root, detail=True, withdirs=False)
-        except (OSError, ValueError) as err:
-            raise SourceError(f"cannot list {self.url}: {err}") from err
+        except DataError:
+            raise
+        except Exception as err:
+            raise SourceError(f"cannot list {self.url}: {_why(err)}") from err
         items: list[tuple[str, int]] = []
         prefix = self.root.rstrip("/") + "/"
         for path, info in found.items():
@@ -99,8 +121,33 @@ class Source:
             if size is None:
                 size = self.fs.size(path)
             items.append((key, int(size)))
+        if not items:
+            self._explain_empty()
         items.sort()
         return Manifest(tuple(k for k, _ in items), tuple(s for _, s in items))
+
+    def _explain_empty(self) -> None:
+        """Raise the SourceError an empty listing stands for: no such source, an unreadable
+        one, or one that holds no files."""
+        if self.protocol == "file":
+            try:
+                os.listdir(self.root)
+            except FileNotFoundError:
+                raise SourceError(f"source {self.url} does not exist (no folder {self.root})") from None
+            except NotADirectoryError:
+                raise SourceError(f"source {self.url} is a file, not a folder") from None
+            except OSError as err:
+                raise SourceError(f"source {self.url} cannot be read: {err.strerror or err}") from None
+        else:
+            try:
+                found = bool(self.fs.exists(self.root))
+            except DataError:
+                raise
+            except Exception as err:
+                raise SourceError(f"cannot list {self.url}: {_why(err)}") from err
+            if not found:
+                raise SourceError(f"source {self.url} does not exist (nothing found there)")
+        raise SourceError(f"source {self.url} holds no files")
 
     def fetch(self, key: str, size: int | None = None, what: str = "") -> bytes:
         """The whole item, verified against `size`; retries, then SourceError naming the item."""

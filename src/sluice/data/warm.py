@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.data.cache import Counters, DatasetCache
+from sluice.data.cache import Counters, DatasetCache, dataset_id
 from sluice.data.errors import DataError
 from sluice.data.guard import SourceGuard
 
@@ -42,14 +42,16 @@ def warm_node(
     storage_options: Mapping[str, Any] | None = None,
     workers: int = 16,
     guard: SourceGuard | None = None,
+    generation: str = "",
 ) -> WarmReport:
     """Fetch every item of the dataset into `cache`; count only what this call did (the cache
-    keeps one CachedDataset per dataset, whose counters add up over its lifetime)."""
+    keeps one CachedDataset per dataset, whose counters add up over its lifetime).
+    `generation`: which registration of the dataset (`dataset_id`), as its jobs open it."""
     t0 = time.perf_counter()
     before = Counters()
     cd = None
     try:
-        cd = cache.open(name, source, storage_options, guard=guard)
+        cd = cache.open(name, source, storage_options, guard=guard, generation=generation)
         before = Counters(**cd.counters.__dict__)
         cd.warm(workers)
         error = None
@@ -57,7 +59,7 @@ def warm_node(
         error = f"{type(err).__name__}: {err}"
     after = cd.counters if cd is not None else before
     try:
-        fraction = cache.state()[0].get(name, 0.0)
+        fraction = cache.fractions().get(dataset_id(name, source, storage_options, generation), 0.0)
     except OSError:
         fraction = 0.0
     return WarmReport(

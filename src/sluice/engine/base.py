@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from sluice.agent.faults import FaultReport
 from sluice.data.warm import WarmReport
 from sluice.model import Allocation, EngineCapabilities, Event
-from sluice.model.launch import LaunchRequest, NodeInfo
+from sluice.model.launch import JobUser, LaunchRequest, NodeInfo
 
 
 @runtime_checkable
@@ -77,16 +77,22 @@ class CacheWarmer(Protocol):
         storage_options: Mapping[str, Any] | None = None,
         nodes: list[str] | None = None,
         workers: int = 16,
+        generation: str = "",
+        run_as: JobUser | None = None,
     ) -> list[WarmReport]:
         """Warm the dataset on `nodes` (None: every node) through each node's agent, all nodes
         at once; returns when every node is done, one report per node. An unknown node name
-        raises ValueError before anything starts."""
+        raises ValueError before anything starts. `generation`: which registration of the
+        dataset (part of its cache folder, as its jobs open it); `run_as`: under isolation,
+        the tenant uid whose own cache its jobs read, which is the one filled (None: the
+        node's shared cache)."""
         ...
 
     def drop_dataset(self, name: str) -> dict[str, str]:
-        """Remove every cached copy of the dataset from every node's cache (`sluice dataset rm`);
-        per node, what happened ("removed", "not cached" or the error), so one unreachable
-        node does not hide what the others did."""
+        """Remove every cached copy of the dataset from every node's cache (`sluice dataset rm`):
+        every source and generation, the shared cache and every tenant uid's own; per node,
+        what happened ("removed", "not cached" or the error), so one unreachable node does not
+        hide what the others did."""
         ...
 
 

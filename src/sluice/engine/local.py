@@ -46,6 +46,7 @@ from sluice.model import (
     JobProgress,
     JobStarted,
     JobUsage,
+    JobUser,
     LaunchRequest,
     NodeInfo,
 )
@@ -249,12 +250,14 @@ class LocalEngine:
         storage_options: Mapping[str, Any] | None = None,
         nodes: list[str] | None = None,
         workers: int = 16,
+        generation: str = "",
+        run_as: JobUser | None = None,
     ) -> list[WarmReport]:
         """Warm through each named agent, one after another: virtual nodes share this
         machine's cache, so the first warms it and the others find it warm."""
         names = pick_nodes(nodes, self.agents)
         opts = dict(storage_options or {})
-        return [self.agents[n].warm_dataset(name, source, opts, workers) for n in names]
+        return [self.agents[n].warm_dataset(name, source, opts, workers, generation, run_as) for n in names]
 
     def drop_dataset(self, name: str) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -35,6 +35,7 @@ from sluice.model import (
     JobExited,
     JobProgress,
     JobStarted,
+    JobUser,
     LaunchRequest,
     NodeInfo,
     NodeLost,
@@ -403,6 +404,8 @@ class RayEngine:
         storage_options: Mapping[str, Any] | None = None,
         nodes: list[str] | None = None,
         workers: int = 16,
+        generation: str = "",
+        run_as: JobUser | None = None,
         check_s: float = 1.0,
     ) -> list[WarmReport]:
         """Warm the dataset in the cache of every node (or `nodes`) through its agent actor,
@@ -416,7 +419,7 @@ class RayEngine:
         tickets: dict[str, str] = {}
         for n in names:
             try:
-                tickets[n] = self._get(agents[n].warm_start.remote(name, source, opts, workers))
+                tickets[n] = self._get(agents[n].warm_start.remote(name, source, opts, workers, generation, run_as))
             except Exception as err:
                 reports[n] = _failed(n, f"could not start the warm: {err}")
         while tickets:

@@ -8,7 +8,8 @@
     stream = dataset("imagenet-mini", streaming=True)    # iterable: prefetch + online merging
 
 Where the dataset lives comes from the environment the node agent sets (SLUICE_DATASETS, a
-JSON map name -> {"source": url, "storage_options": {...}, "cache_key": "owner/name"}); off-cluster, pass `source=` or a
+JSON map name -> {"source": url, "storage_options": {...}, "cache_key": "owner/name",
+"generation": "..."}); off-cluster, pass `source=` or a
 local path as the name. The data path is imported only when this function is called, so
 importing the SDK stays cheap. Stall time (seconds spent waiting for data) is added as the
 `stall_s` metric to every `sdk.report()` of the process.
@@ -27,10 +28,11 @@ _OPEN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 def _resolve(
     name: str, source: str | None, storage_options: dict[str, Any] | None
-) -> tuple[str, dict[str, Any], str | None]:
-    """(source, storage options, the dataset's key in the node cache when sluice mounted it)."""
+) -> tuple[str, dict[str, Any], str | None, str]:
+    """(source, storage options, the dataset's key in the node cache when sluice mounted it,
+    which registration of it that is: its `generation`, "" off-cluster)."""
     if source is not None:
-        return source, dict(storage_options or {}), None
+        return source, dict(storage_options or {}), None, ""
     raw = os.environ.get("SLUICE_DATASETS")
     if raw:
         try:
@@ -40,10 +42,11 @@ def _resolve(
         entry = table.get(name)
         if isinstance(entry, dict) and isinstance(entry.get("source"), str):
             key = entry.get("cache_key")
+            gen = entry.get("generation")
             opts = {**entry.get("storage_options", {}), **(storage_options or {})}
-            return entry["source"], opts, key if isinstance(key, str) else None
+            return entry["source"], opts, key if isinstance(key, str) else None, gen if isinstance(gen, str) else ""
     if os.path.isdir(name):
-        return os.path.abspath(name), dict(storage_options or {}), None
+        return os.path.abspath(name), dict(storage_options or {}), None, ""
     known = ", ".join(sorted(json.loads(raw))) if raw else "none"
     raise ValueError(
         f"dataset {name!r}: not mounted in this job (datasets given to it: {known}); "
@@ -71,11 +74,13 @@ def dataset(
     from sluice.data.handle import DatasetHandle
     from sluice.data.torch_dataset import CachedMapDataset, CachedStream
 
-    src, opts, key = _resolve(name, source, storage_options)
+    src, opts, key, generation = _resolve(name, source, storage_options)
     handle = DatasetHandle(
         # The cache entry is per tenant (`owner/name`, from SLUICE_DATASETS), so two tenants'
-        # datasets of one name never share cached bytes.
+        # datasets of one name never share cached bytes; its generation changes when the
+        # dataset is deleted and registered again, so a re-created one never reads old bytes.
         name=key or (os.path.basename(name.rstrip("/")) if name == src else name),
+        generation=generation,
         source=src,
         storage_options=opts,
         disk_dir=os.environ.get("SLUICE_CACHE_DISK_DIR"),

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sluice.spec.dataset import DatasetSpec, local_path
 from sluice.spec.errors import FieldProblem, SpecError
 from sluice.spec.job import JobSpec
 
@@ -142,3 +143,21 @@ def load_job_spec(path: str | Path) -> JobSpec:
         if not wd.is_absolute():
             data = {**data, "workdir": str((Path(path).resolve().parent / wd).resolve())}
     return parse_job_spec(data)
+
+
+def load_dataset_spec(path: str | Path) -> DatasetSpec:
+    """Load and validate a dataset spec file; a relative local `source` (`digits`, `./data`,
+    `file://data`) is taken from the file's folder, as a job spec's `workdir` is, and `~` is
+    the caller's home. The API, which has no file, refuses a relative source."""
+    data = load_spec_file(path)
+    src = data.get("source") if isinstance(data, dict) else None
+    src = src.strip() if isinstance(src, str) else ""
+    rel = local_path(src) if src else None
+    if rel is not None:
+        full = os.path.expanduser(rel)
+        if not os.path.isabs(full):
+            full = os.path.normpath(Path(path).resolve().parent / full)
+        if full != rel:
+            prefix = src.split("://", 1)[0] + "://" if "://" in src else ""
+            data = {**data, "source": prefix + full}
+    return parse_model(DatasetSpec, data)

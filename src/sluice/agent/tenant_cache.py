@@ -1,0 +1,232 @@
+"""Each tenant's own dataset cache on a node, under tenant isolation.
+
+A job that runs as a tenant's uid reads and fills cache folders of that uid
+(`<disk tier>/uid-<uid>/`, `<memory tier>/uid-<uid>/`: 0700, owned by the uid, inside the
+node's plane-owned cache folders), so that one tenant never reads bytes another tenant's job
+cached (docs/security.md). `sluice dataset warm` must therefore fill *those* folders — the
+node's shared cache is one no isolated job reads — `sluice dataset rm` must empty them too,
+and `sluice dataset list` must report from them.
+
+The plane (root) never opens a file in a folder a job can change (the file rule of
+`sluice.agent.isolation`), so everything done inside a tenant's folders runs in a short helper
+process started as the tenant's uid (`python -m sluice.data.cache_ops`, with the job's umask
+077): it can do nothing that tenant's own jobs could not. The plane itself only makes the
+folders (exactly as a launch does) and lists the *names* in them, to skip a helper where the
+dataset was never cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sluice.agent.isolation import PRIVATE_DIR_MODE, own_dir, plane_dirs, unreachable
+from sluice.data.cache import TENANT_DIR, DatasetCache, folder_pattern
+from sluice.data.guard import SourceGuard
+from sluice.data.settings import CacheSettings
+from sluice.data.warm import WarmReport
+from sluice.model import JobUser
+
+HELPER_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
+"""What the helper inherits of the plane's environment (no token, no database URL), plus the
+cache's knobs (SLUICE_CACHE_*), as a job does (agent/launchenv.py)."""
+REPORT_TIMEOUT_S = 30.0
+DROP_TIMEOUT_S = 600.0
+
+
+class TenantCacheError(OSError):
+    """A helper run as a tenant's uid could not do its work; the message says why."""
+
+
+def tenant_dir(base: str | os.PathLike[str], user: JobUser) -> Path:
+    """The tenant's cache folder in the tier at `base`, made if missing: the folders up to
+    `base` are the plane's (0711), `uid-<uid>` is the tenant's (0700). What a launch gives the
+    job as SLUICE_CACHE_DISK_DIR / SLUICE_CACHE_MEMORY_DIR, and what warm fills."""
+    root = plane_dirs(Path(base))
+    return own_dir(root / f"uid-{user.uid}", PRIVATE_DIR_MODE, user)
+
+
+def tenant_dirs(settings: CacheSettings, user: JobUser) -> tuple[Path, Path]:
+    """(disk tier and index, memory tier) of the tenant's cache on this node, made if missing."""
+    return tenant_dir(settings.resolved_disk_dir(), user), tenant_dir(settings.resolved_memory_dir(), user)
+
+
+def tenants_here(settings: CacheSettings) -> dict[JobUser, tuple[Path, Path]]:
+    """Every tenant uid with a cache folder on this node (in either tier), and its two folders.
+    Only a real folder owned by the uid its name says counts: anything else in the plane's
+    cache folder was not made by sluice and is left alone."""
+    found: dict[JobUser, tuple[Path, Path]] = {}
+    bases = (settings.resolved_disk_dir(), settings.resolved_memory_dir())
+    for base in bases:
+        try:
+            entries = list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for e in entries:
+            if not TENANT_DIR.fullmatch(e.name):
+                continue
+            st = e.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == int(e.name.removeprefix("uid-")):
+                user = JobUser(st.st_uid, st.st_gid)
+                found[user] = (Path(bases[0]) / e.name, Path(bases[1]) / e.name)
+    return found
+
+
+def holds(folders: tuple[Path, Path], name: str) -> bool:
+    """Whether a tenant's cache folders have a folder of dataset `name` (any source or
+    generation). Reads names only, never a file of the tenant's."""
+    pattern = folder_pattern(name)
+    for folder in folders:
+        try:
+            with os.scandir(folder) as entries:
+                if any(pattern.fullmatch(e.name) for e in entries):
+                    return True
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return False
+
+
+def run_helper(
+    user: JobUser, request: dict[str, Any], timeout: float | None, python: str | None = None
+) -> dict[str, Any]:
+    """Run one `sluice.data.cache_ops` request in a process of `user`'s uid (this process's own
+    identity when it is that user already); its answer, or TenantCacheError saying why not.
+    `python`: the interpreter tenants' jobs run (settings job_python; default this one): it
+    must be one the uid may run, with sluice importable, as for a job."""
+    python = python or sys.executable
+    me = (os.geteuid(), os.getegid())
+    switch: dict[str, Any] = {}
+    if (user.uid, user.gid) != me:
+        problem = unreachable(python, user, os.X_OK)
+        if problem is not None:
+            raise TenantCacheError(f"cannot run the cache helper as {user}: {problem}")
+        switch = {"user": user.uid, "group": user.gid, "extra_groups": [], "umask": 0o077}
+    env = {k: v for k, v in os.environ.items() if k in HELPER_ENV or k.startswith("SLUICE_CACHE_")}
+    env.pop("SLUICE_CACHE_DISK_DIR", None)
+    env.pop("SLUICE_CACHE_MEMORY_DIR", None)
+    env["HOME"] = "/"
+    try:
+        done = subprocess.run(
+            [python, "-m", "sluice.data.cache_ops"],
+            input=json.dumps(request).encode(),
+            capture_output=True,
+            env=env,
+            cwd="/",
+            timeout=timeout,
+            close_fds=True,
+            check=False,
+            **switch,
+        )
+    except subprocess.TimeoutExpired:
+        raise TenantCacheError(f"the cache helper ({request.get('op')}) as {user} took over {timeout:g} s") from None
+    except (OSError, subprocess.SubprocessError) as err:
+        raise TenantCacheError(f"could not start the cache helper as {user}: {err}") from None
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        tail = " | ".join(done.stderr.decode(errors="replace").strip().splitlines()[-3:]) or "no answer"
+        raise TenantCacheError(f"the cache helper as {user} exited {done.returncode}: {tail}")
+    if "failed" in answer:
+        raise TenantCacheError(f"in the cache of {user}: {answer['failed']}")
+    return answer
+
+
+def warm_as(
+    settings: CacheSettings,
+    user: JobUser,
+    node: str,
+    name: str,
+    source: str,
+    storage_options: Mapping[str, Any] | None = None,
+    workers: int = 16,
+    guard: SourceGuard | None = None,
+    generation: str = "",
+    python: str | None = None,
+) -> WarmReport:
+    """Warm the dataset into `user`'s own cache on this node: the folders that tenant's jobs
+    read. Errors are in the report, as `sluice.data.warm.warm_node` has them."""
+    g = guard or SourceGuard()
+    try:
+        disk, memory = tenant_dirs(settings, user)
+        answer = run_helper(
+            user,
+            {
+                "op": "warm",
+                "disk_dir": str(disk),
+                "memory_dir": str(memory),
+                "node": node,
+                "name": name,
+                "source": source,
+                "storage_options": dict(storage_options or {}),
+                "generation": generation,
+                "workers": workers,
+                "guard": {"roots": list(g.roots), "allow_hosts": list(g.allow_hosts)},
+            },
+            None,  # a warm takes as long as the dataset takes
+            python,
+        )
+        # Taken field by field: the answer comes from a process of the tenant's uid.
+        error = answer.get("error")
+        return WarmReport(
+            node=node,
+            files_fetched=int(answer["files_fetched"]),
+            bytes_fetched=int(answer["bytes_fetched"]),
+            already_cached=int(answer["already_cached"]),
+            seconds=float(answer["seconds"]),
+            cached_fraction=min(1.0, max(0.0, float(answer["cached_fraction"]))),
+            error=None if error is None else str(error),
+        )
+    except (OSError, KeyError, TypeError, ValueError) as err:
+        return WarmReport(node, 0, 0, 0, 0.0, 0.0, f"{type(err).__name__}: {err}")
+
+
+def drop_everywhere(cache: DatasetCache, settings: CacheSettings, name: str, python: str | None = None) -> int:
+    """Remove every cached copy of dataset `name` from this node: the shared cache (`cache`)
+    and every tenant's own (each through a helper of that tenant's uid: a published dataset may
+    be cached by every tenant that read it). Returns how many copies went; TenantCacheError
+    after trying them all, naming each tenant cache it could not empty."""
+    removed = cache.remove(name)
+    problems: list[str] = []
+    for user, folders in sorted(tenants_here(settings).items(), key=lambda kv: kv[0].uid):
+        if not holds(folders, name):
+            continue
+        request = {"op": "drop", "disk_dir": str(folders[0]), "memory_dir": str(folders[1]), "name": name}
+        try:
+            removed += int(run_helper(user, request, DROP_TIMEOUT_S, python)["removed"])
+        except (OSError, KeyError, ValueError) as err:
+            problems.append(str(err))
+    if problems:
+        raise TenantCacheError(f"removed {removed} cached copies; not from: {'; '.join(problems)}")
+    return removed
+
+
+def fractions_of(settings: CacheSettings, user: JobUser, python: str | None = None) -> dict[str, float]:
+    """Cache folder (`dataset_id`) -> share of it in `user`'s own cache on this node: what
+    that tenant's jobs will find. Empty when the tenant never cached anything here (no helper
+    is started then, and nothing is made)."""
+    disk = Path(settings.resolved_disk_dir()) / f"uid-{user.uid}"
+    try:
+        st = os.lstat(disk)
+    except FileNotFoundError:
+        return {}
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != user.uid:
+        return {}
+    memory = Path(settings.resolved_memory_dir()) / f"uid-{user.uid}"
+    request = {"op": "fractions", "disk_dir": str(disk), "memory_dir": str(memory)}
+    answer = run_helper(user, request, REPORT_TIMEOUT_S, python)
+    fractions = answer.get("fractions")
+    try:
+        return (
+            {str(k): min(1.0, max(0.0, float(v))) for k, v in fractions.items()} if isinstance(fractions, dict) else {}
+        )
+    except (TypeError, ValueError) as err:
+        raise TenantCacheError(f"the cache helper as {user} answered nonsense: {err}") from None

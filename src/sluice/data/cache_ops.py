@@ -1,0 +1,82 @@
+"""Cache work done as a tenant's own uid: warm, drop and report one tenant's cache folders.
+
+Under tenant isolation each tenant's jobs read and fill cache folders of their own
+(`…/cache/uid-<uid>/`, `/dev/shm/sluice-…/uid-<uid>/`: 0700, the tenant's uid), so that no
+tenant reads bytes another tenant's job cached (docs/security.md). The plane and the node
+agents run as root and never open a path in a folder a job can change (a job could swap its
+index for a symlink to the plane's database), so what `sluice dataset warm`, `rm` and `list`
+must do *inside* such a folder is done here, in a short process started as that tenant's uid
+(`sluice.agent.tenant_cache` starts it): it can do nothing the tenant's own jobs could not.
+
+`python -m sluice.data.cache_ops` reads one JSON request on stdin (never argv: storage
+options may hold credentials, and every uid may read every process's command line) and
+writes one JSON answer as the last line of stdout (`{"failed": why}` if it could not):
+
+- `{"op": "warm", "disk_dir", "memory_dir", "node", "name", "source", "storage_options",
+  "generation", "workers", "guard": {"roots": [...], "allow_hosts": [...]}}` → a WarmReport;
+- `{"op": "drop", "disk_dir", "memory_dir", "name"}` → `{"removed": n}`;
+- `{"op": "fractions", "disk_dir", "memory_dir"}` → `{"fractions": {folder: share}}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+from sluice.data.cache import DatasetCache, index_fractions
+from sluice.data.guard import SourceGuard
+from sluice.data.index import Index
+from sluice.data.settings import CacheSettings
+from sluice.data.warm import warm_node
+
+OPS = ("warm", "drop", "fractions")
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    """Do one request (see the module docstring) in this process, as whoever runs it."""
+    op = request.get("op")
+    disk, memory = str(request["disk_dir"]), str(request["memory_dir"])
+    if op == "fractions":
+        # Read the index only: a report must not resize tiers or create anything.
+        path = os.path.join(disk, "index.sqlite")
+        if not os.path.exists(path):
+            return {"fractions": {}}
+        index = Index(path, CacheSettings().lrfu_lambda)
+        return {"fractions": {ds: frac for (ds, _name), frac in index_fractions(index).items()}}
+    cache = DatasetCache(disk_dir=disk, memory_dir=memory)
+    if op == "drop":
+        return {"removed": cache.remove(str(request["name"]))}
+    if op == "warm":
+        g = request.get("guard") or {}
+        guard = SourceGuard(tuple(g.get("roots", ())), tuple(g.get("allow_hosts", ())))
+        report = warm_node(
+            cache,
+            str(request["node"]),
+            str(request["name"]),
+            str(request["source"]),
+            request.get("storage_options") or {},
+            int(request.get("workers", 16)),
+            guard=guard,
+            generation=str(request.get("generation", "")),
+        )
+        cache.drain()
+        return dataclasses.asdict(report)
+    raise ValueError(f"op: {op!r} is not one of {', '.join(OPS)}")
+
+
+def main() -> int:
+    try:
+        answer = run(json.loads(sys.stdin.read()))
+        code = 0
+    except Exception as err:  # the caller reports it as this node's error
+        answer, code = {"failed": f"{type(err).__name__}: {err}"}, 1
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,268 @@
+"""Dataset sources as a user meets them (docs/data.md, "Sources"): a source that vanished is an
+error naming the dataset, never an empty dataset; an unreachable S3 source is a clean 422;
+storage options take booleans and numbers but stay scalars; a spec file's relative source is
+taken from the file's folder (the API refuses one); a refused scheme's message lists exactly
+the schemes that are accepted.
+
+The server is the real API and ControlPlane over SqlStore on a loopback port, with the
+FakeEngine (a fake: it has no node agents, so `warm` warms the plane's own node cache, through
+the same `warm_node` an agent runs). No test needs the network: S3 is reached either with no
+credentials at all or through an endpoint on a closed loopback port.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from sluice.cli.main import app
+from sluice.control.plane import ControlPlane
+from sluice.data.errors import SourceError
+from sluice.data.guard import SCHEMES, SourceGuard, SourceRefused, normalized_options
+from sluice.data.source import Source
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.spec import DatasetSpec, SpecError
+from sluice.spec.loading import parse_model
+from sluice.store.sql import SqlStore
+
+from ..live_api import serve_for_cli
+from .fake_engine import FakeEngine
+
+runner = CliRunner()
+
+
+@dataclass
+class Live:
+    plane: ControlPlane
+    data: Path
+    """The admin's dataset root (setting dataset_roots)."""
+    home: Path
+
+
+@pytest.fixture
+def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    home, data = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    data.mkdir()
+    # isolation off: warming runs in this process, not a helper as a tenant's uid (the per-uid
+    # caches are another test's business); the source checks are the same either way.
+    settings = Settings(home=home, dataset_roots=[str(data)], allow_source_hosts=["127.0.0.1"], isolation="off")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    try:
+        with serve_for_cli(plane, home, tokens, monkeypatch):
+            yield Live(plane, data, home)
+    finally:
+        plane.store.close()
+
+
+def sluice(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+def folder(path: Path, files: int) -> Path:
+    path.mkdir(parents=True)
+    for i in range(files):
+        (path / f"{i:02d}.bin").write_bytes(bytes([i]) * 10)
+    return path
+
+
+def create(spec: dict[str, Any], tmp_path: Path, probe: bool = True) -> tuple[int, str, str]:
+    f = tmp_path / f"{spec['name']}.json"
+    f.write_text(json.dumps(spec))
+    return sluice("dataset", "create", str(f), *(() if probe else ("--no-probe",)))
+
+
+def post(live: Live, body: dict[str, Any], probe: bool = True) -> Any:
+    import httpx
+
+    url = json.loads((live.home / "server.json").read_text())["url"]
+    token = (live.home / "token").read_text().strip()
+    return httpx.post(
+        f"{url}/v1/datasets?probe={str(probe).lower()}",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No AWS credentials from anywhere, no metadata service, and one attempt per request (so an
+    unreachable endpoint fails in well under a second instead of botocore's back-off)."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- 1. a vanished source is an error, not an empty dataset -------------------------------------
+
+
+def test_listing_tells_a_missing_or_empty_source_from_an_empty_dataset(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="does not exist"):
+        Source(str(tmp_path / "gone")).list()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="holds no files"):
+        Source(str(tmp_path / "empty")).list()
+    assert len(Source(str(folder(tmp_path / "full", 3))).list()) == 3
+
+
+def test_warming_or_reading_a_dataset_whose_source_vanished_fails_naming_both(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = folder(live.data / "tmpds", 20)
+    code, out, err = create({"name": "tmpds", "source": str(src)}, tmp_path)
+    assert code == 0 and "20 files" in out, err
+    shutil.rmtree(src)
+
+    code, out, err = sluice("dataset", "warm", "tmpds")
+    assert code == 1, out + err
+    assert "warming tmpds failed" in out and "SourceError" in out
+    assert "dataset 'default/tmpds'" in out and f"{src} does not exist" in out
+    code, out, _ = sluice("dataset", "list", "-o", "json")
+    [listed] = json.loads(out)
+    assert listed["cached_fraction"] != 1.0  # not "100% cached"
+
+    # A job mounting it: the SDK opens it the way a job's process does, from the launch env.
+    for k, v in live.plane.datasets.launch_env("default", ["tmpds"]).items():
+        monkeypatch.setenv(k, v)
+    from sluice.sdk.dataset import dataset
+
+    ds = dataset("tmpds")
+    with pytest.raises(SourceError, match=r"dataset 'default/tmpds': source .*tmpds does not exist"):
+        len(ds)
+
+
+# -- 2. an unreachable S3 source is a clean 422 --------------------------------------------------
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_an_s3_source_without_credentials_or_endpoint_is_a_422_naming_it(live: Live, tmp_path: Path) -> None:
+    r = post(live, {"name": "x", "source": "s3://b/x"})
+    assert r.status_code == 422, r.text
+    [problem] = r.json()["problems"]
+    assert problem["field"] == "source"
+    assert "s3://b/x" in problem["problem"] and "credentials" in problem["problem"]
+
+    code, out, err = create({"name": "pub", "source": "s3://some-public-bucket/x"}, tmp_path)
+    assert code == 2, out + err
+    assert "500" not in err and "s3://some-public-bucket/x" in err
+
+
+@pytest.mark.usefixtures("no_aws")
+def test_an_s3_endpoint_that_does_not_answer_is_a_422_naming_it(live: Live) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    r = post(live, {"name": "x", "source": "s3://b/x", "storage_options": {"anon": True, "endpoint_url": endpoint}})
+    assert r.status_code == 422, r.text
+    [problem] = r.json()["problems"]
+    assert problem["field"] == "source"
+    assert problem["problem"].startswith("cannot list s3://b/x") and endpoint in problem["problem"]
+
+
+# -- 3. storage options: booleans and numbers, still only scalars ------------------------------
+
+
+def spec(**opts: Any) -> DatasetSpec:
+    return parse_model(DatasetSpec, {"name": "d", "source": "s3://b/x", "storage_options": opts})
+
+
+def test_storage_options_take_booleans_and_numbers_but_only_scalars() -> None:
+    assert spec(anon=True, n=3, f=0.5, key="k").storage_options == {"anon": True, "n": 3, "f": 0.5, "key": "k"}
+    for bad, says in (
+        ({"a": 1}, "not a mapping"),
+        ([1], "not a list"),
+        (None, "not null"),
+        ("x" * 5000, "longer than 4096"),
+        (2**60, "at most"),
+    ):
+        with pytest.raises(SpecError) as err:
+            spec(o=bad)
+        assert [p.field for p in err.value.problems] == ["storage_options.o"] and says in str(err.value)
+    with pytest.raises(SpecError, match="1 to 64 characters"):
+        spec(**{"x" * 65: "v"})
+
+
+def test_boolean_options_mean_what_they_say_and_refuse_other_types() -> None:
+    assert normalized_options("s3://b/x", {"anon": "false", "requester_pays": "True"}) == {
+        "anon": False,
+        "requester_pays": True,
+    }
+    guard = SourceGuard()
+    guard.check("s3://b/x", {"anon": True, "version_aware": False})
+    for opts, field in (
+        ({"anon": "maybe"}, "storage_options.anon"),
+        ({"endpoint_url": 5}, "storage_options.endpoint_url"),
+    ):
+        with pytest.raises(SourceRefused) as err:
+            guard.check("s3://b/x", opts)
+        assert err.value.field == field
+
+
+def test_anon_true_is_accepted_by_the_api(live: Live) -> None:
+    r = post(live, {"name": "pub", "source": "s3://b/x", "storage_options": {"anon": True}}, probe=False)
+    assert r.status_code == 201, r.text
+    assert r.json()["storage_option_names"] == ["anon"]
+    rec = live.plane.store.get_dataset("default", "pub")
+    assert rec is not None and rec.spec.storage_options == {"anon": True}  # stored as a boolean
+
+
+# -- 4. a relative source: from the spec file's folder; the API refuses it ---------------------
+
+
+def test_a_relative_source_is_taken_from_the_spec_files_folder(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder(live.data / "digits", 4)
+    (live.data / "specs").mkdir()
+    (live.data / "specs" / "ds.yaml").write_text("name: digits\nsource: ../digits\n")
+    monkeypatch.chdir(tmp_path)  # the caller's folder is not the spec's
+    code, out, err = sluice("dataset", "create", str(live.data / "specs" / "ds.yaml"), "-o", "json")
+    assert code == 0, out + err
+    assert json.loads(out)["source"] == str(live.data / "digits") and json.loads(out)["items"] == 4
+
+
+def test_the_api_refuses_a_relative_local_source(live: Live) -> None:
+    for source in ("digits", "./data/x", "file://digits"):
+        r = post(live, {"name": "d", "source": source})
+        assert r.status_code == 422, r.text
+        [problem] = r.json()["problems"]
+        assert problem["field"] == "source" and "relative" in problem["problem"] and "absolute" in problem["problem"]
+
+
+# -- 5. the schemes a refusal lists are the schemes accepted -------------------------------------
+
+
+def test_a_refused_scheme_lists_exactly_the_accepted_ones() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_model(DatasetSpec, {"name": "d", "source": "ftp://h/x"})
+    listed = str(err.value).rsplit("use one of ", 1)[1].split(", ")
+    assert "memory" not in listed and tuple(listed) == SCHEMES
+    with pytest.raises(SpecError):
+        parse_model(DatasetSpec, {"name": "d", "source": "memory://x"})
+    for scheme in listed:  # each listed scheme passes the spec and the guard's scheme check
+        parse_model(DatasetSpec, {"name": "d", "source": f"{scheme}://h/x"})
+        try:
+            SourceGuard().check(f"{scheme}://h/x", resolve=False)
+        except SourceRefused as refused:
+            assert "scheme" not in refused.problem

@@ -1,0 +1,293 @@
+"""The node cache under tenant isolation: `dataset warm` fills, `dataset list` reports and
+`dataset rm` empties the cache a tenant's jobs really read (its uid's own, `uid-<uid>`), and a
+dataset deleted and registered again under its name never reads the old bytes.
+
+The "job" here is a real process of the tenant's uid, given the environment a node agent gives
+a job (`launch_env`, then `tenant_dir` as `NodeAgent._tenant_cache_dirs` does), reading every
+item the way `sluice.sdk.dataset` does. Tests that switch uids need root (as the suite runs in
+CI); the rest run anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.agent.isolation import detect_isolation
+from sluice.agent.tenant_cache import drop_everywhere, fractions_of, tenant_dir, warm_as
+from sluice.control.datasets import DatasetService, cache_folder, generation
+from sluice.data.cache import DatasetCache, dataset_id
+from sluice.data.guard import SourceGuard
+from sluice.data.settings import CacheSettings
+from sluice.model import JobUser
+from sluice.spec import DatasetSpec
+from sluice.store.base import DatasetRecord
+from sluice.store.memory import MemoryStore
+
+ALICE = JobUser(231_101, 231_101)
+BOB = JobUser(231_102, 231_102)
+USERS = {"alice": ALICE, "bob": BOB, "admin": JobUser(231_100, 231_100)}
+ITEMS = 6
+
+needs_root = pytest.mark.skipif(
+    not detect_isolation("auto").enabled, reason="needs a process that may switch users (root)"
+)
+
+JOB = """
+import hashlib, json, os
+from sluice.data.handle import DatasetHandle
+from sluice.sdk.dataset import _resolve
+src, opts, key, gen = _resolve("imgs", None, None)
+h = DatasetHandle(name=key, source=src, storage_options=opts, generation=gen,
+                  disk_dir=os.environ["SLUICE_CACHE_DISK_DIR"], memory_dir=os.environ["SLUICE_CACHE_MEMORY_DIR"])
+cd = h.reader().cached
+data = b"".join(cd.read(i) for i in range(len(cd)))
+cd.close(); cd.cache.drain()
+c = cd.counters
+print(json.dumps({"sha": hashlib.sha1(data).hexdigest(), "hits": c.hits_memory + c.hits_disk, "misses": c.misses}))
+"""
+
+
+@dataclass
+class Caller:
+    name: str
+    admin: bool = False
+
+
+def write_source(root: Path, fill: int) -> str:
+    """ITEMS files of `fill` bytes (sizes change with `fill`); the sha1 of all of them, in order."""
+    root.mkdir(parents=True, exist_ok=True)
+    data = b""
+    for i in range(ITEMS):
+        body = bytes([fill]) * (300 + 10 * fill + i)
+        (root / f"{i:02d}.bin").write_bytes(body)
+        data += body
+    return hashlib.sha1(data).hexdigest()
+
+
+@pytest.fixture
+def cache_settings(tmp_path: Path) -> CacheSettings:
+    return CacheSettings(disk_dir=tmp_path / "cache", memory_dir=tmp_path / "mem", memory_bytes=16 << 20)
+
+
+@pytest.fixture
+def svc(tmp_path: Path, cache_settings: CacheSettings) -> DatasetService:
+    """The plane's dataset service under isolation, on an engine without node agents (it
+    works on the plane's own node, as the local engine's agent works on its own)."""
+    return DatasetService(
+        MemoryStore(),
+        cache_settings,
+        guard=SourceGuard.of([tmp_path], []),
+        run_as=USERS.__getitem__,
+        job_python=os.environ.get("SLUICE_JOB_PYTHON"),
+    )
+
+
+def run_job(svc: DatasetService, tenant: str) -> dict[str, Any]:
+    """A job of `tenant` mounting `imgs`, run as the tenant's uid with the agent's environment."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin"), **svc.launch_env(tenant, ["imgs"])}
+    user = USERS[tenant]
+    for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
+        env[var] = str(tenant_dir(env[var], user))  # what NodeAgent._tenant_cache_dirs does
+    python = os.environ.get("SLUICE_JOB_PYTHON") or sys.executable
+    done = subprocess.run(
+        [python, "-c", JOB],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[],
+        umask=0o077,
+    )
+    assert done.returncode == 0, done.stderr
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def held(settings: CacheSettings, user: JobUser, ds: str) -> list[Path]:
+    """The files of cache folder `ds` in `user`'s own cache (both tiers)."""
+    out: list[Path] = []
+    for base in (settings.resolved_disk_dir(), settings.resolved_memory_dir()):
+        folder = Path(base) / f"uid-{user.uid}" / ds
+        if folder.is_dir():
+            out += [p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".sluice")]
+    return out
+
+
+# ------------------------------------------------------------------ anywhere
+
+
+def test_a_re_registered_dataset_has_a_cache_folder_of_its_own() -> None:
+    spec = DatasetSpec(name="imgs", source="/data/imgs")
+    old = DatasetRecord("alice", "imgs", spec, created_at=1_700_000_000.25)
+    new = DatasetRecord("alice", "imgs", spec, created_at=1_700_000_100.5)
+    assert generation(old) != generation(new)
+    assert cache_folder(old) != cache_folder(new)
+    assert cache_folder(old).startswith("alice~imgs-")
+    # no generation (off-cluster, a bench): the folder it always had
+    assert dataset_id("x", "/s") == dataset_id("x", "/s", None, "") != dataset_id("x", "/s", None, "1.0")
+
+
+def test_the_job_gets_the_generation_and_opens_that_folder(
+    svc: DatasetService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.sdk.dataset import _resolve
+
+    write_source(tmp_path / "src", 1)
+    rec = svc.create(Caller("alice"), DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    table = json.loads(svc.launch_env("alice", ["imgs"])["SLUICE_DATASETS"])
+    assert table["imgs"]["generation"] == generation(rec)
+    monkeypatch.setenv("SLUICE_DATASETS", json.dumps(table))
+    src, opts, key, gen = _resolve("imgs", None, None)
+    assert key is not None and dataset_id(key, src, opts, gen) == cache_folder(rec)
+
+
+def test_remove_drops_every_copy_of_a_name_and_nothing_else(tmp_path: Path, cache_settings: CacheSettings) -> None:
+    src = tmp_path / "src"
+    write_source(src, 1)
+    cache = DatasetCache(cache_settings)
+    for gen in ("1.0", "2.0"):
+        cache.open("alice/imgs", str(src), generation=gen).warm(2)
+    cache.open("alice/imgs-2", str(src)).warm(2)  # another dataset, whose name starts alike
+    stray = Path(cache.memory_dir) / dataset_id("alice/imgs", str(src), None, "0.5")  # the index forgot it
+    stray.mkdir()
+    (stray / "00.bin").write_bytes(b"old")
+    assert cache.remove("alice/imgs") == 3
+    left = {p.name for root in (cache.memory_dir, cache.disk_dir) for p in Path(root).iterdir() if p.is_dir()}
+    assert left == {dataset_id("alice/imgs-2", str(src))}
+    assert set(cache.state()[0]) == {"alice/imgs-2"}
+
+
+def test_recovering_the_node_cache_leaves_tenants_caches_alone(tmp_path: Path, cache_settings: CacheSettings) -> None:
+    """The agent recovers the shared cache as root when it starts: it must not walk into (let
+    alone delete from) the tenants' own caches inside its folders, which its index never lists."""
+    DatasetCache(cache_settings)
+    theirs = [
+        Path(base) / "uid-231101" / "alice~imgs-0123456789" / "00.bin"
+        for base in (cache_settings.resolved_disk_dir(), cache_settings.resolved_memory_dir())
+    ]
+    for f in theirs:
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"cached by a job of uid 231101")
+    report = DatasetCache(cache_settings).recover()
+    assert report.orphans_removed == 0 and all(f.exists() for f in theirs)
+
+
+def test_the_helper_warms_reports_and_drops_a_tenants_cache(tmp_path: Path, cache_settings: CacheSettings) -> None:
+    """The helper process end to end, run as this process's own user (no switch needed)."""
+    me = JobUser(os.geteuid(), os.getegid())
+    write_source(tmp_path / "src", 7)
+    guard = SourceGuard.of([tmp_path], [])
+    report = warm_as(cache_settings, me, "n1", "alice/imgs", str(tmp_path / "src"), {}, 4, guard, "7.0")
+    assert report.error is None, report.error
+    assert (report.node, report.files_fetched, report.cached_fraction) == ("n1", ITEMS, 1.0)
+    ds = dataset_id("alice/imgs", str(tmp_path / "src"), {}, "7.0")
+    assert fractions_of(cache_settings, me) == {ds: 1.0}
+    assert len(held(cache_settings, me, ds)) == ITEMS
+    # the admin's source policy holds in the helper too
+    refused = warm_as(cache_settings, me, "n1", "alice/etc", "/etc", {}, 4, guard, "7.0")
+    assert refused.error is not None and "dataset_roots" in refused.error
+    assert drop_everywhere(DatasetCache(cache_settings), cache_settings, "alice/imgs") == 1
+    assert fractions_of(cache_settings, me) == {} and held(cache_settings, me, ds) == []
+
+
+# ------------------------------------------------------------------ as tenant uids (root)
+
+
+@needs_root
+def test_warm_fills_the_cache_the_tenants_jobs_read(svc: DatasetService, tmp_path: Path) -> None:
+    want = write_source(tmp_path / "src", 1)
+    alice = Caller("alice")
+    rec = svc.create(alice, DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    [report] = svc.warm(alice, "imgs")
+    assert report.error is None, report.error
+    assert (report.files_fetched, report.cached_fraction) == (ITEMS, 1.0)
+    # what `dataset list` shows as cached here is alice's own cache, which her job then hits
+    assert svc.cached_here(alice, [rec]) == {"alice/imgs": 1.0}
+    assert run_job(svc, "alice") == {"sha": want, "hits": ITEMS, "misses": 0}
+    # ... filled as her uid, where only her uid reaches it (docs/security.md)
+    files = held(svc.cache_settings, ALICE, cache_folder(rec))
+    assert len(files) == ITEMS and all(f.stat().st_uid == ALICE.uid for f in files)
+    own = Path(svc.cache_settings.resolved_disk_dir()) / f"uid-{ALICE.uid}"
+    assert (own.stat().st_uid, stat.S_IMODE(own.stat().st_mode)) == (ALICE.uid, 0o700)
+    # nothing went to the shared cache (no job reads it under isolation), nor to bob's
+    assert svc.node_cache().state()[0] == {}
+    assert held(svc.cache_settings, BOB, cache_folder(rec)) == []
+    assert svc.cached_here(Caller("bob"), [rec]) == {"alice/imgs": 0.0}
+
+
+@needs_root
+def test_a_published_dataset_is_warmed_into_the_readers_own_cache(svc: DatasetService, tmp_path: Path) -> None:
+    want = write_source(tmp_path / "src", 2)
+    rec = svc.create(Caller("alice"), DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    svc.publish(Caller("admin", admin=True), "imgs", "alice")
+    [report] = svc.warm(Caller("bob"), "imgs")
+    assert report.error is None and report.files_fetched == ITEMS, report
+    assert run_job(svc, "bob") == {"sha": want, "hits": ITEMS, "misses": 0}
+    assert held(svc.cache_settings, ALICE, cache_folder(rec)) == []  # bob's warm is bob's
+    assert svc.cached_here(Caller("bob"), [rec]) == {"alice/imgs": 1.0}
+    assert svc.cached_here(Caller("alice"), [rec]) == {"alice/imgs": 0.0}
+    # an admin acts for the owner: its warm fills alice's
+    [report] = svc.warm(Caller("admin", admin=True), "imgs", tenant="alice")
+    assert report.files_fetched == ITEMS and len(held(svc.cache_settings, ALICE, cache_folder(rec))) == ITEMS
+    # rm empties every tenant's copy of it
+    assert svc.delete(Caller("alice"), "imgs") == {socket.gethostname(): "removed"}
+    for user in (ALICE, BOB):
+        assert held(svc.cache_settings, user, cache_folder(rec)) == []
+
+
+@needs_root
+def test_rm_empties_the_tenants_cache_and_a_recreated_dataset_reads_new_bytes(
+    svc: DatasetService, tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    first = write_source(src, 3)
+    alice = Caller("alice")
+    rec = svc.create(alice, DatasetSpec(name="imgs", source=str(src)))
+    svc.warm(alice, "imgs")
+    assert run_job(svc, "alice")["misses"] == 0
+    assert svc.delete(alice, "imgs") == {socket.gethostname(): "removed"}
+    for base in (svc.cache_settings.resolved_disk_dir(), svc.cache_settings.resolved_memory_dir()):
+        assert not list((Path(base) / f"uid-{ALICE.uid}").glob("alice~imgs-*")), base
+    # same name, same source folder, new bytes: the job fetches them all
+    shutil.rmtree(src)
+    second = write_source(src, 4)
+    assert second != first
+    new = svc.create(alice, DatasetSpec(name="imgs", source=str(src)))
+    assert svc.cached_here(alice, [new]) == {"alice/imgs": 0.0}
+    assert run_job(svc, "alice") == {"sha": second, "hits": 0, "misses": ITEMS}
+    assert cache_folder(new) != cache_folder(rec)
+
+
+@needs_root
+def test_a_copy_rm_could_not_reach_is_never_served_to_the_recreated_dataset(
+    svc: DatasetService, tmp_path: Path
+) -> None:
+    """A node down during `rm` keeps its copy (or a job still running writes one back): the
+    re-created dataset is another generation, so its jobs read the source, not that copy."""
+    src = tmp_path / "src"
+    write_source(src, 5)
+    alice = Caller("alice")
+    old = svc.create(alice, DatasetSpec(name="imgs", source=str(src)))
+    svc.warm(alice, "imgs")
+    svc.delete(alice, "imgs", purge_cache=False)
+    assert len(held(svc.cache_settings, ALICE, cache_folder(old))) == ITEMS  # still there
+    shutil.rmtree(src)
+    second = write_source(src, 6)
+    new = svc.create(alice, DatasetSpec(name="imgs", source=str(src)))
+    assert svc.cached_here(alice, [new]) == {"alice/imgs": 0.0}
+    assert run_job(svc, "alice") == {"sha": second, "hits": 0, "misses": ITEMS}
