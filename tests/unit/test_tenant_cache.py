@@ -291,3 +291,27 @@ def test_a_copy_rm_could_not_reach_is_never_served_to_the_recreated_dataset(
     new = svc.create(alice, DatasetSpec(name="imgs", source=str(src)))
     assert svc.cached_here(alice, [new]) == {"alice/imgs": 0.0}
     assert run_job(svc, "alice") == {"sha": second, "hits": 0, "misses": ITEMS}
+
+
+def _fake_helper(tmp_path: Path, body: str) -> str:
+    """An "interpreter" that ignores its arguments and does `body` (a shell line)."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_helper_that_writes_without_end_or_never_answers_is_killed(tmp_path: Path) -> None:
+    """The helper runs as the tenant's uid, so the tenant's own jobs can tamper with it: the
+    plane reads at most MAX_ANSWER_BYTES of it and waits no longer than the timeout."""
+    from sluice.agent.tenant_cache import MAX_ANSWER_BYTES, TenantCacheError, run_helper
+
+    me = JobUser(os.geteuid(), os.getegid())
+    flood = _fake_helper(tmp_path, f"head -c {4 * MAX_ANSWER_BYTES} /dev/zero; sleep 30")
+    with pytest.raises(TenantCacheError, match="wrote more than"):
+        run_helper(me, {"op": "fractions"}, 20.0, flood)
+    stuck = _fake_helper(tmp_path, "sleep 30")
+    with pytest.raises(TenantCacheError, match=r"took over 0\.5 s"):
+        run_helper(me, {"op": "fractions"}, 0.5, stuck)
+    fine = _fake_helper(tmp_path, "cat >/dev/null; echo noise; echo '{\"fractions\": {}}'")
+    assert run_helper(me, {"op": "fractions"}, 5.0, fine) == {"fractions": {}}

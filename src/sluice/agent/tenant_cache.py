@@ -17,11 +17,14 @@ dataset was never cached.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import selectors
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,11 @@ HELPER_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL
 cache's knobs (SLUICE_CACHE_*), as a job does (agent/launchenv.py)."""
 REPORT_TIMEOUT_S = 30.0
 DROP_TIMEOUT_S = 600.0
+MAX_ANSWER_BYTES = 1 << 20
+"""Most the plane reads of a helper's stdout (and of its stderr): the helper is a process of
+the tenant's uid, which the tenant's own jobs may tamper with; an answer is a few hundred
+bytes (a report of thousands of datasets stays far under this). More is refused, the helper
+killed."""
 
 
 class TenantCacheError(OSError):
@@ -112,21 +120,24 @@ def run_helper(
     env.pop("SLUICE_CACHE_MEMORY_DIR", None)
     env["HOME"] = "/"
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [python, "-m", "sluice.data.cache_ops"],
-            input=json.dumps(request).encode(),
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
             cwd="/",
-            timeout=timeout,
             close_fds=True,
-            check=False,
             **switch,
         )
-    except subprocess.TimeoutExpired:
-        raise TenantCacheError(f"the cache helper ({request.get('op')}) as {user} took over {timeout:g} s") from None
     except (OSError, subprocess.SubprocessError) as err:
         raise TenantCacheError(f"could not start the cache helper as {user}: {err}") from None
+    out, err_text, why = _bounded(proc, json.dumps(request).encode(), timeout)
+    if why == "timeout":
+        raise TenantCacheError(f"the cache helper ({request.get('op')}) as {user} took over {timeout:g} s")
+    if why == "too much":
+        raise TenantCacheError(f"the cache helper as {user} wrote more than {MAX_ANSWER_BYTES} bytes; killed")
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err_text)
     lines = done.stdout.decode(errors="replace").strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else None
@@ -138,6 +149,46 @@ def run_helper(
     if "failed" in answer:
         raise TenantCacheError(f"in the cache of {user}: {answer['failed']}")
     return answer
+
+
+def _bounded(proc: subprocess.Popen[bytes], request: bytes, timeout: float | None) -> tuple[bytes, bytes, str]:
+    """Send the request, then read stdout and stderr, each up to MAX_ANSWER_BYTES, until the
+    helper exits: (stdout, stderr, "" | "timeout" | "too much"). Over either bound the helper
+    is killed, never left running."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    got: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(request)
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            sel.register(stream, selectors.EVENT_READ)
+        while sel.get_map():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                proc.kill()
+                proc.wait()
+                return bytes(got[proc.stdout.fileno()]), bytes(got[proc.stderr.fileno()]), "timeout"
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                got[key.fd] += chunk
+                if len(got[key.fd]) > MAX_ANSWER_BYTES:
+                    proc.kill()
+                    proc.wait()
+                    return bytes(got[proc.stdout.fileno()]), bytes(got[proc.stderr.fileno()]), "too much"
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        proc.wait(left)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return bytes(got[proc.stdout.fileno()]), bytes(got[proc.stderr.fileno()]), "timeout"
+    return bytes(got[proc.stdout.fileno()]), bytes(got[proc.stderr.fileno()]), ""
 
 
 def warm_as(
