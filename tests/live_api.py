@@ -15,9 +15,22 @@ from typing import Any
 
 import pytest
 import uvicorn
+from typer.testing import CliRunner
 
 from sluice.api.app import create_app
+from sluice.cli.main import app as cli_app
 from sluice.server import write_secret
+
+_runner = CliRunner()
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """`sluice ARGS...` in this process: (exit code, stdout, stderr); an exception other than
+    the CLI's own exit is raised, so a crash fails the test instead of reading as exit 1."""
+    r = _runner.invoke(cli_app, list(args))
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sluice.agent.isolation import IsolationUnavailable, detect_isolation
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
-from sluice.model import Phase
+from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
 from sluice.spec import DatasetSpec, SpecError, parse_job_spec
 
@@ -48,21 +48,7 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
             plane.submit(caller, parse_job_spec({"command": ["python", "x.py"], "datasets": [{"name": "nope"}]}))
         assert err.value.problems[0].field == "datasets"
         plane.datasets.create(caller, DatasetSpec(name="blobs", source=str(src)))
-        spec = parse_job_spec(
-            {
-                "name": "reader",
-                "command": ["python", str(JOBS / "reads_dataset.py")],
-                "env": {"DATASET": "blobs", "EXPECT_BYTES": str(sum(1000 + i for i in range(20)))},
-                "datasets": [{"name": "blobs"}],
-                "resources": {"cpu": 0.5},
-            }
-        )
-        job = plane.submit(caller, spec)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not plane.get_job(caller, job.id).phase.terminal:
-            time.sleep(0.2)
-        done = plane.get_job(caller, job.id)
-        assert done.phase == Phase.SUCCEEDED, done.reason
+        job = _run_reader(plane, caller, sum(1000 + i for i in range(20)))
         tracker_bytes = [e for e in plane.why(caller, job.id) if e.kind == "phase"]
         assert tracker_bytes, "the job's history is recorded"
         # the agent reports the node's cache within its report interval
@@ -112,7 +98,8 @@ def _write_items(src: Path, extra: int) -> int:
     return sum(1000 + extra + i for i in range(20))
 
 
-def _run_reader(plane: ControlPlane, caller: Any, expect: int) -> None:
+def _run_reader(plane: ControlPlane, caller: Any, expect: int) -> JobRecord:
+    """Run the job that reads dataset `blobs` (expecting `expect` bytes) to success."""
     spec = parse_job_spec(
         {
             "command": ["python", str(JOBS / "reads_dataset.py")],
@@ -127,6 +114,7 @@ def _run_reader(plane: ControlPlane, caller: Any, expect: int) -> None:
         time.sleep(0.2)
     done = plane.get_job(caller, job.id)
     assert done.phase == Phase.SUCCEEDED, done.reason
+    return done
 
 
 @pytest.mark.skipif(not _isolating(), reason="needs a plane that may run jobs as tenant uids (root)")

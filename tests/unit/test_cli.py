@@ -25,7 +25,7 @@ from sluice.settings import Settings
 from sluice.spec import TenantSpec
 from sluice.store.sql import SqlStore
 
-from ..live_api import free_port, serve_for_cli
+from ..live_api import free_port, run_cli, serve_for_cli
 from .fake_engine import FakeEngine
 
 
@@ -65,11 +65,7 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
 runner = CliRunner()
 
 
-def sluice(*args: str) -> tuple[int, str, str]:
-    r = runner.invoke(app, list(args))
-    if r.exception and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.stdout, r.stderr
+sluice = run_cli
 
 
 def write_spec(path: Path, text: str) -> Path:

@@ -21,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from sluice.cli.main import app
 from sluice.control.plane import ControlPlane
 from sluice.data.errors import SourceError
 from sluice.data.guard import SCHEMES, SourceGuard, SourceRefused, normalized_options
@@ -34,10 +32,8 @@ from sluice.spec import DatasetSpec, SpecError
 from sluice.spec.loading import parse_model
 from sluice.store.sql import SqlStore
 
-from ..live_api import serve_for_cli
+from ..live_api import run_cli, serve_for_cli
 from .fake_engine import FakeEngine
-
-runner = CliRunner()
 
 
 @dataclass
@@ -65,11 +61,7 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
         plane.store.close()
 
 
-def sluice(*args: str) -> tuple[int, str, str]:
-    r = runner.invoke(app, list(args))
-    if r.exception and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.stdout, r.stderr
+sluice = run_cli
 
 
 def folder(path: Path, files: int) -> Path:
