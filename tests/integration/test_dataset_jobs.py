@@ -145,6 +145,15 @@ def test_under_isolation_warm_fills_what_the_job_reads_and_rm_purges_it(tmp_path
         assert any(d.glob("default~blobs-*/item-000.bin") for d in mine)  # the tenant's own folders
         with TestClient(app) as http:
             assert http.get("/v1/datasets/blobs", headers=auth).json()["cached_fraction"] == 1.0
+            # the node's agent reports the tenant's own copy (read as its uid, on its next
+            # rounds): CACHED ON NODES and data-aware placement see what the job will find
+            deadline = time.monotonic() + 45
+            while time.monotonic() < deadline:
+                cached_on = http.get("/v1/datasets/blobs", headers=auth).json()["cached_on"]
+                if cached_on:
+                    break
+                time.sleep(0.5)
+            assert cached_on == {node: 1.0}
             _run_reader(plane, caller, first)
             got = http.get("/v1/datasets/blobs", headers=auth).json()
             assert (sum(got["cache_hits"].values()), got["cache_misses"]) == (20, 0)  # warm was where it reads

@@ -24,13 +24,16 @@ from typing import Any
 
 import pytest
 
+from sluice.agent import tenant_cache
+from sluice.agent.cache_report import CacheReporter
 from sluice.agent.isolation import detect_isolation
-from sluice.agent.tenant_cache import drop_everywhere, fractions_of, tenant_dir, warm_as
+from sluice.agent.tenant_cache import TenantCacheWatch, drop_everywhere, fractions_of, tenant_dir, warm_as
 from sluice.control.datasets import DatasetService, cache_folder, generation
-from sluice.data.cache import DatasetCache, dataset_id
+from sluice.data.cache import DatasetCache, dataset_id, reader_key
 from sluice.data.guard import SourceGuard
 from sluice.data.settings import CacheSettings
-from sluice.model import JobUser
+from sluice.model import ClusterView, JobUser, JobView, NodeView, Phase, dataset_of
+from sluice.policy.data_aware import DataAwarePolicy
 from sluice.spec import DatasetSpec
 from sluice.store.base import DatasetRecord
 from sluice.store.memory import MemoryStore
@@ -315,3 +318,83 @@ def test_a_helper_that_writes_without_end_or_never_answers_is_killed(tmp_path: P
         run_helper(me, {"op": "fractions"}, 0.5, stuck)
     fine = _fake_helper(tmp_path, "cat >/dev/null; echo noise; echo '{\"fractions\": {}}'")
     assert run_helper(me, {"op": "fractions"}, 5.0, fine) == {"fractions": {}}
+
+
+@needs_root
+def test_nodes_report_each_tenants_own_cache_and_placement_reads_the_readers_copy(
+    svc: DatasetService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under isolation a job reads only its uid's copy: the node's report carries each
+    tenant's copy under its own key (read by a helper of that uid), `dataset list`'s CACHED ON
+    NODES and data-aware placement look up the reader's key, never another tenant's."""
+    write_source(tmp_path / "src", 4)
+    alice, bob = Caller("alice"), Caller("bob")
+    rec = svc.create(alice, DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    svc.publish(Caller("admin", admin=True), "imgs", "alice")
+    [report] = svc.warm(alice, "imgs")
+    assert report.error is None, report.error
+    reporter = CacheReporter("n1", svc.cache_settings, interval_s=0.0, job_python=os.environ.get("SLUICE_JOB_PYTHON"))
+    reporter.tenants.refresh(0.0, wait=True)
+    event = reporter.poll(1.0, [])
+    mine = reader_key(ALICE.uid, cache_folder(rec))
+    assert event is not None and event.datasets == {mine: 1.0}  # no shared cache: only alice's
+    by_node = {"n1": event.datasets, "n2": {}}
+    assert svc.cached_on(alice, [rec], by_node) == {"alice/imgs": {"n1": 1.0}}
+    assert svc.cached_on(bob, [rec], by_node) == {"alice/imgs": {}}  # bob's jobs would not find it
+    # the controller's job view keys the job's data like the reports of its reader's copy
+    assert svc.dataset_bytes("alice", ["imgs"]) == {mine: rec.total_bytes}
+    assert list(svc.dataset_bytes("bob", ["imgs"])) == [reader_key(BOB.uid, cache_folder(rec))]
+    nodes = {n: NodeView(name=n, cpu=2, gpus=0, memory_mb=1024, cached_datasets=by_node[n]) for n in ("n2", "n1")}
+    for tenant, where in (("alice", "n1"), ("bob", None)):
+        sizes = svc.dataset_bytes(tenant, ["imgs"])
+        job = JobView(
+            id=tenant,
+            name=tenant,
+            tenant=tenant,
+            phase=Phase.QUEUED,
+            submitted_at=0.0,
+            datasets=tuple(sizes),
+            dataset_bytes=sizes,
+        )
+        [decision] = DataAwarePolicy().decide(ClusterView(now=0.0, nodes=nodes, jobs={job.id: job}))
+        share = "100%" if where else "0%"
+        assert f"{share} of its data (alice/imgs)" in decision.reason, decision.reason
+        if where:
+            assert decision.reason.startswith(f"data-aware: placed on {where}")
+    # a helper runs again only when the tenant's cache changed
+    calls: list[int] = []
+    real = tenant_cache.fractions_of
+    monkeypatch.setattr(tenant_cache, "fractions_of", lambda s, u, p=None: calls.append(u.uid) or real(s, u, p))
+    reporter.tenants.refresh(2.0, wait=True)
+    assert calls == []
+    svc.delete(alice, "imgs")
+    reporter.tenants.refresh(3.0, wait=True)
+    gone = reporter.poll(4.0, [])
+    reporter.close()
+    assert calls[0] == ALICE.uid and gone is not None and gone.datasets == {}  # emptied: said so
+
+
+def test_a_tenants_answer_only_names_cache_folders_and_is_bounded(
+    cache_settings: CacheSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer comes from a process of the tenant's uid: keys that are not cache folders
+    are dropped (they could not match another key anyway: each is prefixed with the uid)."""
+    me = JobUser(os.geteuid(), os.getegid())
+    tenant_dir(cache_settings.resolved_disk_dir(), me)
+    many = {f"alice~x-{i:010x}": 1.0 for i in range(tenant_cache.MAX_REPORTED + 50)}
+    bad = {"../../etc": 1.0, "alice/imgs": 1.0, "uid-1:alice~y-0123456789": 1.0, "a" * 300 + "-0123456789": 1.0}
+    monkeypatch.setattr(tenant_cache, "fractions_of", lambda s, u, p=None: {**many, **bad})
+    watch = TenantCacheWatch(cache_settings)
+    watch.refresh(0.0, wait=True)
+    got = watch.entries()
+    assert len(got) == tenant_cache.MAX_REPORTED
+    assert all(k.startswith(f"uid-{me.uid}:alice~x-") for k in got)
+
+
+def test_a_reader_key_names_its_dataset() -> None:
+    """`dataset_of` (model: what policies and metrics read) undoes `reader_key` (data: what
+    nodes report), for any dataset name sluice accepts."""
+    for owner, name in (("alice", "imgs"), ("a.b-c_d", "x.y-z_9"), ("t1", "0")):
+        folder = dataset_id(f"{owner}/{name}", "s3://b/p", {"anon": True}, "12.5")
+        assert dataset_of(reader_key(1234, folder)) == f"{owner}/{name}"
+        assert dataset_of(f"{owner}/{name}") == f"{owner}/{name}"

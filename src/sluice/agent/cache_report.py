@@ -7,15 +7,19 @@ The cache itself lives in `sluice.data`; jobs fill it. The agent:
   memory tier with `sluice.data.elastic.memory_tier_target` — Fluid's autoscaler on one node:
   enough for the horizon of consumption, never past the memory watermark. An operator's fixed
   size (SLUICE_CACHE_MEMORY_BYTES) turns this off.
+Under tenant isolation each tenant uid's own cache (the only one its jobs read) is reported
+too, as `reader_key` entries (`sluice.agent.tenant_cache.TenantCacheWatch`).
 A node whose cache was never used has no index yet, reports nothing and costs nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 
 import psutil
 
+from sluice.agent.tenant_cache import TenantCacheWatch
 from sluice.data.cache import MEMORY, DatasetCache
 from sluice.data.elastic import ElasticInputs, memory_tier_target
 from sluice.data.settings import CacheSettings
@@ -52,14 +56,19 @@ class ConsumptionMeter:
 
 
 class CacheReporter:
-    def __init__(self, node: str, settings: CacheSettings, interval_s: float = 10.0) -> None:
-        """`settings`: the node's cache (`sluice.settings.Settings.cache`)."""
+    def __init__(
+        self, node: str, settings: CacheSettings, interval_s: float = 10.0, job_python: str | None = None
+    ) -> None:
+        """`settings`: the node's cache (`sluice.settings.Settings.cache`). `job_python`: the
+        interpreter tenants' jobs run, which reads each tenant's own cache as its uid."""
         self.node = node
         self.settings = settings
         self.interval_s = interval_s
         self.meter = ConsumptionMeter()
+        self.tenants = TenantCacheWatch(settings, job_python)
         self._cache: DatasetCache | None = None
         self._next = 0.0
+        self._reported_own = False
 
     def _open(self) -> DatasetCache | None:
         if self._cache is None and (self.settings.resolved_disk_dir() / "index.sqlite").exists():
@@ -79,16 +88,32 @@ class CacheReporter:
         if now < self._next:
             return None
         self._next = now + self.interval_s
+        self.tenants.refresh(now)
+        own = self.tenants.entries()  # what the last refresh found (this one's, next time)
         cache = self._open()
         if cache is None:
-            return None
+            if not own and not self._reported_own:
+                return None
+            self._reported_own = bool(own)  # one empty report after the last copy went
+            return NodeCache(self.node, now, own, self._disk_free())
         try:
             self._autoscale(cache)
             datasets, free = cache.state()
         except Exception as err:  # a busy or damaged index must not stop the agent
             log.warning("cannot read the dataset cache on %s: %s", self.node, err)
             return None
-        return NodeCache(self.node, now, datasets, free)
+        return NodeCache(self.node, now, {**datasets, **own}, free)
+
+    def close(self) -> None:
+        self.tenants.close()
+
+    def _disk_free(self) -> int:
+        """Room for a cache that has no index of its own yet (only tenants' caches, under
+        isolation): what the disk tier's file system has free."""
+        try:
+            return int(shutil.disk_usage(self.settings.resolved_disk_dir()).free)
+        except OSError:
+            return 0
 
     def _autoscale(self, cache: DatasetCache) -> int | None:
         """Set the memory tier to what consumption asks; returns the new capacity if changed."""

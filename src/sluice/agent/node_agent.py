@@ -226,7 +226,7 @@ class NodeAgent:
         self._gpu_holders: dict[str, tuple[str, int]] = {}
         self._kpis: KpiSampler | None = None
         self._next_kpi = 0.0
-        self._cache = CacheReporter(name, self.settings.cache)
+        self._cache = CacheReporter(name, self.settings.cache, job_python=self.settings.job_python)
         self._cache.recover()
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
@@ -724,6 +724,7 @@ class NodeAgent:
         """Forget the attempts; their processes keep running for the next agent to adopt.
         Injected faults are stopped: they belong to this agent, not to a job."""
         self.faults.stop_all()
+        self._cache.close()
         with self._lock:
             for att in self._watched.values():
                 if att.popen is not None and att.popen.poll() is not None:

@@ -19,22 +19,27 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import selectors
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sluice.agent.isolation import PRIVATE_DIR_MODE, own_dir, plane_dirs, unreachable
-from sluice.data.cache import TENANT_DIR, DatasetCache, folder_pattern
+from sluice.data.cache import TENANT_DIR, DatasetCache, folder_pattern, reader_key
 from sluice.data.guard import SourceGuard
 from sluice.data.settings import CacheSettings
 from sluice.data.warm import WarmReport
 from sluice.model import JobUser
+
+log = logging.getLogger("sluice.agent")
 
 HELPER_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 """What the helper inherits of the plane's environment (no token, no database URL), plus the
@@ -46,6 +51,14 @@ MAX_ANSWER_BYTES = 1 << 20
 the tenant's uid, which the tenant's own jobs may tamper with; an answer is a few hundred
 bytes (a report of thousands of datasets stays far under this). More is refused, the helper
 killed."""
+
+
+MAX_REPORTED = 4096
+"""Most cached copies one tenant's report may name (each becomes a key in the node's report)."""
+_FOLDER = re.compile(r"[A-Za-z0-9._~-]{1,200}-[0-9a-f]{10}")
+"""What a cache folder (`dataset_id`) looks like; anything else in a tenant's answer is dropped."""
+REPORT_MAX_AGE_S = 300.0
+"""A tenant's cache is read again at least this often even when nothing seems to change."""
 
 
 class TenantCacheError(OSError):
@@ -281,3 +294,83 @@ def fractions_of(settings: CacheSettings, user: JobUser, python: str | None = No
         )
     except (TypeError, ValueError) as err:
         raise TenantCacheError(f"the cache helper as {user} answered nonsense: {err}") from None
+
+
+def _fingerprint(folders: tuple[Path, Path]) -> tuple[tuple[int, int], ...]:
+    """What changes when a tenant's cache fills or empties, read with lstat only (never
+    following a link, never opening a file of the tenant's): its folders and its index."""
+    out: list[tuple[int, int]] = []
+    disk = folders[0]
+    for path in (disk, folders[1], disk / "index.sqlite", disk / "index.sqlite-wal"):
+        try:
+            st = os.lstat(path)
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((0, -1))
+    return tuple(out)
+
+
+class TenantCacheWatch:
+    """Every tenant uid's own cache on this node, as `reader_key` entries for the node's
+    cache report, so that placement and `dataset list` see what isolated jobs will find (they
+    read only their uid's copy, never the shared cache).
+
+    A tenant's cache is read by a helper of its uid (`fractions_of`), on a background thread
+    (a helper may take up to REPORT_TIMEOUT_S; the agent's loop must not wait), and only when
+    its folders or index changed since the last read or REPORT_MAX_AGE_S passed. The answer is
+    a tenant's process's word: it is clamped, bounded to MAX_REPORTED copies, and it only
+    names keys of that uid, which only that tenant's jobs are placed by."""
+
+    def __init__(self, settings: CacheSettings, python: str | None = None) -> None:
+        self.settings = settings
+        self.python = python
+        self._mu = threading.Lock()
+        self._reports: dict[int, dict[str, float]] = {}
+        self._seen: dict[int, tuple[tuple[tuple[int, int], ...], float]] = {}
+        self._busy: threading.Thread | None = None
+
+    def entries(self) -> dict[str, float]:
+        """The latest reports, keyed by `reader_key(uid, folder)`."""
+        with self._mu:
+            return {reader_key(uid, f): frac for uid, held in self._reports.items() for f, frac in held.items()}
+
+    def refresh(self, now: float, wait: bool = False) -> None:
+        """Start reading the tenants' caches that changed (on a thread; `wait`: here and now).
+        A refresh still running is left to finish."""
+        with self._mu:
+            if self._busy is not None and self._busy.is_alive():
+                return
+            worker = threading.Thread(target=self._refresh, args=(now,), name="tenant-cache-report", daemon=True)
+            self._busy = worker
+        worker.start()
+        if wait:
+            worker.join()
+
+    def close(self, timeout: float = REPORT_TIMEOUT_S) -> None:
+        """Wait for a refresh still running (its helper is bounded by REPORT_TIMEOUT_S)."""
+        with self._mu:
+            busy = self._busy
+        if busy is not None:
+            busy.join(timeout)
+
+    def _refresh(self, now: float) -> None:
+        here = tenants_here(self.settings)
+        uids = {u.uid for u in here}
+        with self._mu:
+            for uid in [u for u in self._reports if u not in uids]:
+                self._reports.pop(uid, None)
+                self._seen.pop(uid, None)
+        for user, folders in sorted(here.items(), key=lambda kv: kv[0].uid):
+            mark = _fingerprint(folders)
+            seen = self._seen.get(user.uid)
+            if seen is not None and seen[0] == mark and now - seen[1] < REPORT_MAX_AGE_S:
+                continue
+            try:
+                held = fractions_of(self.settings, user, self.python)
+            except OSError as err:
+                log.warning("cannot read the cache of %s: %s", user, err)
+                continue
+            kept = dict(sorted((k, v) for k, v in held.items() if _FOLDER.fullmatch(k))[:MAX_REPORTED])
+            with self._mu:
+                self._reports[user.uid] = kept
+                self._seen[user.uid] = (mark, now)

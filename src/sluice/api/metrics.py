@@ -32,7 +32,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from sluice.control.plane import ControlPlane
 from sluice.health.monitor import HealthMonitor
-from sluice.model import ClusterView, Event, JobProgress, JobRecord, NodeDecision, NodeHealth, NodeKPIs, Phase
+from sluice.model import (
+    ClusterView,
+    Event,
+    JobProgress,
+    JobRecord,
+    NodeDecision,
+    NodeHealth,
+    NodeKPIs,
+    Phase,
+    dataset_of,
+)
 from sluice.model.progress import ProgressSignals
 
 ROUND_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -230,15 +240,15 @@ class PlaneMetrics:
             return list(self._alloc)
 
     def _mounted(self, view: ClusterView, job_id: str) -> set[str]:
-        """The cache keys of the datasets a job mounts. A job whose last report arrived with
-        its exit is no longer in the view: then from its record."""
+        """The cache keys (`owner/name`) of the datasets a job mounts. A job whose last report
+        arrived with its exit is no longer in the view: then from its record."""
         jv = view.jobs.get(job_id)
         if jv is not None:
-            return set(jv.datasets)
+            return {dataset_of(d) for d in jv.datasets}
         job = self.plane.controller.book.get(job_id)
         if job is None or not job.spec.datasets:
             return set()
-        return set(self.plane.datasets.dataset_bytes(job.tenant, [d.name for d in job.spec.datasets]))
+        return set(self.plane.datasets.cache_keys(job.tenant, [d.name for d in job.spec.datasets]))
 
     def _count_cache(self, e: JobProgress, datasets: set[str]) -> None:
         """Fold a job's cumulative per-dataset cache counters into the totals; only datasets

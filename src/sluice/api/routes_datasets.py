@@ -27,11 +27,12 @@ router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 def dataset_out(
     rec: Any,
     cached: dict[str, float] | None = None,
-    by_node: dict[str, dict[str, float]] | None = None,
+    cached_on: dict[str, dict[str, float]] | None = None,
     published: dict[str, str] | None = None,
     counts: dict[str, int] | None = None,
 ) -> DatasetOut:
-    """The record as the API shows it, with how much of it each node caches and, given
+    """The record as the API shows it, with how much of it each node caches (`cached_on`:
+    `DatasetService.cached_on`, the copy the caller's jobs read) and, given
     `counts` (see `_counts`), its cache hits and misses."""
     key = cache_key(rec.tenant, rec.name)
     hits = None if counts is None else {t: counts[f"hits_{t}"] for t in ("memory", "disk")}
@@ -48,7 +49,7 @@ def dataset_out(
         items=rec.items,
         total_bytes=rec.total_bytes,
         cached_fraction=None if cached is None else cached.get(key, 0.0),
-        cached_on={n: d[key] for n, d in sorted((by_node or {}).items()) if d.get(key, 0.0) > 0},
+        cached_on=(cached_on or {}).get(key, {}),
         published=(published or {}).get(rec.name) == rec.tenant,
         cache_hits=hits,
         cache_misses=misses,
@@ -74,9 +75,10 @@ def _cached(svc: DatasetService, caller: Any, records: list[Any]) -> dict[str, f
     return svc.cached_here(caller, records)
 
 
-def _by_node(plane: ControlPlane) -> dict[str, dict[str, float]]:
-    """Every node's cache as its agent reported it."""
-    return plane.cached_by_node()
+def _by_node(plane: ControlPlane, svc: DatasetService, caller: Any, records: list[Any]) -> dict[str, dict[str, float]]:
+    """Per dataset, how much of it each node holds in the copy the caller's jobs read (under
+    isolation its own uid's), from the nodes' agents' reports."""
+    return svc.cached_on(caller, records, plane.cached_by_node())
 
 
 @router.get("", response_model=Page[DatasetOut])
@@ -88,7 +90,7 @@ def list_datasets(
     svc = service(request, plane)
     records = svc.list_datasets(caller, after=after, limit=limit + 1)
     page, nxt = page_of(records, limit, "datasets", lambda r: (r.tenant, r.name))
-    cached, by_node, pub = _cached(svc, caller, page), _by_node(plane), svc.published()
+    cached, by_node, pub = _cached(svc, caller, page), _by_node(plane, svc, caller, page), svc.published()
     items = [dataset_out(r, cached, by_node, pub, _counts(request, caller, r)) for r in page]
     return Page[DatasetOut](items=items, next_cursor=nxt)
 
@@ -112,7 +114,11 @@ def get_dataset(
     svc = service(request, plane)
     rec = svc.get(caller, name, tenant)
     return dataset_out(
-        rec, _cached(svc, caller, [rec]), _by_node(plane), svc.published(), _counts(request, caller, rec)
+        rec,
+        _cached(svc, caller, [rec]),
+        _by_node(plane, svc, caller, [rec]),
+        svc.published(),
+        _counts(request, caller, rec),
     )
 
 

@@ -27,13 +27,13 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sluice.agent.tenant_cache import drop_everywhere, fractions_of, warm_as
 from sluice.control.auth import Caller
 from sluice.control.errors import Conflict, Forbidden, NotFound
-from sluice.data.cache import DatasetCache, cache_key, dataset_id
+from sluice.data.cache import DatasetCache, cache_key, dataset_id, reader_key
 from sluice.data.errors import DataError, SourceError
 from sluice.data.guard import SourceGuard, SourceRefused
 from sluice.data.index import Index
@@ -318,14 +318,42 @@ class DatasetService:
             "SLUICE_CACHE_MEMORY_DIR": str(s.resolved_memory_dir()),
         }
 
+    def node_key(self, reader: str, rec: DatasetRecord) -> str:
+        """The key under which nodes report the copy of `rec` that `reader`'s jobs read: under
+        isolation that tenant uid's own copy (`reader_key`), else the shared cache's
+        `owner/name`."""
+        if self.run_as is not None:
+            return reader_key(self.run_as(reader).uid, cache_folder(rec))
+        return cache_key(rec.tenant, rec.name)
+
     def dataset_bytes(self, tenant: str, names: list[str]) -> dict[str, int]:
         """Sizes for JobView.dataset_bytes (what data-aware placement weighs), keyed like the
-        nodes' cache reports (`owner/name`); 0 where the size is unknown."""
+        nodes' cache reports of the copy the tenant's jobs read (`node_key`); 0 where the size
+        is unknown."""
         out: dict[str, int] = {}
         for n in names:
             rec = self.resolve(tenant, n)
             if rec is not None:
-                out[cache_key(rec.tenant, rec.name)] = rec.total_bytes or 0
+                out[self.node_key(tenant, rec)] = rec.total_bytes or 0
+        return out
+
+    def cache_keys(self, tenant: str, names: list[str]) -> list[str]:
+        """The cache keys (`owner/name`) of the datasets `names` as `tenant` mounts them: what
+        its jobs' cache counters are labelled with."""
+        return [cache_key(rec.tenant, rec.name) for n in names if (rec := self.resolve(tenant, n)) is not None]
+
+    def cached_on(
+        self, caller: Caller, records: Iterable[DatasetRecord], by_node: Mapping[str, Mapping[str, float]]
+    ) -> dict[str, dict[str, float]]:
+        """Cache key (`owner/name`) -> node -> share of the dataset in the copy the caller's
+        reader's jobs read there (`_reader`, `node_key`), from the nodes' reports `by_node`;
+        nodes holding none are left out. Never another tenant's copy."""
+        out: dict[str, dict[str, float]] = {}
+        for rec in records:
+            key = self.node_key(self._reader(caller, rec), rec)
+            out[cache_key(rec.tenant, rec.name)] = {
+                node: float(held[key]) for node, held in sorted(by_node.items()) if held.get(key, 0.0) > 0
+            }
         return out
 
     def missing(self, tenant: str, names: list[str]) -> list[str]:

@@ -103,6 +103,14 @@ def dataset_id(name: str, source: str, storage_options: Mapping[str, Any] | None
     return f"{name.replace('/', '~')}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
 
 
+def reader_key(uid: int, folder: str) -> str:
+    """How a node reports one tenant uid's own cached copy (`folder`: a `dataset_id`) under
+    isolation, next to the shared cache's `owner/name` keys: that uid's jobs read only their
+    own copy, so placement weighs `uid-<uid>:<folder>` for them (see
+    `sluice.control.datasets.DatasetService.dataset_bytes`). `:` is in no cache key or folder."""
+    return f"uid-{uid}:{folder}"
+
+
 def folder_pattern(name: str) -> re.Pattern[str]:
     """What the cache folders of every copy of dataset `name` are called (`dataset_id`: any
     source, any generation), and nothing else: `alice~imgs-<hash>`, not `alice~imgs-2-<hash>`."""

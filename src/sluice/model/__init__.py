@@ -21,7 +21,7 @@ from sluice.model.launch import JobUser, LaunchRequest, NodeInfo
 from sluice.model.oracle import ORACLE_LABEL, OracleInfo, OracleSource, SpeedupFn
 from sluice.model.phase import TERMINAL, TRANSITIONS, IllegalTransition, Phase, can_transition
 from sluice.model.progress import AllocShape, ProgressSignals, ProgressTracker, RateSample, alloc_shape
-from sluice.model.view import ClusterView, JobView, NodeHealth, NodeView
+from sluice.model.view import ClusterView, JobView, NodeHealth, NodeView, dataset_of
 
 __all__ = [
     "ORACLE_LABEL",
@@ -70,4 +70,5 @@ __all__ = [
     "Wait",
     "alloc_shape",
     "can_transition",
+    "dataset_of",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -12,6 +13,19 @@ from sluice.model.capabilities import EngineCapabilities
 from sluice.model.oracle import OracleInfo
 from sluice.model.phase import Phase
 from sluice.model.progress import ProgressSignals
+
+_READER_COPY = re.compile(r"uid-[0-9]+:(?P<name>.+)-[0-9a-f]{10}")
+
+
+def dataset_of(key: str) -> str:
+    """The dataset (`owner/name`) a cache key of a job or a node report stands for.
+
+    Keys are `owner/name` for the shared cache; under tenant isolation a job reads only its
+    uid's own copy, and nodes report that copy as `uid-<uid>:<cache folder>` (the folder being
+    `owner~name-<hash>`; `sluice.data.cache.reader_key` makes them, and a unit test keeps the
+    two in step)."""
+    m = _READER_COPY.fullmatch(key)
+    return m.group("name").replace("~", "/") if m else key
 
 
 class NodeHealth(StrEnum):
@@ -75,6 +89,8 @@ class JobView:
     qoe_loss: float | None = None
     qoe_deadline: float | None = None
     datasets: tuple[str, ...] = ()
+    """Keys of the datasets it mounts, as nodes report them: `owner/name`, or under isolation
+    its uid's own copy (`dataset_of` gives the dataset)."""
     dataset_bytes: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     not_before: float = 0.0
     oracle: OracleInfo | None = None

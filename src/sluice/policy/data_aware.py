@@ -7,7 +7,7 @@ data + cache room for the rest. Reasons name the share of data found on the chos
 
 from __future__ import annotations
 
-from sluice.model import ClusterView, Decision, Place, Wait
+from sluice.model import ClusterView, Decision, Place, Wait, dataset_of
 from sluice.policy.parts.capacity import Ledger
 from sluice.policy.parts.data_aware import DataScorer, DataWeights, order_by_storage_gap
 from sluice.policy.parts.ordering import backoff_reason, ready
@@ -36,10 +36,7 @@ class DataAwarePolicy:
             share = DataScorer(view, self.weights, scorer.planned).parts(ledger.rooms[node], job)[2]
             for n in res.allocation.nodes:
                 scorer.placed(job, n)
-            data = (
-                f"; {share:.0%} of its data ({', '.join(job.datasets)}) is cached or being warmed there"
-                if job.datasets
-                else ""
-            )
+            names = ", ".join(dataset_of(d) for d in job.datasets)
+            data = f"; {share:.0%} of its data ({names}) is cached or being warmed there" if job.datasets else ""
             out.append(Place(job.id, res.allocation, f"{self.name}: placed on {node}{data}"))
         return out
