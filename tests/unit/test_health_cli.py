@@ -4,6 +4,7 @@ mean, and clear errors for a bad folder or file."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,45 @@ def test_eval_prints_every_detector_and_writes_json(tmp_path: Path) -> None:
     flow = data["mean"]["sluice-flow"]
     assert flow["auroc"] > 0.9  # an obvious fault on one KPI is found
     assert flow["windows_per_s"] > 0 and flow["train_s"] > 0
+
+
+NUMBER = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")
+
+
+def test_eval_at_80_columns_keeps_every_number(tmp_path: Path) -> None:
+    """At 80 columns the one table cut every number to `0.9…`; now it is two tables (point-wise
+    F1 and ranking; PA F1 and cost), each number whole, and the JSON is the same as ever."""
+    for i, name in enumerate(("srv-2", "srv-10")):
+        write_entity(tmp_path, name, i)
+    out = tmp_path / "rows.json"
+    res = CliRunner().invoke(
+        app, ["health", "eval", str(tmp_path), "--epochs", "2", "--json", str(out)], env={"COLUMNS": "80"}
+    )
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output
+    assert max(len(line) for line in res.output.splitlines()) <= 80
+    data = json.loads(out.read_text())
+    assert set(data) == {"rows", "mean"} and len(data["rows"]) == 8
+    shown = set(NUMBER.findall(res.output))
+    for row in data["rows"]:
+        for m in ("f1_best", "f1_spot", "f1_dspot", "f1_pa", "f1_pak", "auroc", "auprc"):
+            assert f"{row[m]:.3f}" in shown, (row["entity"], row["detector"], m)
+        assert f"{row['windows_per_s']:,.0f}" in shown
+    for head in ("F1 best", "F1 DSPOT", "AUPRC", "F1 PA%20", "windows/s", "srv-10", "autoencoder", "mean"):
+        assert head in res.output
+
+
+def test_leave_servers_out_at_80_columns_keeps_every_number(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i, name in enumerate(("srv-1", "srv-2", "srv-3")):
+        write_entity(data, name, i)
+    args = ["health", "eval", str(data), "--protocol", "leave-servers-out", "--folds", "3", "--epochs", "2"]
+    res = CliRunner().invoke(app, [*args, "--no-baselines"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output
+    assert max(len(line) for line in res.output.splitlines()) <= 80
+    assert "sluice-flow" in res.output  # a detector's name is not broken across lines
 
 
 def test_eval_names_the_problem_with_a_bad_folder_or_file(tmp_path: Path) -> None:

@@ -151,11 +151,7 @@ def eval_cmd(
     except DatasetError as err:
         console.print(f"[red]error:[/red] folder: {err}")
         raise typer.Exit(2) from None
-    table = Table(title=f"sluice health eval {folder}")
-    table.add_column("entity")
-    table.add_column("detector")
-    for h in _HEAD:
-        table.add_column(h, justify="right")
+    lines: list[tuple[str, str, list[str]] | None] = []  # entity, detector, a cell per metric; None: a section
     with console.status("evaluating") as status:
         for ent in ents:
             for name, make in makers.items():
@@ -165,12 +161,13 @@ def eval_cmd(
                 )
                 rows.append(row)
                 d = row.as_dict()
-                table.add_row(ent.name, name, *(_fmt(float(d[m]), m) for m in METRICS))  # type: ignore[arg-type]
-            table.add_section()
+                lines.append((ent.name, name, [_fmt(float(d[m]), m) for m in METRICS]))  # type: ignore[arg-type]
+            lines.append(None)
     means = average(rows)
     for det, avg in means.items():
-        table.add_row("[b]mean[/b]", f"[b]{det}[/b]", *(_fmt(avg[m], m) for m in METRICS))
-    console.print(table)
+        lines.append(("[b]mean[/b]", f"[b]{det}[/b]", [_fmt(avg[m], m) for m in METRICS]))
+    for t in _eval_tables(console, f"sluice health eval {folder}", lines):
+        console.print(t)
     console.print("note: point-adjusted F1 (F1 PA) is inflated; compare detectors on F1 best and AUPRC.")
     for det, avg in means.items():
         best = max(avg["f1_best"], 1e-12)
@@ -180,6 +177,39 @@ def eval_cmd(
         )
     if json_out is not None:
         json_out.write_text(json.dumps({"rows": [r.as_dict() for r in rows], "mean": average(rows)}, indent=1))
+
+
+_SPLIT = (("F1 best", "F1 SPOT", "F1 DSPOT", "AUROC", "AUPRC"), ("F1 PA", "F1 PA%20", "train s", "windows/s"))
+"""The metrics of `health eval` in two tables when one is too wide for the terminal: the point-wise
+scores to compare detectors on, then the inflated point-adjusted ones and the costs."""
+
+
+def _eval_tables(console: Console, title: str, lines: list[tuple[str, str, list[str]] | None]) -> list[Table]:
+    """The evaluation as one table, or as two (`_SPLIT`) when one would not fit the console's
+    width: numbers are never cut (their columns do not wrap), names fold onto more lines."""
+
+    def build(heads: tuple[str, ...], caption: str) -> Table:
+        t = Table(title=caption)
+        t.add_column("entity", overflow="fold")
+        t.add_column("detector", overflow="fold")
+        for h in heads:
+            t.add_column(h, justify="right", no_wrap=True)
+        keep = [_HEAD.index(h) for h in heads]
+        for line in lines:
+            if line is None:
+                t.add_section()
+            else:
+                t.add_row(line[0], line[1], *(line[2][i] for i in keep))
+        return t
+
+    whole = build(_HEAD, title)
+    natural = console.measure(whole, options=console.options.update_width(10_000)).maximum
+    if natural <= console.width:
+        return [whole]
+    return [
+        build(_SPLIT[0], f"{title}: point-wise F1, ranking"),
+        build(_SPLIT[1], f"{title}: point-adjusted F1 (inflated), cost"),
+    ]
 
 
 def _leave_servers_out(
@@ -228,17 +258,19 @@ def _leave_servers_out(
         settings = {d: flow_grid if d == FLOW else baseline_settings(flow_grid) for d in dets}
         results = leave_servers_out(raws, settings, k, progress=status.update)
     table = Table(title=f"leave-servers-out, {k} folds: settings chosen on the other folds, scored on the held-out")
+    # Numbers and detector names never break; at 80 columns only the servers and settings wrap.
     for h in (
         "fold",
         "held out",
         "detector",
         "chosen setting",
-        "auto F1 (choosing)",
-        "F1 best",
-        "F1 auto",
-        "auto/best",
+        "auto F1\n(choosing)",
+        "F1\nbest",
+        "F1\nauto",
+        "auto/\nbest",
     ):
-        table.add_column(h, justify="right" if "F1" in h or "/" in h else "left")
+        text = h in ("held out", "chosen setting")
+        table.add_column(h, justify="left" if text or h == "detector" else "right", no_wrap=not text, overflow="fold")
     for r in sorted(results, key=lambda r: (r.fold, dets.index(r.detector))):
         best, auto = r.mean("f1_best"), r.mean("f1_auto")
         table.add_row(
@@ -262,8 +294,9 @@ def _leave_servers_out(
     # baselines' scores are not (a 5-nat minimum spread would silence them).
     live = {n: apply_live(raw, live_cfg) for n, raw in raws[FLOW].items()}
     mt = Table(title="held-out means (every server counted once, with the setting its fold chose)")
-    for h in ("detector", "F1 best", "F1 auto", "auto/best", "precision (auto)", "recall (auto)"):
-        mt.add_column(h, justify="left" if h == "detector" else "right")
+    for h in ("detector", "F1 best", "F1 auto", "auto/best", "precision\n(auto)", "recall\n(auto)"):
+        numeric = h != "detector"
+        mt.add_column(h, justify="right" if numeric else "left", no_wrap=numeric, overflow="fold")
     for d, m in means.items():
         mt.add_row(
             d,
