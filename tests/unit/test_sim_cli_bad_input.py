@@ -317,3 +317,11 @@ def test_bench_sim_help_names_the_default_policies() -> None:
     helps = {p.name: p.help or "" for p in _command("bench", "sim").params}
     assert f"(default: {', '.join(GPU_POLICIES)})" in helps["policies"]
     assert f"(default: {', '.join(CPU_POLICIES)})" in helps["cpu_policies"]
+
+
+@pytest.mark.usefixtures("nothing_runs")
+@pytest.mark.parametrize("flag", ["--nodes", "--max-jobs", "--seed"])
+def test_sim_run_ints_past_float_range_are_refused(flag: str) -> None:
+    """An int too large for a float was `error: OverflowError` from the range check."""
+    line = refused(["sim", "run", "--workload", "cpu:2", flag, "1" + "0" * 400], flag)
+    assert "(401 digits)" in line

@@ -284,6 +284,33 @@ def compare(
         )
 
 
+def read_real_runs(path: Path) -> dict[str, dict[str, Any]]:
+    """The real runs of an earlier `--out` file by policy; ValueError naming the first problem
+    (not JSON, not a list of runs, a run without its policy, real result or node figures)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a `bench simreal --out` file ({err})") from None
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{path}: not a `bench simreal --out` file (expected a list of runs)")
+    out: dict[str, dict[str, Any]] = {}
+    for i, c in enumerate(data):
+        where = f"{path}: run {i + 1}"
+        if not isinstance(c, dict) or not isinstance(c.get("policy"), str):
+            raise ValueError(f"{where}: no policy")
+        real = c.get("real")
+        if not isinstance(real, dict) or not isinstance(real.get("jobs"), list):
+            raise ValueError(f"{where} ({c['policy']}): no real run with its jobs")
+        for key, what in (("node_cpus", "a positive"), ("background_cores", "a non-negative")):
+            v = c.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ValueError(f"{where} ({c['policy']}): {key} must be {what} number, got {v!r}")
+            if v <= 0 if key == "node_cpus" else v < 0:
+                raise ValueError(f"{where} ({c['policy']}): {key} must be {what} number, got {v!r}")
+        out[c["policy"]] = c
+    return out
+
+
 def _compare(
     jobs: list[WorkloadJob],
     arrivals: list[Arrival],
@@ -295,9 +322,7 @@ def _compare(
     out: Path | None,
     console: Console,
 ) -> list[Comparison]:
-    earlier = {}
-    if real_from is not None:
-        earlier = {c["policy"]: c for c in json.loads(real_from.read_text())}
+    earlier = read_real_runs(real_from) if real_from is not None else {}
     out_rows: list[Comparison] = []
     with tempfile.TemporaryDirectory(prefix="sluice-simreal-") as tmp:
         for policy in policies:

@@ -8,26 +8,79 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from sluice.cli.output import bad_input, in_range
+from sluice.cli.sim import MAX_CPUS_PER_NODE, MAX_PROFILE_S, MAX_SEED, MIN_PROFILE_S
+
 app = typer.Typer(help="Benchmarks that run contenders side by side and print ratios.", no_args_is_help=True)
+
+MAX_STAGGER_S = 3600.0
+"""Seconds between the mixed workload's six arrivals: at most an hour (0: all at once)."""
+SCALES = (0.01, 10.0)
+"""Scale of each example's length: 1 % (a few steps) to ten times the full length (tens of minutes a job)."""
+INTERVALS_S = (0.5, 3600.0)
+"""A policy's control interval on a real plane: no shorter than its reconcile round (0.5 s), at most an hour."""
+MIN_CORES = 0.01
+"""The smallest CPU limit a cgroup takes: 1 ms of quota per 100 ms period."""
+MAX_MEASURE_S = 3600.0
+"""Longest measuring phase of a bench: an hour."""
+
+SIM_MAX_WORKERS = 256
+SIM_MAX_SCALE_JOBS = 1_000_000
+SIM_MAX_SCALE_NODES = 100_000
+SIM_LOAD_FACTORS = (0.01, 1000.0)
+SIM_MAX_SCALE_HOURS = 100_000.0
+
+
+def _policies(flag: str, given: str) -> list[str]:
+    """A comma-separated list of policies a plane runs (`sluice sim policies`), checked before any run."""
+    from sluice.control.simulate import policy_names
+
+    return _names(flag, given, policy_names()) or []
+
+
+def _out(flag: str, path: Path | None) -> None:
+    """A file the bench writes when it ends: its folder must exist now, not after the run."""
+    if path is None:
+        return
+    if path.is_dir():
+        bad_input(flag, f"{path} is a folder; give a file")
+    if not path.parent.is_dir():
+        bad_input(flag, f"{path}: no folder {path.parent}")
 
 
 @app.command("local")
 def local(
     policies: Annotated[
-        str, typer.Option(help="Comma-separated policies; the first is the baseline.")
+        str, typer.Option(help="Comma-separated policies (`sluice sim policies` names); the first is the baseline.")
     ] = "kube,flowcon",
-    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals.")] = 10.0,
-    scale: Annotated[float, typer.Option(help="Scale of each example's length (1 = full, 1-3 min on one core).")] = 1.0,
-    interval: Annotated[float, typer.Option(help="FlowCon's control interval Δ in seconds.")] = 10.0,
+    stagger: Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")] = 10.0,
+    scale: Annotated[
+        float,
+        typer.Option(
+            help=f"Scale of each example's length ({SCALES[0]:g} to {SCALES[1]:g}; 1 = full, 1-3 min on one core)."
+        ),
+    ] = 1.0,
+    interval: Annotated[
+        float,
+        typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g})."),
+    ] = 10.0,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
-    """The mixed example workload on the local engine under each policy, one after the other."""
+    """The mixed example workload on the local engine under each policy, one after the other.
+    Every flag and policy name is checked before the first run: bad input exits 2."""
     from sluice.bench import local as bench_local
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    if not names:
-        raise typer.BadParameter("give at least one policy", param_hint="--policies")
+    names = _policies("--policies", policies)
+    _workload_flags(stagger, scale, interval)
+    _out("--out", out)
     bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)
+
+
+def _workload_flags(stagger: float, scale: float, interval: float) -> None:
+    """The mixed workload's flags, shared by `bench local`, `simreal` and `ray`."""
+    in_range("--stagger", stagger, 0, MAX_STAGGER_S)
+    in_range("--scale", scale, *SCALES)
+    in_range("--interval", interval, *INTERVALS_S)
 
 
 @app.command("simreal")
@@ -35,21 +88,37 @@ def simreal(
     policies: Annotated[str, typer.Option(help="Comma-separated policies, each run for real and simulated.")] = (
         "kube,sluice"
     ),
-    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals.")] = 5.0,
-    scale: Annotated[float, typer.Option(help="Scale of each example's length (0.3: about a minute a job).")] = 0.3,
-    interval: Annotated[float, typer.Option(help="The policy's control interval in seconds (FlowCon's Δ).")] = 10.0,
+    stagger: Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")] = 5.0,
+    scale: Annotated[
+        float,
+        typer.Option(
+            help=f"Scale of each example's length ({SCALES[0]:g} to {SCALES[1]:g}; 0.3: about a minute a job)."
+        ),
+    ] = 0.3,
+    interval: Annotated[
+        float,
+        typer.Option(
+            help=f"The policy's control interval in seconds (FlowCon's Δ; {INTERVALS_S[0]:g} to {INTERVALS_S[1]:g})."
+        ),
+    ] = 10.0,
     profiles: Annotated[
         Path | None,
         typer.Option(
             help="Folder of profiles (<example>.profile.json): those present are reused, the rest measured "
-            "and saved there. Default: measure afresh now and keep nothing."
+            "and saved there (made if missing). Default: measure afresh now and keep nothing."
         ),
     ] = None,
-    profile_seconds: Annotated[float, typer.Option(min=2, help="Seconds per CPU limit when profiling.")] = 10.0,
+    profile_seconds: Annotated[
+        float,
+        typer.Option(help=f"Seconds per CPU limit when profiling ({MIN_PROFILE_S:g} to {MAX_PROFILE_S:g})."),
+    ] = 10.0,
     reprofile: Annotated[bool, typer.Option("--reprofile", help="Measure the profiles again even if saved.")] = False,
     real_from: Annotated[
         Path | None,
-        typer.Option(help="Reuse the real runs of an earlier --out file (policies found there are not re-run)."),
+        typer.Option(
+            help="Reuse the real runs of an earlier --out file (policies found there are not re-run); "
+            "read and checked before anything runs."
+        ),
     ] = None,
     mean_background: Annotated[
         bool,
@@ -61,20 +130,23 @@ def simreal(
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """The mixed example workload of `bench local`, run for real on the local engine and in the
-    simulator (profiles measured by `sluice sim profile`), side by side: JCT, makespan, ratios."""
+    simulator (profiles measured by `sluice sim profile`), side by side: JCT, makespan, ratios.
+    Every flag, policy name and path is checked before the first profile or run: bad input exits 2."""
     from sluice.bench import simreal as bench_simreal
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    if not names:
-        raise typer.BadParameter("give at least one policy", param_hint="--policies")
-    if scale <= 0:
-        raise typer.BadParameter(f"must be positive, got {scale}", param_hint="--scale")
-    if stagger < 0:
-        raise typer.BadParameter(f"must not be negative, got {stagger}", param_hint="--stagger")
-    if interval <= 0:
-        raise typer.BadParameter(f"must be positive, got {interval}", param_hint="--interval")
-    if real_from is not None and not real_from.is_file():
-        raise typer.BadParameter(f"{real_from}: no such file", param_hint="--real-from")
+    names = _policies("--policies", policies)
+    _workload_flags(stagger, scale, interval)
+    in_range("--profile-seconds", profile_seconds, MIN_PROFILE_S, MAX_PROFILE_S)
+    if profiles is not None and profiles.exists() and not profiles.is_dir():
+        bad_input("--profiles", f"{profiles} is not a folder")
+    if real_from is not None:
+        if not real_from.is_file():
+            bad_input("--real-from", f"{real_from}: no such file")
+        try:
+            bench_simreal.read_real_runs(real_from)
+        except ValueError as err:
+            bad_input("--real-from", str(err))
+    _out("--out", out)
     bench_simreal.compare(
         names,
         stagger_s=stagger,
@@ -147,41 +219,79 @@ def elastic(
 
 @app.command("threads")
 def threads(
-    before_s: Annotated[float, typer.Option(help="Seconds measured before the cut.")] = 15.0,
-    after_s: Annotated[float, typer.Option(help="Seconds measured after the cut.")] = 15.0,
-    from_cores: Annotated[float, typer.Option(help="CPU limit (cores) the job starts with.")] = 2.0,
-    to_cores: Annotated[float, typer.Option(help="CPU limit (cores) it is cut to, live.")] = 1.0,
+    before_s: Annotated[float, typer.Option(help=f"Seconds measured before the cut (1 to {MAX_MEASURE_S:g}).")] = 15.0,
+    after_s: Annotated[float, typer.Option(help=f"Seconds measured after the cut (1 to {MAX_MEASURE_S:g}).")] = 15.0,
+    from_cores: Annotated[
+        float,
+        typer.Option(help=f"CPU limit (cores) the job starts with ({MIN_CORES:g} to {MAX_CPUS_PER_NODE:g})."),
+    ] = 2.0,
+    to_cores: Annotated[
+        float,
+        typer.Option(help=f"CPU limit (cores) it is cut to, live ({MIN_CORES:g} to {MAX_CPUS_PER_NODE:g})."),
+    ] = 1.0,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """A torch job's speed before and after a live CPU cut, with its thread pool left alone
-    (SLUICE_THREADS=manual) and following the cut (auto)."""
+    (SLUICE_THREADS=manual) and following the cut (auto). Bad input exits 2 before the job starts."""
     from sluice.bench import threads as bench_threads
 
+    in_range("--before-s", before_s, 1, MAX_MEASURE_S)
+    in_range("--after-s", after_s, 1, MAX_MEASURE_S)
+    in_range("--from-cores", from_cores, MIN_CORES, MAX_CPUS_PER_NODE)
+    in_range("--to-cores", to_cores, MIN_CORES, MAX_CPUS_PER_NODE)
+    _out("--out", out)
     bench_threads.run(before_s=before_s, after_s=after_s, from_cores=from_cores, to_cores=to_cores, out=out)
+
+
+DATA_MAX_FILES = 100_000
+DATA_MAX_LATENCY_MS = 10_000.0
+DATA_MAX_LARGE_FILES = 64
+DATA_MAX_LARGE_MB = 1024
+DATA_MAX_EPOCHS = 100
+DATA_SCENARIOS = ("1", "2", "3", "4", "5", "6")
 
 
 @app.command("data")
 def data(
-    files: Annotated[int, typer.Option(help="Small image-like files (3-100 KB) in the dataset.")] = 20_000,
-    remote_files: Annotated[int, typer.Option(help="Files of it read from the remote source.")] = 2_000,
-    latency_ms: Annotated[float, typer.Option(help="Per-request latency of the remote source (ms).")] = 20.0,
-    large_files: Annotated[int, typer.Option(help="Files in the large-file dataset.")] = 8,
-    large_mb: Annotated[int, typer.Option(help="Size of each large file (MiB).")] = 64,
+    files: Annotated[
+        int, typer.Option(help=f"Small image-like files (3-100 KB) in the dataset (1 to {DATA_MAX_FILES:,}).")
+    ] = 20_000,
+    remote_files: Annotated[int, typer.Option(help="Files of it read from the remote source (1 to --files).")] = 2_000,
+    latency_ms: Annotated[
+        float, typer.Option(help=f"Per-request latency of the remote source (ms, 0 to {DATA_MAX_LATENCY_MS:,.0f}).")
+    ] = 20.0,
+    large_files: Annotated[
+        int, typer.Option(help=f"Files in the large-file dataset (1 to {DATA_MAX_LARGE_FILES}).")
+    ] = 8,
+    large_mb: Annotated[int, typer.Option(help=f"Size of each large file (MiB, 1 to {DATA_MAX_LARGE_MB:,}).")] = 64,
     scenarios: Annotated[str, typer.Option(help="Which scenarios to run (1-6, comma-separated).")] = "1,2,3,4,5,6",
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
     two_jobs_epochs: Annotated[
-        int, typer.Option(min=1, help="Scenario 4: epochs each of the two jobs reads, in its own order.")
+        int,
+        typer.Option(help=f"Scenario 4: epochs each of the two jobs reads, in its own order (1 to {DATA_MAX_EPOCHS})."),
     ] = 3,
     remote: Annotated[
         str, typer.Option(help="Remote source: http (sluice's file server) or s3 (moto behind a shaping proxy).")
     ] = "http",
 ) -> None:
     """The data path vs its baselines: warm cache vs tmpfs and vs remote, merged vs unmerged,
-    two jobs sharing a cache, a compute-bound job's overhead, and data-aware placement (sim)."""
+    two jobs sharing a cache, a compute-bound job's overhead, and data-aware placement (sim).
+    Every flag is checked before files are made: bad input exits 2."""
     from sluice.bench import data as bench_data
 
     if remote not in bench_data.REMOTES:
-        raise typer.BadParameter(f"{remote!r} is not one of: {', '.join(bench_data.REMOTES)}", param_hint="--remote")
+        bad_input("--remote", f"{remote!r} is not one of: {', '.join(bench_data.REMOTES)}")
+    wanted = [x.strip() for x in scenarios.split(",") if x.strip()]
+    unknown = [x for x in wanted if x not in DATA_SCENARIOS]
+    if unknown or not wanted:
+        bad_input("--scenarios", f"{', '.join(unknown) or '(none)'}: choose from {', '.join(DATA_SCENARIOS)}")
+    in_range("--files", files, 1, DATA_MAX_FILES)
+    in_range("--remote-files", remote_files, 1, files)
+    in_range("--latency-ms", latency_ms, 0, DATA_MAX_LATENCY_MS)
+    in_range("--large-files", large_files, 1, DATA_MAX_LARGE_FILES)
+    in_range("--large-mb", large_mb, 1, DATA_MAX_LARGE_MB)
+    in_range("--two-jobs-epochs", two_jobs_epochs, 1, DATA_MAX_EPOCHS)
+    _out("--out", out)
     bench_data.run(
         two_jobs_epochs=two_jobs_epochs,
         remote=remote,
@@ -190,46 +300,85 @@ def data(
         latency_ms=latency_ms,
         large_files=large_files,
         large_mb=large_mb,
-        scenarios=scenarios,
+        scenarios=",".join(wanted),
         out=out,
     )
 
 
+RAY_PARTS = ("migrate", "loss", "mixed")
+
+
 @app.command("ray")
 def ray(
-    policy: Annotated[str, typer.Option(help="Policy for the mixed workload on both engines.")] = "flowcon",
-    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals (mixed workload).")] = 10.0,
-    scale: Annotated[float, typer.Option(help="Scale of each example's length in the mixed workload.")] = 1.0,
-    move_scale: Annotated[float, typer.Option(help="Scale of the examples moved or lost.")] = 0.5,
-    interval: Annotated[float, typer.Option(help="FlowCon's control interval Δ in seconds.")] = 10.0,
+    policy: Annotated[
+        str, typer.Option(help="Policy for the mixed workload on both engines (a `sluice sim policies` name).")
+    ] = "flowcon",
+    stagger: Annotated[
+        float, typer.Option(help=f"Seconds between job arrivals (mixed workload; 0 to {MAX_STAGGER_S:g}).")
+    ] = 10.0,
+    scale: Annotated[
+        float,
+        typer.Option(help=f"Scale of each example's length in the mixed workload ({SCALES[0]:g} to {SCALES[1]:g})."),
+    ] = 1.0,
+    move_scale: Annotated[
+        float, typer.Option(help=f"Scale of the examples moved or lost ({SCALES[0]:g} to {SCALES[1]:g}).")
+    ] = 0.5,
+    interval: Annotated[
+        float,
+        typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g})."),
+    ] = 10.0,
     parts: Annotated[
         str, typer.Option(help="Which parts: migrate, loss, mixed (comma-separated).")
     ] = "migrate,loss,mixed",
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """The Ray engine on a 3-node Ray cluster on this machine: migration time per example job,
-    recovery after node loss, and the mixed workload on the local engine vs Ray side by side."""
+    recovery after node loss, and the mixed workload on the local engine vs Ray side by side.
+    Every flag and the policy name are checked before Ray starts: bad input exits 2."""
     from sluice.bench import ray as bench_ray
 
-    unknown = {p.strip() for p in parts.split(",") if p.strip()} - {"migrate", "loss", "mixed"}
-    if unknown:
-        raise typer.BadParameter(f"unknown part(s) {', '.join(sorted(unknown))}", param_hint="--parts")
+    wanted = {p.strip() for p in parts.split(",") if p.strip()}
+    unknown = wanted - set(RAY_PARTS)
+    if unknown or not wanted:
+        bad_input(
+            "--parts", f"unknown part(s) {', '.join(sorted(unknown)) or '(none)'}; choose from {', '.join(RAY_PARTS)}"
+        )
+    if "," in policy:
+        bad_input("--policy", f"one policy, got {policy!r}")
+    _policies("--policy", policy)
+    _workload_flags(stagger, scale, interval)
+    in_range("--move-scale", move_scale, *SCALES)
+    _out("--out", out)
     bench_ray.run(
-        policy, stagger_s=stagger, scale=scale, move_scale=move_scale, policy_interval_s=interval, parts=parts, out=out
+        policy.strip(),
+        stagger_s=stagger,
+        scale=scale,
+        move_scale=move_scale,
+        policy_interval_s=interval,
+        parts=parts,
+        out=out,
     )
 
 
 @app.command("agent")
 def agent(
-    jobs: Annotated[int, typer.Option(min=1, max=64, help="SDK jobs running at once.")] = 6,
-    seconds: Annotated[float, typer.Option(min=1, help="Seconds measured per contender.")] = 30.0,
-    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls (reconcile interval).")] = 0.5,
+    jobs: Annotated[int, typer.Option(help="SDK jobs running at once (1 to 64).")] = 6,
+    seconds: Annotated[float, typer.Option(help=f"Seconds measured per contender (1 to {MAX_MEASURE_S:g}).")] = 30.0,
+    interval: Annotated[float, typer.Option(help="Seconds between polls (reconcile interval; 0.05 to 60).")] = 0.5,
 ) -> None:
     """What watching jobs costs the node agent (CPU % of one core): cgroup counters vs the
-    affinity fallback's process-tree sampling, side by side."""
+    affinity fallback's process-tree sampling, side by side. Bad input exits 2 before any job starts."""
     from sluice.bench import agent as bench_agent
 
+    in_range("--jobs", jobs, 1, 64)
+    in_range("--seconds", seconds, 1, MAX_MEASURE_S)
+    in_range("--interval", interval, 0.05, 60)
+
     bench_agent.run(jobs=jobs, seconds=seconds, interval=interval)
+
+
+HEALTH_MAX_MINUTES = 1440.0
+"""Longest live health run (fault-free or campaign): a day."""
 
 
 @app.command("health")
@@ -240,11 +389,17 @@ def health(
     entities: Annotated[str | None, typer.Option(help="Comma-separated entity names; default all.")] = None,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
     fault_free_minutes: Annotated[
-        float, typer.Option(min=0, help="Instead: run the demo workload this long with no fault; count cordons.")
+        float,
+        typer.Option(
+            help=f"Instead: run the demo workload this long with no fault; count cordons (0 to {HEALTH_MAX_MINUTES:g})."
+        ),
     ] = 0.0,
     inject_io_at_minute: Annotated[
         float | None,
-        typer.Option(min=0, help="With --fault-free-minutes: start a 90 s I/O storm on the last node at this minute."),
+        typer.Option(
+            help="With --fault-free-minutes: start a 90 s I/O storm on the last node at this minute "
+            "(0 to --fault-free-minutes)."
+        ),
     ] = None,
     campaign: Annotated[
         bool,
@@ -254,9 +409,13 @@ def health(
             "random nodes; report per fault cordoned or not, after how long, jobs moved and finished, false cordons.",
         ),
     ] = False,
-    minutes: Annotated[float, typer.Option(min=1, help="With --campaign: how long, learning included.")] = 60.0,
-    seed: Annotated[int, typer.Option(help="With --campaign: seed of the fault order, nodes and gaps.")] = 1,
-    fault_seconds: Annotated[float, typer.Option(min=5, max=3600, help="With --campaign: each fault's length.")] = 90.0,
+    minutes: Annotated[
+        float, typer.Option(help=f"With --campaign: how long, learning included (1 to {HEALTH_MAX_MINUTES:g}).")
+    ] = 60.0,
+    seed: Annotated[
+        int, typer.Option(help=f"With --campaign: seed of the fault order, nodes and gaps (0 to {MAX_SEED}).")
+    ] = 1,
+    fault_seconds: Annotated[float, typer.Option(help="With --campaign: each fault's length (5 to 3600 s).")] = 90.0,
     record: Annotated[
         Path | None,
         typer.Option(
@@ -283,8 +442,21 @@ def health(
         ),
     ] = None,
 ) -> None:
-    """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios."""
+    """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios.
+    Every flag is checked before anything runs: bad input exits 2."""
     from sluice.bench import health as bench_health
+
+    in_range("--fault-free-minutes", fault_free_minutes, 0, HEALTH_MAX_MINUTES)
+    if inject_io_at_minute is not None:
+        if fault_free_minutes <= 0:
+            bad_input("--inject-io-at-minute", "only used with --fault-free-minutes")
+        in_range("--inject-io-at-minute", inject_io_at_minute, 0, fault_free_minutes)
+    in_range("--minutes", minutes, 1, HEALTH_MAX_MINUTES)
+    in_range("--seed", seed, 0, MAX_SEED)
+    in_range("--fault-seconds", fault_seconds, 5, 3600)
+    if folder is not None and replay is None and not campaign and fault_free_minutes <= 0 and not folder.is_dir():
+        bad_input("FOLDER", f"{folder}: no such folder")
+    _out("--out", out)
 
     if threshold is not None and replay is None:
         typer.echo("error: --threshold: only used with --replay", err=True)
@@ -323,23 +495,33 @@ def health(
     bench_health.run(folder or bench_health.DEFAULT_DIR, only, out)
 
 
+FAIR_MAX_START_DAY = 3650.0
+"""Latest window start of `bench fairness`: ten years into a trace (Philly's spans months)."""
+
+
 @app.command("fairness")
 def fairness(
     trace: Annotated[
         Path | None, typer.Option(help="The Philly trace CSV (default: philly.csv under SLUICE_POLLUX_DATA/traces).")
     ] = None,
-    start_day: Annotated[float, typer.Option(min=0, help="First day of the window, from the trace's start.")] = 40.0,
-    hours: Annotated[float, typer.Option(min=1, max=24 * 30, help="Length of the window (hours).")] = 48.0,
-    nodes: Annotated[int, typer.Option(min=1, max=10_000, help="Nodes of 8 GPUs.")] = 32,
-    interval: Annotated[float, typer.Option(min=1, max=3600, help="Seconds between scheduling rounds.")] = 60.0,
+    start_day: Annotated[
+        float, typer.Option(help=f"First day of the window, from the trace's start (0 to {FAIR_MAX_START_DAY:g}).")
+    ] = 40.0,
+    hours: Annotated[float, typer.Option(help="Length of the window (hours, 1 to 720).")] = 48.0,
+    nodes: Annotated[int, typer.Option(help="Nodes of 8 GPUs (1 to 10,000).")] = 32,
+    interval: Annotated[float, typer.Option(help="Seconds between scheduling rounds (1 to 3600).")] = 60.0,
     grace: Annotated[
-        float, typer.Option(min=0, max=86_400, help="A job may wait this long within its quota before it counts.")
+        float, typer.Option(help="A job may wait this long within its quota before it counts (s, 0 to 86,400).")
     ] = 300.0,
     preempt_min_runtime: Annotated[
-        float, typer.Option(min=0, max=86_400, help="Admission never preempts a job placed less than this ago (s).")
+        float, typer.Option(help="Admission never preempts a job placed less than this ago (s, 0 to 86,400).")
     ] = 600.0,
-    max_jobs: Annotated[int | None, typer.Option(min=1, help="Only the first N jobs of the window.")] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="Parallel simulations (default: one per core).")] = None,
+    max_jobs: Annotated[
+        int | None, typer.Option(help=f"Only the first N jobs of the window (1 to {SIM_MAX_SCALE_JOBS:,}).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help=f"Parallel simulations, 1 to {SIM_MAX_WORKERS} (default: one per core).")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """Queues on the Philly trace: no quotas vs strict quotas vs borrowing + DRF vs borrowing +
@@ -347,8 +529,17 @@ def fairness(
     index, guarantee violations)."""
     from sluice.bench import fairness as bench_fairness
 
+    in_range("--start-day", start_day, 0, FAIR_MAX_START_DAY)
+    in_range("--hours", hours, 1, 24 * 30)
+    in_range("--nodes", nodes, 1, 10_000)
+    in_range("--interval", interval, 1, 3600)
+    in_range("--grace", grace, 0, 86_400)
+    in_range("--preempt-min-runtime", preempt_min_runtime, 0, 86_400)
+    in_range("--max-jobs", max_jobs, 1, SIM_MAX_SCALE_JOBS)
+    in_range("--workers", workers, 1, SIM_MAX_WORKERS)
+    _out("--out", out)
     if trace is not None and not trace.is_file():
-        raise typer.BadParameter(f"{trace} does not exist", param_hint="--trace")
+        bad_input("--trace", f"{trace}: no such file")
     from sluice.control.simulate import SimDataMissing, require_pollux_data
 
     try:
@@ -372,17 +563,9 @@ def fairness(
         raise typer.BadParameter(str(err)) from None
 
 
-SIM_MAX_WORKERS = 256
-SIM_MAX_SCALE_JOBS = 1_000_000
-SIM_MAX_SCALE_NODES = 100_000
-SIM_LOAD_FACTORS = (0.01, 1000.0)
-SIM_MAX_SCALE_HOURS = 100_000.0
-
-
 def _usage(flag: str, problem: str) -> NoReturn:
     """Bad input to a bench: one line `error: FLAG: PROBLEM` on stderr, exit 2, before any work."""
-    typer.echo(f"error: {flag}: {problem}", err=True)
-    raise typer.Exit(2)
+    bad_input(flag, problem)
 
 
 def _names(flag: str, given: str | None, valid: list[str]) -> list[str] | None:

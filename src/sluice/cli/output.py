@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,8 +17,9 @@ from pydantic import BaseModel
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from sluice.cli.client import CliError, cli_error
+from sluice.cli.client import EXIT_USAGE, CliError, cli_error
 from sluice.client import SluiceError
 
 console = Console(highlight=False, soft_wrap=True)
@@ -109,6 +111,33 @@ def fail(err: CliError) -> NoReturn:
     for p in err.problems:
         err_console.print(f"  {p.get('field', '?')}: {p.get('problem', '')}", markup=False)
     raise typer.Exit(err.code)
+
+
+def bad_input(where: str, problem: str) -> NoReturn:
+    """Refuse bad input: one line `error: WHERE: PROBLEM` on stderr, exit 2, before any work. Printed
+    as plain text, as it quotes the input (`cpu:x:` or `[x]` would otherwise turn into emoji or markup)."""
+    err_console.print(Text.assemble(("error:", "bold red"), f" {where}: {problem}"))
+    raise typer.Exit(EXIT_USAGE)
+
+
+def in_range(flag: str, value: float | None, lo: float, hi: float, *, above: bool = False) -> None:
+    """A finite number from lo (excluded when `above`) to hi, or `bad_input` naming the flag (None: not given)."""
+    if value is None:
+        return
+    finite = isinstance(value, int) or math.isfinite(value)  # an int past float's range is finite, not an error
+    low_ok = value > lo if above else value >= lo
+    if not (finite and low_ok and value <= hi):
+        rule = f"above {as_typed(lo)}" if above else f"at least {as_typed(lo)}"
+        bad_input(flag, f"must be a number {rule} and at most {as_typed(hi)}, got {as_typed(value)}")
+
+
+def as_typed(x: float) -> str:
+    """A bound or value as typed: whole numbers in full (100000, not 1e+05), others short."""
+    if isinstance(x, int):
+        return str(x) if abs(x) < 10**30 else f"{str(x)[:8]}... ({len(str(abs(x)))} digits)"
+    if math.isfinite(x) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:g}"
 
 
 def when(t: float | None) -> str:

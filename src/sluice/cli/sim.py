@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from sluice.cli.client import EXIT_USAGE, CliError
-from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, table
+from sluice.cli.output import (
+    Output,
+    OutputOpt,
+    bad_input,
+    console,
+    emit,
+    err_console,
+    errors_reported,
+    in_range,
+    table,
+)
 from sluice.sim.workload import MAX_DURATION_S
 
 if TYPE_CHECKING:
@@ -21,30 +30,6 @@ app = typer.Typer(help="The simulator: run policies on traces and workloads.", n
 
 def _hours(s: float) -> str:
     return "-" if math.isnan(s) else f"{s / 3600:.3f} h"
-
-
-def _bad(where: str, problem: str) -> NoReturn:
-    """Refuse bad input: one line `error: WHERE: PROBLEM` on stderr, exit 2. Printed as plain
-    text, as it quotes the input (`cpu:x:` or `[x]` would otherwise turn into emoji or markup)."""
-    err_console.print(Text.assemble(("error:", "bold red"), f" {where}: {problem}"))
-    raise typer.Exit(EXIT_USAGE)
-
-
-def _in_range(flag: str, value: float | None, lo: float, hi: float, *, above: bool = False) -> None:
-    """A finite number from lo (excluded when `above`) to hi, or a usage error naming the flag."""
-    if value is None:
-        return
-    low_ok = value > lo if above else value >= lo
-    if not (math.isfinite(value) and low_ok and value <= hi):
-        rule = f"above {_num(lo)}" if above else f"at least {_num(lo)}"
-        _bad(flag, f"must be a number {rule} and at most {_num(hi)}, got {_num(value)}")
-
-
-def _num(x: float) -> str:
-    """A bound or value as typed: whole numbers in full (100000, not 1e+05), others short."""
-    if isinstance(x, int) or (math.isfinite(x) and x.is_integer() and abs(x) < 1e15):
-        return str(int(x))
-    return f"{x:g}"
 
 
 MAX_NODES = 100_000
@@ -75,13 +60,13 @@ def _fail_at(items: list[str], nodes: list[str]) -> list[tuple[float, str]]:
         try:
             at = float(t)
         except ValueError:
-            _bad(f"--fail-at {item}", "expected SECONDS:NODE, e.g. 3600:n03")
+            bad_input(f"--fail-at {item}", "expected SECONDS:NODE, e.g. 3600:n03")
         if not sep or not node:
-            _bad(f"--fail-at {item}", "expected SECONDS:NODE, e.g. 3600:n03")
+            bad_input(f"--fail-at {item}", "expected SECONDS:NODE, e.g. 3600:n03")
         if not (math.isfinite(at) and 0 <= at <= MAX_FAIL_AT_S):
-            _bad(f"--fail-at {item}", f"SECONDS must be from 0 to 1e9, got {t}")
+            bad_input(f"--fail-at {item}", f"SECONDS must be from 0 to 1e9, got {t}")
         if node not in nodes:
-            _bad(f"--fail-at {item}", f"no node {node!r}; the nodes are {nodes[0]} to {nodes[-1]}")
+            bad_input(f"--fail-at {item}", f"no node {node!r}; the nodes are {nodes[0]} to {nodes[-1]}")
         out.append((at, node))
     return out
 
@@ -95,16 +80,16 @@ def _cpu_spec(workload: str) -> tuple[int, float]:
     parts = workload.split(":")
     usage = "expected cpu:N[:STAGGER_S], e.g. cpu:20 or cpu:20:30"
     if len(parts) > 3:
-        _bad(f"--workload {workload}", usage)
+        bad_input(f"--workload {workload}", usage)
     try:
         n = int(parts[1])
         stagger = float(parts[2]) if len(parts) > 2 else 30.0
     except ValueError:
-        _bad(f"--workload {workload}", usage)
+        bad_input(f"--workload {workload}", usage)
     if not 1 <= n <= MAX_CPU_JOBS:
-        _bad(f"--workload {workload}", f"N must be from 1 to {MAX_CPU_JOBS}, got {n}")
+        bad_input(f"--workload {workload}", f"N must be from 1 to {MAX_CPU_JOBS}, got {n}")
     if not (math.isfinite(stagger) and 0 <= stagger <= MAX_STAGGER_S):
-        _bad(f"--workload {workload}", f"STAGGER_S must be from 0 to {MAX_STAGGER_S:g}, got {parts[2]}")
+        bad_input(f"--workload {workload}", f"STAGGER_S must be from 0 to {MAX_STAGGER_S:g}, got {parts[2]}")
     return n, stagger
 
 
@@ -137,11 +122,11 @@ def _load_jobs(
                 notes=notes,
             )
     except sim.WorkloadError as err:
-        _bad("--workload", str(err))
+        bad_input("--workload", str(err))
     for note in notes:
         err_console.print(f"note: --workload: {note}", markup=False)
     if not jobs:
-        _bad(f"--workload {workload}", "no jobs in it (or in the chosen window)")
+        bad_input(f"--workload {workload}", "no jobs in it (or in the chosen window)")
     return jobs
 
 
@@ -173,12 +158,12 @@ def _simulate(jobs: list[WorkloadJob], policy: str, cfg: SimConfig) -> SimResult
         with console.status(f"simulating {len(jobs)} jobs under {policy}{mode}…"):
             return sim.run_simulation(jobs, policy, cfg)
     except sim.WorkloadError as err:
-        _bad("--workload", str(err))
+        bad_input("--workload", str(err))
     except sim.SimDataMissing as err:
         raise CliError(str(err), EXIT_USAGE) from None
     except ValueError as err:
         if "unknown policy" in str(err):
-            _bad("--policy", str(err))
+            bad_input("--policy", str(err))
         raise
 
 
@@ -286,23 +271,23 @@ def run(
 
     with errors_reported():
         if out is not None and out.suffix.lower() not in (".csv", ".json"):
-            _bad(f"--out {out}", "must end in .csv or .json")
+            bad_input(f"--out {out}", "must end in .csv or .json")
         if cdf is not None and cdf.suffix.lower() != ".png":
-            _bad(f"--cdf {cdf}", "must end in .png")
-        _in_range("--nodes", nodes, 1, MAX_NODES)
-        _in_range("--gpus-per-node", gpus_per_node, 0, MAX_GPUS_PER_NODE)
-        _in_range("--cpus-per-node", cpus_per_node, 1, MAX_CPUS_PER_NODE)
-        _in_range("--interval", interval, MIN_INTERVAL_S, MAX_INTERVAL_S)
-        _in_range("--load-factor", load_factor, MIN_LOAD_FACTOR, MAX_LOAD_FACTOR)
-        _in_range("--window-start-h", window_start_h, 0, MAX_WINDOW_H)
-        _in_range("--window-hours", window_hours, 0, MAX_WINDOW_H, above=True)
-        _in_range("--max-jobs", max_jobs, 1, MAX_JOBS)
-        _in_range("--fail-rate", fail_rate, 0, MAX_FAIL_RATE)
-        _in_range("--repair-s", repair_s, 0, MAX_REPAIR_S)
-        _in_range("--seed", seed, 0, MAX_SEED)
+            bad_input(f"--cdf {cdf}", "must end in .png")
+        in_range("--nodes", nodes, 1, MAX_NODES)
+        in_range("--gpus-per-node", gpus_per_node, 0, MAX_GPUS_PER_NODE)
+        in_range("--cpus-per-node", cpus_per_node, 1, MAX_CPUS_PER_NODE)
+        in_range("--interval", interval, MIN_INTERVAL_S, MAX_INTERVAL_S)
+        in_range("--load-factor", load_factor, MIN_LOAD_FACTOR, MAX_LOAD_FACTOR)
+        in_range("--window-start-h", window_start_h, 0, MAX_WINDOW_H)
+        in_range("--window-hours", window_hours, 0, MAX_WINDOW_H, above=True)
+        in_range("--max-jobs", max_jobs, 1, MAX_JOBS)
+        in_range("--fail-rate", fail_rate, 0, MAX_FAIL_RATE)
+        in_range("--repair-s", repair_s, 0, MAX_REPAIR_S)
+        in_range("--seed", seed, 0, MAX_SEED)
         known = sim.policy_names()
         if policy not in known:
-            _bad("--policy", f"unknown policy {policy!r}; choose one of {', '.join(known)}")
+            bad_input("--policy", f"unknown policy {policy!r}; choose one of {', '.join(known)}")
         failures = _failures(fail_rate, fail_at or [], repair_s, seed, sim.node_names(nodes))
         jobs = _load_jobs(
             workload,
@@ -326,7 +311,7 @@ def run(
         try:
             sim.preflight(jobs, cfg)
         except sim.WorkloadError as err:
-            _bad("--workload", str(err))
+            bad_input("--workload", str(err))
         except sim.SimDataMissing as err:
             raise CliError(str(err), EXIT_USAGE) from None
         res = _simulate(jobs, policy, cfg)
@@ -367,12 +352,12 @@ def profile(
         try:
             limits = tuple(float(c) for c in cores.split(",") if c.strip())
         except ValueError:
-            _bad(f"--cores {cores}", "give numbers, e.g. 0.5,1,2")
+            bad_input(f"--cores {cores}", "give numbers, e.g. 0.5,1,2")
         if not limits or len(limits) > MAX_PROFILE_LIMITS:
-            _bad(f"--cores {cores}", f"give 1 to {MAX_PROFILE_LIMITS} limits, e.g. 0.5,1,2")
+            bad_input(f"--cores {cores}", f"give 1 to {MAX_PROFILE_LIMITS} limits, e.g. 0.5,1,2")
         if any(not (math.isfinite(c) and 0 < c <= MAX_CPUS_PER_NODE) for c in limits):
-            _bad(f"--cores {cores}", f"each limit must be above 0 and at most {MAX_CPUS_PER_NODE:g}")
-        _in_range("--seconds", seconds, MIN_PROFILE_S, MAX_PROFILE_S)
+            bad_input(f"--cores {cores}", f"each limit must be above 0 and at most {MAX_CPUS_PER_NODE:g}")
+        in_range("--seconds", seconds, MIN_PROFILE_S, MAX_PROFILE_S)
         if not spec.is_file():
             raise CliError(f"SPEC {spec}: no such file", EXIT_USAGE)
         try:
