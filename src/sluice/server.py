@@ -148,9 +148,9 @@ def isolation_status(settings: Settings) -> Isolation:
 
 def policy_names() -> list[str]:
     """Policies a server can run (for the CLI to check `--policy` before starting one)."""
-    from sluice.policy.registry import POLICIES
+    from sluice.policy.registry import policy_names as registered
 
-    return sorted(POLICIES)
+    return registered()
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -169,12 +169,13 @@ def test_names_are_checked_before_any_run(args: list[str], flag: str) -> None:
 
 
 @pytest.mark.usefixtures("nothing_runs")
-def test_policy_lists_name_every_policy() -> None:
+def test_policy_lists_name_every_policy_variants_included() -> None:
     from sluice.control.simulate import policy_names
 
     line = refused(["bench", "local", "--policies", "nope"], "--policies")
     for name in policy_names():
         assert name in line
+    assert "sluice-gns" in line
 
 
 @pytest.mark.usefixtures("nothing_runs")
@@ -211,9 +212,9 @@ def test_valid_flags_reach_the_runners(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setattr(bench_threads, "run", lambda **kw: seen.update(threads=kw))
     runner = CliRunner()
     args = ["--stagger", "0", "--scale", "10", "--interval", "0.5", "--out", str(tmp_path / "o.json")]
-    r = runner.invoke(app, ["bench", "local", "--policies", "kube, sluice", *args])
+    r = runner.invoke(app, ["bench", "local", "--policies", "kube, sluice-gns", *args])
     assert r.exit_code == 0, r.output
-    assert seen["local"][0] == ["kube", "sluice"] and seen["local"][1]["scale"] == 10
+    assert seen["local"][0] == ["kube", "sluice-gns"] and seen["local"][1]["scale"] == 10
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps([{"policy": "kube", "real": {"jobs": []}, "node_cpus": 2, "background_cores": 0}]))
     r = runner.invoke(

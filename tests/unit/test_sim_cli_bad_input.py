@@ -319,6 +319,43 @@ def test_bench_sim_help_names_the_default_policies() -> None:
     assert f"(default: {', '.join(CPU_POLICIES)})" in helps["cpu_policies"]
 
 
+# -- one list of policy names: the registry's, variants included -------------------------------
+
+
+@pytest.mark.parametrize("variant", ["pollux-prior", "sluice-prior", "sluice-gns"])
+def test_sim_run_takes_the_variants_bench_sim_takes(variant: str, one_job: Path) -> None:
+    """`bench sim --policies` ran these; `sim run --policy` refused them (its list lacked them)."""
+    r = CliRunner().invoke(app, ["sim", "run", "--workload", str(one_job), "--policy", variant, "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert '"policy": "' + variant + '"' in r.output  # labelled by the name given, not its base policy
+
+
+def test_every_policy_list_is_the_registry_one() -> None:
+    from sluice.bench.sim import GPU_POLICIES
+    from sluice.control.simulate import policy_names
+    from sluice.policy.registry import POLICIES, VARIANTS, make_policy
+    from sluice.server import policy_names as server_names
+
+    assert policy_names() == server_names() == sorted({*POLICIES, *VARIANTS})
+    assert policy_names(variants=False) == sorted(POLICIES)
+    assert set(GPU_POLICIES) <= set(policy_names())
+    r = CliRunner().invoke(app, ["sim", "policies"])
+    assert r.output.split() == policy_names()
+    gns = make_policy("sluice-gns")
+    assert gns.carry_noise and gns.learn_speedup  # type: ignore[attr-defined]
+    assert not make_policy("sluice-gns", carry_noise=False).carry_noise  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_sim_run_names_every_policy_it_takes() -> None:
+    from sluice.control.simulate import policy_names
+
+    line = refused(["sim", "run", "--workload", "cpu:2", "--policy", "nope"], "--policy")
+    for name in policy_names():
+        assert name in line
+    assert "sluice-gns" in line and "pollux-prior" in line
+
+
 @pytest.mark.usefixtures("nothing_runs")
 @pytest.mark.parametrize("flag", ["--nodes", "--max-jobs", "--seed"])
 def test_sim_run_ints_past_float_range_are_refused(flag: str) -> None:

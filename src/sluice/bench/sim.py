@@ -36,17 +36,9 @@ from sluice.control.simulate import (
     require_pollux_data,
     run_simulation,
 )
+from sluice.policy.registry import VARIANTS as VARIANTS  # the one list of variants; rows run them by name
 
 GPU_POLICIES = ("fifo", "binpack", "kube", "tiresias", "optimus", "pollux", "pollux-prior", "sluice", "sluice-prior")
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "pollux-prior": ("pollux", {"learn_speedup": False}),
-    "sluice-prior": ("sluice", {"learn_speedup": False}),
-    "sluice-gns": ("sluice", {"carry_noise": True}),
-}
-"""Rows that run a policy with one option changed: the fixed n^0.8 speed-up prior instead of
-curves learned from each job's measured rates, to show what learning buys; `sluice-gns`, the
-learned curves carried to each job's reported gradient noise scale (off by default, see
-docs/policies.md)."""
 LOADS = ("0.5", "1.0", "1.5", "2.0")
 PUBLISHED = ("pollux", "optimus", "tiresias")
 CPU_POLICIES = ("kube", "flowcon", "specon", "dqoes", "sluice")
@@ -81,9 +73,8 @@ def _one_gpu(args: tuple[str, str, int, str, bool]) -> tuple[str, str, int, floa
     policy, load, w, base, oracle = args
     jobs = load_workload(_workload_file(Path(base), load, w))
     t0 = time.perf_counter()
-    name, options = VARIANTS.get(policy, (policy, {}))
-    cfg = SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0, oracle=oracle, policy_options=options)
-    res = run_simulation(jobs, name, cfg)
+    cfg = SimConfig(nodes=16, gpus_per_node=4, interval_s=60.0, oracle=oracle)
+    res = run_simulation(jobs, policy, cfg)  # a variant (pollux-prior, ...) by name: make_policy knows it
     return policy, load, w, res.avg_jct_s, res.restarts, time.perf_counter() - t0
 
 

@@ -588,8 +588,8 @@ def sim(
         str | None,
         typer.Option(
             help="GPU policies for the pollux part, comma-separated (default: fifo, binpack, kube, tiresias, "
-            "optimus, pollux, pollux-prior, sluice, sluice-prior): any `sluice sim policies` name, or a variant "
-            "pollux-prior, sluice-prior (the fixed speed-up prior) or sluice-gns (gradient noise scale)."
+            "optimus, pollux, pollux-prior, sluice, sluice-prior): any `sluice sim policies` name, variants "
+            "included: pollux-prior, sluice-prior (the fixed speed-up prior), sluice-gns (gradient noise scale)."
         ),
     ] = None,
     loads: Annotated[str, typer.Option(help="Load levels of the Pollux workloads (0.5, 1.0, 1.5, 2.0).")] = (
@@ -599,16 +599,16 @@ def sim(
     cpu_policies: Annotated[
         str | None,
         typer.Option(
-            help="Policies for the CPU-job setups, comma-separated `sluice sim policies` names "
-            "(default: kube, flowcon, specon, dqoes, sluice)."
+            help="Policies for the CPU-job setups, comma-separated `sluice sim policies` names but the "
+            "variants, which change GPU speed-ups only (default: kube, flowcon, specon, dqoes, sluice)."
         ),
     ] = None,
     workers: Annotated[
         int | None, typer.Option(help=f"Parallel simulations, 1 to {SIM_MAX_WORKERS} (default: one per core).")
     ] = None,
-    scale_policy: Annotated[str, typer.Option(help="Policy for the scale run (a `sluice sim policies` name).")] = (
-        "sluice"
-    ),
+    scale_policy: Annotated[
+        str, typer.Option(help="Policy for the scale run (a `sluice sim policies` name, variants included).")
+    ] = ("sluice"),
     scale_jobs: Annotated[
         int, typer.Option(help=f"Philly jobs in the scale run (1 to {SIM_MAX_SCALE_JOBS:,}).")
     ] = 20_000,
@@ -658,9 +658,9 @@ def sim(
         _usage("--workloads", "give workload numbers 1-8, comma-separated")
     if not wl or any(w < 1 or w > 8 for w in wl):
         _usage("--workloads", "give workload numbers 1-8, comma-separated")
-    registered = policy_names()
-    gpu_names = _names("--policies", policies, sorted({*registered, *bench_sim.VARIANTS}))
-    cpu_names = _names("--cpu-policies", cpu_policies, registered)
+    registered = policy_names()  # variants included: the pollux and scale parts run GPU jobs
+    gpu_names = _names("--policies", policies, registered)
+    cpu_names = _names("--cpu-policies", cpu_policies, policy_names(variants=False))
     if scale_policy not in registered:
         _usage("--scale-policy", f"unknown policy {scale_policy!r}; choose from {', '.join(registered)}")
     if workers is not None and not 1 <= workers <= SIM_MAX_WORKERS:

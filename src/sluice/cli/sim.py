@@ -207,7 +207,12 @@ def run(
             "no GPU work and are skipped, with a note. A job needing more GPUs than the cluster has is refused.",
         ),
     ],
-    policy: Annotated[str, typer.Option(help="Policy name (see `sluice sim policies`).")] = "sluice",
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Policy name (see `sluice sim policies`), variants included: pollux-prior, sluice-prior, sluice-gns."
+        ),
+    ] = "sluice",
     nodes: Annotated[int, typer.Option(help=f"Nodes in the simulated cluster (1 to {MAX_NODES:,}).")] = 16,
     gpus_per_node: Annotated[
         int | None,
@@ -419,7 +424,8 @@ SIMREAL_EXAMPLES = ("mlp", "cnn", "lstm", "autoencoder")
 
 @app.command()
 def policies() -> None:
-    """The policies the simulator (and the controller) can run."""
+    """The policies the simulator (and the controller) can run, their named variants included
+    (pollux-prior, sluice-prior: the fixed speed-up prior; sluice-gns: gradient noise scale)."""
     from sluice.control.simulate import policy_names
 
     for name in policy_names():

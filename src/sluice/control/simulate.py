@@ -510,7 +510,9 @@ def run_simulation(
                 local_bytes=model.local_bytes if isinstance(model, DataJob) else 0.0,
             )
         )
-    return SimResult(pol.name, results, len(round_s), round_s, wall, t, oracle=cfg.oracle)
+    return SimResult(
+        policy if isinstance(policy, str) else pol.name, results, len(round_s), round_s, wall, t, oracle=cfg.oracle
+    )
 
 
 __all__ = [
@@ -533,8 +535,10 @@ __all__ = [
 ]
 
 
-def policy_names() -> list[str]:
-    """Every registered policy (for the CLI, which may not import policies itself)."""
-    from sluice.policy.registry import POLICIES
+def policy_names(variants: bool = True) -> list[str]:
+    """Every policy name the simulator runs, variants (pollux-prior, sluice-gns, ...) included
+    unless `variants` is false: the registry's one list, for the CLI, which may not import
+    policies itself."""
+    from sluice.policy.registry import policy_names as registered
 
-    return sorted(POLICIES)
+    return registered(variants)

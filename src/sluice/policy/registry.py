@@ -33,6 +33,23 @@ POLICIES: dict[str, Callable[..., Policy]] = {
     "dqoes": DQoESPolicy,
 }
 
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "pollux-prior": ("pollux", {"learn_speedup": False}),
+    "sluice-prior": ("sluice", {"learn_speedup": False}),
+    "sluice-gns": ("sluice", {"carry_noise": True}),
+}
+"""Named variants: a registered policy with options changed, runnable by name wherever a policy
+name is taken (`make_policy`). `-prior`: the fixed n^0.8 speed-up prior instead of curves
+learned from each job's measured rates, to show what learning buys; `sluice-gns`: the learned
+curves carried to each job's reported gradient noise scale (off by default, docs/policies.md).
+Their options concern GPU jobs' speed-ups only: on CPU jobs a variant runs as its policy."""
+
+
+def policy_names(variants: bool = True) -> list[str]:
+    """Every name `make_policy` takes, sorted: the registered policies and (unless `variants`
+    is false) their named variants. The one list the CLI, the server and benchmarks check against."""
+    return sorted({*POLICIES, *VARIANTS}) if variants else sorted(POLICIES)
+
 
 COMMON_OPTIONS = frozenset({"interval_s"})
 """Options the plane and the simulator hand every policy: a policy that has no use for them
@@ -42,17 +59,21 @@ COMMON_OPTIONS = frozenset({"interval_s"})
 def make_policy(name: str | Policy, **options: Any) -> Policy:
     """The one place a policy is set up, for the control plane, the simulator and benchmarks.
 
-    A name builds it. Of the options, the common ones (COMMON_OPTIONS) are dropped where the
+    A name builds it; a variant's name (VARIANTS) builds its policy with the variant's options,
+    which options given here override. Of the options, the common ones (COMMON_OPTIONS) are dropped where the
     policy does not take them; any other option the policy does not take is a ValueError
     naming it, so a typo in a sweep or a benchmark variant fails instead of silently running
     the defaults. A policy object is returned as it is (a test's or a study's own).
     """
     if not isinstance(name, str):
         return name
+    if name in VARIANTS:
+        base, preset = VARIANTS[name]
+        return make_policy(base, **{**preset, **options})
     try:
         factory = POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())}") from None
     params = inspect.signature(factory).parameters
     unknown = sorted(k for k in options if k not in params and k not in COMMON_OPTIONS)
     if unknown:
