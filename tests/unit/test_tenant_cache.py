@@ -398,3 +398,25 @@ def test_a_reader_key_names_its_dataset() -> None:
         folder = dataset_id(f"{owner}/{name}", "s3://b/p", {"anon": True}, "12.5")
         assert dataset_of(reader_key(1234, folder)) == f"{owner}/{name}"
         assert dataset_of(f"{owner}/{name}") == f"{owner}/{name}"
+
+
+def test_a_tenant_cache_that_cannot_be_read_is_tried_again_only_when_it_changes(
+    cache_settings: CacheSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    me = JobUser(os.geteuid(), os.getegid())
+    own = tenant_dir(cache_settings.resolved_disk_dir(), me)
+    calls: list[int] = []
+
+    def broken(s: CacheSettings, u: JobUser, p: str | None = None) -> dict[str, float]:
+        calls.append(u.uid)
+        raise tenant_cache.TenantCacheError("cannot run the cache helper")
+
+    monkeypatch.setattr(tenant_cache, "fractions_of", broken)
+    watch = TenantCacheWatch(cache_settings)
+    for now in (0.0, 10.0, 20.0):
+        watch.refresh(now, wait=True)
+    assert len(calls) == 1 and watch.entries() == {}  # no helper (nor warning) every period
+    (own / "index.sqlite").write_bytes(b"x")
+    watch.refresh(30.0, wait=True)
+    watch.refresh(30.0 + tenant_cache.REPORT_MAX_AGE_S, wait=True)
+    assert len(calls) == 3

@@ -367,8 +367,10 @@ class TenantCacheWatch:
                 continue
             try:
                 held = fractions_of(self.settings, user, self.python)
-            except OSError as err:
+            except OSError as err:  # tried again when the cache changes, or after REPORT_MAX_AGE_S
                 log.warning("cannot read the cache of %s: %s", user, err)
+                with self._mu:
+                    self._seen[user.uid] = (mark, now)
                 continue
             kept = dict(sorted((k, v) for k, v in held.items() if _FOLDER.fullmatch(k))[:MAX_REPORTED])
             with self._mu:
