@@ -335,8 +335,10 @@ class TenantCacheWatch:
             return {reader_key(uid, f): frac for uid, held in self._reports.items() for f, frac in held.items()}
 
     def refresh(self, now: float, wait: bool = False) -> None:
-        """Start reading the tenants' caches that changed (on a thread; `wait`: here and now).
-        A refresh still running is left to finish."""
+        """Start reading the tenants' caches that changed (on a thread). A refresh still
+        running is left to finish; with `wait`, that one and then a new one are waited for."""
+        if wait:
+            self.close()
         with self._mu:
             if self._busy is not None and self._busy.is_alive():
                 return
@@ -375,4 +377,6 @@ class TenantCacheWatch:
             kept = dict(sorted((k, v) for k, v in held.items() if _FOLDER.fullmatch(k))[:MAX_REPORTED])
             with self._mu:
                 self._reports[user.uid] = kept
-                self._seen[user.uid] = (mark, now)
+                # Marked after the read: opening the index (WAL) touches its files itself. A job
+                # that writes meanwhile goes on writing, and its next write is seen.
+                self._seen[user.uid] = (_fingerprint(folders), now)
