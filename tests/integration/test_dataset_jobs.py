@@ -28,9 +28,9 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
     src.mkdir()
     for i in range(20):
         (src / f"item-{i:03d}.bin").write_bytes(bytes([i]) * (1000 + i))
-    # isolation=off: under tenant isolation a job fills a cache folder of its tenant's own
-    # (uid-N, 0700), which the agent does not read as root, so the node report below would not
-    # see it (docs/security.md, "dataset cache"); the shared node cache is what is checked here.
+    # isolation=off: the shared node cache, reported under `owner/name`, is what is checked
+    # here; under isolation a job fills a cache of its uid's own, reported under that uid's key
+    # (the isolation test below).
     settings = Settings(
         home=tmp_path / "home",
         policy="data-aware",

@@ -84,6 +84,24 @@ def test_progress_is_written_at_most_every_interval_and_with_any_transition() ->
     assert store.get_job("j1").step == 9  # type: ignore[union-attr]
 
 
+def test_one_job_the_store_refuses_does_not_stop_the_others_progress(tmp_path: Path) -> None:
+    """A real SQLite store refuses an integer past 64 bits; before, that one job's record made
+    every flush (and so every round) fail. Progress reaches the book already bounded
+    (`agent.progress_record`); this is the second line of defence."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    book = JobBook(store, lambda: 10.0, save_progress_every_s=0.0)
+    book.create("t", spec(), job_id="bad")
+    book.create("t", spec(), job_id="good")
+    book.observe("bad", step=2**70)
+    book.observe("good", step=7)
+    book.flush()  # no raise
+    assert store.get_job("good").step == 7  # type: ignore[union-attr]
+    assert store.get_job("bad").step == 0  # type: ignore[union-attr]
+    book.observe("bad", step=8)
+    book.flush()
+    assert store.get_job("bad").step == 8  # type: ignore[union-attr]
+
+
 def test_failpoints_reject_unknown_names_and_parse_the_setting() -> None:
     with pytest.raises(ValueError, match="unknown point"):
         Failpoints().arm("book.typo")

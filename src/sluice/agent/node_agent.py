@@ -59,6 +59,7 @@ from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
 from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, warn_missing
 from sluice.agent.node_owners import NodeOwners
+from sluice.agent.progress_record import progress_event
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
 from sluice.agent.tenant_cache import drop_everywhere, tenant_dir, warm_as
@@ -68,9 +69,7 @@ from sluice.data.warm import WarmReport, warm_node
 from sluice.model import (
     Allocation,
     Event,
-    JobCheckpointed,
     JobExited,
-    JobProgress,
     JobStarted,
     JobUsage,
     JobUser,
@@ -538,22 +537,13 @@ class NodeAgent:
             return events
 
     def _progress(self, att: _Attempt) -> list[Event]:
+        """The job's new progress records as events; records a job may not send are dropped
+        (the file is the job's own: `progress_record`)."""
         out: list[Event] = []
         for rec in att.tail.read():
-            try:
-                t = float(rec.get("t", self.clock()))
-                step = int(rec.get("step", 0))
-                if "checkpoint" in rec:
-                    out.append(JobCheckpointed(att.job_id, att.attempt, t, step, str(rec["checkpoint"])))
-                    continue
-                loss = rec.get("loss")
-                raw = rec.get("metrics") or {}
-                metrics = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
-                out.append(
-                    JobProgress(att.job_id, att.attempt, t, step, None if loss is None else float(loss), metrics)
-                )
-            except (TypeError, ValueError):
-                continue
+            e = progress_event(att.job_id, att.attempt, rec, self.clock)
+            if e is not None:
+                out.append(e)
         return out
 
     def _usage(self, att: _Attempt, now: float) -> JobUsage | None:

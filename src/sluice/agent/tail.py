@@ -36,6 +36,8 @@ class JsonlTail:
             chunk = f.read(min(size - self.offset, MAX_CHUNK))
         end = chunk.rfind(b"\n")
         if end < 0:
+            if len(chunk) == MAX_CHUNK:  # a line longer than a chunk is no record: skip past it
+                self.offset += len(chunk)
             return []
         self.offset += end + 1
         out: list[dict[str, Any]] = []
@@ -44,7 +46,7 @@ class JsonlTail:
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 continue
             if isinstance(rec, dict):
                 out.append(rec)

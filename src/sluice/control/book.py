@@ -34,7 +34,7 @@ from typing import Any
 from sluice.control.failpoints import Failpoints
 from sluice.model import IllegalTransition, JobRecord, Phase, can_transition
 from sluice.spec import JobSpec
-from sluice.store.base import EventRecord, NewEvent, Store
+from sluice.store.base import EventRecord, NewEvent, Store, StoreUnavailable
 
 log = logging.getLogger("sluice.book")
 
@@ -236,7 +236,16 @@ class JobBook:
                 continue
             if force or now - self._last_saved.get(jid, 0.0) >= self.save_progress_every_s:
                 self.failpoints.hit("book.flush.before_write")
-                self._store.save_job(job)
+                try:
+                    self._store.save_job(job)
+                except StoreUnavailable:
+                    raise
+                except Exception:
+                    # One job's record the store refuses must not stop every other job's
+                    # progress (nor the round): it is tried again at the next interval.
+                    log.exception("could not save the progress of job %s", jid)
+                    self._last_saved[jid] = now
+                    continue
                 self.failpoints.hit("book.flush.after_write")
                 self._last_saved[jid] = now
                 self._observed.discard(jid)

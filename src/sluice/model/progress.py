@@ -14,6 +14,9 @@ from typing import TypeGuard
 
 from sluice.model.allocation import Allocation
 
+MAX_STEP = 2**53
+"""The largest step (and total_steps) a job may report: exact as a JSON number and within the
+store's 64-bit columns (`sluice.agent.progress_record` drops records past it)."""
 HISTORY_POINTS = 240
 """Samples kept per job for loss and usage history (older points are dropped)."""
 
@@ -181,8 +184,9 @@ class ProgressTracker:
         first report is only its baseline."""
         self._snapshot = None
         if metrics:
-            if "total_steps" in metrics and metrics["total_steps"] > 0:
-                self.total_steps = int(metrics["total_steps"])
+            total = metrics.get("total_steps")
+            if total is not None and math.isfinite(total) and 0 < total <= MAX_STEP:
+                self.total_steps = int(total)
             if "stall_s" in metrics:
                 self.stall_s = float(metrics["stall_s"])
             self._take_noise(metrics)
