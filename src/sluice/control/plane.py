@@ -407,7 +407,8 @@ class ControlPlane:
         src_dir = self.controller.checkpoint_dir(source)
         dst_dir = checkpoint_dir(spec.checkpoint.location, self.controller.checkpoint_root, job_id)
         try:
-            newest = copy_checkpoints(src_dir, dst_dir)
+            owner = self.job_user(tenant) if self.isolation.enabled else None
+            newest = copy_checkpoints(src_dir, dst_dir, owner=owner)
         except OSError as err:
             raise Conflict(f"resume_from: could not copy job {source_id}'s checkpoints: {err}") from None
         if newest is None:  # asked to resume: starting from step 0 instead would be a silent surprise

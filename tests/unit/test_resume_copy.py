@@ -1,0 +1,117 @@
+"""`--resume-from` copies the old job's checkpoints as the plane (root, under isolation) from
+a folder the old job's uid owns. A job could plant there a link to the plane's admin token or
+to another tenant's files, and the copy — made readable to the new job — would hand it over.
+The copy takes only regular files of the tenant's own uid, never through a link."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.agent.isolation import detect_isolation
+from sluice.api.app import create_app
+from sluice.control.plane import ControlPlane
+from sluice.control.resume import copy_checkpoints
+from sluice.model import JobUser
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.spec import TenantSpec
+from sluice.store.sql import SqlStore
+
+from .fake_engine import FakeEngine
+
+needs_root = pytest.mark.skipif(
+    not detect_isolation("auto").enabled, reason="needs a process that may switch users (root)"
+)
+
+
+def test_the_newest_checkpoints_are_copied_0600(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for step in (3, 12, 7):
+        (src / f"ckpt-{step}.pt").write_bytes(b"w" * step)
+    (src / "ckpt-99.pt.tmp").write_bytes(b"half")
+    got = copy_checkpoints(str(src), str(tmp_path / "dst"), keep=2)
+    assert got == (str(tmp_path / "dst" / "ckpt-12.pt"), 12)
+    assert sorted(p.name for p in (tmp_path / "dst").iterdir()) == ["ckpt-12.pt", "ckpt-7.pt"]
+    assert (tmp_path / "dst" / "ckpt-12.pt").read_bytes() == b"w" * 12
+    assert stat.S_IMODE((tmp_path / "dst" / "ckpt-12.pt").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "folder-link"])
+def test_a_planted_link_or_fifo_is_never_followed(tmp_path: Path, plant: str) -> None:
+    secret = tmp_path / "admin.token"
+    secret.write_text("the plane's secret")
+    src = tmp_path / "src"
+    if plant == "folder-link":
+        real = tmp_path / "elsewhere"
+        real.mkdir()
+        (real / "ckpt-5.pt").write_text("x")
+        src.symlink_to(real)
+    else:
+        src.mkdir()
+        if plant == "link":
+            (src / "ckpt-9.pt").symlink_to(secret)
+        else:
+            os.mkfifo(src / "ckpt-9.pt")
+    try:
+        got = copy_checkpoints(str(src), str(tmp_path / "dst"))
+    except OSError:
+        got = None
+    assert got is None  # refused, or (a linked folder) no checkpoint found: nothing copied
+    assert not (tmp_path / "dst").exists() or not list((tmp_path / "dst").iterdir())
+
+
+@needs_root
+def test_only_the_tenants_own_files_are_copied_and_the_copy_is_its_own(tmp_path: Path) -> None:
+    alice = JobUser(231_201, 231_201)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ckpt-4.pt").write_bytes(b"root's file")  # not alice's: a hard link she could not make
+    with pytest.raises(OSError, match="not the job's own file"):
+        copy_checkpoints(str(src), str(tmp_path / "dst"), owner=alice)
+    os.chown(src / "ckpt-4.pt", alice.uid, alice.gid)
+    got = copy_checkpoints(str(src), str(tmp_path / "dst2"), owner=alice)
+    assert got is not None
+    st = os.stat(got[0])
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (alice.uid, 0o600)
+
+
+@needs_root
+def test_resume_from_a_job_that_planted_a_link_to_the_admin_token_is_refused(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin = plane.authenticate(tokens["admin"])
+    _, token = plane.create_tenant(admin, TenantSpec(name="alice"))
+    alice = plane.authenticate(token)
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        with TestClient(create_app(plane)) as http:
+            r = http.post("/v1/jobs", json={"command": ["python", "t.py"]}, headers=auth)
+            old = r.json()["id"]
+            assert http.post(f"/v1/jobs/{old}/cancel", headers=auth).status_code == 200
+            folder = Path(plane.controller.checkpoint_dir(plane.get_job(alice, old)))
+            folder.mkdir(parents=True)
+            user = plane.job_user("alice")
+            os.chown(folder, user.uid, user.gid)
+            (folder / "ckpt-9.pt").symlink_to(settings.home / "admin.token")  # what her job could do
+            r = http.post("/v1/jobs", json={"command": ["python", "t.py"], "resume_from": old}, headers=auth)
+            assert r.status_code == 409, r.text
+            assert "could not copy" in r.text
+            new_folders = [p for p in (settings.home / "runs").glob("*/checkpoints/ckpt-9.pt") if p.parent != folder]
+            assert new_folders == []
+            # her job's own checkpoint is copied, and the copy is hers
+            (folder / "ckpt-9.pt").unlink()
+            (folder / "ckpt-10.pt").write_bytes(b"weights")
+            os.chown(folder / "ckpt-10.pt", user.uid, user.gid)
+            r = http.post("/v1/jobs", json={"command": ["python", "t.py"], "resume_from": old}, headers=auth)
+            assert r.status_code == 201, r.text
+            copy = Path(plane.controller.checkpoint_dir(plane.get_job(alice, r.json()["id"]))) / "ckpt-10.pt"
+            assert copy.read_bytes() == b"weights" and copy.stat().st_uid == user.uid
+    finally:
+        plane.store.close()
