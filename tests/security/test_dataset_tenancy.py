@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from sluice.control.datasets import cache_folder
-from sluice.data.cache import index_fractions
+from sluice.data.cache import index_fractions, reader_key
 from sluice.data.index import Index
+from sluice.model import dataset_of
 
 from .confine_helpers import Api, live_plane
 
@@ -135,11 +136,16 @@ def test_an_admin_publishes_a_dataset_to_every_tenant(api: Api) -> None:
     # the job reads the published entry, and placement weighs it under the nodes' cache key
     env = json.loads(api.plane.datasets.launch_env("bob", ["imgs"])["SLUICE_DATASETS"])
     assert env["imgs"]["cache_key"] == "alice/imgs"
-    assert api.plane.datasets.dataset_bytes("bob", ["imgs"]) == {"alice/imgs": sum(200 + i for i in range(4))}
+    # (under isolation: the copy in bob's own cache, which is the one his jobs read)
+    rec = api.plane.datasets.resolve("bob", "imgs")
+    assert rec is not None
+    key = reader_key(api.plane.job_user("bob").uid, cache_folder(rec)) if api.plane.isolation.enabled else "alice/imgs"
+    assert dataset_of(key) == "alice/imgs"
+    assert api.plane.datasets.dataset_bytes("bob", ["imgs"]) == {key: sum(200 + i for i in range(4))}
     with api.plane.controller.lock:
         api.plane.controller.step()
         view = api.plane.controller.view()
-    assert view.jobs[job_id].datasets == ("alice/imgs",)
+    assert view.jobs[job_id].datasets == (key,)
     # a second published dataset of one name would make mounts ambiguous: 409
     r = api.call("bob", "POST", "/v1/datasets", json={"name": "imgs", "source": str(Path(env["imgs"]["source"]))})
     assert r.status_code == 201  # bob may still have his own of that name (his own wins for him)
