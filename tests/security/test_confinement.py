@@ -60,6 +60,14 @@ def data(tmp_path: Path) -> Path:
         "s3://any-bucket/ckpt",
         "memory://ckpt",
         "simplecache::file:///etc",
+        # the run folder itself and the plane's names in it: the folder is handed to the job's uid
+        ".",
+        "./",
+        "attempt-1",
+        "attempt-7/x",
+        "a/../attempt-1",
+        "job.log",
+        "work/ckpt",
     ],
 )
 def test_checkpoint_location_outside_run_folder_and_roots_is_a_422(tmp_path, monkeypatch, location) -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sluice.agent.isolation import (
@@ -166,3 +168,80 @@ def test_the_permission_walk_reads_every_folder_on_the_way(tmp_path: Path) -> No
         os.chown(f, USER.uid, USER.gid)
         f.chmod(0o700)
         assert unreachable(f, USER, os.R_OK | os.X_OK) is None  # the owner bits are its own
+
+
+def _plane_folders(agent: NodeAgent, job: str) -> list[str]:
+    """Folders of the plane's a checkpoint location could name if submit's check were bypassed."""
+    jdir = agent.job_dir(job)
+    return [
+        str(jdir),  # location "." / "./"
+        str(jdir) + "/",
+        str(jdir / "attempt-1"),  # the attempt being launched
+        str(jdir / "attempt-70" / "x"),
+        str(jdir / "attempt-x"),  # adopted like an attempt after a restart
+        str(jdir / "job.log"),
+        str(jdir / "work" / "ckpt"),  # inside the job's own folder: root would mkdir/chmod there
+        str(jdir / "ckpt" / ".." / "attempt-1"),
+        str(agent.runs_dir),
+        str(agent.runs_dir.parent),  # $SLUICE_HOME
+    ]
+
+
+@needs_root
+def test_the_agent_never_hands_a_plane_folder_to_a_tenant_uid(agent: NodeAgent) -> None:
+    """Defence in depth behind control/confine.py: a launch whose checkpoint folder is the run
+    folder, an attempt folder, job.log, the work folder, the runs folder or the home is refused
+    for good (not retried), and every one of those folders stays the plane's, 0711."""
+    for k, folder in enumerate(_plane_folders(agent, "evil")):
+        spec = JobSpec(command=["python", "-c", "print('never')"])
+        req = LaunchRequest("evil", k + 1, "t", spec, Allocation.single("n0"), folder, run_as=USER)
+        with pytest.raises(LaunchError, match=r"checkpoint\.location: .*the plane never hands its own folders"):
+            agent.launch(req)
+        exited = _exit(agent, "evil")
+        assert exited.retryable is False and "checkpoint.location" in exited.reason
+    jdir = agent.job_dir("evil")
+    for plane_dir in (agent.runs_dir, jdir, jdir / "attempt-1"):
+        st = plane_dir.stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o711), plane_dir
+    assert not (jdir / "attempt-x").exists() and not (jdir / "attempt-70").exists()
+    assert (jdir / "job.log").is_file() and (jdir / "job.log").stat().st_uid == os.geteuid()
+    # a folder below the run folder that is none of the plane's is the job's, as before
+    spec = JobSpec(command=["python", "-c", "pass"])
+    ckpt = agent.job_dir("fine") / "ckpt"
+    agent.launch(LaunchRequest("fine", 1, "t", spec, Allocation.single("n0"), str(ckpt), run_as=USER))
+    assert _exit(agent, "fine").exit_code == 0
+    assert (ckpt.stat().st_uid, stat.S_IMODE(ckpt.stat().st_mode)) == (USER.uid, 0o700)
+    assert agent.job_dir("fine").stat().st_uid == os.geteuid()
+
+
+@needs_root
+def test_a_job_owned_folder_named_like_an_attempt_is_never_adopted(agent: NodeAgent, tmp_path: Path) -> None:
+    """A job (location `attempt-x` stored before it was refused) writes a state.json naming a
+    process of someone else's: a new agent must not attach to it, signal it or report it."""
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        jdir = agent.job_dir("forged")
+        jdir.mkdir(mode=0o711)
+        for name, attempt in (("attempt-x", 1), ("attempt-2", 2)):
+            adir = jdir / name
+            adir.mkdir(mode=0o700)
+            state = {
+                "job_id": "forged",
+                "attempt": attempt,
+                "node": "n0",
+                "shim_pid": victim.pid,
+                "shim_create_time": psutil.Process(victim.pid).create_time(),
+                "cgroup": "forged",
+            }
+            (adir / "state.json").write_text(json.dumps(state))
+            os.chown(adir, USER.uid, USER.gid)  # the job's folder, as the old bug made it
+            os.chown(adir / "state.json", USER.uid, USER.gid)
+        again = NodeAgent("n0", agent.runs_dir, settings=agent.settings)
+        try:
+            assert again.alive() == {} and not any(job == "forged" for job, _ in again._watched)
+        finally:
+            again.close()
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()

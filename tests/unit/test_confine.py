@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from sluice.control.confine import checkpoint_dir, confine_checkpoint
 from sluice.data.guard import SourceGuard, SourceRefused, address_refusal
+from sluice.model.runfolder import plane_name
 from sluice.spec import SpecError
 
-segment = st.sampled_from(["..", ".", "a", "b", "escape", "", "ckpt"])
+segment = st.sampled_from(["..", ".", "a", "b", "escape", "", "ckpt", "attempt-1", "job.log", "work"])
 paths = st.lists(segment, min_size=1, max_size=8).map("/".join)
 
 
@@ -47,8 +48,10 @@ def test_an_accepted_location_always_stays_in_a_root_or_the_run_folder(tree: Pat
     folder = checkpoint_dir(kept, "/runs", "job-1")
     if absolute:
         assert _inside(os.path.realpath(folder), os.path.realpath(root))
-    else:
-        assert _inside(os.path.normpath(folder), "/runs/job-1")
+    else:  # strictly below the run folder, and never in a folder of the plane's there
+        rel_kept = os.path.relpath(os.path.normpath(folder), "/runs/job-1")
+        assert rel_kept != "." and not rel_kept.startswith("..")
+        assert plane_name(rel_kept.split("/")[0]) is None
 
 
 def test_symlink_and_dotdot_examples(tree: Path) -> None:
@@ -60,6 +63,43 @@ def test_symlink_and_dotdot_examples(tree: Path) -> None:
     assert confine_checkpoint(f"{root}/a/../a", [root]) == os.path.realpath(f"{root}/a")
     assert checkpoint_dir(None, "/runs/", "j") == "/runs/j/checkpoints"
     assert checkpoint_dir("s3://b/ck", "/runs", "j") == "s3://b/ck/j/checkpoints"
+
+
+@pytest.mark.parametrize(
+    ("location", "why"),
+    [
+        (".", "run folder itself"),
+        ("./", "run folder itself"),
+        ("a/..", "run folder itself"),
+        ("file://", "run folder itself"),
+        ("attempt-1", "attempt folder"),
+        ("./attempt-1/", "attempt folder"),
+        ("attempt-7/x", "attempt folder"),
+        ("attempt-x", "attempt folder"),  # the agent adopts any attempt-*/state.json
+        ("a/../attempt-1", "attempt folder"),
+        ("file://attempt-2", "attempt folder"),
+        ("job.log", "job's log"),
+        ("job.log/x", "job's log"),
+        ("work", "working folder"),
+        ("work/ckpt", "working folder"),
+    ],
+)
+def test_a_relative_location_on_a_plane_folder_is_refused(location: str, why: str) -> None:
+    """The checkpoint folder is handed to the job's uid: the run folder itself and the
+    plane's names in it (attempt-<n>, job.log, work) would hand it plane files."""
+    with pytest.raises(SpecError) as err:
+        confine_checkpoint(location, [])
+    (problem,) = err.value.problems
+    assert problem.field == "checkpoint.location" and why in problem.problem, problem.problem
+
+
+@pytest.mark.parametrize(
+    ("location", "kept"),
+    [("ckpt", "ckpt"), ("checkpoints", "checkpoints"), ("./ckpt/latest/", "ckpt/latest"), ("attempts", "attempts")],
+)
+def test_a_relative_location_below_the_run_folder_is_kept(location: str, kept: str) -> None:
+    assert confine_checkpoint(location, []) == kept
+    assert checkpoint_dir(kept, "/runs", "j") == f"/runs/j/{kept}"
 
 
 @given(rel=paths)

@@ -29,6 +29,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -76,6 +77,7 @@ from sluice.model import (
     LaunchRequest,
     NodeInfo,
     NodeKPIs,
+    runfolder,
 )
 from sluice.settings import Settings
 
@@ -85,7 +87,7 @@ STATE_FILE = "state.json"
 STOP_FILE = "stop.json"
 REPORTED_FILE = "exit_reported"
 PROGRESS_FILE = "progress.jsonl"
-WORK_DIR = "work"
+WORK_DIR = runfolder.WORK_DIR
 """The job's default working folder (and HOME under isolation), inside its run folder."""
 CREATE_TIME_TOLERANCE_S = 1.0
 """psutil's create time has clock-tick resolution; a recycled pid starts much later."""
@@ -252,10 +254,10 @@ class NodeAgent:
         return self.runs_dir / job_id
 
     def attempt_dir(self, job_id: str, attempt: int) -> Path:
-        return self.job_dir(job_id) / f"attempt-{attempt}"
+        return self.job_dir(job_id) / runfolder.attempt_name(attempt)
 
     def log_path(self, job_id: str) -> str:
-        return str(self.job_dir(job_id) / "job.log")
+        return str(self.job_dir(job_id) / runfolder.JOB_LOG)
 
     def controller(self, job_id: str, attempt: int) -> CpuController | None:
         """The CPU controller of a running attempt (tests and diagnostics read its limits)."""
@@ -405,12 +407,40 @@ class NodeAgent:
 
     def _prepare_checkpoint_dir(self, location: str, user: JobUser | None) -> None:
         """The checkpoint folder is the job's (0700, its uid); the folders above it that sluice
-        makes are the plane's (0711: passable, not listable)."""
+        makes are the plane's (0711: passable, not listable). A folder of the plane's own is
+        never handed over (a LaunchError: every attempt would meet it), whatever the spec says."""
         if not location or "://" in location:
             return
-        path = Path(location)
+        path = Path(os.path.abspath(location))
+        problem = self._plane_folder(path)
+        if problem is not None:
+            raise LaunchError(
+                f"checkpoint.location: {location} is {problem}; the plane never hands its own folders to a job"
+            )
         plane_dirs(path.parent)
         own_dir(path, PRIVATE_DIR_MODE, user)
+
+    def _plane_folder(self, path: Path) -> str | None:
+        """What of the plane's `path` is (as written, and with the symlinks that exist now
+        followed), or None for a folder that may become a job's: the runs folder, $SLUICE_HOME
+        or a folder above either, a job's run folder, or one of the plane's names in it
+        (attempt-<n>, job.log, work: model/runfolder.py) or below one."""
+        homes = {Path(os.path.abspath(p)) for p in (self.runs_dir, self.settings.home)}
+        homes |= {Path(os.path.realpath(p)) for p in homes}
+        runs = {Path(os.path.abspath(self.runs_dir)), Path(os.path.realpath(self.runs_dir))}
+        for p in (path, Path(os.path.realpath(path))):
+            if any(p == h or p in h.parents for h in homes):
+                return "the plane's runs folder, its home or a folder above them"
+            for r in runs:
+                if r not in p.parents:
+                    continue
+                parts = p.relative_to(r).parts
+                if len(parts) == 1:
+                    return f"the run folder of job {parts[0]}"
+                what = runfolder.plane_name(parts[1])
+                if what is not None:
+                    return f"{parts[1]!r} of job {parts[0]}'s run folder ({what}) or a folder in it"
+        return None
 
     def _rlimits(self, user: JobUser | None) -> dict[str, int]:
         """The job's rlimits (settings job_max_*); a process count only for a job uid of its own."""
@@ -614,6 +644,9 @@ class NodeAgent:
             if state is None or state.get("node") != self.name or (adir / REPORTED_FILE).exists():
                 continue
             job_id, attempt = str(state["job_id"]), int(state["attempt"])
+            if not self._plane_attempt_dir(adir, job_id, attempt):
+                log.warning("not adopting %s: not an attempt folder the plane made for its state", adir)
+                continue
             ctrl = CpuController(
                 self.layout, str(state["cgroup"]), self.cpus, node_cpuset=self.cpuset, ledger=self.ledger
             )
@@ -649,6 +682,19 @@ class NodeAgent:
             log.info(
                 "adopted attempt %d of %s (%s)", attempt, job_id, "running" if att.alive() else "ended while unwatched"
             )
+
+    def _plane_attempt_dir(self, adir: Path, job_id: str, attempt: int) -> bool:
+        """Whether `adir` is the attempt folder the agent made for (job_id, attempt): at that
+        very name, a real folder, the plane's own and writable by it alone. A job's folder
+        named like one (a checkpoint location the plane refuses today, kept from before) holds
+        files the job wrote, which must never point the agent at a process."""
+        try:
+            if adir != self.attempt_dir(job_id, attempt):
+                return False
+            st = os.lstat(adir)
+        except (LaunchError, OSError):
+            return False
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
     def alive(self) -> dict[str, int]:
         with self._lock:

@@ -5,8 +5,10 @@ control plane's permissions. Unchecked, `/etc` or `../../somewhere` makes folder
 plane may write, and a location inside another tenant's run folder mixes their files. So:
 
 - no location: `<checkpoint root>/<job id>/checkpoints` (the job's run folder), as before;
-- a relative location: inside the job's own run folder, `<checkpoint root>/<job id>/<location>`;
-  `..` that would leave it is refused;
+- a relative location: a folder strictly below the job's own run folder,
+  `<checkpoint root>/<job id>/<location>`; `..` that would leave it, the run folder itself
+  (`.`) and a first component the plane uses there (`attempt-<n>`, `job.log`, `work`:
+  model/runfolder.py) are refused, since the folder is handed to the job's uid;
 - an absolute path or file:// URL: must resolve (symlinks included) inside one of the admin's
   `checkpoint_roots`; it is stored resolved, so a symlink planted later cannot redirect it;
 - any other URL (s3://...): must lie under a URL root the admin listed, with no `..` segment.
@@ -21,6 +23,7 @@ import os
 import posixpath
 from collections.abc import Sequence
 
+from sluice.model.runfolder import plane_name
 from sluice.spec import SpecError
 from sluice.spec.errors import FieldProblem
 
@@ -40,11 +43,29 @@ def _roots_text(roots: Sequence[str]) -> str:
     return ", ".join(roots) if roots else "none are configured"
 
 
-def relative_inside(location: str) -> str:
+def _below(location: str) -> str:
     """A relative location normalised, refusing one that would leave the run folder."""
     norm = posixpath.normpath(location)
     if posixpath.isabs(norm) or norm == ".." or norm.startswith("../"):
         raise _refuse(f"{location!r} leaves the job's run folder; relative locations stay inside it")
+    return norm
+
+
+def relative_inside(location: str) -> str:
+    """A relative location normalised: a folder strictly below the job's run folder whose
+    first component is none of the plane's own names there (the folder becomes the job's)."""
+    norm = _below(location)
+    if norm == ".":
+        raise _refuse(
+            f"{location!r} is the job's run folder itself, which is the plane's; give a folder below it (e.g. 'ckpt')"
+        )
+    first = norm.split("/", 1)[0]
+    what = plane_name(first)
+    if what is not None:
+        raise _refuse(
+            f"{location!r}: {first!r} in the job's run folder is {what}; checkpoints cannot go there "
+            "(give another folder name, e.g. 'ckpt')"
+        )
     return norm
 
 
@@ -90,5 +111,7 @@ def checkpoint_dir(location: str | None, checkpoint_root: str, job_id: str) -> s
     if location is None:
         return f"{root}/{job_id}/checkpoints"
     if "://" not in location and not os.path.isabs(location):
-        return f"{root}/{job_id}/{relative_inside(location)}"
+        # Checked by relative_inside at submit; a job stored before that check is refused by
+        # the node agent at launch (it never hands a plane folder to a job), not here.
+        return f"{root}/{job_id}/{_below(location)}"
     return f"{location.rstrip('/')}/{job_id}/checkpoints"
