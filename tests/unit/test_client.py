@@ -33,7 +33,7 @@ from sluice.settings import Settings
 from sluice.spec import JobSpec, TenantSpec
 from sluice.store.sql import SqlStore
 
-from ..live_api import free_port, serve_for_cli
+from ..live_api import free_port, run_cli, serve_for_cli
 from .fake_engine import FakeEngine
 
 
@@ -319,3 +319,49 @@ def test_an_error_body_that_is_not_json_still_reads() -> None:
         c.job("x")
     assert e.value.status == 502 and "Bad Gateway from a proxy" in str(e.value)
     assert json.loads(json.dumps(e.value.detail)) == "Bad Gateway from a proxy"
+
+
+def test_ids_and_names_are_one_path_segment_each() -> None:
+    """An id is percent-encoded as one segment: `?`, `#`, `%`, `..` in it never retarget the
+    request to another job, another endpoint or a query string."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(404, json={"error": "not found", "detail": "nope"})
+
+    calls = {
+        "j-x?x=1": ("/v1/jobs/j-x%3Fx%3D1", lambda c, v: c.job(v)),
+        "j-x#x": ("/v1/jobs/j-x%23x/cancel", lambda c, v: c.cancel(v)),
+        "%2e%2e": ("/v1/jobs/%252e%252e/suspend", lambda c, v: c.suspend(v)),
+        "..": ("/v1/jobs/%2E%2E/why", lambda c, v: c.why(v)),
+        "n 0?": ("/v1/nodes/n%200%3F/cordon", lambda c, v: c.cordon(v, "r")),
+        "q&x": ("/v1/queues/q%26x/grants", lambda c, v: c.grant_queue(v, "bob")),
+        "t?": ("/v1/tenants/t%3F", lambda c, v: c.delete_tenant(v)),
+        "p#": ("/v1/priority-classes/p%23", lambda c, v: c.delete_priority_class(v)),
+        "d?": ("/v1/datasets/d%3F/warm", lambda c, v: c.warm_dataset(v)),
+    }
+    with Client("http://sluice.test", "t", transport=httpx.MockTransport(handler)) as c:
+        for value, (path, call) in calls.items():
+            with pytest.raises(NotFoundError):
+                call(c, value)
+            assert seen[-1].url.raw_path.split(b"?")[0].decode() == path, value
+        assert seen[0].url.query == b""  # `?x=1` is part of the id, not a query string
+        n = len(seen)
+        for value, what in (("", "job id"), ("j-x/cancel", "job id")):
+            with pytest.raises(BadRequestError, match=what):
+                c.suspend(value)
+        with pytest.raises(BadRequestError, match="node name may not be empty"):
+            c.uncordon("")
+        with pytest.raises(BadRequestError, match="queue name may not be empty"):
+            c.delete_queue("")
+        assert len(seen) == n  # refused here, no request
+
+
+def test_cli_job_get_with_a_query_in_the_id_is_not_the_job(live: Live) -> None:
+    with Client() as c:
+        job = c.submit(SPEC)
+    rc, out, err = run_cli("job", "get", f"{job.id}?x=1")
+    assert rc == 1 and f"job {job.id}?x=1 not found" in err, (out, err)
+    rc, out, err = run_cli("job", "get", "")
+    assert rc == 2 and "job id may not be empty" in err and "pydantic" not in err, (out, err)

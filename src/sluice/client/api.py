@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -228,7 +229,7 @@ class Client:
         return out
 
     def job(self, job_id: str) -> JobOut:
-        return self._one(JobOut, "GET", f"/v1/jobs/{job_id}")
+        return self._one(JobOut, "GET", f"/v1/jobs/{_seg(job_id, _JOB)}")
 
     def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobOut:
         """Poll until the job is in a terminal phase (Succeeded, Failed, Cancelled) and return
@@ -245,17 +246,17 @@ class Client:
     def logs(self, job_id: str, tail: int | None = None) -> str:
         """The job's output so far (its last 8 MiB), or its last `tail` lines."""
         params = {} if tail is None else {"tail": tail}
-        return str(self.request("GET", f"/v1/jobs/{job_id}/logs", params=params) or "")
+        return str(self.request("GET", f"/v1/jobs/{_seg(job_id, _JOB)}/logs", params=params) or "")
 
     def follow_logs(self, job_id: str, tail: int | None = None, *, raw: bool = False) -> Iterator[str]:
         """The job's output as it writes it, until it ends: lines without their newline (raw:
         text chunks as they arrive); with `tail`, starting from its last `tail` lines."""
         params: dict[str, Any] = {"follow": "true", **({} if tail is None else {"tail": tail})}
-        return self._stream(f"/v1/jobs/{job_id}/logs", params, lines=not raw)
+        return self._stream(f"/v1/jobs/{_seg(job_id, _JOB)}/logs", params, lines=not raw)
 
     def progress(self, job_id: str) -> Progress | None:
         """The job's latest progress (step, loss, throughput, histories); None before its first report."""
-        data = self.request("GET", f"/v1/jobs/{job_id}/progress")
+        data = self.request("GET", f"/v1/jobs/{_seg(job_id, _JOB)}/progress")
         return _parse(Progress, data, "progress") if data else None
 
     def follow_progress(self, job_id: str, poll_s: float = 1.0) -> Iterator[Progress]:
@@ -274,19 +275,19 @@ class Client:
 
     def cancel(self, job_id: str) -> JobOut:
         """Cancel: a queued job ends now, a running one checkpoints and exits."""
-        return self._one(JobOut, "POST", f"/v1/jobs/{job_id}/cancel")
+        return self._one(JobOut, "POST", f"/v1/jobs/{_seg(job_id, _JOB)}/cancel")
 
     def suspend(self, job_id: str) -> JobOut:
         """Suspend: the job checkpoints, stops and gives its quota back until resumed."""
-        return self._one(JobOut, "POST", f"/v1/jobs/{job_id}/suspend")
+        return self._one(JobOut, "POST", f"/v1/jobs/{_seg(job_id, _JOB)}/suspend")
 
     def resume(self, job_id: str) -> JobOut:
         """Resume a suspended job from its checkpoint."""
-        return self._one(JobOut, "POST", f"/v1/jobs/{job_id}/resume")
+        return self._one(JobOut, "POST", f"/v1/jobs/{_seg(job_id, _JOB)}/resume")
 
     def why(self, job_id: str) -> list[EventOut]:
         """The job's history with reasons: phase changes, placement, CPU changes, restarts."""
-        return self._all(EventOut, f"/v1/jobs/{job_id}/why")
+        return self._all(EventOut, f"/v1/jobs/{_seg(job_id, _JOB)}/why")
 
     explain = why
 
@@ -309,21 +310,23 @@ class Client:
         return self._all(DatasetOut, "/v1/datasets")
 
     def dataset(self, name: str, tenant: str | None = None) -> DatasetOut:
-        return self._one(DatasetOut, "GET", f"/v1/datasets/{name}", params=_owner(tenant))
+        return self._one(DatasetOut, "GET", f"/v1/datasets/{_seg(name, _DATASET)}", params=_owner(tenant))
 
     def delete_dataset(self, name: str, tenant: str | None = None) -> DeletedOut:
         """Delete a dataset and drop it from every node's cache (its source is not touched)."""
-        return self._one(DeletedOut, "DELETE", f"/v1/datasets/{name}", params=_owner(tenant))
+        return self._one(DeletedOut, "DELETE", f"/v1/datasets/{_seg(name, _DATASET)}", params=_owner(tenant))
 
     def warm_dataset(self, name: str, nodes: Iterable[str] = (), tenant: str | None = None) -> WarmResult:
         """Fetch the dataset into every node's cache (or `nodes`'); returns when all are done."""
         params = {"node": list(nodes), **_owner(tenant)}
-        return self._one(WarmResult, "POST", f"/v1/datasets/{name}/warm", params=params, timeout=LONG_TIMEOUT_S)
+        return self._one(
+            WarmResult, "POST", f"/v1/datasets/{_seg(name, _DATASET)}/warm", params=params, timeout=LONG_TIMEOUT_S
+        )
 
     def publish_dataset(self, name: str, tenant: str | None = None, published: bool = True) -> DatasetOut:
         """Admin: make a dataset readable by every tenant (or withdraw it, published=False)."""
         method = "POST" if published else "DELETE"
-        return self._one(DatasetOut, method, f"/v1/datasets/{name}/publish", params=_owner(tenant))
+        return self._one(DatasetOut, method, f"/v1/datasets/{_seg(name, _DATASET)}/publish", params=_owner(tenant))
 
     # ---------------------------------------------------------------- tenants (admin)
 
@@ -339,11 +342,13 @@ class Client:
     def update_tenant(self, name: str, patch: TenantPatch | Mapping[str, Any]) -> TenantOut:
         """Change a tenant's weight or job limit live (0 removes the limit)."""
         p = _spec(TenantPatch, patch, "tenant change")
-        return self._one(TenantOut, "PATCH", f"/v1/tenants/{name}", json=p.model_dump(mode="json", exclude_none=True))
+        return self._one(
+            TenantOut, "PATCH", f"/v1/tenants/{_seg(name, _TENANT)}", json=p.model_dump(mode="json", exclude_none=True)
+        )
 
     def delete_tenant(self, name: str) -> None:
         """Delete a tenant (it must have no unfinished jobs); its token stops working."""
-        self.request("DELETE", f"/v1/tenants/{name}")
+        self.request("DELETE", f"/v1/tenants/{_seg(name, _TENANT)}")
 
     # ---------------------------------------------------------------- queues
 
@@ -357,14 +362,16 @@ class Client:
 
     def update_queue(self, name: str, patch: QueuePatch | Mapping[str, Any]) -> QueueOut:
         p = _spec(QueuePatch, patch, "queue change")
-        return self._one(QueueOut, "PATCH", f"/v1/queues/{name}", json=p.model_dump(mode="json", exclude_none=True))
+        return self._one(
+            QueueOut, "PATCH", f"/v1/queues/{_seg(name, _QUEUE)}", json=p.model_dump(mode="json", exclude_none=True)
+        )
 
     def grant_queue(self, name: str, tenant: str, granted: bool = True) -> QueueOut:
         g = _spec(GrantSpec, {"tenant": tenant, "granted": granted}, "grant")
-        return self._one(QueueOut, "POST", f"/v1/queues/{name}/grants", json=_body(g))
+        return self._one(QueueOut, "POST", f"/v1/queues/{_seg(name, _QUEUE)}/grants", json=_body(g))
 
     def delete_queue(self, name: str) -> None:
-        self.request("DELETE", f"/v1/queues/{name}")
+        self.request("DELETE", f"/v1/queues/{_seg(name, _QUEUE)}")
 
     # ---------------------------------------------------------------- priority classes
 
@@ -380,7 +387,7 @@ class Client:
 
     def delete_priority_class(self, name: str) -> None:
         """Admin: refused (ConflictError) while an unfinished job uses it."""
-        self.request("DELETE", f"/v1/priority-classes/{name}")
+        self.request("DELETE", f"/v1/priority-classes/{_seg(name, _CLASS)}")
 
     # ---------------------------------------------------------------- nodes
 
@@ -389,10 +396,10 @@ class Client:
 
     def cordon(self, node: str, reason: str) -> NodeOut:
         """Admin: place nothing new on the node and move its jobs off through checkpoints."""
-        return self._one(NodeOut, "POST", f"/v1/nodes/{node}/cordon", json={"reason": reason})
+        return self._one(NodeOut, "POST", f"/v1/nodes/{_seg(node, _NODE)}/cordon", json={"reason": reason})
 
     def uncordon(self, node: str) -> NodeOut:
-        return self._one(NodeOut, "POST", f"/v1/nodes/{node}/uncordon")
+        return self._one(NodeOut, "POST", f"/v1/nodes/{_seg(node, _NODE)}/uncordon")
 
     def inject_fault(
         self, node: str, kind: str, seconds: float = 60.0, workers: int | None = None, memory_mb: int = 512
@@ -401,15 +408,39 @@ class Client:
         body: dict[str, Any] = {"kind": kind, "seconds": seconds, "memory_mb": memory_mb}
         if workers is not None:
             body["workers"] = workers
-        return self._one(FaultOut, "POST", f"/v1/nodes/{node}/faults", json=body)
+        return self._one(FaultOut, "POST", f"/v1/nodes/{_seg(node, _NODE)}/faults", json=body)
 
     def node_why(self, node: str) -> dict[str, Any]:
         """The node's health, reason and the KPIs behind its newest alarm (GET .../why)."""
-        out = self.request("GET", f"/v1/nodes/{node}/why")
+        out = self.request("GET", f"/v1/nodes/{_seg(node, _NODE)}/why")
         return out if isinstance(out, dict) else {}
 
     def stop_faults(self, node: str) -> FaultOut:
-        return self._one(FaultOut, "DELETE", f"/v1/nodes/{node}/faults")
+        return self._one(FaultOut, "DELETE", f"/v1/nodes/{_seg(node, _NODE)}/faults")
+
+
+_JOB, _DATASET, _TENANT, _QUEUE, _CLASS, _NODE = (
+    "job id",
+    "dataset name",
+    "tenant name",
+    "queue name",
+    "priority class name",
+    "node name",
+)
+"""What each path segment is called in a refusal."""
+
+
+def _seg(value: str, what: str) -> str:
+    """`value` as one URL path segment: percent-encoded, so `?`, `#`, `%` or `..` in an id
+    cannot retarget the request. An empty value, or one with a `/` (servers decode `%2F`
+    before routing), is refused here as a BadRequestError naming it."""
+    if not isinstance(value, str) or not value:
+        raise BadRequestError(f"{what} may not be empty", error="invalid request")
+    if "/" in value:
+        raise BadRequestError(f"{what} {value!r} may not contain '/'", error="invalid request")
+    if value.strip(".") == "":  # '.' and '..' are dot segments a URL library would resolve
+        return "%2E" * len(value)
+    return quote(value, safe="")
 
 
 def _owner(tenant: str | None) -> dict[str, str]:
