@@ -121,3 +121,19 @@ def test_bench_elastic_refuses_sizes_out_of_bounds_before_any_work(args: list[st
     res = CliRunner().invoke(app, ["bench", "elastic", *args])
     assert res.exit_code == 2, res.output
     assert args[0] in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["node", "fault", "node-0", "cpu", "-s", "nan"], "--seconds"),
+        (["node", "fault", "node-0", "cpu", "--seconds", "inf"], "--seconds"),
+        (["job", "watch", "j-1", "--interval", "nan"], "--interval"),
+        (["job", "watch", "j-1", "--interval", "-inf"], "--interval"),
+    ],
+)
+def test_a_non_finite_float_option_is_named_as_such(args: list[str], flag: str) -> None:
+    """NaN compares false with every bound: it must not read as 'should be at most 3600'."""
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert f"{flag}: must be a finite number" in res.output, res.output

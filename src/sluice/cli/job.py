@@ -18,6 +18,7 @@ from sluice.cli.output import (
     console,
     emit,
     errors_reported,
+    in_range,
     list_table,
     local_times,
     number,
@@ -274,10 +275,11 @@ def _watch(client: Client, job_id: str, interval: float) -> JobOut:
 @app.command()
 def watch(
     job_id: JobId,
-    interval: Annotated[float, typer.Option("--interval", min=0.1, max=60, help="Seconds between updates.")] = 1.0,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between updates, 0.1 to 60.")] = 1.0,
 ) -> None:
     """Follow a job live: a progress bar with its phase, step (of the total, when the job
     states one), loss and steps/s, until it ends. Exits 0 if it succeeded, 1 otherwise."""
+    in_range("--interval", interval, 0.1, 60)
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = _watch(client, job_id, interval)
     console.print(f"{job.id}: {job.phase} — {local_times(job.reason)}", markup=False)

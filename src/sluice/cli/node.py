@@ -8,9 +8,22 @@ from typing import Annotated, Any
 import typer
 
 from sluice.cli.client import connect
-from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, number, table
+from sluice.cli.output import (
+    Output,
+    OutputOpt,
+    console,
+    emit,
+    err_console,
+    errors_reported,
+    in_range,
+    number,
+    table,
+)
 
 app = typer.Typer(help="Nodes: list, cordon, uncordon, inject faults.", no_args_is_help=True)
+
+MIN_FAULT_S, MAX_FAULT_S = 0.1, 3600
+"""`node fault --seconds` bounds (the API's: FaultIn.seconds)."""
 
 NodeName = Annotated[str, typer.Argument(help="Node name (as `sluice node list` shows it).")]
 
@@ -144,7 +157,7 @@ def fault(
         ),
     ] = None,
     seconds: Annotated[
-        float, typer.Option("--seconds", "-s", min=0.1, max=3600, help="How long (it stops by itself).")
+        float, typer.Option("--seconds", "-s", help="How long, 0.1 to 3600 seconds (it stops by itself).")
     ] = 60.0,
     workers: Annotated[
         int | None, typer.Option(min=1, max=64, help="cpu/io/net workers (default: one per core).")
@@ -155,6 +168,7 @@ def fault(
 ) -> None:
     """Make a node sick on purpose, pinned to its cores, for a while (admin): to watch the
     health loop flag it, cordon it and move its jobs (`sluice node list`, `sluice job why`)."""
+    in_range("--seconds", seconds, MIN_FAULT_S, MAX_FAULT_S)
     if stop == (kind is not None):
         console.print("give a fault KIND (cpu, memory, io, net), or --stop to stop the node's faults", markup=False)
         raise typer.Exit(2)

@@ -121,14 +121,18 @@ def bad_input(where: str, problem: str) -> NoReturn:
 
 
 def in_range(flag: str, value: float | None, lo: float, hi: float, *, above: bool = False) -> None:
-    """A finite number from lo (excluded when `above`) to hi, or `bad_input` naming the flag (None: not given)."""
+    """A finite number from lo (excluded when `above`) to hi (math.inf: no upper bound), or
+    `bad_input` naming the flag (None: not given); NaN and infinities read "must be a finite number"."""
     if value is None:
         return
     finite = isinstance(value, int) or math.isfinite(value)  # an int past float's range is finite, not an error
     low_ok = value > lo if above else value >= lo
-    if not (finite and low_ok and value <= hi):
-        rule = f"above {as_typed(lo)}" if above else f"at least {as_typed(lo)}"
-        bad_input(flag, f"must be a number {rule} and at most {as_typed(hi)}, got {as_typed(value)}")
+    rule = f"above {as_typed(lo)}" if above else f"at least {as_typed(lo)}"
+    top = "" if isinstance(hi, float) and math.isinf(hi) else f" and at most {as_typed(hi)}"
+    if not finite:  # NaN compares false with every bound: say what is wrong with it
+        bad_input(flag, f"must be a finite number ({rule}{top}), got {as_typed(value)}")
+    if not (low_ok and value <= hi):
+        bad_input(flag, f"must be a number {rule}{top}, got {as_typed(value)}")
 
 
 def as_typed(x: float) -> str:
