@@ -488,3 +488,75 @@ def test_memory_mb_is_refused_only_when_no_node_can_enforce_it(
         assert "no node of the fake engine can enforce memory limits" in err.value.problems[0].problem
     finally:
         plane.store.close()
+
+
+def _problem(r: Any, field: str) -> str:
+    assert r.status_code == 422, r.text
+    out = r.json()
+    hits = [p["problem"] for p in out["problems"] if p["field"] == field]
+    assert hits, out
+    return str(hits[0])
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field", "words"),
+    [
+        ("/v1/tenants", {"name": "eve", "admin": "yes"}, "admin", "expected true or false, not 'yes'"),
+        ("/v1/tenants", {"name": "eve", "admin": 1}, "admin", "expected true or false, not 1"),
+        ("/v1/tenants", {"name": "eve", "weight": "2"}, "weight", "expected a number, not '2'"),
+        ("/v1/tenants", {"name": "eve", "weight": 1e-300}, "weight", "greater than or equal to 0.001"),
+        ("/v1/tenants", {"name": "eve", "weight": 1001}, "weight", "less than or equal to 1000"),
+        ("/v1/tenants", {"name": "eve", "max_running_jobs": "3"}, "max_running_jobs", "expected a number"),
+        ("/v1/tenants", {"name": "eve", "max_running_jobs": True}, "max_running_jobs", "expected a number"),
+        ("/v1/queues", {"name": "q9", "weight": "2"}, "weight", "expected a number, not '2'"),
+        ("/v1/queues", {"name": "q9", "weight": 1e-300}, "weight", "greater than or equal to 0.001"),
+        ("/v1/queues", {"name": "q9", "nominal": {"cores": "1"}}, "nominal.cores", "expected a number, not '1'"),
+        ("/v1/queues", {"name": "q9", "nominal": {"jobs": "1"}}, "nominal.jobs", "expected a number"),
+        ("/v1/queues", {"name": "q9", "lending_limit": {"gpus": True}}, "lending_limit.gpus", "not true"),
+        ("/v1/priority-classes", {"name": "p", "value": "7"}, "value", "expected a number, not '7'"),
+        ("/v1/priority-classes", {"name": "p", "value": 7, "default": "yes"}, "default", "expected true or false"),
+        ("/v1/queues/default/grants", {"tenant": "alice", "granted": "yes"}, "granted", "expected true or false"),
+    ],
+)
+def test_admin_request_bodies_take_exact_types_and_bounded_weights(
+    env: Env, url: str, body: dict[str, Any], field: str, words: str
+) -> None:
+    """`{"admin": "yes"}` made an admin tenant; strings, 1 and 1e-300 read as numbers/booleans."""
+    before = [t.name for t in env.plane.store.list_tenants()]
+    r = env.client.post(url, json=body, headers=env.admin)
+    assert words in _problem(r, field)
+    assert r.json()["error"] == "invalid request"
+    assert [t.name for t in env.plane.store.list_tenants()] == before
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        ("/v1/tenants/alice", {"weight": "2"}, "weight"),
+        ("/v1/tenants/alice", {"weight": 0.0001}, "weight"),
+        ("/v1/tenants/alice", {"max_running_jobs": "0"}, "max_running_jobs"),
+        ("/v1/queues/default", {"weight": "2"}, "weight"),
+        ("/v1/queues/default", {"nominal": {"cores": "1"}}, "nominal.cores"),
+    ],
+)
+def test_admin_patches_take_exact_types(env: Env, url: str, body: dict[str, Any], field: str) -> None:
+    _problem(env.client.patch(url, json=body, headers=env.admin), field)
+
+
+def test_exact_types_still_take_what_was_right(env: Env) -> None:
+    r = env.client.post("/v1/tenants", json={"name": "eve", "admin": False, "weight": 2}, headers=env.admin)
+    assert r.status_code == 201 and r.json()["weight"] == 2.0, r.text
+    r = env.client.post("/v1/queues", json={"name": "q9", "nominal": {"cores": 1.5, "jobs": 2}}, headers=env.admin)
+    assert r.status_code == 201, r.text
+    r = env.client.post("/v1/priority-classes", json={"name": "p", "value": 7, "default": False}, headers=env.admin)
+    assert r.status_code == 201, r.text
+    assert env.client.post("/v1/queues/q9/grants", json={"tenant": "eve"}, headers=env.admin).status_code == 200
+
+
+def test_max_running_jobs_zero_means_no_limit_on_create_as_on_set(env: Env) -> None:
+    r = env.client.post("/v1/tenants", json={"name": "eve", "max_running_jobs": 0}, headers=env.admin)
+    assert r.status_code == 201 and r.json()["max_running_jobs"] is None, r.text
+    r = env.client.patch("/v1/tenants/eve", json={"max_running_jobs": 3}, headers=env.admin)
+    assert r.json()["max_running_jobs"] == 3
+    r = env.client.patch("/v1/tenants/eve", json={"max_running_jobs": 0}, headers=env.admin)
+    assert r.json()["max_running_jobs"] is None

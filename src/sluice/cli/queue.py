@@ -26,7 +26,7 @@ BorrowCores = Annotated[float | None, typer.Option(help="Most cores it may borro
 BorrowGpus = Annotated[int | None, typer.Option(help="Most GPUs it may borrow above its nominal quota.")]
 LendCores = Annotated[float | None, typer.Option(help="Most of its unused cores others may borrow.")]
 LendGpus = Annotated[int | None, typer.Option(help="Most of its unused GPUs others may borrow.")]
-Weight = Annotated[float | None, typer.Option(help="Fair-share weight within its cohort.")]
+Weight = Annotated[float | None, typer.Option(help="Fair-share weight within its cohort, 0.001 to 1000.")]
 ReclaimOpt = Annotated[
     str | None,
     typer.Option(

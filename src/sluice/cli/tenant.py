@@ -18,8 +18,10 @@ app = typer.Typer(help="Tenants and their API tokens (admin).", no_args_is_help=
 def create(
     name: Annotated[str, typer.Argument(help="Lower-case name: letters, digits, '-', '.', '_'.")],
     admin: Annotated[bool, typer.Option("--admin", help="May manage tenants and nodes and see every job.")] = False,
-    max_running_jobs: Annotated[int | None, typer.Option(help="Quota: jobs running at once.")] = None,
-    weight: Annotated[float, typer.Option(help="Fair-share weight.")] = 1.0,
+    max_running_jobs: Annotated[
+        int | None, typer.Option(help="Quota: jobs admitted at once (0 or unset: no limit, as with `tenant set`).")
+    ] = None,
+    weight: Annotated[float, typer.Option(help="Fair-share weight, 0.001 to 1000.")] = 1.0,
     force: Annotated[
         bool,
         typer.Option(
@@ -53,7 +55,7 @@ def create(
 def set_(
     name: Annotated[str, typer.Argument(help="The tenant to change.")],
     max_running_jobs: Annotated[int | None, typer.Option(help="Quota: jobs admitted at once (0: no limit).")] = None,
-    weight: Annotated[float | None, typer.Option(help="Fair-share weight.")] = None,
+    weight: Annotated[float | None, typer.Option(help="Fair-share weight, 0.001 to 1000.")] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Change a tenant's weight or job quota live (admin)."""

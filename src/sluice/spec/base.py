@@ -81,6 +81,21 @@ def _number_fields(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(name for name, f in model.model_fields.items() if _is_number_type(f.annotation))
 
 
+def _is_bool_type(annotation: Any) -> bool:
+    members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    return bool in members
+
+
+@cache
+def _bool_fields(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(name for name, f in model.model_fields.items() if _is_bool_type(f.annotation))
+
+
+def _shown(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}..."
+
+
 class SpecModel(BaseModel):
     """Frozen, unknown fields refused, floats finite, booleans no numbers, every string storable."""
 
@@ -99,4 +114,29 @@ class SpecModel(BaseModel):
     @classmethod
     def _storable_text(cls, v: Any) -> Any:
         check_text(v)
+        return v
+
+
+MIN_WEIGHT = 0.001
+"""Smallest fair-share weight (tenants, queues): a million to one against the largest, 1000.
+Smaller ones (1e-300) are typos that make every share computed from them 0 or overflow."""
+MAX_WEIGHT = 1000.0
+
+
+class RequestModel(SpecModel):
+    """An admin's request that changes who may do what (tenants, queues, grants, priority
+    classes): types exactly as written. A boolean field takes only true/false (`"yes"` or 1 is
+    refused, so `{"admin": "yes"}` cannot make an admin) and a number field only a number
+    (`"2"` is refused), besides SpecModel's rules. Job and dataset specs keep accepting "2"."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _exact_types(cls, v: Any, info: ValidationInfo) -> Any:
+        name = info.field_name
+        if v is None:
+            return v
+        if name in _bool_fields(cls) and not isinstance(v, bool):
+            raise ValueError(f"expected true or false, not {_shown(v)}")
+        if name in _number_fields(cls) and not isinstance(v, int | float):
+            raise ValueError(f"expected a number, not {_shown(v)}")
         return v

@@ -6,13 +6,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sluice.spec.base import Name, NameOrEmpty, SpecModel
+from sluice.spec.base import MAX_WEIGHT, MIN_WEIGHT, Name, NameOrEmpty, RequestModel
 
 _BIG = 1_000_000_000.0
 """Above any real cluster; larger numbers are typos."""
 
 
-class QuotaSpec(SpecModel):
+class QuotaSpec(RequestModel):
     """An amount per quota resource; a resource left out has no limit."""
 
     cores: Annotated[float | None, Field(ge=0, le=_BIG, description="Guaranteed CPU cores (cpu.min x replicas).")] = (
@@ -23,7 +23,7 @@ class QuotaSpec(SpecModel):
     jobs: Annotated[int | None, Field(ge=0, le=1_000_000, description="Admitted jobs.")] = None
 
 
-class PreemptionSpec(SpecModel):
+class PreemptionSpec(RequestModel):
     """When a queue's pending jobs may take quota back by preempting running ones (they
     checkpoint, stop and requeue). Kueue's `preemption` block, with its names."""
 
@@ -40,7 +40,7 @@ class PreemptionSpec(SpecModel):
     ] = "lower_priority"
 
 
-class QueueSpec(SpecModel):
+class QueueSpec(RequestModel):
     """A queue: a nominal quota, the cohort it borrows from and lends to, and its weight."""
 
     name: Name
@@ -52,11 +52,14 @@ class QueueSpec(SpecModel):
     lending_limit: Annotated[
         QuotaSpec, Field(description="Most of its unused nominal quota others may borrow (unset: all of it).")
     ] = QuotaSpec()
-    weight: Annotated[float, Field(gt=0, le=1000, description="Fair-share weight within its cohort.")] = 1.0
+    weight: Annotated[
+        float,
+        Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight within its cohort (0.001 to 1000)."),
+    ] = 1.0
     preemption: PreemptionSpec = PreemptionSpec()
 
 
-class QueuePatch(SpecModel):
+class QueuePatch(RequestModel):
     """A live change to a queue: only the fields given change. A quota given replaces the
     queue's quota of that kind; `cohort: ""` takes the queue out of its cohort."""
 
@@ -64,18 +67,18 @@ class QueuePatch(SpecModel):
     nominal: QuotaSpec | None = None
     borrowing_limit: QuotaSpec | None = None
     lending_limit: QuotaSpec | None = None
-    weight: Annotated[float | None, Field(gt=0, le=1000)] = None
+    weight: Annotated[float | None, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)] = None
     preemption: PreemptionSpec | None = None
 
 
-class GrantSpec(SpecModel):
+class GrantSpec(RequestModel):
     """Grant (or, with granted=false, take back) the use of a queue to a tenant."""
 
     tenant: Name
     granted: bool = True
 
 
-class PriorityClassSpec(SpecModel):
+class PriorityClassSpec(RequestModel):
     """A named priority class (Kueue's WorkloadPriorityClass): jobs name it with
     `priority_class` and get its value as their priority."""
 
@@ -91,8 +94,10 @@ class PriorityClassSpec(SpecModel):
     ] = False
 
 
-class TenantPatch(SpecModel):
+class TenantPatch(RequestModel):
     """A live change to a tenant's share: only the fields given change."""
 
-    weight: Annotated[float | None, Field(gt=0, le=1000, description="Fair-share weight.")] = None
+    weight: Annotated[
+        float | None, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight (0.001 to 1000).")
+    ] = None
     max_running_jobs: Annotated[int | None, Field(ge=0, le=1_000_000, description="0 removes the limit.")] = None

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from sluice.spec.base import Name, SpecModel
+from sluice.spec.base import MAX_WEIGHT, MIN_WEIGHT, Name, RequestModel
 
 MAX_RUNNING_JOBS = 1_000_000
 """A quota above any real cluster; larger numbers are typos (and overflow a database integer)."""
 
 
-class TenantSpec(SpecModel):
+class TenantSpec(RequestModel):
     name: Name
     admin: bool = False
     max_running_jobs: Annotated[
-        int | None, Field(ge=1, le=MAX_RUNNING_JOBS, description="Quota on concurrently running jobs.")
+        int | None,
+        Field(ge=0, le=MAX_RUNNING_JOBS, description="Quota on jobs admitted at once; 0 or unset: no limit."),
     ] = None
-    weight: Annotated[float, Field(gt=0, le=1000, description="Fair-share weight.")] = 1.0
+    weight: Annotated[float, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight (0.001 to 1000).")] = (
+        1.0
+    )
+
+    @field_validator("max_running_jobs")
+    @classmethod
+    def _zero_is_no_limit(cls, v: int | None) -> int | None:
+        # As `tenant set --max-running-jobs 0` (TenantPatch): 0 means no limit, kept as none.
+        return v or None
