@@ -18,7 +18,7 @@ from sluice.control.plane import ControlPlane
 from sluice.model import JobExited, JobStarted, NodeInfo, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
-from sluice.spec import SpecError, parse_job_spec
+from sluice.spec import SpecError, TenantSpec, parse_job_spec
 from sluice.store.sql import SqlStore
 
 from .fake_engine import FakeEngine
@@ -560,3 +560,14 @@ def test_max_running_jobs_zero_means_no_limit_on_create_as_on_set(env: Env) -> N
     assert r.json()["max_running_jobs"] == 3
     r = env.client.patch("/v1/tenants/eve", json={"max_running_jobs": 0}, headers=env.admin)
     assert r.json()["max_running_jobs"] is None
+
+
+@pytest.mark.parametrize("name", ["default", "admin"])
+def test_the_built_in_tenants_cannot_be_deleted(env: Env, name: str) -> None:
+    """Deleting `default` made every plain CLI call a 401; another admin cannot do it either."""
+    admin = env.plane.authenticate(env.admin["Authorization"].removeprefix("Bearer "))
+    _, ops = env.plane.create_tenant(admin, TenantSpec(name="ops", admin=True))
+    r = env.client.delete(f"/v1/tenants/{name}", headers=bearer(ops))
+    assert r.status_code == 409, r.text
+    assert f"the built-in {name} tenant cannot be deleted" in r.json()["detail"]
+    assert env.plane.store.get_tenant(name) is not None

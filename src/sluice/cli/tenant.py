@@ -105,7 +105,8 @@ def list_(output: OutputOpt = Output.table) -> None:
 def delete(
     name: Annotated[str, typer.Argument(help="The tenant to delete (it must have no unfinished jobs).")],
 ) -> None:
-    """Delete a tenant; its token stops working at once."""
+    """Delete a tenant; its token stops working at once. The built-in admin and default
+    tenants cannot be deleted (the CLI's own tokens)."""
     with errors_reported(), connect(admin=True) as client:
         client.delete_tenant(name)
     console.print(f"deleted tenant {name}", markup=False)

@@ -51,6 +51,12 @@ from sluice.store.base import EventRecord
 
 log = logging.getLogger("sluice.plane")
 
+BUILT_IN_TENANTS = {
+    "admin": "its token ($SLUICE_HOME/admin.token) is how sluice is administered",
+    "default": "its token ($SLUICE_HOME/token) is what the CLI and the client use when no token is given",
+}
+"""The tenants bootstrap_tenants makes, and why deleting one (409) is refused."""
+
 
 @dataclass(frozen=True)
 class NodeStatus:
@@ -347,6 +353,8 @@ class ControlPlane:
         self._require_admin(caller)
         if self.store.get_tenant(name) is None:
             raise NotFound(f"tenant {name!r} not found")
+        if name in BUILT_IN_TENANTS:
+            raise Conflict(f"the built-in {name} tenant cannot be deleted: {BUILT_IN_TENANTS[name]}")
         if name == caller.name:
             raise Conflict("a tenant cannot delete itself")
         with self.controller.lock:
