@@ -571,3 +571,11 @@ def test_the_built_in_tenants_cannot_be_deleted(env: Env, name: str) -> None:
     assert r.status_code == 409, r.text
     assert f"the built-in {name} tenant cannot be deleted" in r.json()["detail"]
     assert env.plane.store.get_tenant(name) is not None
+
+
+def test_jobs_query_errors_are_invalid_request_and_spec_errors_invalid_spec(env: Env) -> None:
+    for query in ("limit=-1", "phase=bogus", "limit=x"):
+        r = env.client.get(f"/v1/jobs?{query}", headers=env.alice)
+        assert r.status_code == 422 and r.json()["error"] == "invalid request", (query, r.text)
+    r = env.client.post("/v1/jobs", json={"name": "x"}, headers=env.alice)
+    assert r.status_code == 422 and r.json()["error"] == "invalid spec"

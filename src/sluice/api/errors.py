@@ -1,7 +1,8 @@
 """One error shape for every failure, so clients (and the CLI) need one parser.
 
-Bad input is `422 {"error": "invalid spec", "problems": [{"field", "problem"}]}` whether the
-spec validator or FastAPI's own body parsing caught it; everything else is
+Bad input is `422 {"error": "invalid spec", "problems": [{"field", "problem"}]}` for a job
+spec, whether the spec validator or FastAPI's own body parsing caught it, and `"invalid
+request"` for any other body, query or path parameter; everything else is
 `{"error": <kind>, "detail": <words>}` with the status the control plane's error implies.
 """
 
@@ -64,7 +65,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        kind = "invalid spec" if request.url.path.rstrip("/").endswith("/jobs") else "invalid request"
+        # A job spec (the body of POST /v1/jobs) is "invalid spec"; a bad query or path
+        # parameter anywhere (GET /v1/jobs?limit=-1) is "invalid request", as on every endpoint.
+        spec_body = request.method == "POST" and request.url.path.rstrip("/").endswith("/jobs")
+        kind = "invalid spec" if spec_body else "invalid request"
         return JSONResponse({"error": kind, "problems": problem_list(list(exc.errors()))}, status_code=422)
 
     @app.exception_handler(ControlError)
