@@ -579,3 +579,26 @@ def test_jobs_query_errors_are_invalid_request_and_spec_errors_invalid_spec(env:
         assert r.status_code == 422 and r.json()["error"] == "invalid request", (query, r.text)
     r = env.client.post("/v1/jobs", json={"name": "x"}, headers=env.alice)
     assert r.status_code == 422 and r.json()["error"] == "invalid spec"
+
+
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [
+        ("   ", "may not be empty or only whitespace"),
+        ("\t\n", "may not be empty or only whitespace"),
+        ("disk\nn0 -> Healthy: forged", "control characters"),
+        ("\x1b[31mred\x1b[0m", "control characters"),
+        ("a\u2028b", "control characters"),
+        (5, "string"),
+    ],
+)
+def test_a_cordon_reason_is_one_line_of_text(env: Env, reason: Any, words: str) -> None:
+    r = env.client.post("/v1/nodes/n0/cordon", json={"reason": reason}, headers=env.admin)
+    assert words in _problem(r, "reason")
+    assert env.client.get("/v1/nodes", headers=env.admin).json()["items"][0]["health"] != "Cordoned"
+
+
+def test_a_cordon_reason_is_kept_without_its_outer_whitespace(env: Env) -> None:
+    r = env.client.post("/v1/nodes/n0/cordon", json={"reason": "  disk failing  "}, headers=env.admin)
+    assert r.status_code == 200, r.text
+    assert any(e.message.endswith("disk failing") for e in env.plane.store.events())

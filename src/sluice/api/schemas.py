@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import unicodedata
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sluice.model import JobRecord
 from sluice.model.queue import PriorityClass
@@ -147,7 +148,31 @@ class NewTenantOut(TenantOut):
 
 
 class CordonIn(BaseModel):
+    """`POST /v1/nodes/{name}/cordon`. The reason is shown in every moved job's `why` and in
+    the node's history: one line of text, no control characters (a newline or an escape
+    sequence would forge lines or recolour terminals there)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, str_strip_whitespace=True)
+
     reason: str = Field(min_length=1, max_length=1000, description="Why the node is taken out of service.")
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _one_line_of_text(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if not v.strip():
+                raise ValueError("may not be empty or only whitespace")
+            bad = next((c for c in v if unicodedata.category(c) in _NOT_TEXT), None)
+            if bad is not None:
+                raise ValueError(
+                    f"may not contain control characters (found {bad!r}): it is shown in moved jobs' reasons"
+                )
+        return v
+
+
+_NOT_TEXT = frozenset({"Cc", "Cs", "Zl", "Zp"})
+"""Unicode categories refused in one-line text: controls (newline, ESC, NUL), lone surrogates,
+line and paragraph separators."""
 
 
 class KpiBlameOut(BaseModel):
