@@ -92,7 +92,9 @@ class TestPostgresStore(StoreContract):
     def store(self, pg_url: str) -> Iterator[SqlStore]:
         s = SqlStore(pg_url)
         with s._engine.begin() as conn:  # a clean slate per test; the server is shared by the module
-            conn.exec_driver_sql("TRUNCATE jobs, events, tenants, nodes RESTART IDENTITY")
+            conn.exec_driver_sql(
+                "TRUNCATE jobs, events, tenants, nodes, deleted_tenants, queue_grants, tenant_uids RESTART IDENTITY"
+            )
         yield s
         s.close()
 
@@ -105,5 +107,33 @@ def test_schema_survives_reconnect(pg_url: str) -> None:
     try:
         assert "kept" in [e.message for e in again.events()]
         assert again.schema_version == SCHEMA_VERSION
+    finally:
+        again.close()
+
+
+def test_a_version_2_database_is_brought_forward(pg_url: str) -> None:
+    """Version 3's step on PostgreSQL: tenants get `max_priority`; a tenant deleted before
+    (its name on a job and a grant, no tenant row) has its name recorded and its grant dropped."""
+    from sluice.store import TenantRecord
+
+    store = SqlStore(pg_url)
+    with store._engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE jobs, tenants, deleted_tenants, queue_grants, tenant_uids")
+    store.create_tenant(TenantRecord("bob", "hash-b"))
+    store.create_job(_contract.make_job("old-1", tenant="carol"))
+    store.grant_queue("research", "carol")
+    store.grant_queue("research", "bob")
+    with store._engine.begin() as conn:  # as version 2 left it
+        conn.exec_driver_sql("DROP TABLE deleted_tenants")
+        conn.exec_driver_sql("ALTER TABLE tenants DROP COLUMN max_priority")
+        conn.exec_driver_sql("UPDATE meta SET value='2' WHERE key='schema_version'")
+    store.close()
+    again = SqlStore(pg_url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION
+        assert again.tenant_deleted_at("carol") == 0.0 and again.tenant_deleted_at("bob") is None
+        assert again.queue_grants() == {"research": ["bob"]}
+        bob = again.get_tenant("bob")
+        assert bob is not None and bob.max_priority is None
     finally:
         again.close()

@@ -17,6 +17,7 @@ from sluice.spec import DatasetSpec, JobSpec
 from sluice.store import DuplicateError, NewEvent, NodeRecord, TenantRecord
 from sluice.store.base import DatasetRecord, QueueRecord, Store
 from sluice.store.memory import MemoryStore
+from sluice.store.schema import SCHEMA_VERSION
 from sluice.store.sql import SqlStore
 
 
@@ -67,6 +68,28 @@ def check_paging(store: Store) -> None:
         ("bob", "b"),
     ]
     assert [d.name for d in store.list_datasets(tenant="alice", after=("alice", "a"))] == ["z"]
+
+
+def check_deleted_tenant(store: Store) -> None:
+    """A deleted tenant's name is never given out again (its jobs, datasets and uid keep the
+    name, so a newcomer would inherit them), and its queue grants go with it."""
+    store.create_tenant(TenantRecord("carol", hash_token("c")))
+    store.create_tenant(TenantRecord("bob", hash_token("b")))
+    for tenant in ("carol", "bob"):
+        store.grant_queue("research", tenant)
+    store.grant_queue("ml", "carol")
+    assert store.tenant_deleted_at("carol") is None
+    store.delete_tenant("carol", 7.5)
+    assert store.get_tenant("carol") is None
+    assert store.tenant_deleted_at("carol") == 7.5 and store.tenant_deleted_at("bob") is None
+    assert store.queue_grants() == {"research": ["bob"]}
+    with pytest.raises(DuplicateError, match="deleted tenant"):
+        store.create_tenant(TenantRecord("carol", hash_token("new")))
+    with pytest.raises(DuplicateError, match="deleted tenant"):
+        store.save_tenant(TenantRecord("carol", hash_token("new")))
+    assert store.get_tenant("carol") is None and store.tenant_by_token_hash(hash_token("new")) is None
+    store.delete_tenant("carol", 9.0)  # again: the first time is kept
+    assert store.tenant_deleted_at("carol") == 7.5
 
 
 class StoreContract:
@@ -209,6 +232,18 @@ class StoreContract:
         assert store.get_tenant("alice") is None
         assert store.tenant_by_token_hash(hash_token(token)) is None
 
+    def test_deleted_tenant_name_is_retired_with_its_grants(self, store: SqlStore) -> None:
+        check_deleted_tenant(store)
+
+    def test_tenant_max_priority_round_trips(self, store: SqlStore) -> None:
+        store.create_tenant(TenantRecord("alice", hash_token("a"), max_priority=-5))
+        store.create_tenant(TenantRecord("bob", hash_token("b")))
+        assert [(t.name, t.max_priority) for t in store.list_tenants()] == [("alice", -5), ("bob", None)]
+        store.save_tenant(replace(store.get_tenant("bob"), max_priority=1000))  # type: ignore[type-var]
+        store.save_tenant(replace(store.get_tenant("alice"), max_priority=None))  # type: ignore[type-var]
+        assert store.get_tenant("bob").max_priority == 1000  # type: ignore[union-attr]
+        assert store.get_tenant("alice").max_priority is None  # type: ignore[union-attr]
+
     def test_nodes_upsert(self, store: SqlStore) -> None:
         store.save_node(NodeRecord("n1", NodeHealth.CORDONED, "operator: bad disk", "operator", 4.0))
         store.save_node(NodeRecord("n0"))
@@ -229,6 +264,10 @@ class TestSqliteStore(StoreContract):
 
 def test_memory_store_pages_the_same_way() -> None:
     check_paging(MemoryStore())
+
+
+def test_memory_store_retires_deleted_tenant_names() -> None:
+    check_deleted_tenant(MemoryStore())
 
 
 def test_sqlite_state_survives_reopen_and_uses_wal(tmp_path: Path) -> None:
@@ -289,7 +328,7 @@ def test_a_version_1_database_is_migrated_with_its_jobs_typed_fields(tmp_path: P
     con.commit()
     con.close()
     store = SqlStore(f"sqlite:///{db}")
-    assert store.schema_version == 2
+    assert store.schema_version == SCHEMA_VERSION
     job = store.get_job("j1")
     assert job is not None and job.phase == Phase.STOPPING
     assert job.stop_intent == StopIntent(StopKind.CANCEL, "cancelled by alice", None, 4.0)
@@ -297,3 +336,44 @@ def test_a_version_1_database_is_migrated_with_its_jobs_typed_fields(tmp_path: P
     store.save_job(replace(job, requeues=3))
     assert store.get_job("j1").requeues == 3  # type: ignore[union-attr]
     store.close()
+
+
+def test_a_version_2_database_gets_tenant_caps_and_its_deleted_tenants_names(tmp_path: Path) -> None:
+    """Version 3 adds `max_priority` to tenants and records deleted tenants' names. A tenant
+    deleted before it left its name on jobs, uids, grants and datasets with no tenant row:
+    the step records those names (so they are never given out again) and drops their grants."""
+    import sqlite3
+
+    db = tmp_path / "v2.db"
+    url = f"sqlite:///{db}"
+    store = SqlStore(url)
+    store.create_tenant(TenantRecord("bob", hash_token("b"), max_running_jobs=2))
+    store.create_job(make_job("j1", tenant="carol"))
+    store.assign_uid("carol", 1000, 2000, 1.0)
+    store.release_uid("carol", 4.0)
+    store.assign_uid("bob", 1000, 2000, 2.0)
+    store.grant_queue("research", "carol")
+    store.grant_queue("research", "bob")
+    store.create_dataset(DatasetRecord("erin", "imgs", DatasetSpec(name="imgs", source="/data")))
+    store.close()
+    with sqlite3.connect(db) as con:  # as version 2 left it
+        con.execute("DROP TABLE deleted_tenants")
+        con.execute("ALTER TABLE tenants DROP COLUMN max_priority")
+        con.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    con.close()
+
+    again = SqlStore(url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION
+        bob = again.get_tenant("bob")
+        assert bob is not None and bob.max_running_jobs == 2 and bob.max_priority is None
+        assert again.tenant_deleted_at("carol") == 4.0 and again.tenant_deleted_at("erin") == 0.0
+        assert again.tenant_deleted_at("bob") is None
+        assert again.queue_grants() == {"research": ["bob"]}
+        assert again.get_job("j1") == make_job("j1", tenant="carol")
+        with pytest.raises(DuplicateError):
+            again.create_tenant(TenantRecord("carol", hash_token("new")))
+        again.save_tenant(replace(bob, max_priority=10))
+        assert again.get_tenant("bob").max_priority == 10  # type: ignore[union-attr]
+    finally:
+        again.close()

@@ -49,6 +49,8 @@ class TenantRecord:
     max_running_jobs: int | None = None
     weight: float = 1.0
     created_at: float = 0.0
+    max_priority: int | None = None
+    """The highest priority its jobs may be submitted or resumed with; None: no cap."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,11 @@ class Store(Protocol):
         since_seq: int = 0,
         limit: int | None = None,
     ) -> list[EventRecord]: ...
-    def create_tenant(self, tenant: TenantRecord) -> None: ...
+    def create_tenant(self, tenant: TenantRecord) -> None:
+        """Insert a tenant: DuplicateError if one of that name exists or ever existed (a deleted
+        tenant's name is never given out again, see `delete_tenant`)."""
+        ...
+
     def save_tenant(self, tenant: TenantRecord) -> None: ...
     def get_tenant(self, name: str) -> TenantRecord | None: ...
     def tenant_by_token_hash(self, token_hash: str) -> TenantRecord | None: ...
@@ -136,7 +142,16 @@ class Store(Protocol):
         """Tenants ordered by name; `after` = only names strictly after it."""
         ...
 
-    def delete_tenant(self, name: str) -> None: ...
+    def delete_tenant(self, name: str, at: float = 0.0) -> None:
+        """Delete the tenant and its queue grants, and record its name as deleted (at `at`), in
+        one transaction. Its jobs, datasets and uid keep its name; since the name is never
+        given to another tenant, none of them can come to belong to a newcomer."""
+        ...
+
+    def tenant_deleted_at(self, name: str) -> float | None:
+        """When a tenant of that name was deleted; None if none was."""
+        ...
+
     def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
         """The uid the tenant's jobs run as: its current one, else the next never-used number in
         [lowest, highest] (ValueError when the range is spent)."""

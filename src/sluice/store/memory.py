@@ -25,6 +25,7 @@ class MemoryStore:
         self._jobs: dict[str, JobRecord] = {}
         self._events: list[EventRecord] = []
         self._tenants: dict[str, TenantRecord] = {}
+        self._deleted_tenants: dict[str, float] = {}
         self._uids: dict[str, int] = {}
         self._uids_taken: set[int] = set()
         self._nodes: dict[str, NodeRecord] = {}
@@ -109,9 +110,13 @@ class MemoryStore:
     def create_tenant(self, tenant: TenantRecord) -> None:
         if tenant.name in self._tenants:
             raise DuplicateError(f"tenant {tenant.name} exists")
+        if tenant.name in self._deleted_tenants:
+            raise DuplicateError(f"tenant name {tenant.name} belonged to a deleted tenant")
         self._tenants[tenant.name] = copy.copy(tenant)
 
     def save_tenant(self, tenant: TenantRecord) -> None:
+        if tenant.name in self._deleted_tenants:
+            raise DuplicateError(f"tenant name {tenant.name} belonged to a deleted tenant")
         self._tenants[tenant.name] = copy.copy(tenant)
 
     def get_tenant(self, name: str) -> TenantRecord | None:
@@ -124,8 +129,13 @@ class MemoryStore:
         out = sorted((t for t in self._tenants.values() if after is None or t.name > after), key=lambda t: t.name)
         return out[:limit] if limit else out
 
-    def delete_tenant(self, name: str) -> None:
+    def delete_tenant(self, name: str, at: float = 0.0) -> None:
         self._tenants.pop(name, None)
+        self._grants = {g for g in self._grants if g[1] != name}
+        self._deleted_tenants.setdefault(name, at)
+
+    def tenant_deleted_at(self, name: str) -> float | None:
+        return self._deleted_tenants.get(name)
 
     def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
         if tenant in self._uids:

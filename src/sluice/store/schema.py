@@ -22,7 +22,9 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    delete,
     false,
+    func,
     insert,
     inspect,
     select,
@@ -31,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -100,7 +102,19 @@ tenants = Table(
     Column("max_running_jobs", Integer, nullable=True),
     Column("weight", Double, nullable=False),
     Column("created_at", Double, nullable=False),
+    # Version 3: the highest priority the tenant's jobs may have (None: no cap).
+    Column("max_priority", Integer, nullable=True),
 )
+
+deleted_tenants = Table(
+    "deleted_tenants",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("deleted_at", Double, nullable=False),
+)
+"""Names of deleted tenants, which are never given to a tenant again: jobs, logs, checkpoints
+and datasets are kept under their tenant's name, so a newcomer of the same name would inherit
+them. Added by `create_all`; version 3's step fills it from what older versions left behind."""
 
 nodes = Table(
     "nodes",
@@ -216,7 +230,36 @@ def _v2_typed_job_fields(conn: Connection) -> None:
         )
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2_typed_job_fields}
+def _v3_tenant_caps_and_deleted_names(conn: Connection) -> None:
+    """Version 3: tenants get `max_priority`; the names of tenants deleted before this version
+    (still on their jobs, uids, grants or datasets, but with no tenant row) are recorded as
+    deleted, so they are never given to a newcomer, and their queue grants are dropped."""
+    existing = {c["name"] for c in inspect(conn).get_columns("tenants")}
+    if "max_priority" not in existing:
+        conn.execute(text("ALTER TABLE tenants ADD COLUMN max_priority INTEGER"))
+    live = {r[0] for r in conn.execute(select(tenants.c.name))}
+    named: set[str] = set()
+    for column in (
+        jobs.c.tenant,
+        tenant_uids.c.tenant,
+        queue_grants.c.tenant,
+        datasets.c.tenant,
+        dataset_publications.c.tenant,
+    ):
+        named.update(r[0] for r in conn.execute(select(column).distinct()))
+    recorded = {r[0] for r in conn.execute(select(deleted_tenants.c.name))}
+    gone = sorted(named - live - recorded)
+    if gone:
+        released = dict(
+            conn.execute(
+                select(tenant_uids.c.tenant, func.max(tenant_uids.c.released_at)).group_by(tenant_uids.c.tenant)
+            ).all()
+        )
+        conn.execute(insert(deleted_tenants), [{"name": n, "deleted_at": float(released.get(n) or 0.0)} for n in gone])
+    conn.execute(delete(queue_grants).where(queue_grants.c.tenant.not_in(live)) if live else delete(queue_grants))
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2_typed_job_fields, 3: _v3_tenant_caps_and_deleted_names}
 """version -> step that turns a database at version-1 into this version."""
 
 

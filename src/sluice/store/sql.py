@@ -146,6 +146,7 @@ def _tenant_from_row(row: Row[Any]) -> TenantRecord:
         max_running_jobs=m["max_running_jobs"],
         weight=m["weight"],
         created_at=m["created_at"],
+        max_priority=m["max_priority"],
     )
 
 
@@ -182,6 +183,7 @@ def _tenant_values(t: TenantRecord) -> dict[str, Any]:
         "max_running_jobs": t.max_running_jobs,
         "weight": t.weight,
         "created_at": t.created_at,
+        "max_priority": t.max_priority,
     }
 
 
@@ -352,8 +354,11 @@ class SqlStore:
 
     # tenants ------------------------------------------------------------------------------
     def create_tenant(self, tenant: TenantRecord) -> None:
+        gone = schema.deleted_tenants
         try:
             with self._write() as conn:
+                if conn.execute(select(gone.c.name).where(gone.c.name == tenant.name)).first() is not None:
+                    raise DuplicateError(f"tenant name {tenant.name} belonged to a deleted tenant")
                 conn.execute(insert(schema.tenants).values(**_tenant_values(tenant)))
         except IntegrityError:
             raise DuplicateError(f"tenant {tenant.name} exists") from None
@@ -363,6 +368,9 @@ class SqlStore:
         with self._write() as conn:
             res = conn.execute(update(schema.tenants).where(schema.tenants.c.name == tenant.name).values(**values))
             if res.rowcount == 0:
+                gone = schema.deleted_tenants
+                if conn.execute(select(gone.c.name).where(gone.c.name == tenant.name)).first() is not None:
+                    raise DuplicateError(f"tenant name {tenant.name} belonged to a deleted tenant")
                 conn.execute(insert(schema.tenants).values(**values))
 
     def get_tenant(self, name: str) -> TenantRecord | None:
@@ -384,9 +392,19 @@ class SqlStore:
         with self._engine.connect() as conn:
             return [_tenant_from_row(r) for r in conn.execute(q)]
 
-    def delete_tenant(self, name: str) -> None:
+    def delete_tenant(self, name: str, at: float = 0.0) -> None:
+        gone = schema.deleted_tenants
         with self._write() as conn:
             conn.execute(delete(schema.tenants).where(schema.tenants.c.name == name))
+            conn.execute(delete(schema.queue_grants).where(schema.queue_grants.c.tenant == name))
+            if conn.execute(select(gone.c.name).where(gone.c.name == name)).first() is None:
+                conn.execute(insert(gone).values(name=name, deleted_at=at))
+
+    def tenant_deleted_at(self, name: str) -> float | None:
+        gone = schema.deleted_tenants
+        with self._engine.connect() as conn:
+            row = conn.execute(select(gone.c.deleted_at).where(gone.c.name == name)).first()
+        return None if row is None else float(row[0])
 
     def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
         t = schema.tenant_uids
