@@ -103,10 +103,17 @@ def list_(output: OutputOpt = Output.table) -> None:
 
 @app.command()
 def delete(
-    name: Annotated[str, typer.Argument(help="The tenant to delete (it must have no unfinished jobs).")],
+    name: Annotated[
+        str, typer.Argument(help="The tenant to delete (it must have no unfinished jobs and no datasets).")
+    ],
 ) -> None:
-    """Delete a tenant; its token stops working at once. The built-in admin and default
-    tenants cannot be deleted (the CLI's own tokens)."""
+    """Delete a tenant for good; its token stops working at once. The built-in admin and
+    default tenants cannot be deleted (the CLI's own tokens).
+
+    Its queue grants go with it. Its name, like its uid, is never given to another tenant:
+    `tenant create` of that name is refused, so the deleted tenant's jobs, logs and
+    checkpoints (kept, for an admin to read) never come to belong to a newcomer. Refused while
+    the tenant has unfinished jobs (suspended ones too) or datasets, which are named."""
     with errors_reported(), connect(admin=True) as client:
         client.delete_tenant(name)
     console.print(f"deleted tenant {name}", markup=False)

@@ -47,7 +47,7 @@ from sluice.spec import (
 )
 from sluice.spec.errors import FieldProblem
 from sluice.store import Store, StoreUnavailable, TenantRecord, open_store
-from sluice.store.base import EventRecord
+from sluice.store.base import DuplicateError, EventRecord
 
 log = logging.getLogger("sluice.plane")
 
@@ -77,6 +77,17 @@ class CordonOutcome:
 
     moved: list[str]
     other_schedulable: int
+
+
+_DELETED_NAME = (
+    "tenant name {name!r} belonged to a deleted tenant; names are never reused, so its jobs, logs and "
+    "checkpoints stay out of a newcomer's reach — choose another name"
+)
+
+
+def _some(items: list[str], most: int = 5) -> str:
+    """The first few of `items`, comma-separated, `...` when there are more."""
+    return ", ".join(items[:most]) + (", ..." if len(items) > most else "")
 
 
 def secure_home(home: Path, isolation: Isolation) -> None:
@@ -318,6 +329,8 @@ class ControlPlane:
         self._require_admin(caller)
         if self.store.get_tenant(spec.name) is not None:
             raise Conflict(f"tenant {spec.name!r} already exists")
+        if self.store.tenant_deleted_at(spec.name) is not None:
+            raise Conflict(_DELETED_NAME.format(name=spec.name))
         if not self.isolation.enabled and not spec.admin and not force:
             others = [t.name for t in self.store.list_tenants() if not t.admin]
             if others:
@@ -340,7 +353,12 @@ class ControlPlane:
             weight=spec.weight,
             created_at=time.time(),
         )
-        self.store.create_tenant(rec)
+        try:
+            self.store.create_tenant(rec)
+        except DuplicateError:  # another admin's create or delete of that name came first
+            if self.store.tenant_deleted_at(spec.name) is not None:
+                raise Conflict(_DELETED_NAME.format(name=spec.name)) from None
+            raise Conflict(f"tenant {spec.name!r} already exists") from None
         return rec, token
 
     def list_tenants(
@@ -350,6 +368,10 @@ class ControlPlane:
         return self.store.list_tenants(after=after, limit=limit)
 
     def delete_tenant(self, caller: TenantRecord, name: str) -> None:
+        """Delete a tenant for good: its token stops working, its queue grants go, its uid and
+        its name are retired (never given to another tenant). Refused while it has unfinished
+        jobs (suspended ones included) or datasets, naming them: they would otherwise outlive
+        it with nobody to cancel or delete them. Its finished jobs stay, for an admin to read."""
         self._require_admin(caller)
         if self.store.get_tenant(name) is None:
             raise NotFound(f"tenant {name!r} not found")
@@ -358,11 +380,21 @@ class ControlPlane:
         if name == caller.name:
             raise Conflict("a tenant cannot delete itself")
         with self.controller.lock:
-            live = [j for j in self.controller.book.live() if j.tenant == name]
+            live = [j.id for j in self.controller.book.live() if j.tenant == name]
         if live:
-            raise Conflict(f"tenant {name!r} still has {len(live)} unfinished job(s)")
-        self.store.delete_tenant(name)
-        self.store.release_uid(name, time.time())
+            raise Conflict(
+                f"tenant {name!r} still has {len(live)} unfinished job(s): {_some(live)}; cancel them "
+                "(`sluice job cancel ID`) or let them finish first"
+            )
+        datasets = [d.name for d in self.store.list_datasets(tenant=name)]
+        if datasets:
+            raise Conflict(
+                f"tenant {name!r} still owns {len(datasets)} dataset(s): {_some(datasets)}; delete them first "
+                f"(`sluice dataset rm NAME --tenant {name}`)"
+            )
+        now = time.time()
+        self.store.delete_tenant(name, now)
+        self.store.release_uid(name, now)
         self._job_users.pop(name, None)
 
     # ---------------------------------------------------------------- jobs
@@ -600,7 +632,10 @@ class ControlPlane:
             rec.weight = patch.weight
         if patch.max_running_jobs is not None:
             rec.max_running_jobs = patch.max_running_jobs or None
-        self.store.save_tenant(rec)
+        try:
+            self.store.save_tenant(rec)
+        except DuplicateError:  # deleted meanwhile
+            raise NotFound(f"tenant {name!r} not found") from None
         self.wake()
         return rec
 

@@ -38,7 +38,8 @@ def list_tenants(
         **_ERRORS,
         409: {
             "model": ErrorOut,
-            "description": "A tenant of that name exists, or isolation is off and `force` was not given.",
+            "description": "A tenant of that name exists or was deleted (a deleted tenant's name is never "
+            "reused), or isolation is off and `force` was not given.",
         },
     },
 )
@@ -66,7 +67,21 @@ def update_tenant(plane: PlaneDep, caller: CallerDep, name: str, patch: TenantPa
     return TenantOut.of(plane.update_tenant(caller, name, patch))
 
 
-@router.delete("/{name}", status_code=204, responses={**_ERRORS, 404: {"model": ErrorOut}})
+@router.delete(
+    "/{name}",
+    status_code=204,
+    responses={
+        **_ERRORS,
+        404: {"model": ErrorOut},
+        409: {
+            "model": ErrorOut,
+            "description": "The tenant is the caller, or still has unfinished jobs or datasets (named).",
+        },
+    },
+)
 def delete_tenant(plane: PlaneDep, caller: CallerDep, name: str) -> Response:
+    """Delete a tenant: its token stops working and its queue grants go. Its name, like its uid,
+    is never given to another tenant, so its jobs, logs and checkpoints (kept for an admin to
+    read) never come to belong to anyone else."""
     plane.delete_tenant(caller, name)
     return Response(status_code=204)

@@ -1,0 +1,131 @@
+"""Tenants over the API and the CLI: a deleted tenant's name is never given out again (its
+jobs, logs and checkpoints are kept under that name), and deleting a tenant takes its queue
+grants and is refused while it has unfinished jobs or datasets (docs/security.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.control.plane import ControlPlane
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.spec import DatasetSpec
+from sluice.store.base import DatasetRecord
+from sluice.store.sql import SqlStore
+
+from ..live_api import run_cli, serve_for_cli
+from .fake_engine import FakeEngine
+
+
+@dataclass
+class Env:
+    plane: ControlPlane
+    client: TestClient
+    settings: Settings
+    tokens: dict[str, str]
+
+    def who(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[name]}"}
+
+    def new_tenant(self, body: dict[str, Any]) -> Any:
+        r = self.client.post("/v1/tenants", json=body, headers=self.who("admin"))
+        if r.status_code == 201:
+            self.tokens[body["name"]] = r.json()["token"]
+        return r
+
+    def submit(self, who: str, **fields: Any) -> Any:
+        return self.client.post("/v1/jobs", json={**JOB, **fields}, headers=self.who(who))
+
+
+JOB = {"name": "mnist", "command": ["python", "train.py"], "resources": {"cpu": {"min": 1, "max": 2}}}
+
+
+def _plane(settings: Settings) -> ControlPlane:
+    return ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    settings = Settings(home=tmp_path / "home")
+    plane = _plane(settings)
+    tokens = plane.bootstrap_tenants()
+    with TestClient(create_app(plane)) as client:
+        yield Env(plane, client, settings, tokens)
+    plane.store.close()
+
+
+# ---------------------------------------------------------------- a deleted tenant's name
+
+
+def test_a_deleted_tenants_name_is_never_given_out_again(env: Env) -> None:
+    """The walkthrough's D2: a newcomer created under a deleted tenant's name saw its jobs (env
+    secrets included), logs, checkpoints and queue grants, all kept under the name."""
+    assert env.new_tenant({"name": "carol"}).status_code == 201
+    assert env.client.post("/v1/queues", json={"name": "research"}, headers=env.who("admin")).status_code == 201
+    grant = {"tenant": "carol", "granted": True}
+    assert env.client.post("/v1/queues/research/grants", json=grant, headers=env.who("admin")).status_code == 200
+    r = env.submit("carol", queue="research", env={"SECRET": "carol-secret-123"})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    assert env.client.post(f"/v1/jobs/{job_id}/cancel", headers=env.who("carol")).status_code == 200
+    env.plane.step()
+
+    assert env.client.delete("/v1/tenants/carol", headers=env.who("admin")).status_code == 204
+    r = env.new_tenant({"name": "carol"})
+    assert r.status_code == 409, r.text
+    assert "tenant name 'carol' belonged to a deleted tenant" in r.text and "choose another name" in r.text
+    listed = env.client.get("/v1/tenants", headers=env.who("admin")).json()["items"]
+    assert "carol" not in [t["name"] for t in listed]
+    # its grants went with it: a queue granted to nobody now
+    queues = env.client.get("/v1/queues", headers=env.who("admin")).json()["items"]
+    assert next(q for q in queues if q["name"] == "research")["tenants"] == []
+    # the admin still reads the old job; the old token reads nothing
+    old = env.client.get(f"/v1/jobs/{job_id}", headers=env.who("admin"))
+    assert old.status_code == 200 and old.json()["tenant"] == "carol"
+    assert env.client.get(f"/v1/jobs/{job_id}", headers=env.who("carol")).status_code == 401
+
+    # the name stays retired after a restart of the plane
+    env.plane.store.close()
+    again = _plane(env.settings)
+    try:
+        with TestClient(create_app(again)) as client:
+            r = client.post("/v1/tenants", json={"name": "carol"}, headers=env.who("admin"))
+            assert r.status_code == 409 and "belonged to a deleted tenant" in r.text
+    finally:
+        again.store.close()
+
+
+def test_deleting_a_tenant_with_unfinished_jobs_names_them(env: Env) -> None:
+    assert env.new_tenant({"name": "carol"}).status_code == 201
+    job_id = env.submit("carol").json()["id"]
+    r = env.client.delete("/v1/tenants/carol", headers=env.who("admin"))
+    assert r.status_code == 409 and job_id in r.text and "unfinished" in r.text
+    assert env.client.get("/v1/jobs", headers=env.who("carol")).status_code == 200  # still there
+
+
+def test_deleting_a_tenant_that_owns_datasets_names_them(env: Env) -> None:
+    assert env.new_tenant({"name": "carol"}).status_code == 201
+    env.plane.store.create_dataset(DatasetRecord("carol", "imgs", DatasetSpec(name="imgs", source="/data")))
+    r = env.client.delete("/v1/tenants/carol", headers=env.who("admin"))
+    assert r.status_code == 409 and "imgs" in r.text and "dataset" in r.text
+    env.plane.store.delete_dataset("carol", "imgs")
+    assert env.client.delete("/v1/tenants/carol", headers=env.who("admin")).status_code == 204
+
+
+def test_the_cli_refuses_a_deleted_tenants_name(env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve_for_cli(env.plane, env.settings.home, env.tokens, monkeypatch):
+        code, out, err = run_cli("tenant", "create", "carol")
+        assert code == 0, err
+        code, out, err = run_cli("tenant", "delete", "carol")
+        assert code == 0 and "deleted tenant carol" in out
+        code, out, err = run_cli("tenant", "create", "carol")
+        assert code != 0 and "belonged to a deleted tenant" in out + err
+        code, out, err = run_cli("tenant", "delete", "--help")
+        assert code == 0 and "never given to another tenant" in out
