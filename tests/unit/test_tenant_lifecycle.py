@@ -1,9 +1,12 @@
 """Tenants over the API and the CLI: a deleted tenant's name is never given out again (its
-jobs, logs and checkpoints are kept under that name), and deleting a tenant takes its queue
-grants and is refused while it has unfinished jobs or datasets (docs/security.md)."""
+jobs, logs and checkpoints are kept under that name), deleting a tenant takes its queue
+grants and is refused while it has unfinished jobs or datasets, and an admin-set
+`max_priority` caps the priority a tenant's jobs are submitted or resumed with
+(docs/security.md, docs/queues.md)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,3 +132,108 @@ def test_the_cli_refuses_a_deleted_tenants_name(env: Env, tmp_path: Path, monkey
         assert code != 0 and "belonged to a deleted tenant" in out + err
         code, out, err = run_cli("tenant", "delete", "--help")
         assert code == 0 and "never given to another tenant" in out
+
+
+# ---------------------------------------------------------------- max_priority
+
+
+def test_a_capped_tenant_cannot_submit_above_its_cap(env: Env) -> None:
+    """The walkthrough's D5: any tenant could preempt every other tenant's running jobs in
+    `default` with a bare `priority: 1000`; now an admin caps it."""
+    r = env.new_tenant({"name": "carol", "max_priority": 100})
+    assert r.status_code == 201 and r.json()["max_priority"] == 100
+    r = env.submit("carol", priority=1000)
+    assert r.status_code == 422, r.text
+    assert "priority" in r.text and "max_priority 100" in r.text and "1000" in r.text
+    assert env.submit("carol", priority=100).status_code == 201  # at the cap is fine
+
+    for cls in ({"name": "high", "value": 500}, {"name": "low", "value": 50}):
+        assert env.client.post("/v1/priority-classes", json=cls, headers=env.who("admin")).status_code == 201
+    r = env.submit("carol", priority_class="high")
+    assert r.status_code == 422 and "priority_class" in r.text and "max_priority 100" in r.text, r.text
+    assert env.submit("carol", priority_class="low").status_code == 201
+
+    # the admin is not capped, neither for itself nor when it submits for carol
+    assert env.submit("admin", priority=1000).status_code == 201
+    assert env.submit("admin", priority=1000, tenant="carol").status_code == 201
+    # an uncapped tenant is unaffected
+    assert env.submit("default", priority=1000).status_code == 201
+
+
+def test_the_default_class_counts_against_the_cap(env: Env) -> None:
+    assert env.new_tenant({"name": "carol", "max_priority": 10}).status_code == 201
+    pc = {"name": "normal", "value": 20, "default": True}
+    assert env.client.post("/v1/priority-classes", json=pc, headers=env.who("admin")).status_code == 201
+    r = env.submit("carol")
+    assert r.status_code == 422, r.text
+    problem = r.json()["problems"][0] if "problems" in r.json() else r.json()
+    assert "priority_class" in str(problem) and "default class 'normal'" in r.text and "max_priority 10" in r.text
+    assert env.submit("carol", priority=5).status_code == 201  # a bare priority under the cap
+
+
+def test_a_negative_cap_holds_a_spec_that_sets_no_priority(env: Env) -> None:
+    assert env.new_tenant({"name": "carol", "max_priority": -5}).status_code == 201
+    r = env.submit("carol")
+    assert r.status_code == 422 and "priority" in r.text and "max_priority -5" in r.text
+    assert env.submit("carol", priority=-5).status_code == 201
+
+
+def test_the_cap_changes_live_and_null_removes_it(env: Env) -> None:
+    assert env.new_tenant({"name": "carol"}).status_code == 201
+    patch = lambda body: env.client.patch("/v1/tenants/carol", json=body, headers=env.who("admin"))  # noqa: E731
+    r = patch({"max_priority": 0})
+    assert r.status_code == 200 and r.json()["max_priority"] == 0
+    r = patch({"weight": 2})  # a patch without it keeps it
+    assert r.status_code == 200 and r.json()["max_priority"] == 0
+    assert env.submit("carol", priority=1).status_code == 422
+    r = patch({"max_priority": None})
+    assert r.status_code == 200 and r.json()["max_priority"] is None
+    assert env.submit("carol", priority=1000).status_code == 201
+    listed = env.client.get("/v1/tenants", headers=env.who("admin")).json()["items"]
+    assert {t["name"]: t["max_priority"] for t in listed}["carol"] is None
+
+
+@pytest.mark.parametrize("value", [1001, -1001, True, "high", 1.5])
+def test_a_bad_cap_is_422_naming_max_priority(env: Env, value: Any) -> None:
+    r = env.new_tenant({"name": "carol", "max_priority": value})
+    assert r.status_code == 422 and "max_priority" in r.text, r.text
+    assert env.new_tenant({"name": "dave"}).status_code == 201
+    r = env.client.patch("/v1/tenants/dave", json={"max_priority": value}, headers=env.who("admin"))
+    assert r.status_code == 422 and "max_priority" in r.text, r.text
+    for edge in (1000, -1000):  # the priority range's ends are caps
+        r = env.client.patch("/v1/tenants/dave", json={"max_priority": edge}, headers=env.who("admin"))
+        assert r.status_code == 200 and r.json()["max_priority"] == edge, r.text
+
+
+def test_resume_above_a_lowered_cap_is_refused_naming_priority(env: Env) -> None:
+    assert env.new_tenant({"name": "carol"}).status_code == 201
+    job_id = env.submit("carol", priority=500).json()["id"]
+    assert env.client.post(f"/v1/jobs/{job_id}/suspend", headers=env.who("carol")).status_code == 200
+    env.plane.step()
+    r = env.client.patch("/v1/tenants/carol", json={"max_priority": 100}, headers=env.who("admin"))
+    assert r.status_code == 200
+    r = env.client.post(f"/v1/jobs/{job_id}/resume", headers=env.who("carol"))
+    assert r.status_code == 409, r.text
+    assert "priority" in r.text and "max_priority 100" in r.text and "--resume-from" in r.text
+    assert env.client.post(f"/v1/jobs/{job_id}/resume", headers=env.who("admin")).status_code == 200
+
+
+def test_the_cli_sets_shows_and_removes_the_cap(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve_for_cli(env.plane, env.settings.home, env.tokens, monkeypatch):
+        code, _, err = run_cli("tenant", "create", "carol", "--max-priority", "100")
+        assert code == 0, err
+        code, out, _ = run_cli("tenant", "list", "-o", "json")
+        assert code == 0 and {t["name"]: t["max_priority"] for t in json.loads(out)}["carol"] == 100
+        code, out, _ = run_cli("tenant", "list")
+        assert code == 0 and "MAX PRIORITY" in out
+        carol = next(line for line in out.splitlines() if "carol" in line)
+        assert "100" in carol
+        code, out, err = run_cli("tenant", "set", "carol", "--max-priority", "-3")
+        assert code == 0 and "max priority -3" in out, err
+        code, out, err = run_cli("tenant", "set", "carol", "--max-priority", "none")
+        assert code == 0 and "max priority no cap" in out, err
+        assert env.plane.store.get_tenant("carol").max_priority is None  # type: ignore[union-attr]
+        code, out, err = run_cli("tenant", "set", "carol", "--max-priority", "lots")
+        assert code == 2 and "--max-priority" in out + err and "'lots'" in out + err
+        code, out, err = run_cli("tenant", "create", "dave", "--max-priority", "5000")
+        assert code == 2 and "max_priority" in out + err

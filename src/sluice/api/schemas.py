@@ -131,6 +131,9 @@ class TenantOut(BaseModel):
     max_running_jobs: int | None
     weight: float
     created_at: float
+    max_priority: int | None = Field(
+        default=None, description="The highest priority its jobs may have; null: no cap (admins are never capped)."
+    )
 
     @staticmethod
     def of(t: Any) -> TenantOut:
@@ -140,6 +143,7 @@ class TenantOut(BaseModel):
             max_running_jobs=t.max_running_jobs,
             weight=float(t.weight),
             created_at=float(getattr(t, "created_at", 0.0)),
+            max_priority=getattr(t, "max_priority", None),
         )
 
 

@@ -14,6 +14,20 @@ from sluice.spec.loading import parse_model
 app = typer.Typer(help="Tenants and their API tokens (admin).", no_args_is_help=True)
 
 
+def _cap(value: str) -> int | None:
+    """--max-priority's value: an integer, or None (no cap) for 'none'."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise CliError(f"--max-priority: {value!r} is not an integer or 'none'", EXIT_USAGE) from None
+
+
+def _shown_cap(t: dict[str, Any]) -> str:
+    return "no cap" if t.get("max_priority") is None else str(t["max_priority"])
+
+
 @app.command()
 def create(
     name: Annotated[str, typer.Argument(help="Lower-case name: letters, digits, '-', '.', '_'.")],
@@ -22,6 +36,14 @@ def create(
         int | None, typer.Option(help="Quota: jobs admitted at once (0 or unset: no limit, as with `tenant set`).")
     ] = None,
     weight: Annotated[float, typer.Option(help="Fair-share weight, 0.001 to 1000.")] = 1.0,
+    max_priority: Annotated[
+        int | None,
+        typer.Option(
+            help="The highest priority its jobs may have (-1000..1000; bare priority or a class's value), checked "
+            "at submit and resume. Default: no cap, so its jobs may preempt other tenants' lower-priority jobs in a "
+            "shared queue."
+        ),
+    ] = None,
     force: Annotated[
         bool,
         typer.Option(
@@ -37,6 +59,8 @@ def create(
         fields: dict[str, Any] = {"name": name, "admin": admin, "weight": weight}
         if max_running_jobs is not None:
             fields["max_running_jobs"] = max_running_jobs
+        if max_priority is not None:
+            fields["max_priority"] = max_priority
         try:
             spec = parse_model(TenantSpec, fields)
         except SpecError as err:
@@ -56,11 +80,23 @@ def set_(
     name: Annotated[str, typer.Argument(help="The tenant to change.")],
     max_running_jobs: Annotated[int | None, typer.Option(help="Quota: jobs admitted at once (0: no limit).")] = None,
     weight: Annotated[float | None, typer.Option(help="Fair-share weight, 0.001 to 1000.")] = None,
+    max_priority: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N|none",
+            help="The highest priority its jobs may have (-1000..1000), or 'none' to remove the cap. Checked at "
+            "submit and resume; jobs already accepted keep their priority.",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Change a tenant's weight or job quota live (admin)."""
+    """Change a tenant's weight, job quota or priority cap live (admin)."""
     with errors_reported():
-        fields = {k: v for k, v in {"max_running_jobs": max_running_jobs, "weight": weight}.items() if v is not None}
+        fields: dict[str, Any] = {
+            k: v for k, v in {"max_running_jobs": max_running_jobs, "weight": weight}.items() if v is not None
+        }
+        if max_priority is not None:
+            fields["max_priority"] = _cap(max_priority)
         try:
             patch = parse_model(TenantPatch, fields)
         except SpecError as err:
@@ -71,7 +107,8 @@ def set_(
         t,
         output,
         lambda t: console.print(
-            f"tenant {t['name']}: weight {t['weight']:g}, max running {t['max_running_jobs'] or 'no limit'}",
+            f"tenant {t['name']}: weight {t['weight']:g}, max running {t['max_running_jobs'] or 'no limit'}, "
+            f"max priority {_shown_cap(t)}",
             markup=False,
         ),
     )
@@ -85,12 +122,13 @@ def list_(output: OutputOpt = Output.table) -> None:
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(
-            ["NAME", "ADMIN", "MAX RUNNING", "WEIGHT", "CREATED"],
+            ["NAME", "ADMIN", "MAX RUNNING", "MAX PRIORITY", "WEIGHT", "CREATED"],
             [
                 [
                     t["name"],
                     "yes" if t["admin"] else "",
                     t["max_running_jobs"] or "",
+                    "" if t.get("max_priority") is None else t["max_priority"],
                     t["weight"],
                     when(t["created_at"]),
                 ]

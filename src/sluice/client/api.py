@@ -340,10 +340,11 @@ class Client:
         return self._all(TenantOut, "/v1/tenants")
 
     def update_tenant(self, name: str, patch: TenantPatch | Mapping[str, Any]) -> TenantOut:
-        """Change a tenant's weight or job limit live (0 removes the limit)."""
+        """Change a tenant's weight, job limit (0 removes it) or priority cap (max_priority None
+        removes it) live: only the fields given change."""
         p = _spec(TenantPatch, patch, "tenant change")
         return self._one(
-            TenantOut, "PATCH", f"/v1/tenants/{_seg(name, _TENANT)}", json=p.model_dump(mode="json", exclude_none=True)
+            TenantOut, "PATCH", f"/v1/tenants/{_seg(name, _TENANT)}", json=p.model_dump(mode="json", exclude_unset=True)
         )
 
     def delete_tenant(self, name: str) -> None:

@@ -352,6 +352,7 @@ class ControlPlane:
             max_running_jobs=spec.max_running_jobs,
             weight=spec.weight,
             created_at=time.time(),
+            max_priority=spec.max_priority,
         )
         try:
             self.store.create_tenant(rec)
@@ -416,7 +417,9 @@ class ControlPlane:
             )
         self._check_capacity(spec)
         self.queues.check_submit(tenant, spec)
-        spec = self.priorities.resolve(spec)
+        asked, spec = spec, self.priorities.resolve(spec)
+        if not caller.admin:  # an admin could raise the cap anyway: its own submissions are not capped
+            self.priorities.check_cap(tenant, caller.max_priority, asked, spec)
         if spec.resume_from is None:
             job = self.controller.submit(tenant, spec)
         else:
@@ -577,6 +580,13 @@ class ControlPlane:
         job = self.get_job(caller, job_id)
         if job.phase != Phase.SUSPENDED:
             raise Conflict(f"job {job_id} is {job.phase}, not Suspended")
+        cap = None if caller.admin else caller.max_priority
+        if cap is not None and job.spec.priority > cap:  # the cap may have been lowered since submit
+            raise Conflict(
+                f"priority: job {job_id} has priority {job.spec.priority}, above tenant {caller.name!r}'s "
+                f"max_priority {cap}; submit it again with a priority of {cap} or lower and "
+                f"`--resume-from {job_id}` to go on from its checkpoint"
+            )
         done = self.controller.resume(job_id, f"resumed by {caller.name}")
         self.wake()
         return done
@@ -623,7 +633,9 @@ class ControlPlane:
         self.priorities.delete(name)
 
     def update_tenant(self, caller: TenantRecord, name: str, patch: TenantPatch) -> TenantRecord:
-        """Change a tenant's fair-share weight or job limit live (0 removes the limit)."""
+        """Change a tenant's fair-share weight, job limit (0 removes it) or priority cap (an
+        explicit None removes it) live. A lower cap refuses later submits and resumes; jobs
+        already accepted keep their priority."""
         self._require_admin(caller)
         rec = self.store.get_tenant(name)
         if rec is None:
@@ -632,6 +644,8 @@ class ControlPlane:
             rec.weight = patch.weight
         if patch.max_running_jobs is not None:
             rec.max_running_jobs = patch.max_running_jobs or None
+        if "max_priority" in patch.model_fields_set:  # an explicit null removes the cap
+            rec.max_priority = patch.max_priority
         try:
             self.store.save_tenant(rec)
         except DuplicateError:  # deleted meanwhile

@@ -90,5 +90,33 @@ class PriorityClassService:
                 )
         return spec.model_copy(update={"priority": pc.value, "priority_class": pc.name})
 
+    @staticmethod
+    def check_cap(tenant: str, cap: int | None, asked: JobSpec, resolved: JobSpec) -> None:
+        """A 422 unless the resolved priority is within the tenant's `max_priority` (`cap`,
+        None: no cap). `asked` is the spec as submitted, `resolved` the one `resolve` made of
+        it: the problem names the field that gave the priority (the class's, the bare
+        integer, or the default class a job that set neither got)."""
+        if cap is None or resolved.priority <= cap:
+            return
+        limit = f"above tenant {tenant!r}'s max_priority {cap}"
+        fix = f"use one of {cap} or lower, or ask an admin to raise the cap"
+        if asked.priority_class is not None:
+            problem = FieldProblem(
+                "priority_class",
+                f"class {resolved.priority_class!r} has priority {resolved.priority}, {limit}; "
+                f"use a class whose value is {cap} or lower, or ask an admin to raise the cap",
+            )
+        elif "priority" in asked.model_fields_set:
+            problem = FieldProblem("priority", f"{resolved.priority} is {limit}; {fix}")
+        elif resolved.priority_class is not None:
+            problem = FieldProblem(
+                "priority_class",
+                f"not set, so the default class {resolved.priority_class!r} applies with priority "
+                f"{resolved.priority}, {limit}; set priority or priority_class to {cap} or lower",
+            )
+        else:
+            problem = FieldProblem("priority", f"not set, so {resolved.priority}, which is {limit}; {fix}")
+        raise SpecError([problem])
+
 
 __all__ = ["PriorityClassService", "class_of"]

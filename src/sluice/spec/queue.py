@@ -101,3 +101,11 @@ class TenantPatch(RequestModel):
         float | None, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight (0.001 to 1000).")
     ] = None
     max_running_jobs: Annotated[int | None, Field(ge=0, le=1_000_000, description="0 removes the limit.")] = None
+    max_priority: Annotated[
+        int | None,
+        Field(
+            ge=-1000,
+            le=1000,
+            description="The highest priority its jobs may have; an explicit null removes the cap.",
+        ),
+    ] = None

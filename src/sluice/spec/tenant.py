@@ -23,6 +23,17 @@ class TenantSpec(RequestModel):
         1.0
     )
 
+    max_priority: Annotated[
+        int | None,
+        Field(
+            ge=-1000,
+            le=1000,
+            description="The highest priority its jobs may have (bare `priority` or a class's value), checked at "
+            "submit and resume; unset: no cap, so its jobs may preempt other tenants' lower-priority jobs in a "
+            "shared queue.",
+        ),
+    ] = None
+
     @field_validator("max_running_jobs")
     @classmethod
     def _zero_is_no_limit(cls, v: int | None) -> int | None:

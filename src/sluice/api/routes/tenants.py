@@ -63,7 +63,8 @@ def create_tenant(
 
 @router.patch("/{name}", response_model=TenantOut, responses={**_ERRORS, 404: {"model": ErrorOut}})
 def update_tenant(plane: PlaneDep, caller: CallerDep, name: str, patch: TenantPatch) -> TenantOut:
-    """Change a tenant's fair-share weight or job limit live (0 removes the limit)."""
+    """Change a tenant's fair-share weight, job limit (0 removes it) or priority cap
+    (`"max_priority": null` removes it) live; only the fields given change."""
     return TenantOut.of(plane.update_tenant(caller, name, patch))
 
 
