@@ -195,21 +195,35 @@ def _amounts(d: dict[str, float]) -> str:
     return " ".join(f"{k}={v:g}" for k, v in d.items() if v) or "-"
 
 
+def _limits(d: dict[str, float]) -> str:
+    """Limits as set, zeros included (a borrowing limit of 0 means something)."""
+    return " ".join(f"{k}={v:g}" for k, v in d.items()) or "-"
+
+
+def _limits_cell(q: dict[str, Any]) -> str:
+    """'borrow cores=4; lend cores=2' or '-': the BORROW/LEND column of `queue list`."""
+    parts = [f"borrow {_limits(q['borrowing_limit'])}"] if q["borrowing_limit"] else []
+    parts += [f"lend {_limits(q['lending_limit'])}"] if q["lending_limit"] else []
+    return "; ".join(parts) or "-"
+
+
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
-    """Queues with their quotas, usage, what they borrow and how many jobs wait."""
+    """Queues with their quotas, borrowing and lending limits, usage, what they borrow and how
+    many jobs wait."""
     with errors_reported(), connect() as client:
         queues = client.queues()
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(
-            ["NAME", "COHORT", "WEIGHT", "NOMINAL", "USAGE", "BORROWED", "ADMITTED", "PENDING", "TENANTS"],
+            ["NAME", "COHORT", "WEIGHT", "NOMINAL", "LIMITS", "USAGE", "BORROWED", "ADMITTED", "PENDING", "TENANTS"],
             [
                 [
                     q["name"],
                     q["cohort"] or "",
                     f"{q['weight']:g}",
                     _amounts(q["nominal"]) if q["nominal"] else "no quota",
+                    _limits_cell(q),
                     _amounts(q["usage"]),
                     _amounts(q["borrowed"]),
                     q["admitted"],
@@ -221,3 +235,34 @@ def list_(output: OutputOpt = Output.table) -> None:
         )
 
     emit(queues, output, render)
+
+
+@app.command()
+def get(name: QueueName, output: OutputOpt = Output.table) -> None:
+    """One queue (admin: any; a tenant: one granted to it): its quota, borrowing and lending
+    limits, preemption settings, usage and backlog."""
+    with errors_reported(), connect() as client:
+        queues = [q for q in client.queues() if q.name == name]
+        if not queues:  # a queue not granted reads like one that does not exist
+            raise CliError(f"queue {name!r} not found")
+
+    def render(q: dict[str, Any]) -> None:
+        rows = [
+            ("queue", q["name"]),
+            ("summary", q["summary"]),
+            ("cohort", q["cohort"] or "-"),
+            ("weight", f"{q['weight']:g}"),
+            ("nominal", _limits(q["nominal"]) if q["nominal"] else "no quota"),
+            ("borrowing limit", _limits(q["borrowing_limit"]) if q["borrowing_limit"] else "-"),
+            ("lending limit", _limits(q["lending_limit"]) if q["lending_limit"] else "-"),
+            ("preemption", f"reclaim_within_cohort={q['reclaim_within_cohort']}, within_queue={q['within_queue']}"),
+            ("usage", _amounts(q["usage"])),
+            ("borrowed", _amounts(q["borrowed"])),
+            ("admitted", str(q["admitted"])),
+            ("pending", str(q["pending"])),
+            ("tenants", "everyone" if q["tenants"] is None else ", ".join(q["tenants"]) or "-"),
+        ]
+        for k, v in rows:
+            console.print(f"{k + ':':<17}{v}", markup=False)
+
+    emit(queues[0], output, render)

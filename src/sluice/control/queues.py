@@ -12,7 +12,7 @@ from typing import Any
 from sluice.control.controller import Controller, job_demand
 from sluice.control.errors import Conflict, NotFound
 from sluice.model import Phase
-from sluice.model.queue import DEFAULT_QUEUE, RESOURCES, Amounts, Limits, QueueConfig, Reclaim, WithinQueue
+from sluice.model.queue import DEFAULT_QUEUE, RESOURCES, Amounts, Limits, QueueConfig, Reclaim, WithinQueue, fmt
 from sluice.policy.admission import QuotaLedger
 from sluice.spec import JobSpec, QueuePatch, QueueSpec, QuotaSpec, SpecError
 from sluice.spec.errors import FieldProblem
@@ -20,6 +20,8 @@ from sluice.store import Store
 from sluice.store.base import QueueRecord
 
 HOLDS_QUOTA = (Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.STOPPING)
+
+_EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,49 @@ def _limits(q: QuotaSpec) -> Limits:
     return Limits.from_dict(q.model_dump())
 
 
+def limit_problems(cfg: QueueConfig) -> list[FieldProblem]:
+    """Lending and borrowing limits that cannot mean anything (Kueue refuses the same): a
+    lending limit above the nominal quota or on a resource with none, a borrowing limit on a
+    queue in no cohort (it can never borrow) or on a resource with no quota (not limited)."""
+    out: list[FieldProblem] = []
+    for r in RESOURCES:
+        nom, lend, borrow = cfg.nominal.get(r), cfg.lending_limit.get(r), cfg.borrowing_limit.get(r)
+        if lend is not None and nom is None:
+            out.append(
+                FieldProblem(
+                    f"lending_limit.{r}",
+                    f"queue {cfg.name} has no nominal {r} quota, so it has no {r} to lend; give nominal.{r} too",
+                )
+            )
+        elif lend is not None and nom is not None and lend > nom + _EPS:
+            out.append(
+                FieldProblem(
+                    f"lending_limit.{r}",
+                    f"{fmt(lend)} is more than queue {cfg.name}'s nominal {r} quota ({fmt(nom)}): a queue lends "
+                    "only its own unused nominal quota",
+                )
+            )
+        if borrow is None or borrow <= 0:
+            continue  # a limit of 0 says what is true anyway
+        if cfg.cohort is None:
+            out.append(
+                FieldProblem(
+                    f"borrowing_limit.{r}",
+                    f"queue {cfg.name} is in no cohort, so it can never borrow; give it a cohort, "
+                    f"or leave borrowing_limit.{r} out (or 0)",
+                )
+            )
+        elif nom is None:
+            out.append(
+                FieldProblem(
+                    f"borrowing_limit.{r}",
+                    f"queue {cfg.name} has no nominal {r} quota, so its {r} are not limited and there is "
+                    f"nothing to borrow above; give nominal.{r} too",
+                )
+            )
+    return out
+
+
 def config_of(spec: QueueSpec) -> QueueConfig:
     return QueueConfig(
         name=spec.name,
@@ -72,7 +117,11 @@ class QueueService:
     def create(self, spec: QueueSpec) -> QueueStatus:
         if spec.name == DEFAULT_QUEUE or self.store.get_queue(spec.name) is not None:
             raise Conflict(f"queue {spec.name!r} already exists; change it with `sluice queue set`")
-        self.store.save_queue(QueueRecord(config_of(spec), time.time()))
+        cfg = config_of(spec)
+        problems = limit_problems(cfg)
+        if problems:
+            raise SpecError(problems)
+        self.store.save_queue(QueueRecord(cfg, time.time()))
         return self.status(spec.name)
 
     def update(self, name: str, patch: QueuePatch) -> QueueStatus:
@@ -93,7 +142,14 @@ class QueueService:
         if patch.preemption is not None:
             changes["reclaim_within_cohort"] = Reclaim(patch.preemption.reclaim_within_cohort)
             changes["within_queue"] = WithinQueue(patch.preemption.within_queue)
-        self.store.save_queue(QueueRecord(replace(rec.config, **changes), rec.created_at))
+        new = replace(rec.config, **changes)
+        # The queue as it would be is checked; a problem it already had (stored before these
+        # checks existed) does not block an unrelated change.
+        had = {p.field for p in limit_problems(rec.config)}
+        problems = [p for p in limit_problems(new) if p.field not in had]
+        if problems:
+            raise SpecError(problems)
+        self.store.save_queue(QueueRecord(new, rec.created_at))
         return self.status(name)
 
     def delete(self, name: str) -> None:

@@ -193,17 +193,21 @@ class QuotaLedger:
         return f"queue {q}: " + ("; ".join(parts) if parts else "no quota")
 
     def summary(self, q: str) -> str:
-        """What `sluice queue list` says of q, without its name: every quota'd resource with
-        its usage and borrowing limit, its cohort and weight, e.g. 'cores 0/8 nominal
-        (+4 borrowable); gpus 0/4 nominal; cohort lab, weight 2'."""
+        """What `sluice queue create/set/get` say of q, without its name: every quota'd
+        resource with its usage, borrowing and lending limits, its cohort and weight, e.g.
+        'cores 0/8 nominal (+4 borrowable, lends at most 2); gpus 0/4 nominal; cohort lab,
+        weight 2'."""
         cfg = self.queues[q]
         parts = []
         for r in self._quotaed(q):
             text = self._resource(q, r)
-            limit = cfg.borrowing_limit.get(r)
+            limit, lend = cfg.borrowing_limit.get(r), cfg.lending_limit.get(r)
+            extra = []
             if cfg.cohort is not None and limit is not None and self.borrowed(q, r) <= _EPS:
-                text += f" (+{fmt(limit)} borrowable)"
-            parts.append(text)
+                extra.append(f"+{fmt(limit)} borrowable")
+            if cfg.cohort is not None and lend is not None:
+                extra.append(f"lends at most {fmt(lend)}")
+            parts.append(f"{text} ({', '.join(extra)})" if extra else text)
         tail = [f"cohort {cfg.cohort}"] if cfg.cohort else []
         if abs(cfg.weight - 1.0) > _EPS:
             tail.append(f"weight {fmt(cfg.weight)}")

@@ -1,0 +1,177 @@
+"""Queues over the API and the CLI (docs/queues.md): lending and borrowing limits that cannot
+mean anything are 422s naming the field (on create and on the queue a change would leave),
+and the limits shown by `queue list` / `queue get`. The engine is the FakeEngine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sluice.control.plane import ControlPlane
+from sluice.model import JobStarted, Phase
+from sluice.model.queue import Limits, QueueConfig
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.spec import TenantSpec
+from sluice.store import QueueRecord
+from sluice.store.sql import SqlStore
+
+from ..live_api import run_cli, serve_for_cli
+from .fake_engine import FakeEngine
+
+
+@dataclass
+class Live:
+    plane: ControlPlane
+    engine: FakeEngine
+    url: str
+    tokens: dict[str, str]
+
+    def call(self, method: str, path: str, who: str = "admin", body: Any = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
+        return httpx.request(method, f"{self.url}{path}", json=body, headers=headers)
+
+    def submit(self, who: str, queue: str = "default", cpu: float = 1, replicas: int = 1, **kw: Any) -> httpx.Response:
+        res = {"cpu": {"min": cpu}, "replicas": {"min": replicas}}
+        spec = {"name": "j", "command": ["python", "t.py"], "queue": queue, "resources": res, **kw}
+        return self.call("POST", "/v1/jobs", who, spec)
+
+    def job(self, job_id: str) -> Any:
+        return self.plane.controller.book.get(job_id)
+
+    def start(self, job_id: str) -> None:
+        job = self.job(job_id)
+        self.engine.pending.append(JobStarted(job_id, job.attempt, job.allocation.nodes[0], self.engine.now))
+        self.plane.step()
+        assert self.job(job_id).phase == Phase.RUNNING
+
+
+@pytest.fixture
+def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    home = tmp_path / "home"
+    home.mkdir()
+    settings = Settings(home=home, preempt_min_runtime_s=0.0)
+    engine = FakeEngine()
+    plane = ControlPlane(settings, SqlStore(settings.db_url), engine, make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin = plane.authenticate(tokens["admin"])
+    for name in ("alice", "bob"):
+        _, tokens[name] = plane.create_tenant(admin, TenantSpec(name=name))
+    try:
+        with serve_for_cli(plane, home, tokens, monkeypatch) as url:
+            yield Live(plane, engine, url, tokens)
+    finally:
+        plane.store.close()
+
+
+def sluice(live: Live, who: str, *args: str) -> tuple[int, str, str]:
+    import os
+
+    os.environ["SLUICE_TOKEN"] = live.tokens[who]
+    try:
+        return run_cli(*args)
+    finally:
+        del os.environ["SLUICE_TOKEN"]
+
+
+def problems(r: httpx.Response) -> dict[str, str]:
+    assert r.status_code == 422, r.text
+    return {p["field"]: p["problem"] for p in r.json()["problems"]}
+
+
+# --------------------------------------------------------------------------- lending and borrowing limits
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (
+            {"name": "q", "cohort": "lab", "nominal": {"cores": 1}, "lending_limit": {"cores": 5}},
+            "lending_limit.cores",
+            "5 is more than queue q's nominal cores quota (1)",
+        ),
+        (
+            {"name": "q", "cohort": "lab", "nominal": {"cores": 1}, "lending_limit": {"gpus": 1}},
+            "lending_limit.gpus",
+            "no nominal gpus quota",
+        ),
+        (
+            {"name": "q", "nominal": {"cores": 1}, "borrowing_limit": {"cores": 5}},
+            "borrowing_limit.cores",
+            "in no cohort, so it can never borrow",
+        ),
+        (
+            {"name": "q", "cohort": "lab", "nominal": {"cores": 1}, "borrowing_limit": {"gpus": 2}},
+            "borrowing_limit.gpus",
+            "no nominal gpus quota",
+        ),
+    ],
+)
+def test_limits_that_cannot_mean_anything_are_422s_naming_the_field(
+    live: Live, body: dict[str, Any], field: str, words: str
+) -> None:
+    got = problems(live.call("POST", "/v1/queues", body=body))
+    assert words in got[field], got
+    assert live.call("GET", "/v1/queues").json()["items"][-1]["name"] != "q"  # nothing was created
+
+
+def test_sensible_limits_are_accepted_and_a_borrowing_limit_of_0_anywhere() -> None:
+    from sluice.control.queues import limit_problems
+
+    assert limit_problems(QueueConfig("q", "lab", Limits(cores=2), Limits(cores=4), Limits(cores=2))) == []
+    assert limit_problems(QueueConfig("q", None, Limits(cores=2), Limits(cores=0))) == []
+
+
+def test_queue_set_checks_the_queue_it_would_leave(live: Live) -> None:
+    live.call("POST", "/v1/queues", body={"name": "ml", "cohort": "lab", "nominal": {"cores": 1}})
+    code, _, err = sluice(live, "admin", "queue", "set", "ml", "--lend-cores", "5")
+    assert code == 2 and "lending_limit.cores" in err and "more than queue ml's nominal cores quota (1)" in err
+    r = live.call("PATCH", "/v1/queues/ml", body={"borrowing_limit": {"cores": 1}})
+    assert r.status_code == 200
+    # Out of the cohort, the borrowing limit could never be used: say so, and how to clear it.
+    got = problems(live.call("PATCH", "/v1/queues/ml", body={"cohort": ""}))
+    assert "in no cohort, so it can never borrow" in got["borrowing_limit.cores"]
+    code, _, err = sluice(live, "admin", "queue", "set", "ml", "--cohort", "", "--borrow-cores", "0")
+    assert code == 0, err
+    # Lowering the nominal quota under the lending limit is refused too.
+    live.call("PATCH", "/v1/queues/ml", body={"cohort": "lab", "nominal": {"cores": 4}, "lending_limit": {"cores": 3}})
+    got = problems(live.call("PATCH", "/v1/queues/ml", body={"nominal": {"cores": 2}}))
+    assert "lending_limit.cores" in got
+    q = live.call("GET", "/v1/queues").json()["items"]
+    assert [x["nominal"] for x in q if x["name"] == "ml"] == [{"cores": 4.0}]  # nothing changed
+
+
+def test_a_queue_stored_with_a_senseless_limit_can_still_be_changed(live: Live) -> None:
+    """Queues accepted before these checks are not locked: a change that adds no new problem passes."""
+    live.plane.store.save_queue(QueueRecord(QueueConfig("old", None, Limits(cores=1), Limits(cores=3)), 0.0))
+    assert live.call("PATCH", "/v1/queues/old", body={"weight": 2}).status_code == 200
+    assert "lending_limit.cores" in problems(live.call("PATCH", "/v1/queues/old", body={"lending_limit": {"cores": 9}}))
+
+
+def test_queue_list_and_get_show_the_limits(live: Live) -> None:
+    body = {
+        "name": "research",
+        "cohort": "lab",
+        "nominal": {"cores": 8},
+        "borrowing_limit": {"cores": 4},
+        "lending_limit": {"cores": 2},
+    }
+    r = live.call("POST", "/v1/queues", body=body)
+    assert r.json()["summary"] == "cores 0/8 nominal (+4 borrowable, lends at most 2); cohort lab"
+    code, out, err = sluice(live, "admin", "queue", "list")
+    assert code == 0, err
+    assert "LIMITS" in out and "borrow cores=4; lend cores=2" in out
+    code, out, err = sluice(live, "admin", "queue", "get", "research")
+    assert code == 0, err
+    assert "borrowing limit: cores=4" in out and "lending limit:   cores=2" in out
+    code, out, _ = sluice(live, "admin", "queue", "get", "research", "-o", "json")
+    assert json.loads(out)["lending_limit"] == {"cores": 2.0}
+    # A tenant not granted it reads it as missing, like the API's 422 at submit.
+    code, _, err = sluice(live, "alice", "queue", "get", "research")
+    assert code == 1 and "queue 'research' not found" in err
