@@ -287,3 +287,22 @@ def test_admission_never_takes_a_queue_past_nominal_plus_what_its_cohort_lends(
     lent = max(0.0, after["a"] - 6) + max(0.0, after["b"] - 2)
     if any(by_id[i].queue in ("a", "b") for i in admitted):
         assert lent <= 6 + 2 + 1e-6
+
+
+# --------------------------------------------------------------------------- grants
+
+
+def test_a_job_whose_tenant_lost_the_grant_waits_and_the_default_queue_needs_none() -> None:
+    queues = {**lab(), "default": QueueConfig("default")}
+    mine, other, free = job("research", tenant="alice"), job("research", tenant="bob"), job("default", tenant="alice")
+    got = by_kind(admit(queues, [mine, other, free], grants={"research": ["bob"]}))
+    assert {d.job_id for d in got["admit"]} == {other.id, free.id}
+    assert got["hold"] == [
+        Hold(
+            mine.id,
+            "queue research is no longer granted to tenant alice: the job waits until an admin grants it again "
+            "(sluice queue grant), or cancel it",
+        )
+    ]
+    # No grants kept (the simulator's own callers): everyone may use every queue.
+    assert len(by_kind(admit(queues, [mine]))["admit"]) == 1

@@ -215,7 +215,8 @@ def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
 
 @app.command()
 def resume(job_id: JobId, output: OutputOpt = Output.table) -> None:
-    """Resume a suspended job: it is admitted again and starts from its checkpoint."""
+    """Resume a suspended job: it is admitted again and starts from its checkpoint. Refused
+    (exit 1, the job stays Suspended) while its tenant is no longer granted its queue."""
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.resume(job_id)
     emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))

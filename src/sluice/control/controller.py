@@ -805,6 +805,7 @@ class Controller:
             capacity=self._capacity(),
             now=now,
             preempt_min_runtime_s=self.preempt_min_runtime_s,
+            grants={q: frozenset(ts) for q, ts in self.store.queue_grants().items()},
         )
         for d in decisions:
             job = self.book.get(d.job_id) if self.book.is_live(d.job_id) else None

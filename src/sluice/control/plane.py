@@ -576,7 +576,9 @@ class ControlPlane:
         return done
 
     def resume(self, caller: TenantRecord, job_id: str) -> JobRecord:
-        """Resume a suspended job: it is admitted again and starts from its checkpoint."""
+        """Resume a suspended job: it is admitted again and starts from its checkpoint. Refused
+        (409) while its priority is above its tenant's max_priority (lowered since submit), or
+        while its tenant is no longer granted its queue: admission would never take it."""
         job = self.get_job(caller, job_id)
         if job.phase != Phase.SUSPENDED:
             raise Conflict(f"job {job_id} is {job.phase}, not Suspended")
@@ -586,6 +588,11 @@ class ControlPlane:
                 f"priority: job {job_id} has priority {job.spec.priority}, above tenant {caller.name!r}'s "
                 f"max_priority {cap}; submit it again with a priority of {cap} or lower and "
                 f"`--resume-from {job_id}` to go on from its checkpoint"
+            )
+        if not self.queues.granted(job.tenant, job.spec.queue):
+            raise Conflict(
+                f"job {job_id} stays Suspended: queue {job.spec.queue} is no longer granted to tenant {job.tenant}; "
+                f"an admin may grant it again (sluice queue grant {job.spec.queue} {job.tenant}), or cancel the job"
             )
         done = self.controller.resume(job_id, f"resumed by {caller.name}")
         self.wake()

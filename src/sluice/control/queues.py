@@ -181,12 +181,14 @@ class QueueService:
         """A 422 naming `queue` unless the tenant may submit to it. A queue that does not
         exist and one not granted read the same, so queue names do not leak."""
         name = spec.queue
-        if name == DEFAULT_QUEUE:
-            return
-        if self.store.get_queue(name) is None or tenant not in self.store.queue_grants().get(name, []):
+        if name != DEFAULT_QUEUE and (self.store.get_queue(name) is None or not self.granted(tenant, name)):
             raise SpecError(
                 [FieldProblem("queue", f"no queue named {name!r} is granted to tenant {tenant!r}; ask an admin")]
             )
+
+    def granted(self, tenant: str, name: str) -> bool:
+        """Whether `tenant` may use queue `name` now (`default`: every tenant)."""
+        return name == DEFAULT_QUEUE or tenant in self.store.queue_grants().get(name, [])
 
     def statuses(self, tenant: str | None = None) -> list[QueueStatus]:
         """Every queue (tenant None: an admin) or those granted to `tenant`."""

@@ -428,6 +428,9 @@ def run_simulation(
         store.save_queue(QueueRecord(queue, 0.0))
     for tenant in sorted({j.user for j in workload}):
         store.create_tenant(TenantRecord(tenant, token_hash="", weight=cfg.tenant_weights.get(tenant, 1.0)))
+    named = {q.name for q in cfg.queues}
+    for queue_name, tenant in sorted({(j.queue, j.user) for j in workload if j.queue in named}):
+        store.grant_queue(queue_name, tenant)  # a workload's tenants may use the queues its jobs name
     ctl = Controller(
         store,
         engine,

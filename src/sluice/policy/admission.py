@@ -27,11 +27,20 @@ The model is Kueue's ClusterQueue and cohort:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sluice.model.queue import RESOURCES, SHARE_RESOURCES, Amounts, QueueConfig, Reclaim, WithinQueue, fmt
+from sluice.model.queue import (
+    DEFAULT_QUEUE,
+    RESOURCES,
+    SHARE_RESOURCES,
+    Amounts,
+    QueueConfig,
+    Reclaim,
+    WithinQueue,
+    fmt,
+)
 
 _EPS = 1e-9
 
@@ -94,6 +103,14 @@ class Evict:
 
 
 AdmissionDecision = Admit | Hold | Evict
+
+Grants = Mapping[str, Collection[str]]
+"""queue -> the tenants granted it. The `default` queue is open to every tenant."""
+
+
+def granted(grants: Grants | None, tenant: str, queue: str) -> bool:
+    """Whether `tenant` may use `queue` (grants None: no grants are kept, everyone may)."""
+    return grants is None or queue == DEFAULT_QUEUE or tenant in grants.get(queue, ())
 
 
 class QuotaLedger:
@@ -258,8 +275,13 @@ def admit(
     capacity: Amounts = Amounts(),
     now: float = 0.0,
     preempt_min_runtime_s: float = 60.0,
+    grants: Grants | None = None,
 ) -> list[AdmissionDecision]:
-    """Decide admission for every PENDING job in `jobs` (the others are what holds quota)."""
+    """Decide admission for every PENDING job in `jobs` (the others are what holds quota).
+
+    `grants` (queue -> tenants; None: not kept, every tenant may use every queue): a pending
+    job whose tenant is no longer granted its queue waits (a revoke stops new admissions;
+    admitted jobs keep their quota and run on)."""
     tenants = tenants or {}
     ledger = QuotaLedger(queues, capacity)
     tenant_use: dict[str, Amounts] = {}
@@ -279,6 +301,15 @@ def admit(
     for j in sorted((j for j in jobs if j.stage == Stage.PENDING), key=lambda j: (-j.priority, j.submitted_at, j.id)):
         if j.queue not in queues:
             out.append(Hold(j.id, f"queue {j.queue} does not exist (an admin deleted it); cancel and resubmit"))
+            continue
+        if not granted(grants, j.tenant, j.queue):
+            out.append(
+                Hold(
+                    j.id,
+                    f"queue {j.queue} is no longer granted to tenant {j.tenant}: the job waits until an admin "
+                    "grants it again (sluice queue grant), or cancel it",
+                )
+            )
             continue
         lines.setdefault(j.queue, {}).setdefault(j.tenant, []).append(j)
     heads = {q: {t: 0 for t in by_tenant} for q, by_tenant in lines.items()}
@@ -522,10 +553,12 @@ __all__ = [
     "AdmissionJob",
     "Admit",
     "Evict",
+    "Grants",
     "Hold",
     "QuotaLedger",
     "Stage",
     "TenantLimits",
     "admit",
     "capacity_preemption_possible",
+    "granted",
 ]

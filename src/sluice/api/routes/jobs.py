@@ -107,7 +107,8 @@ def suspend(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
 
 @router.post("/{job_id}/resume", response_model=JobOut, responses={**_ERRORS, 409: {"model": ErrorOut}})
 def resume(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
-    """Resume a suspended job: admitted again, it starts from its checkpoint."""
+    """Resume a suspended job: admitted again, it starts from its checkpoint. 409 while its
+    tenant is no longer granted its queue (it stays Suspended)."""
     _get(plane, caller, job_id)
     return JobOut.of(plane.resume(caller, job_id), caller.name)
 

@@ -1,6 +1,7 @@
-"""Queues over the API and the CLI (docs/queues.md): lending and borrowing limits that cannot
-mean anything are 422s naming the field (on create and on the queue a change would leave),
-and the limits shown by `queue list` / `queue get`. The engine is the FakeEngine."""
+"""Queues over the API and the CLI (docs/queues.md): a revoked grant stops admission (running
+jobs run on, resume is a 409), lending and borrowing limits that cannot mean anything are
+422s naming the field (on create and on the queue a change would leave), and the limits
+shown by `queue list` / `queue get`. The engine is the FakeEngine."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from sluice.control.plane import ControlPlane
-from sluice.model import JobStarted, Phase
+from sluice.model import JobExited, JobStarted, Phase
 from sluice.model.queue import Limits, QueueConfig
 from sluice.policy import make_policy
 from sluice.settings import Settings
@@ -83,6 +84,51 @@ def sluice(live: Live, who: str, *args: str) -> tuple[int, str, str]:
 def problems(r: httpx.Response) -> dict[str, str]:
     assert r.status_code == 422, r.text
     return {p["field"]: p["problem"] for p in r.json()["problems"]}
+
+
+# --------------------------------------------------------------------------- revoking a grant
+
+
+def test_a_revoked_grant_holds_pending_jobs_keeps_running_ones_and_refuses_resume(live: Live) -> None:
+    assert live.call("POST", "/v1/queues", body={"name": "research", "nominal": {"cores": 4}}).status_code == 201
+    assert live.call("POST", "/v1/queues/research/grants", body={"tenant": "alice"}).status_code == 200
+    ids = [live.submit("alice", "research").json()["id"] for _ in range(2)]
+    live.plane.step()
+    live.start(ids[0])
+    live.start(ids[1])
+    live.call("POST", f"/v1/jobs/{ids[1]}/suspend", "alice")
+    later = live.submit("alice", "research", cpu=1).json()["id"]
+
+    code, _, err = sluice(live, "admin", "queue", "grant", "research", "alice", "--revoke")
+    assert code == 0, err
+    live.plane.step()
+    waiting = live.job(later)
+    assert waiting.phase == Phase.PENDING
+    assert waiting.reason.startswith("queue research is no longer granted to tenant alice")
+    assert live.job(ids[0]).phase == Phase.RUNNING  # running jobs run on
+
+    # The suspended job finishes stopping, then resuming it is refused, saying why.
+    attempt = live.job(ids[1]).attempt
+    live.engine.pending.append(JobExited(ids[1], attempt, live.engine.now, -15))
+    live.plane.step()
+    assert live.job(ids[1]).phase == Phase.SUSPENDED
+    r = live.call("POST", f"/v1/jobs/{ids[1]}/resume", "alice")
+    assert r.status_code == 409 and "queue research is no longer granted to tenant alice" in r.text
+    code, _, err = sluice(live, "alice", "job", "resume", ids[1])
+    assert code == 1 and "stays Suspended" in err and "no longer granted" in err
+    assert live.job(ids[1]).phase == Phase.SUSPENDED
+
+    # Granted again: the waiting job is admitted and the suspended one may resume.
+    live.call("POST", "/v1/queues/research/grants", body={"tenant": "alice"})
+    live.plane.step()
+    assert live.job(later).phase != Phase.PENDING
+    assert live.call("POST", f"/v1/jobs/{ids[1]}/resume", "alice").status_code == 200
+
+
+def test_the_default_queue_needs_no_grant(live: Live) -> None:
+    job_id = live.submit("bob").json()["id"]
+    live.plane.step()
+    assert live.job(job_id).phase != Phase.PENDING
 
 
 # --------------------------------------------------------------------------- lending and borrowing limits
