@@ -289,7 +289,7 @@ def test_admission_never_takes_a_queue_past_nominal_plus_what_its_cohort_lends(
         assert lent <= 6 + 2 + 1e-6
 
 
-# --------------------------------------------------------------------------- grants
+# --------------------------------------------------------------------------- grants, never, wording, leaks
 
 
 def test_a_job_whose_tenant_lost_the_grant_waits_and_the_default_queue_needs_none() -> None:
@@ -306,3 +306,27 @@ def test_a_job_whose_tenant_lost_the_grant_waits_and_the_default_queue_needs_non
     ]
     # No grants kept (the simulator's own callers): everyone may use every queue.
     assert len(by_kind(admit(queues, [mine]))["admit"]) == 1
+
+
+def test_a_job_that_can_never_fit_says_so_and_preempts_nobody() -> None:
+    queues = {"tiny": QueueConfig("tiny", None, Limits(cores=0.5))}
+    low = job("tiny", 0.5, stage=Stage.ACTIVE, priority=0)
+    got = by_kind(admit(queues, [low, job("tiny", 1, priority=9)], now=1000.0))
+    assert not got["evict"]
+    assert got["hold"][0].reason == (
+        "queue tiny: can never be admitted while queue tiny's quota is cores 0.5 nominal, in no cohort: it needs "
+        "1 cores; an admin may raise the quota (sluice queue set), or cancel the job"
+    )
+    none = {"none": QueueConfig("none", None, Limits(jobs=0))}
+    assert (
+        "quota is jobs 0 nominal, in no cohort: it needs 1 jobs"
+        in by_kind(admit(none, [job("none")]))["hold"][0].reason
+    )
+    capped = lab(borrowing_limit=Limits(cores=2))
+    assert "quota is cores 8 nominal + borrowing limit 2: it needs 11 cores" in (
+        by_kind(admit(capped, [job("research", 11)]))["hold"][0].reason
+    )
+    assert "quota is cores 8 nominal + at most 8 that cohort lab lends: it needs 17 cores" in (
+        by_kind(admit(lab(), [job("research", 17)]))["hold"][0].reason
+    )
+    assert by_kind(admit(lab(), [job("research", 16)]))["admit"]  # exactly what it can ever hold

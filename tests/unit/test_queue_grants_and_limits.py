@@ -1,7 +1,8 @@
 """Queues over the API and the CLI (docs/queues.md): a revoked grant stops admission (running
 jobs run on, resume is a 409), lending and borrowing limits that cannot mean anything are
-422s naming the field (on create and on the queue a change would leave), and the limits
-shown by `queue list` / `queue get`. The engine is the FakeEngine."""
+422s naming the field (on create and on the queue a change would leave), the limits shown by
+`queue list` / `queue get`, and jobs a queue can never admit refused at submit or held saying
+so. The engine is the FakeEngine."""
 
 from __future__ import annotations
 
@@ -221,3 +222,46 @@ def test_queue_list_and_get_show_the_limits(live: Live) -> None:
     # A tenant not granted it reads it as missing, like the API's 422 at submit.
     code, _, err = sluice(live, "alice", "queue", "get", "research")
     assert code == 1 and "queue 'research' not found" in err
+
+
+# --------------------------------------------------------------------------- jobs a queue can never admit
+
+
+def test_a_job_its_queue_can_never_admit_is_a_422_naming_the_resource(live: Live) -> None:
+    live.call("POST", "/v1/queues", body={"name": "tiny", "nominal": {"cores": 0.5}})
+    live.call("POST", "/v1/queues", body={"name": "none", "nominal": {"jobs": 0}})
+    body = {"name": "capped", "cohort": "lab", "nominal": {"cores": 1}, "borrowing_limit": {"cores": 1}}
+    live.call("POST", "/v1/queues", body=body)
+    for q in ("tiny", "none", "capped"):
+        live.call("POST", f"/v1/queues/{q}/grants", body={"tenant": "alice"})
+    got = problems(live.submit("alice", "tiny", cpu=1))
+    assert got["resources.cpu.min"] == (
+        "the job needs 1 cores, but queue tiny can never give it more than 0.5 (cores 0.5 nominal, in no cohort)"
+    )
+    got = problems(live.submit("alice", "none", cpu=0.5))
+    assert got["queue"] == "queue none can never admit a job: its quota is jobs 0 nominal, in no cohort"
+    got = problems(live.submit("alice", "capped", cpu=1, replicas=3))
+    assert got["resources.cpu.min"] == (
+        "the job needs 3 cores (1 x 3 replicas), but queue capped can never give it more than 2 "
+        "(cores 1 nominal + borrowing limit 1)"
+    )
+    assert live.submit("alice", "capped", cpu=1, replicas=2).status_code == 201  # 2 may fit, one day
+
+
+def test_a_job_held_back_by_what_its_cohort_lends_or_a_lowered_quota_says_it_can_never_be_admitted(
+    live: Live,
+) -> None:
+    live.call("POST", "/v1/queues", body={"name": "research", "cohort": "lab", "nominal": {"cores": 1}})
+    live.call("POST", "/v1/queues", body={"name": "ml", "cohort": "lab", "nominal": {"cores": 1}})
+    live.call("POST", "/v1/queues/research/grants", body={"tenant": "alice"})
+    r = live.submit("alice", "research", cpu=1, replicas=3)  # 3 > 1 + the 1 ml lends
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    live.plane.step()
+    assert live.job(job_id).reason == (
+        "queue research: can never be admitted while queue research's quota is cores 1 nominal + at most 1 "
+        "that cohort lab lends: it needs 3 cores; an admin may raise the quota (sluice queue set), or cancel the job"
+    )
+    live.call("PATCH", "/v1/queues/ml", body={"nominal": {"cores": 2}})
+    live.plane.step()
+    assert live.job(job_id).phase != Phase.PENDING  # the quota changed: it fits now

@@ -23,6 +23,9 @@ HOLDS_QUOTA = (Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.STOPPING)
 
 _EPS = 1e-9
 
+_DEMAND_FIELDS = {"cores": "resources.cpu.min", "memory_mb": "resources.memory_mb", "gpus": "resources.gpus"}
+"""The job spec field behind each quota resource (a job's `jobs` demand is the job itself)."""
+
 
 @dataclass(frozen=True)
 class QueueStatus:
@@ -185,10 +188,44 @@ class QueueService:
             raise SpecError(
                 [FieldProblem("queue", f"no queue named {name!r} is granted to tenant {tenant!r}; ask an admin")]
             )
+        problems = self.never_fits(spec)
+        if problems:
+            raise SpecError(problems)
 
     def granted(self, tenant: str, name: str) -> bool:
         """Whether `tenant` may use queue `name` now (`default`: every tenant)."""
         return name == DEFAULT_QUEUE or tenant in self.store.queue_grants().get(name, [])
+
+    def never_fits(self, spec: JobSpec) -> list[FieldProblem]:
+        """A problem per resource the job needs more of than its queue can ever hold by its own
+        settings: its nominal quota, plus its borrowing limit in a cohort. (Where only what the
+        rest of its cohort lends stands in the way, the job is accepted; admission holds it
+        saying it can never be admitted while the quotas stay as they are.)"""
+        queues = self.controller.queues()
+        if spec.queue not in queues:
+            return []
+        ledger = QuotaLedger(queues, Amounts())
+        demand = job_demand(spec)
+        out: list[FieldProblem] = []
+        for r in RESOURCES:
+            need, top = demand.get(r), ledger.ceiling(spec.queue, r, cohort=False)
+            if need <= 0 or top is None or need <= top + _EPS:
+                continue
+            quota = ledger.quota_text(spec.queue, r, cohort=False)
+            if r == "jobs":
+                out.append(FieldProblem("queue", f"queue {spec.queue} can never admit a job: its quota is {quota}"))
+                continue
+            n = spec.resources.replicas.min
+            each = {"cores": spec.resources.cpu.min, "memory_mb": spec.resources.memory_mb, "gpus": spec.resources.gpus}
+            per = f" ({fmt(float(each[r] or 0))} x {n} replicas)" if n > 1 else ""
+            out.append(
+                FieldProblem(
+                    _DEMAND_FIELDS[r],
+                    f"the job needs {fmt(need)} {r}{per}, but queue {spec.queue} can never give it more than "
+                    f"{fmt(top)} ({quota})",
+                )
+            )
+        return out
 
     def statuses(self, tenant: str | None = None) -> list[QueueStatus]:
         """Every queue (tenant None: an admin) or those granted to `tenant`."""

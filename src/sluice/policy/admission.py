@@ -202,6 +202,48 @@ class QuotaLedger:
                 )
         return short, why
 
+    def ceiling(self, q: str, r: str, *, cohort: bool = True) -> float | None:
+        """The most of resource r queue q can ever hold as its queues are configured now (None:
+        no limit): its nominal quota, plus in a cohort what it may borrow — its borrowing
+        limit and, with `cohort`, what the other queues of its cohort lend at most. With
+        `cohort` False, a queue in a cohort with no borrowing limit has no ceiling of its own."""
+        cfg = self.queues[q]
+        nom = cfg.nominal.get(r)
+        if nom is None:
+            return None
+        if cfg.cohort is None:
+            return nom
+        limit = cfg.borrowing_limit.get(r)
+        if not cohort:
+            return None if limit is None else nom + limit
+        others = sum(self.queues[m].lendable(r) or 0.0 for m in self.members[self.cohort_key(q)] if m != q)
+        return nom + (others if limit is None else min(limit, others))
+
+    def quota_text(self, q: str, r: str, *, cohort: bool = True) -> str:
+        """What bounds `ceiling(q, r)`: 'cores 0.5 nominal, in no cohort', 'cores 1 nominal +
+        borrowing limit 1', 'cores 1 nominal + at most 2 that cohort lab lends'."""
+        cfg = self.queues[q]
+        text = f"{r} {fmt(cfg.nominal.get(r) or 0.0)} nominal"
+        if cfg.cohort is None:
+            return f"{text}, in no cohort"
+        limit = cfg.borrowing_limit.get(r)
+        others = sum(self.queues[m].lendable(r) or 0.0 for m in self.members[self.cohort_key(q)] if m != q)
+        if limit is not None and (not cohort or limit <= others + _EPS):
+            return f"{text} + borrowing limit {fmt(limit)}"
+        return f"{text} + at most {fmt(others)} that cohort {cfg.cohort} lends"
+
+    def never(self, q: str, d: Amounts) -> str | None:
+        """Why demand `d` can never be admitted to queue q while its quota (and its cohort's)
+        stays as it is, or None. Preempting anyone would not help such a job."""
+        for r in RESOURCES:
+            need, top = d.get(r), self.ceiling(q, r)
+            if need > 0 and top is not None and need > top + _EPS:
+                return (
+                    f"can never be admitted while queue {q}'s quota is {self.quota_text(q, r)}: "
+                    f"it needs {fmt(need)} {r}; an admin may raise the quota (sluice queue set), or cancel the job"
+                )
+        return None
+
     def describe(self, q: str, d: Amounts | None = None) -> str:
         """'queue research: cores 10/8 nominal, borrowing 2 of 4 from cohort lab': the quota'd
         resources q uses or `d` demands (all of them when it uses none), for reasons."""
@@ -310,6 +352,10 @@ def admit(
                     "grants it again (sluice queue grant), or cancel it",
                 )
             )
+            continue
+        never = ledger.never(j.queue, j.demand)
+        if never is not None:
+            out.append(Hold(j.id, f"queue {j.queue}: {never}"))
             continue
         lines.setdefault(j.queue, {}).setdefault(j.tenant, []).append(j)
     heads = {q: {t: 0 for t in by_tenant} for q, by_tenant in lines.items()}
