@@ -102,7 +102,10 @@ def test_two_tenants_in_a_cohort_borrow_and_reclaim_and_the_borrower_resumes(pla
     v = get(p, victim)
     assert v.checkpoint is not None and v.checkpoint_step is not None
     step_at_stop = v.checkpoint_step
-    assert "cohort lab has 0 of 1 cores unused" in v.reason  # it waits, with the quota reason
+    assert "cohort lab has 0 of the 1 cores its queues share free" in v.reason  # it waits, with the quota reason
+    # alice reads neither bob's job id nor the name of ml, a queue she is not granted
+    assert not any(b.id in m or "queue ml" in m for m in why(p, victim))
+    assert any("another queue of cohort lab reclaims its nominal quota" in m for m in why(p, victim))
 
     p.cancel(bob, b.id)  # ml gives its quota back: the borrower comes back, from its checkpoint
     assert wait_for(lambda: running(p, victim), 60), get(p, victim).reason

@@ -84,7 +84,10 @@ def test_the_lending_limit_keeps_part_of_a_lenders_quota_for_itself() -> None:
     }
     got = by_kind(admit(queues, [job("research", 1) for _ in range(14)]))
     assert len(got["admit"]) == 11  # 8 of its own + the 3 ml lends
-    assert "cohort lab has 0 of 11 cores unused" in got["hold"][0].reason
+    assert (
+        "cohort lab has 0 of the 11 cores its queues share free: 8 used by the queues they belong to, 3 borrowed"
+        in got["hold"][0].reason
+    )
 
 
 def test_an_in_quota_job_reclaims_from_the_borrowing_queue_lowest_priority_newest_first() -> None:
@@ -330,3 +333,82 @@ def test_a_job_that_can_never_fit_says_so_and_preempts_nobody() -> None:
         by_kind(admit(lab(), [job("research", 17)]))["hold"][0].reason
     )
     assert by_kind(admit(lab(), [job("research", 16)]))["admit"]  # exactly what it can ever hold
+
+
+def test_a_class_that_never_preempts_says_it_is_the_class_not_the_queue() -> None:
+    queues = {"solo": QueueConfig("solo", None, Limits(cores=4))}
+    low = [job("solo", 2, stage=Stage.ACTIVE, priority=0) for _ in range(2)]
+    polite = AdmissionJob("p", "t", "solo", 9, 99.0, Amounts(cores=2, jobs=1), Stage.PENDING, may_preempt=False)
+    got = by_kind(admit(queues, [*low, polite], now=1000.0))
+    assert not got["evict"]
+    assert got["hold"][0].reason.endswith(
+        "; its priority class does not preempt (preemption: never): it waits for 2 job(s) that hold the quota to finish"
+    )
+    assert "queue solo does not preempt" not in got["hold"][0].reason
+    # A borrower by priority likewise.
+    running = [job("research", 2, stage=Stage.ACTIVE, priority=0) for _ in range(8)]  # research borrows 8
+    borrower = AdmissionJob("b", "t", "ml", 9, 99.0, Amounts(cores=10, jobs=1), Stage.PENDING, may_preempt=False)
+    got = by_kind(admit(lab(), [*running, borrower], now=1000.0))
+    assert "its priority class does not preempt" in got["hold"][0].reason
+
+
+def test_the_cohort_wait_says_what_is_shared_and_who_uses_it() -> None:
+    both_at_nominal = [job("research", 8, stage=Stage.ACTIVE), job("ml", 8, stage=Stage.ACTIVE)]
+    got = by_kind(admit(lab(), [*both_at_nominal, job("research", 1)]))
+    assert got["hold"][0].reason == (
+        "queue research: cores 8/8 nominal, needs 1 more; cohort lab has 0 of the 16 cores its queues share "
+        "free: 16 used by the queues they belong to, 0 borrowed"
+    )
+    # A quota lowered while jobs hold it: more is in use than is shared now, and it says why.
+    lowered = {**lab(), "ml": QueueConfig("ml", "lab", Limits(cores=2))}
+    borrowing = [job("research", 8, stage=Stage.ACTIVE), job("research", 4, stage=Stage.ACTIVE)]
+    got = by_kind(admit(lowered, [*borrowing, job("research", 1)]))
+    assert got["hold"][0].reason.endswith(
+        "cohort lab has 0 of the 10 cores its queues share free: 8 used by the queues they belong to, 4 borrowed "
+        "(more than it shares now: a quota was lowered while jobs held it)"
+    )
+
+
+def test_reasons_across_tenants_name_neither_the_other_job_nor_a_queue_the_reader_is_not_granted() -> None:
+    running = [job("research", 2, stage=Stage.ACTIVE, tenant="alice", since=float(i)) for i in range(8)]
+    want = job("ml", 4, tenant="bob")
+    grants = {"research": ["alice"], "ml": ["bob"]}
+    got = by_kind(admit(lab(), [*running, want], now=1000.0, grants=grants))
+    victim = got["evict"][0]
+    assert victim.reason == (
+        "preempted to admit a job of another tenant: another queue of cohort lab reclaims its nominal quota; "
+        "queue research: cores 16/8 nominal, borrowing 8 of 8 from cohort lab"
+    )
+    assert want.id in victim.detail and "queue ml" in victim.detail  # the operator's log has it all
+    hold = got["hold"][0]
+    assert hold.job_id == want.id and "preempting 2 job(s) of other tenants to make room" in hold.reason
+    assert not any(r.id in hold.reason for r in running)
+    # Granted the other queue too, alice may read its name (never bob's job id).
+    both = by_kind(admit(lab(), [*running, want], now=1000.0, grants={**grants, "ml": ["alice", "bob"]}))
+    assert both["evict"][0].reason.startswith("preempted to admit a job of another tenant: queue ml reclaims")
+    assert want.id not in both["evict"][0].reason
+    # Same tenant: the whole story, as before.
+    own = job("ml", 4, tenant="alice")
+    mine = by_kind(admit(lab(), [*running, own], now=1000.0, grants={**grants, "ml": ["alice"]}))
+    assert mine["evict"][0].reason.startswith(f"preempted to admit {own.id}: queue ml reclaims its nominal quota")
+
+
+def test_priority_preemption_across_tenants_in_one_queue_hides_the_other_job() -> None:
+    queues = {"solo": QueueConfig("solo", None, Limits(cores=4))}
+    low = [job("solo", 2, stage=Stage.ACTIVE, priority=0, tenant="alice") for _ in range(2)]
+    urgent = job("solo", 2, priority=5, tenant="bob")
+    got = by_kind(admit(queues, [*low, urgent], now=1000.0, grants={"solo": ["alice", "bob"]}))
+    assert got["evict"][0].reason == (
+        "preempted to admit a job of another tenant: it has priority 5 > 0 in queue solo and needs the quota"
+    )
+    capacity = [
+        job("default", 4, stage=Stage.ACTIVE, tenant="alice"),
+        job("default", 4, stage=Stage.ACTIVE, tenant="alice", since=10.0),
+        job("default", 4, stage=Stage.QUEUED, priority=100, tenant="bob"),
+    ]
+    got = by_kind(admit({"default": QueueConfig("default")}, capacity, capacity=Amounts(cores=8), now=1000.0))
+    assert got["evict"][0].reason == (
+        "preempted to place a job of another tenant: it has priority 100 > 0 in queue default and the cluster "
+        "has no room for it (cores 0 free, needs 4)"
+    )
+    assert capacity[2].id in got["evict"][0].detail

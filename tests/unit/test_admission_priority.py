@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.model.queue import Amounts, Limits, QueueConfig, WithinQueue
-from sluice.policy.admission import AdmissionJob, Evict, Stage, admit, capacity_preemption_possible
+from sluice.policy.admission import AdmissionJob, Evict, Stage, Stall, admit, capacity_preemption_possible
 
 DEFAULT = {"default": QueueConfig("default")}
 CLUSTER = Amounts(cores=8, memory_mb=0, gpus=0)
@@ -84,8 +84,28 @@ def test_within_queue_never_and_non_preempting_classes_wait() -> None:
     never = {"default": QueueConfig("default", within_queue=WithinQueue.NEVER)}
     assert evicts(admit(never, jobs, capacity=CLUSTER, now=1000.0)) == []
     polite = [jobs[0], replace(jobs[1], may_preempt=False)]
-    assert not capacity_preemption_possible(polite)
     assert evicts(admit(DEFAULT, polite, capacity=CLUSTER, now=1000.0)) == []
+
+
+def test_a_job_that_may_not_preempt_says_why_it_waits() -> None:
+    jobs = [j("low", 8), j("high", 8, stage=Stage.QUEUED, priority=9, may_preempt=False)]
+    assert capacity_preemption_possible(jobs)  # the controller asks admission, so the reason is said
+    got = admit(DEFAULT, jobs, capacity=CLUSTER, now=1000.0)
+    assert got == [
+        Stall(
+            "high",
+            "its priority class does not preempt (preemption: never): it waits for room rather than "
+            "preempting 1 lower-priority job(s) of queue default",
+        )
+    ]
+    never = {"default": QueueConfig("default", within_queue=WithinQueue.NEVER)}
+    got = admit(never, [jobs[0], replace(jobs[1], may_preempt=True)], capacity=CLUSTER, now=1000.0)
+    assert [type(d) for d in got] == [Stall] and "queue default does not preempt for it (within_queue=never)" in (
+        got[0].reason
+    )
+    # Nothing to say when preempting would not have made room either.
+    big = [j("low", 4), j("high", 16, stage=Stage.QUEUED, priority=9, may_preempt=False)]
+    assert admit(DEFAULT, big, capacity=CLUSTER, now=1000.0) == []
 
 
 def test_young_jobs_are_not_preempted_and_stopping_victims_are_waited_for() -> None:

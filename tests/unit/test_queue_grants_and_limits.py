@@ -1,8 +1,8 @@
 """Queues over the API and the CLI (docs/queues.md): a revoked grant stops admission (running
 jobs run on, resume is a 409), lending and borrowing limits that cannot mean anything are
 422s naming the field (on create and on the queue a change would leave), the limits shown by
-`queue list` / `queue get`, and jobs a queue can never admit refused at submit or held saying
-so. The engine is the FakeEngine."""
+`queue list` / `queue get`, jobs a queue can never admit refused at submit or held saying so,
+and a non-preempting priority class saying why it waits. The engine is the FakeEngine."""
 
 from __future__ import annotations
 
@@ -265,3 +265,23 @@ def test_a_job_held_back_by_what_its_cohort_lends_or_a_lowered_quota_says_it_can
     live.call("PATCH", "/v1/queues/ml", body={"nominal": {"cores": 2}})
     live.plane.step()
     assert live.job(job_id).phase != Phase.PENDING  # the quota changed: it fits now
+
+
+# --------------------------------------------------------------------------- classes that never preempt
+
+
+def test_a_job_of_a_class_that_never_preempts_says_so_while_it_waits(live: Live) -> None:
+    live.call("POST", "/v1/priority-classes", body={"name": "polite", "value": 200, "preemption": "never"})
+    low = [live.submit("alice", cpu=2).json()["id"] for _ in range(2)]  # fill both 2-core nodes
+    live.plane.step()
+    for job_id in low:
+        live.start(job_id)
+    polite = live.submit("bob", cpu=2, priority_class="polite").json()["id"]
+    live.plane.step()
+    live.plane.step()
+    job = live.job(polite)
+    assert job.phase == Phase.QUEUED and not live.engine.stopped
+    assert job.reason.endswith(
+        "; its priority class does not preempt (preemption: never): it waits for room rather than preempting "
+        "1 lower-priority job(s) of queue default"
+    )

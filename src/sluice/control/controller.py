@@ -170,6 +170,9 @@ class Controller:
         self.preempt_min_runtime_s = preempt_min_runtime_s
         self._placed_at: dict[str, float] = {}
         """When each job's current attempt was placed (admission's preemption rate limit)."""
+        self._stalls: dict[str, str] = {}
+        """Admitted jobs that could preempt to make room but may not, and why (admission's
+        `Stall`, this round): added to the reason the policy gives for their wait."""
         self._refresh_nodes()
 
     # ----------------------------------------------------------------- reads
@@ -547,7 +550,8 @@ class Controller:
                 if job.phase in (Phase.STARTING, Phase.RUNNING):
                     self._stop(job, StopIntent(StopKind.MIGRATE, d.reason, d.allocation, asked_at=now))
             elif isinstance(d, Wait) and job.phase == Phase.QUEUED:
-                self.book.wait(job.id, d.reason)
+                stall = self._stalls.get(job.id)
+                self.book.wait(job.id, f"{d.reason}; {stall}" if stall else d.reason)
                 return
             self._count(type(d).__name__, "policy")
         except StoreUnavailable:
@@ -784,6 +788,7 @@ class Controller:
         """Admission (policy/admission.py, pure): pending jobs get their queue's quota, wait
         with the quota reason, or take quota back from borrowing or lower-priority jobs; the
         decisions are carried out here through the book."""
+        self._stalls = {}
         live = self.book.live()
         if not any(j.phase == Phase.PENDING for j in live) and not _priorities_differ(live):
             return
@@ -816,7 +821,12 @@ class Controller:
                     self.book.transition(job.id, Phase.QUEUED, d.reason)
                 elif isinstance(d, admission.Hold) and job.phase == Phase.PENDING:
                     self.book.wait(job.id, d.reason)
+                elif isinstance(d, admission.Stall) and job.phase == Phase.QUEUED:
+                    self._stalls[job.id] = d.reason
                 elif isinstance(d, admission.Evict):
+                    # The job's reason says only what its tenant may read; the operator's log
+                    # has both jobs and both queues.
+                    log.info("admission: %s (tenant %s) %s", job.id, job.tenant, d.detail or d.reason)
                     self._evict(job, d.reason, now)
             except StoreUnavailable:
                 raise

@@ -95,14 +95,30 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class Evict:
     """Give the job's quota back: a queued job returns to Pending at once, a running one is
-    preempted through its checkpoint and returns to admission when it has stopped."""
+    preempted through its checkpoint and returns to admission when it has stopped.
+
+    `reason` goes into the victim's own record, which its tenant reads: it names the job it
+    gives way to only when that job is the same tenant's, and a queue only when the victim's
+    tenant is granted it. `detail` is the whole story (both jobs, both queues) for the
+    operator's log."""
 
     job_id: str
     reason: str
     for_job: str
+    detail: str = ""
 
 
-AdmissionDecision = Admit | Hold | Evict
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """An admitted job that waits for room and could have it by preempting lower-priority jobs
+    of its queue, but may not (its priority class or its queue says never): why, to add to
+    the reason it waits with."""
+
+    job_id: str
+    reason: str
+
+
+AdmissionDecision = Admit | Hold | Evict | Stall
 
 Grants = Mapping[str, Collection[str]]
 """queue -> the tenants granted it. The `default` queue is open to every tenant."""
@@ -195,12 +211,31 @@ class QuotaLedger:
             after = used - max(0.0, have - guar) + max(0.0, new - guar)
             if after > total + _EPS:
                 short.append(r)
-                spare = max(0.0, total - used)
-                why = why or (
-                    f"{head}; cohort {cfg.cohort} has {fmt(spare)} of {fmt(total)} {r} "
-                    f"unused ({fmt(used)} in use beyond guarantees)"
-                )
+                why = why or f"{head}; {self._pool_text(q, r)}"
         return short, why
+
+    def _pool_text(self, q: str, r: str) -> str:
+        """'cohort lab has 0 of the 2 cores its queues share free: 2 used by the queues they
+        belong to, 0 borrowed'. What a cohort shares is its queues' nominal quota less what
+        each keeps for itself (its lending limit); a queue's own use of that part and other
+        queues' borrowing both take from it. Only a quota lowered while jobs hold it makes
+        the two add up to more than is shared, and then the text says so."""
+        own = lent = total = 0.0
+        for m in self.members[self.cohort_key(q)]:
+            cfg = self.queues[m]
+            lend, guar, nom = cfg.lendable(r), cfg.guaranteed(r), cfg.nominal.get(r)
+            if lend is None or guar is None or nom is None:
+                continue
+            total += lend
+            use = self.usage[m].get(r)
+            own += max(0.0, min(use, nom) - guar)
+            lent += max(0.0, use - nom)
+        spare = max(0.0, total - own - lent)
+        over = " (more than it shares now: a quota was lowered while jobs held it)" if own + lent > total + _EPS else ""
+        return (
+            f"cohort {self.queues[q].cohort} has {fmt(spare)} of the {fmt(total)} {r} its queues share free: "
+            f"{fmt(own)} used by the queues they belong to, {fmt(lent)} borrowed{over}"
+        )
 
     def ceiling(self, q: str, r: str, *, cohort: bool = True) -> float | None:
         """The most of resource r queue q can ever hold as its queues are configured now (None:
@@ -323,7 +358,8 @@ def admit(
 
     `grants` (queue -> tenants; None: not kept, every tenant may use every queue): a pending
     job whose tenant is no longer granted its queue waits (a revoke stops new admissions;
-    admitted jobs keep their quota and run on)."""
+    admitted jobs keep their quota and run on), and the reasons written into a job preempted
+    for another tenant's job name that job's queue only if the victim's tenant is granted it."""
     tenants = tenants or {}
     ledger = QuotaLedger(queues, capacity)
     tenant_use: dict[str, Amounts] = {}
@@ -380,14 +416,14 @@ def admit(
             continue
         short, why = ledger.shortfall(q, job.demand)
         if short:
-            plan = _reclaim(ledger, admitted, evicted, job, short, now, preempt_min_runtime_s)
+            plan = _reclaim(ledger, admitted, evicted, job, short, now, preempt_min_runtime_s, grants)
             if isinstance(plan, str):
                 out.append(Hold(job.id, f"{why}{plan}"))
                 continue
             freed_now = True
-            for v, reason in plan:
+            for v, reason, detail in plan:
                 evicted.add(v.id)
-                out.append(Evict(v.id, reason, job.id))
+                out.append(Evict(v.id, reason, job.id, detail))
                 if v.stage == Stage.QUEUED:
                     ledger.remove(v.queue, v.demand)
                     tenant_use[v.tenant] = tenant_use[v.tenant].minus(v.demand)
@@ -395,7 +431,7 @@ def admit(
                 else:
                     freed_now = False
             if not freed_now:
-                names = ", ".join(v.id for v, _ in plan)
+                names = _victims([v for v, _, _ in plan], job.tenant)
                 out.append(Hold(job.id, f"{why}; preempting {names} to make room (they checkpoint and stop first)"))
                 continue
         ledger.add(q, job.demand)
@@ -405,6 +441,16 @@ def admit(
         out.append(Admit(job.id, f"admitted to {ledger.describe(q, job.demand)}"))
     out += _preempt_for_capacity(queues, jobs, evicted, capacity, now, preempt_min_runtime_s)
     return out
+
+
+def _victims(victims: Sequence[AdmissionJob], reader: str) -> str:
+    """The jobs a job preempts, as its tenant (`reader`) may read them: its own by id, other
+    tenants' only counted ('j-1a, j-2b and 2 jobs of other tenants')."""
+    own = [v.id for v in victims if v.tenant == reader]
+    others = len(victims) - len(own)
+    if others:
+        own.append(f"{others} job(s) of other tenants")
+    return ", ".join(own[:-1]) + " and " + own[-1] if len(own) > 1 else own[0]
 
 
 def _unlimited(cfg: QueueConfig) -> bool:
@@ -417,16 +463,16 @@ def _fits(d: Amounts, free: Amounts) -> bool:
 
 
 def capacity_preemption_possible(jobs: Iterable[AdmissionJob]) -> bool:
-    """Whether `_preempt_for_capacity` could preempt anyone: some admitted, unplaced job has
-    a higher priority than some placed job of its queue. False whenever priorities are all
-    equal, so the controller skips admission then as it always did (the simulator's
-    equal-priority benchmarks run exactly as before)."""
+    """Whether `_preempt_for_capacity` could preempt anyone (or say why a job that may not
+    preempt waits): some admitted, unplaced job has a higher priority than some placed job of
+    its queue. False whenever priorities are all equal, so the controller skips admission then
+    as it always did (the simulator's equal-priority benchmarks run exactly as before)."""
     low: dict[str, int] = {}
     high: dict[str, int] = {}
     for j in jobs:
         if j.stage == Stage.ACTIVE:
             low[j.queue] = min(low.get(j.queue, j.priority), j.priority)
-        elif j.stage == Stage.QUEUED and j.may_preempt:
+        elif j.stage == Stage.QUEUED:
             high[j.queue] = max(high.get(j.queue, j.priority), j.priority)
     return any(q in low and low[q] < p for q, p in high.items())
 
@@ -446,7 +492,8 @@ def _preempt_for_capacity(
     unplaced job that does not fit the cluster's free capacity (summed over healthy nodes)
     preempts placed jobs of its own queue with strictly lower priority — lowest priority and
     newest first, only as many as make it fit, never one placed less than `min_runtime_s` ago,
-    and only if its queue's `within_queue` is `lower_priority` and its class may preempt.
+    and only if its queue's `within_queue` is `lower_priority` and its class may preempt (when
+    either says never and preempting would have made room, a `Stall` says so for its reason).
 
     Jobs are not held back (they stay Queued, so placement policies still see every one of
     them), and with equal priorities there is never a victim, so nothing changes for them.
@@ -475,8 +522,11 @@ def _preempt_for_capacity(
         if _fits(w.demand, free.plus(soon)):
             free, soon = free.plus(soon).minus(w.demand), Amounts()
             continue  # preempted jobs are still stopping: wait for them, take nobody else
-        if not w.may_preempt or queues[w.queue].within_queue == WithinQueue.NEVER:
-            continue
+        blocked = None
+        if not w.may_preempt:
+            blocked = "its priority class does not preempt (preemption: never)"
+        elif queues[w.queue].within_queue == WithinQueue.NEVER:
+            blocked = f"queue {w.queue} does not preempt for it (within_queue=never)"
         cands = sorted(
             (
                 a
@@ -498,13 +548,27 @@ def _preempt_for_capacity(
                 chosen.append(a)
         if not chosen or not _fits(w.demand, trial):
             continue
+        if blocked is not None:
+            out.append(
+                Stall(
+                    w.id,
+                    f"{blocked}: it waits for room rather than preempting {len(chosen)} lower-priority job(s) "
+                    f"of queue {w.queue}",
+                )
+            )
+            continue
+        room = f"the cluster has no room for it ({_describe_free(free, w.demand)})"
         for a in chosen:
             evicted.add(a.id)
-            why = (
-                f"preempted to place {w.id}: job {w.id} of queue {w.queue} has priority {w.priority} > {a.priority} "
-                f"and the cluster has no room for it ({_describe_free(free, w.demand)})"
-            )
-            out.append(Evict(a.id, why, w.id))
+            detail = f"job {w.id} of queue {w.queue} has priority {w.priority} > {a.priority} and {room}"
+            if a.tenant == w.tenant:
+                why = f"preempted to place {w.id}: {detail}"
+            else:  # same queue, so the victim's tenant knows its name; not the other tenant's job
+                why = (
+                    f"preempted to place a job of another tenant: it has priority {w.priority} > {a.priority} "
+                    f"in queue {w.queue} and {room}"
+                )
+            out.append(Evict(a.id, why, w.id, f"preempted to place {w.id}: {detail}"))
         free = trial.minus(w.demand)
     return out
 
@@ -527,8 +591,10 @@ def _reclaim(
     short: list[str],
     now: float,
     min_runtime_s: float,
-) -> list[tuple[AdmissionJob, str]] | str:
-    """The jobs to preempt so that `job` fits, or the reason (appended to the wait) why none."""
+    grants: Grants | None = None,
+) -> list[tuple[AdmissionJob, str, str]] | str:
+    """The jobs to preempt so that `job` fits, each with the reason its tenant reads and the
+    whole story for the operator's log, or the reason (appended to the wait) why none."""
     q = job.queue
     cohort = ledger.cohort_key(q)
     mates = [a for a in admitted if a.queue in ledger.queues and ledger.cohort_key(a.queue) == cohort]
@@ -542,7 +608,7 @@ def _reclaim(
             return f"; waiting for {len(going)} preempted job(s) to checkpoint and stop"
     in_quota = ledger.in_nominal(q, job.demand)
     cfg = ledger.queues[q]
-    protected = refused = 0
+    protected = refused = by_class = 0
     cands: list[AdmissionJob] = []
     for a in mates:
         if a.id in evicted or a.stage not in (Stage.QUEUED, Stage.ACTIVE):
@@ -552,46 +618,83 @@ def _reclaim(
         if a.queue == q:
             if a.priority >= job.priority:
                 continue
-            if cfg.within_queue == WithinQueue.NEVER or not job.may_preempt:
+            if not job.may_preempt:
+                by_class += 1
+                continue
+            if cfg.within_queue == WithinQueue.NEVER:
                 refused += 1
                 continue
-        elif not ledger.borrowing(a.queue) or not (in_quota or (a.priority < job.priority and job.may_preempt)):
-            continue
-        elif cfg.reclaim_within_cohort == Reclaim.NEVER or (
-            cfg.reclaim_within_cohort == Reclaim.LOWER_PRIORITY and a.priority >= job.priority
-        ):
-            refused += 1
-            continue
+        else:
+            if not ledger.borrowing(a.queue):
+                continue
+            if not in_quota:  # a borrower takes from borrowers only by priority
+                if a.priority >= job.priority:
+                    continue
+                if not job.may_preempt:
+                    by_class += 1
+                    continue
+            if cfg.reclaim_within_cohort == Reclaim.NEVER or (
+                cfg.reclaim_within_cohort == Reclaim.LOWER_PRIORITY and a.priority >= job.priority
+            ):
+                refused += 1
+                continue
         if a.stage == Stage.ACTIVE and a.running_since is not None and now - a.running_since < min_runtime_s:
             protected += 1
             continue
         cands.append(a)
     cands.sort(key=lambda a: (a.stage != Stage.QUEUED, a.priority, -(a.running_since or 0.0), a.id))
     trial = ledger.copy()
-    chosen: list[tuple[AdmissionJob, str]] = []
+    chosen: list[tuple[AdmissionJob, str, str]] = []
     for a in cands:
         if not trial.shortfall(q, job.demand)[0]:
             break
         if a.queue != q and not trial.borrowing(a.queue):
             continue  # reclaim only while its queue is above its nominal quota
-        if a.queue == q:
-            why = f"job {job.id} of queue {q} has priority {job.priority} > {a.priority} and needs the quota"
-        elif in_quota:
-            why = f"queue {q} reclaims its nominal quota for job {job.id}; {trial.describe(a.queue)}"
-        else:
-            why = f"job {job.id} of queue {q} has priority {job.priority} > {a.priority}; {trial.describe(a.queue)}"
+        chosen.append((a, *_preempted_because(trial, job, a, in_quota, grants)))
         trial.remove(a.queue, a.demand)
-        chosen.append((a, f"preempted to admit {job.id}: {why}"))
     if chosen and not trial.shortfall(q, job.demand)[0]:
         return chosen
     if protected:
         return f"; {protected} job(s) that could give quota back ran less than {fmt(min_runtime_s)}s (no thrashing)"
+    held = []
+    if by_class:
+        held.append("its priority class does not preempt (preemption: never)")
     if refused:
-        return (
-            f"; queue {q} does not preempt for it (reclaim_within_cohort={cfg.reclaim_within_cohort}, "
-            f"within_queue={cfg.within_queue}): it waits for {refused} job(s) that hold the quota to finish"
+        held.append(
+            f"queue {q} does not preempt for it (reclaim_within_cohort={cfg.reclaim_within_cohort}, "
+            f"within_queue={cfg.within_queue})"
         )
+    if held:
+        return f"; {' and '.join(held)}: it waits for {by_class + refused} job(s) that hold the quota to finish"
     return ""
+
+
+def _preempted_because(
+    ledger: QuotaLedger, job: AdmissionJob, victim: AdmissionJob, in_quota: bool, grants: Grants | None
+) -> tuple[str, str]:
+    """Why `victim` gives way to `job`: the reason written into the victim's record (read by
+    the victim's tenant) and the whole story (for the operator's log). The reason names `job`
+    only when it is the same tenant's, and `job`'s queue only when the victim's tenant is
+    granted it (queue names do not leak, docs/queues.md); the victim's own queue and cohort
+    it knows."""
+    q, a = job.queue, victim
+    if a.queue == q:
+        detail = f"job {job.id} of queue {q} has priority {job.priority} > {a.priority} and needs the quota"
+    elif in_quota:
+        detail = f"queue {q} reclaims its nominal quota for job {job.id}; {ledger.describe(a.queue)}"
+    else:
+        detail = f"job {job.id} of queue {q} has priority {job.priority} > {a.priority}; {ledger.describe(a.queue)}"
+    full = f"preempted to admit {job.id}: {detail}"
+    if a.tenant == job.tenant:
+        return full, full
+    where = f"queue {q}" if granted(grants, a.tenant, q) else f"another queue of cohort {ledger.queues[q].cohort}"
+    if a.queue == q:
+        why = f"it has priority {job.priority} > {a.priority} in queue {q} and needs the quota"
+    elif in_quota:
+        why = f"{where} reclaims its nominal quota; {ledger.describe(a.queue)}"
+    else:
+        why = f"it is in {where} and has priority {job.priority} > {a.priority}; {ledger.describe(a.queue)}"
+    return f"preempted to admit a job of another tenant: {why}", full
 
 
 __all__ = [
@@ -603,6 +706,7 @@ __all__ = [
     "Hold",
     "QuotaLedger",
     "Stage",
+    "Stall",
     "TenantLimits",
     "admit",
     "capacity_preemption_possible",
