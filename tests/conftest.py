@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.data.settings import CacheSettings, cache_dirs
 from tests.jobpython import make_job_python
 
 # pytest-xdist's workers start with COLUMNS=80 set; rich would pin the CLI's module-level
@@ -34,6 +35,36 @@ os.environ.pop("LINES", None)
 _made: list[Path] = []
 _SHM = Path("/dev/shm")
 _shm_before: set[str] = set()
+
+
+_homes: set[str] = set()
+"""Every sluice home a plane of this session's process opened its cache for."""
+_for_home = CacheSettings.for_home.__func__  # type: ignore[attr-defined]
+
+
+def _recording_for_home(cls: type[CacheSettings], home: Path) -> CacheSettings:
+    _homes.add(str(Path(home).resolve()))
+    return _for_home(cls, home)  # type: ignore[no-any-return]
+
+
+CacheSettings.for_home = classmethod(_recording_for_home)  # type: ignore[method-assign,assignment]
+
+
+def memory_dir_name(home: str) -> str:
+    """The memory tier's folder name of a plane whose home is `home` (data.settings.cache_dirs)."""
+    return cache_dirs(Path(home))[1].name
+
+
+def _folders_under(roots: list[Path], depth: int = 4) -> set[str]:
+    """Every folder up to `depth` below `roots` (where subprocess planes' homes are)."""
+    out: set[str] = set()
+    for root in roots:
+        base = len(root.parts)
+        for here, dirs, _ in os.walk(root):
+            if len(Path(here).parts) - base >= depth:
+                dirs[:] = []
+            out.add(str(Path(here).resolve()))
+    return out
 
 
 def _shm_entries() -> set[str]:
@@ -85,12 +116,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     after "522 passed", and make reported the crash instead of the result. Nothing a test
     checks happens after this point, and the threads still running were named at session
     end. SLUICE_TEST_FINALIZE=1 keeps the normal exit (to chase such a crash)."""
+    roots = _folders_under(_made)
     for folder in _made:
         shutil.rmtree(folder, ignore_errors=True)
     _made.clear()
-    # Planes the tests started put their cache's memory tier in /dev/shm/sluice-<hash>; what
-    # this session made there goes with it (RAM, and a later session's planes would find it).
-    for name in _shm_entries() - _shm_before:
+    # Planes the tests started put their cache's memory tier in /dev/shm/sluice-<hash of their
+    # home>; those go with the session (RAM, and a later session's planes would find them).
+    # Only this session's: another test session running at the same time (a second clone)
+    # has its own planes' folders there, and removing them mid-run failed its tests.
+    mine = {memory_dir_name(h) for h in _homes | roots}
+    for name in (_shm_entries() - _shm_before) & mine:
         shutil.rmtree(_SHM / name, ignore_errors=True)
     status = getattr(config, "_sluice_exitstatus", None)
     if status is None or os.environ.get("SLUICE_TEST_FINALIZE") == "1":

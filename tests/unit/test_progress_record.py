@@ -73,3 +73,31 @@ def test_the_tracker_ignores_a_total_it_cannot_hold() -> None:
     assert tr.total_steps is None
     tr.report(3.0, 3, 0.5, {"total_steps": 100.0})
     assert tr.total_steps == 100
+
+
+def test_losses_a_float_can_hold_but_a_fit_cannot_do_not_fail_the_job() -> None:
+    """A job with a loss target reporting 1e308 and 1e-300 by turns made the convergence fit
+    overflow, and the job was failed with an internal error; it has no prediction instead."""
+    from sluice.model.progress import predict_steps_to_loss
+
+    points = [(k, 1e308 if k % 2 else 1e-300) for k in range(1, 12)]
+    assert predict_steps_to_loss(points, 0.0) is None
+    tr = ProgressTracker()
+    tr.loss_target = 0.0
+    for k, v in points:
+        tr.report(float(k), k, v)
+    tr.snapshot()  # no raise
+
+
+def test_a_flood_of_records_becomes_a_bounded_number_of_events_ending_with_the_newest() -> None:
+    from sluice.agent.progress_record import MAX_PER_POLL, thin
+
+    flood = [JobProgress("j", 1, float(k), k, 0.5, {}) for k in range(10_000)]
+    flood.insert(5000, JobCheckpointed("j", 1, 5000.0, 5000, "ckpt-5000.pt"))
+    kept = thin(flood)
+    progress = [e for e in kept if isinstance(e, JobProgress)]
+    assert len(progress) == MAX_PER_POLL and progress[-1].step == 9999 and progress[0].step == 0
+    assert [e.step for e in progress] == sorted(e.step for e in progress)
+    assert any(isinstance(e, JobCheckpointed) for e in kept)
+    few = flood[:10]
+    assert thin(few) == few

@@ -115,3 +115,33 @@ def test_resume_from_a_job_that_planted_a_link_to_the_admin_token_is_refused(tmp
             assert copy.read_bytes() == b"weights" and copy.stat().st_uid == user.uid
     finally:
         plane.store.close()
+
+
+def test_a_tenant_deleted_while_its_resume_copies_gets_no_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy runs outside the controller's lock (it may take a while); a delete of the
+    tenant in that time used to let the job be created afterwards, for a tenant that no longer
+    exists, and run."""
+    import sluice.control.plane as plane_module
+    from sluice.control.errors import NotFound
+    from sluice.spec import parse_job_spec
+
+    settings = Settings(home=tmp_path / "home", isolation="off")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin = plane.authenticate(tokens["admin"])
+    _, token = plane.create_tenant(admin, TenantSpec(name="carol"), force=True)
+    carol = plane.authenticate(token)
+    try:
+        old = plane.submit(carol, parse_job_spec({"command": ["python", "t.py"]}))
+        plane.cancel(carol, old.id)
+
+        def slow_copy(src: str, dst: str, keep: int = 1, owner: JobUser | None = None) -> tuple[str, int]:
+            plane.delete_tenant(admin, "carol")  # lands while the checkpoint is being copied
+            return (f"{dst}/ckpt-3.pt", 3)
+
+        monkeypatch.setattr(plane_module, "copy_checkpoints", slow_copy)
+        with pytest.raises(NotFound, match="deleted while"):
+            plane.submit(carol, parse_job_spec({"command": ["python", "t.py"], "resume_from": old.id}))
+        assert [j.id for j in plane.store.list_jobs()] == [old.id]
+    finally:
+        plane.store.close()

@@ -27,7 +27,14 @@ import pytest
 from sluice.agent import tenant_cache
 from sluice.agent.cache_report import CacheReporter
 from sluice.agent.isolation import detect_isolation
-from sluice.agent.tenant_cache import TenantCacheWatch, drop_everywhere, fractions_of, tenant_dir, warm_as
+from sluice.agent.tenant_cache import (
+    TenantCacheWatch,
+    claim_tiers,
+    drop_everywhere,
+    fractions_of,
+    tenant_dir,
+    warm_as,
+)
 from sluice.control.datasets import DatasetService, cache_folder, generation
 from sluice.data.cache import DatasetCache, dataset_id, reader_key
 from sluice.data.guard import SourceGuard
@@ -420,3 +427,26 @@ def test_a_tenant_cache_that_cannot_be_read_is_tried_again_only_when_it_changes(
     watch.refresh(30.0, wait=True)
     watch.refresh(30.0 + tenant_cache.REPORT_MAX_AGE_S, wait=True)
     assert len(calls) == 3
+
+
+@needs_root
+def test_a_tier_folder_a_job_made_first_is_never_used(tmp_path: Path, cache_settings: CacheSettings) -> None:
+    """The memory tier's name in /dev/shm is predictable and /dev/shm is everyone's: a tenant's
+    job that makes it first would own every tenant's cache folder made inside it (and could
+    poison or move them). The agent makes both tiers as the plane's when it starts, and a
+    folder that is not the plane's is refused, naming its owner."""
+    assert claim_tiers(cache_settings) == []  # made now, as the plane's
+    mem = cache_settings.resolved_memory_dir()
+    assert (mem.stat().st_uid, stat.S_IMODE(mem.stat().st_mode)) == (os.geteuid(), 0o711)
+    assert tenant_dir(mem, BOB).parent == mem
+    shutil.rmtree(mem)
+    mem.mkdir(mode=0o777)  # what alice's job does before the plane gets there
+    os.chown(mem, ALICE.uid, ALICE.gid)
+    planted = mem / f"uid-{BOB.uid}"
+    planted.mkdir()
+    os.chown(planted, ALICE.uid, ALICE.gid)
+    [problem] = claim_tiers(cache_settings)
+    assert str(mem) in problem and f"uid {ALICE.uid}" in problem
+    with pytest.raises(OSError, match="not to the plane"):
+        tenant_dir(mem, BOB)
+    assert planted.stat().st_uid == ALICE.uid  # nothing was handed to bob inside her folder

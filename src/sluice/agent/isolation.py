@@ -116,6 +116,23 @@ def plane_dirs(path: Path, mode: int = PLANE_DIR_MODE, stop: Path | None = None)
     return path
 
 
+def plane_owned(path: Path) -> Path:
+    """`path`, checked to be a folder the plane may rely on as its own: a real folder (not a
+    link), owned by this process's uid, writable by no one else. A folder at a predictable
+    name in a world-writable place (the cache's memory tier in /dev/shm) could have been made
+    first by a tenant's job or another user, who would then own everything made inside it.
+    OSError naming the folder and its owner otherwise."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"{path} is not a folder (a link or a file is in its place); remove it")
+    if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise OSError(
+            f"{path} belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, not to the plane "
+            f"(uid {os.geteuid()}, writable by it alone): something else made it first; remove it and restart"
+        )
+    return path
+
+
 def own_file(path: Path, owner: JobUser | None, mode: int = PRIVATE_FILE_MODE) -> Path:
     """Create an empty file (never following a symlink) owned by `owner`, `mode`."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)

@@ -60,10 +60,10 @@ from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
 from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, warn_missing
 from sluice.agent.node_owners import NodeOwners
-from sluice.agent.progress_record import progress_event
+from sluice.agent.progress_record import progress_event, thin
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
 from sluice.agent.tail import JsonlTail
-from sluice.agent.tenant_cache import drop_everywhere, tenant_dir, warm_as
+from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_dir, warm_as
 from sluice.data.cache import DatasetCache
 from sluice.data.guard import guard_from
 from sluice.data.warm import WarmReport, warm_node
@@ -228,6 +228,8 @@ class NodeAgent:
         self._kpis: KpiSampler | None = None
         self._next_kpi = 0.0
         self._cache = CacheReporter(name, self.settings.cache, job_python=self.settings.job_python)
+        for problem in claim_tiers(self.settings.cache):  # before any job of this node runs
+            log.error("%s on %s: jobs that read datasets will not start here", problem, name)
         self._cache.recover()
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
@@ -462,7 +464,10 @@ class NodeAgent:
         for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
             base = env.get(var)
             if base:
-                env[var] = str(tenant_dir(base, user))
+                try:
+                    env[var] = str(tenant_dir(base, user))
+                except OSError as err:  # a tier folder not the plane's: retrying cannot fix it
+                    raise LaunchError(f"dataset cache: {err}") from None
 
     def _release_gpus(self, job_id: str, attempt: int) -> None:
         for g, holder in list(self._gpu_holders.items()):
@@ -574,7 +579,7 @@ class NodeAgent:
             e = progress_event(att.job_id, att.attempt, rec, self.clock)
             if e is not None:
                 out.append(e)
-        return out
+        return thin(out)
 
     def _usage(self, att: _Attempt, now: float) -> JobUsage | None:
         used = att.ctrl.usage_s()

@@ -11,16 +11,21 @@ string. What the job writes can mislead only the job's own scheduling.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sluice.model import JobCheckpointed, JobProgress
+from sluice.model import Event, JobCheckpointed, JobProgress
 from sluice.model.progress import MAX_STEP
 
 MAX_METRICS = 256
 """Most metrics one record keeps (a job reading many datasets reports three counters each)."""
 MAX_METRIC_NAME = 256
 MAX_CHECKPOINT_PATH = 4096
+MAX_PER_POLL = 100
+"""Most progress events one job's records become per poll (about a second), and as many
+checkpoint events: the SDK writes a few a second, but a job may flood its file (the agent
+reads up to 4 MiB of it per poll), and every event costs the control plane's round, which
+every tenant shares."""
 
 
 def finite(v: Any) -> float | None:
@@ -69,3 +74,22 @@ def progress_event(
             if f is not None and isinstance(k, str) and 0 < len(k) <= MAX_METRIC_NAME:
                 metrics[k] = f
     return JobProgress(job_id, attempt, t, step, finite(rec.get("loss")), metrics)
+
+
+def thin(events: list[Event]) -> list[Event]:
+    """At most MAX_PER_POLL progress and MAX_PER_POLL checkpoint events, in order: the last
+    of each kind always, the rest evenly spaced. Rates need a few points and the newest
+    counters; nothing a scheduler reads needs every report of a flood."""
+    progress = [e for e in events if isinstance(e, JobProgress)]
+    checkpoints = [e for e in events if isinstance(e, JobCheckpointed)]
+    if len(progress) <= MAX_PER_POLL and len(checkpoints) <= MAX_PER_POLL:
+        return events
+    keep = {id(e) for e in _spaced(progress) + _spaced(checkpoints)}
+    return [e for e in events if id(e) in keep]
+
+
+def _spaced(events: Sequence[Event]) -> list[Event]:
+    n = len(events)
+    if n <= MAX_PER_POLL:
+        return list(events)
+    return [events[round(i * (n - 1) / (MAX_PER_POLL - 1))] for i in range(MAX_PER_POLL)]

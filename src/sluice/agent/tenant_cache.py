@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sluice.agent.isolation import PRIVATE_DIR_MODE, own_dir, plane_dirs, unreachable
+from sluice.agent.isolation import PRIVATE_DIR_MODE, own_dir, plane_dirs, plane_owned, unreachable
 from sluice.data.cache import TENANT_DIR, DatasetCache, folder_pattern, reader_key
 from sluice.data.guard import SourceGuard
 from sluice.data.settings import CacheSettings
@@ -69,7 +69,7 @@ def tenant_dir(base: str | os.PathLike[str], user: JobUser) -> Path:
     """The tenant's cache folder in the tier at `base`, made if missing: the folders up to
     `base` are the plane's (0711), `uid-<uid>` is the tenant's (0700). What a launch gives the
     job as SLUICE_CACHE_DISK_DIR / SLUICE_CACHE_MEMORY_DIR, and what warm fills."""
-    root = plane_dirs(Path(base))
+    root = plane_owned(plane_dirs(Path(base)))  # the tier's folder: never one a job made first
     return own_dir(root / f"uid-{user.uid}", PRIVATE_DIR_MODE, user)
 
 
@@ -380,3 +380,17 @@ class TenantCacheWatch:
                 # Marked after the read: opening the index (WAL) touches its files itself. A job
                 # that writes meanwhile goes on writing, and its next write is seen.
                 self._seen[user.uid] = (_fingerprint(folders), now)
+
+
+def claim_tiers(settings: CacheSettings) -> list[str]:
+    """Make the node cache's two tier folders now, as the plane's (an agent starting, before any
+    job of its runs), and check they are: a tier at a predictable name in /dev/shm that a job
+    or another user made first would give them every tenant's cache folder inside it. The
+    problems, one line each (empty when both are the plane's)."""
+    problems = []
+    for base in (settings.resolved_disk_dir(), settings.resolved_memory_dir()):
+        try:
+            plane_owned(plane_dirs(Path(base)))
+        except OSError as err:
+            problems.append(f"dataset cache: {err}")
+    return problems

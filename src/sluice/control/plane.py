@@ -380,23 +380,26 @@ class ControlPlane:
             raise Conflict(f"the built-in {name} tenant cannot be deleted: {BUILT_IN_TENANTS[name]}")
         if name == caller.name:
             raise Conflict("a tenant cannot delete itself")
+        # Under the controller's lock from the check to the delete: a submit of this tenant
+        # creates its job under the same lock, after checking the tenant is still there
+        # (`_create_job`), so no job can slip in between and outlive its tenant.
         with self.controller.lock:
             live = [j.id for j in self.controller.book.live() if j.tenant == name]
-        if live:
-            raise Conflict(
-                f"tenant {name!r} still has {len(live)} unfinished job(s): {_some(live)}; cancel them "
-                "(`sluice job cancel ID`) or let them finish first"
-            )
-        datasets = [d.name for d in self.store.list_datasets(tenant=name)]
-        if datasets:
-            raise Conflict(
-                f"tenant {name!r} still owns {len(datasets)} dataset(s): {_some(datasets)}; delete them first "
-                f"(`sluice dataset rm NAME --tenant {name}`)"
-            )
-        now = time.time()
-        self.store.delete_tenant(name, now)
-        self.store.release_uid(name, now)
-        self._job_users.pop(name, None)
+            if live:
+                raise Conflict(
+                    f"tenant {name!r} still has {len(live)} unfinished job(s): {_some(live)}; cancel them "
+                    "(`sluice job cancel ID`) or let them finish first"
+                )
+            datasets = [d.name for d in self.store.list_datasets(tenant=name)]
+            if datasets:
+                raise Conflict(
+                    f"tenant {name!r} still owns {len(datasets)} dataset(s): {_some(datasets)}; delete them first "
+                    f"(`sluice dataset rm NAME --tenant {name}`)"
+                )
+            now = time.time()
+            self.store.delete_tenant(name, now)
+            self.store.release_uid(name, now)
+            self._job_users.pop(name, None)
 
     # ---------------------------------------------------------------- jobs
 
@@ -421,7 +424,7 @@ class ControlPlane:
         if not caller.admin:  # an admin could raise the cap anyway: its own submissions are not capped
             self.priorities.check_cap(tenant, caller.max_priority, asked, spec)
         if spec.resume_from is None:
-            job = self.controller.submit(tenant, spec)
+            job = self._create_job(tenant, spec)
         else:
             job = self._submit_resuming(tenant, spec, spec.resume_from)
         if spec.priority_class is not None:  # `sluice job why` says where the priority came from
@@ -431,6 +434,15 @@ class ControlPlane:
                 )
         self.wake()
         return job
+
+    def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None) -> JobRecord:
+        """The job, on disk, if its tenant still exists when it is created (under the
+        controller's lock, as `delete_tenant` checks and deletes): a tenant deleted while its
+        submit was on its way (a `--resume-from` copy takes a while) gets no job."""
+        with self.controller.lock:
+            if self.store.get_tenant(tenant) is None:
+                raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
+            return self.controller.submit(tenant, spec, job_id=job_id)
 
     def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str) -> JobRecord:
         """A job that starts from another job's newest checkpoint: the same tenant's only
@@ -460,7 +472,7 @@ class ControlPlane:
                 "resume_from to start from step 0"
             )
         with self.controller.lock:
-            job = self.controller.submit(tenant, spec, job_id=job_id)
+            job = self._create_job(tenant, spec, job_id=job_id)
             path, step = newest
             self.controller.book.note(job.id, "resume", f"starts from job {source_id}'s checkpoint at step {step}")
             return self.controller.book.observe(job.id, checkpoint=path, checkpoint_step=step) or job

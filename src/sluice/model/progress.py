@@ -335,8 +335,17 @@ def predict_steps_to_loss(points: list[tuple[int, float]], target: float) -> flo
 
     Fitted by least squares over a grid of the asymptote c (the model is linear in a, b
     once c is fixed, via 1/(loss - c) = a*k + b). Returns None when the fit says the target
-    is never reached or there are too few points.
+    is never reached or there are too few points — or when the job's losses (its own word,
+    finite but as large or small as a float goes) make the arithmetic overflow.
     """
+    try:
+        steps = _steps_to_loss(points, target)
+    except (OverflowError, ZeroDivisionError):
+        return None
+    return steps if steps is None or math.isfinite(steps) else None
+
+
+def _steps_to_loss(points: list[tuple[int, float]], target: float) -> float | None:
     if len(points) < 5:
         return None
     ks = [float(k) for k, _ in points]
