@@ -30,6 +30,7 @@ import psutil
 
 from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation, interpreter_problem
 from sluice.agent.netif import NetInterfaceUnavailable
+from sluice.agent.node_owners import NodeInUse
 from sluice.model import JobUser
 from sluice.settings import Settings, load_settings
 
@@ -238,7 +239,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve(load_settings())
-    except (AlreadyRunning, HomeError, IsolationUnavailable, NetInterfaceUnavailable) as err:
+    except (AlreadyRunning, HomeError, IsolationUnavailable, NetInterfaceUnavailable, NodeInUse) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:

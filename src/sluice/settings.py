@@ -81,7 +81,12 @@ class Settings(BaseSettings):
         float | None, Field(gt=0, description="Cores per node offered to jobs. Default: all cores / virtual_nodes.")
     ] = None
     cgroup_root: Annotated[
-        str | None, Field(description="Override where job cgroups are made (tests). Default: detected.")
+        str | None,
+        Field(
+            description="Name of the folder, in each cgroup controller, that holds this plane's node and job "
+            "cgroups. Default: detected (`sluice`). A second plane on one host needs one of its own: two planes "
+            "with one node name would share (and remove) each other's groups, so the second is refused."
+        ),
     ] = None
     usage_sample_s: Annotated[
         float, Field(gt=0, description="Seconds between CPU-usage samples of jobs. Default 1.")

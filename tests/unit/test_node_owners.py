@@ -131,3 +131,27 @@ def test_without_a_writable_records_directory_nothing_is_recorded_or_swept(tmp_p
     with owners.claiming("sluice", "n0") as record:
         record([tmp_path / "x"])
     assert owners.sweep() == []
+
+
+def test_a_node_a_live_agent_of_another_process_owns_is_refused(tmp_path: Path) -> None:
+    """Two planes on one host with one node name (both `vm`, both under `sluice`) shared each
+    other's groups, and one closing removed what the other was using: the second is refused,
+    naming the setting that separates them. A dead owner's node is taken over as before."""
+    import pytest
+
+    from sluice.agent.node_owners import NodeInUse
+
+    sysfs, reg = tmp_path / "cgroup", tmp_path / "owners"
+    owners = NodeOwners(reg, sysfs)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        from sluice.agent.shim import process_start_ticks
+
+        _record(owners, "vm", _tree(sysfs, "vm"), other.pid, process_start_ticks(other.pid))
+        with pytest.raises(NodeInUse, match="SLUICE_CGROUP_ROOT"), NodeOwners(reg, sysfs).claiming("sluice", "vm"):
+            pass
+    finally:
+        other.kill()
+        other.wait()
+    with NodeOwners(reg, sysfs).claiming("sluice", "vm") as record:  # its owner is gone: taken over
+        record([])

@@ -44,6 +44,10 @@ MAX_RECORDS = 4096
 """Most records one sweep reads (a bound on a directory someone filled by mistake)."""
 
 
+class NodeInUse(RuntimeError):
+    """Another live agent on this host owns the node's groups (two planes, one node name)."""
+
+
 class NodeOwners:
     """The host's records of node-group owners (`directory`), for groups under `sysfs`."""
 
@@ -78,6 +82,13 @@ class NodeOwners:
         with open(self.directory / ".lock", "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
+                held = self._read(self._key(root, node))
+                if held is not None and held.get("pid") != self.pid and self._alive(held):
+                    raise NodeInUse(
+                        f"the cgroups of node {node!r} (under {root or 'sluice'!r}) belong to a running agent, pid "
+                        f"{held.get('pid')}: another sluice plane on this host uses the same node name; give this "
+                        "one a cgroup root of its own (SLUICE_CGROUP_ROOT=sluice-2) or stop the other"
+                    )
                 removed = self.sweep(skip=self._key(root, node))
                 if removed:
                     log.info("removed %d empty cgroup(s) left by agents that are gone", len(removed))
