@@ -190,6 +190,17 @@ class Settings(BaseSettings):
     job_core_dumps: Annotated[
         bool, Field(description="Allow a job to write core dumps (RLIMIT_CORE). Default false.")
     ] = False
+    resume_max_copy_mb: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=1048576,
+            description="Most a `--resume-from` submit copies of the old job's checkpoints, MiB (their sizes as the "
+            "files say, holes of a sparse file included; holes are not written out). The plane copies as root "
+            "inside the request, where the tenant's disk quota does not apply: a larger checkpoint is a 409 naming "
+            "its size and this bound. Default 65536 (64 GiB); at most 1048576 (1 TiB).",
+        ),
+    ] = 65536
 
     net_interface: Annotated[
         str | None,

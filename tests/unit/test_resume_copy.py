@@ -135,7 +135,7 @@ def test_a_tenant_deleted_while_its_resume_copies_gets_no_job(tmp_path: Path, mo
         old = plane.submit(carol, parse_job_spec({"command": ["python", "t.py"]}))
         plane.cancel(carol, old.id)
 
-        def slow_copy(src: str, dst: str, keep: int = 1, owner: JobUser | None = None) -> tuple[str, int]:
+        def slow_copy(src: str, dst: str, *args: object, **kw: object) -> tuple[str, int]:
             plane.delete_tenant(admin, "carol")  # lands while the checkpoint is being copied
             return (f"{dst}/ckpt-3.pt", 3)
 
@@ -143,5 +143,63 @@ def test_a_tenant_deleted_while_its_resume_copies_gets_no_job(tmp_path: Path, mo
         with pytest.raises(NotFound, match="deleted while"):
             plane.submit(carol, parse_job_spec({"command": ["python", "t.py"], "resume_from": old.id}))
         assert [j.id for j in plane.store.list_jobs()] == [old.id]
+    finally:
+        plane.store.close()
+
+
+def test_a_sparse_checkpoint_above_the_bound_is_refused_before_a_byte_is_copied(tmp_path: Path) -> None:
+    """A sparse file costs its tenant nothing and the plane copies as root (red team s18 F3)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "ckpt-5.pt", "wb") as f:
+        f.truncate(64 << 20)
+    with pytest.raises(OSError, match=r"ckpt-5\.pt is 64\.0 MiB \(67108864 bytes\), more than the 1\.0 MiB"):
+        copy_checkpoints(str(src), str(tmp_path / "dst"), max_bytes=1 << 20)
+    assert not (tmp_path / "dst").exists() or not list((tmp_path / "dst").iterdir())
+
+
+def test_a_sparse_checkpoint_is_copied_sparse(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "ckpt-5.pt", "wb") as f:
+        f.write(b"head")
+        f.seek(32 << 20)
+        f.write(b"tail")
+        f.truncate(48 << 20)
+    got = copy_checkpoints(str(src), str(tmp_path / "dst"), max_bytes=48 << 20)
+    assert got is not None
+    copy = Path(got[0])
+    assert copy.stat().st_size == 48 << 20
+    assert copy.stat().st_blocks * 512 < 4 << 20  # the holes were not written out
+    with open(copy, "rb") as f:
+        assert f.read(4) == b"head"
+        f.seek(32 << 20)
+        assert f.read(4) == b"tail"
+
+
+@needs_root
+def test_resume_of_a_checkpoint_above_resume_max_copy_mb_is_a_409_naming_both(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", resume_max_copy_mb=1)
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin = plane.authenticate(tokens["admin"])
+    _, token = plane.create_tenant(admin, TenantSpec(name="alice"))
+    alice = plane.authenticate(token)
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        with TestClient(create_app(plane)) as http:
+            r = http.post("/v1/jobs", json={"command": ["python", "t.py"]}, headers=auth)
+            old = r.json()["id"]
+            assert http.post(f"/v1/jobs/{old}/cancel", headers=auth).status_code == 200
+            folder = Path(plane.controller.checkpoint_dir(plane.get_job(alice, old)))
+            folder.mkdir(parents=True)
+            user = plane.job_user("alice")
+            with open(folder / "ckpt-5.pt", "wb") as f:
+                f.truncate(1 << 30)  # 1 GiB, no block on disk
+            os.chown(folder / "ckpt-5.pt", user.uid, user.gid)
+            r = http.post("/v1/jobs", json={"command": ["python", "t.py"], "resume_from": old}, headers=auth)
+            assert r.status_code == 409, r.text
+            assert "1.0 GiB" in r.text and "1.0 MiB" in r.text and "resume_max_copy_mb" in r.text
+            assert list((settings.home / "runs").glob("*/checkpoints/ckpt-5.pt")) == [folder / "ckpt-5.pt"]
     finally:
         plane.store.close()

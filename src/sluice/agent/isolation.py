@@ -16,6 +16,7 @@ plane's names for a symlink, because it cannot write the folders they are in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -88,17 +89,88 @@ def detect_isolation(mode: str = "auto", status: str | None = None) -> Isolation
 
 def own_dir(path: Path, mode: int, owner: JobUser | None = None) -> Path:
     """mkdir `path` (its parent must exist and be the plane's), then set its owner and mode.
-    Refuses anything but a real folder at that name: a symlink is never followed."""
+    Refuses anything but a real folder at that name: a symlink is never followed (the owner
+    and mode are set on the folder opened, never through the name again)."""
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, mode)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(f"{path} exists and is not a folder")
-    if owner is not None and (st.st_uid, st.st_gid) != (owner.uid, owner.gid):
-        os.chown(path, owner.uid, owner.gid, follow_symlinks=False)
-    if stat.S_IMODE(st.st_mode) != mode:
-        os.chmod(path, mode)
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(f"{path} exists and is not a folder") from None
+        raise
+    try:
+        _set_owner_mode(fd, mode, owner)
+    finally:
+        os.close(fd)
     return path
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _set_owner_mode(fd: int, mode: int, owner: JobUser | None) -> None:
+    st = os.fstat(fd)
+    if owner is not None and (st.st_uid, st.st_gid) != (owner.uid, owner.gid):
+        os.fchown(fd, owner.uid, owner.gid)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.fchmod(fd, mode)
+
+
+class UnsafePath(OSError):
+    """A folder the plane was to make or hand over lies through a symlink, a folder of someone
+    else's or outside the trusted folder it must be in: refused for good, never followed."""
+
+
+def confined_dir(base: Path, path: Path, owner: JobUser | None, mode: int = PRIVATE_DIR_MODE) -> int:
+    """An open descriptor (the caller closes it) of the folder `path`, strictly below the
+    trusted folder `base`, made where missing and handed to `owner` with `mode`.
+
+    A job may own folders on the way (an absolute checkpoint location below an admin's root
+    runs through the tenant's own folders), and could swap one for a symlink at any time: so
+    the path is walked from `base` one name at a time, each opened with O_NOFOLLOW relative to
+    the one before (mkdir, fchown and fchmod act on what was opened, never on a name again).
+    A symlink, a non-folder, or a folder owned by anyone but root, the plane and `owner` is
+    an UnsafePath; folders made on the way are the plane's (PLANE_DIR_MODE)."""
+    base_abs = Path(os.path.abspath(base))
+    full = Path(os.path.abspath(path))
+    if base_abs not in full.parents:
+        raise UnsafePath(f"{path} is not below {base}")
+    names = full.relative_to(base_abs).parts
+    if any(n in ("", ".", "..") for n in names):
+        raise UnsafePath(f"{path}: '.' and '..' are not walked")
+    allowed = {0, os.geteuid(), *([owner.uid] if owner is not None else [])}
+    fd = os.open(base_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # trusted: the plane's or the admin's
+    try:
+        for i, name in enumerate(names):
+            last = i == len(names) - 1
+            made = False
+            try:
+                os.mkdir(name, mode if last else PLANE_DIR_MODE, dir_fd=fd)
+                made = True
+            except FileExistsError:
+                pass
+            try:
+                nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as err:
+                if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = base_abs.joinpath(*names[: i + 1])
+                    raise UnsafePath(f"{where} is a symbolic link or not a folder; it is never followed") from None
+                raise
+            os.close(fd)
+            fd = nxt
+            st = os.fstat(fd)
+            if st.st_uid not in allowed:
+                where = base_abs.joinpath(*names[: i + 1])
+                raise UnsafePath(f"{where} belongs to uid {st.st_uid}, neither the plane nor the job's")
+            if last:
+                _set_owner_mode(fd, mode, owner)
+            elif made:
+                os.fchmod(fd, PLANE_DIR_MODE)  # mkdir's mode went through the umask
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def plane_dirs(path: Path, mode: int = PLANE_DIR_MODE, stop: Path | None = None) -> Path:

@@ -55,7 +55,16 @@ from sluice.agent.cgroup import (
     warn_once,
 )
 from sluice.agent.faults import FaultBoard, FaultReport
-from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, launch_problem, own_dir, own_file, plane_dirs
+from sluice.agent.isolation import (
+    PLANE_DIR_MODE,
+    PRIVATE_DIR_MODE,
+    UnsafePath,
+    confined_dir,
+    launch_problem,
+    own_dir,
+    own_file,
+    plane_dirs,
+)
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
 from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, warn_missing
@@ -309,7 +318,7 @@ class NodeAgent:
                     if problem is not None:
                         raise LaunchError(problem)
                     self._tenant_cache_dirs(env, user)
-                self._prepare_checkpoint_dir(req.checkpoint_dir, user)
+                self._prepare_checkpoint_dir(req.checkpoint_dir, user, req)
                 mem = self._memory_limit(req)
             except (LaunchError, OSError) as err:
                 self._release_gpus(req.job_id, req.attempt)
@@ -407,10 +416,15 @@ class NodeAgent:
             )
         )
 
-    def _prepare_checkpoint_dir(self, location: str, user: JobUser | None) -> None:
+    def _prepare_checkpoint_dir(self, location: str, user: JobUser | None, req: LaunchRequest) -> None:
         """The checkpoint folder is the job's (0700, its uid); the folders above it that sluice
         makes are the plane's (0711: passable, not listable). A folder of the plane's own is
-        never handed over (a LaunchError: every attempt would meet it), whatever the spec says."""
+        never handed over (a LaunchError: every attempt would meet it), whatever the spec says.
+
+        The folder is made by walking down from a trusted folder without following a symlink
+        (isolation.confined_dir): for an absolute checkpoint.location, the admin's checkpoint
+        root it must still lie in now (a job owns folders on the way and may have swapped one
+        for a link since submit); else the plane's checkpoint root above `<job id>`."""
         if not location or "://" in location:
             return
         path = Path(os.path.abspath(location))
@@ -419,8 +433,37 @@ class NodeAgent:
             raise LaunchError(
                 f"checkpoint.location: {location} is {problem}; the plane never hands its own folders to a job"
             )
-        plane_dirs(path.parent)
-        own_dir(path, PRIVATE_DIR_MODE, user)
+        base = self._checkpoint_base(path, req)
+        try:
+            os.close(confined_dir(base, path, user))
+        except UnsafePath as err:
+            raise LaunchError(f"checkpoint.location: {err}") from None
+
+    def _checkpoint_base(self, path: Path, req: LaunchRequest) -> Path:
+        """The trusted folder `path` (the job's checkpoint folder) is walked down from."""
+        asked = req.spec.checkpoint.location
+        if asked is not None and asked.lower().startswith("file://"):
+            asked = asked[len("file://") :]
+        if asked is not None and os.path.isabs(asked):
+            roots = [r for r in self.settings.checkpoint_roots if "://" not in r]
+            bases = {Path(os.path.realpath(r)) for r in roots} | {Path(os.path.abspath(r)) for r in roots}
+            inside = sorted((b for b in bases if b in path.parents), key=lambda b: len(b.parts))
+            if not inside:
+                raise LaunchError(
+                    f"checkpoint.location: {path} is not inside the storage roots the admin configured (setting "
+                    f"checkpoint_roots: {', '.join(roots) or 'none are configured'}); the job is not launched"
+                )
+            return inside[-1]
+        rest = ("checkpoints",) if asked is None else Path(os.path.normpath(asked)).parts
+        parts = path.parts
+        if len(parts) > len(rest) + 1 and parts[-len(rest) :] == rest and parts[-len(rest) - 1] == req.job_id:
+            return Path(*parts[: -len(rest) - 1])  # the plane's checkpoint root, above <job id>
+        # A folder named by a caller other than the controller (tests, benchmarks): below
+        # the nearest folder that exists, as a plain `mkdir -p` would.
+        base = path.parent
+        while not base.exists() and base.parent != base:
+            base = base.parent
+        return base
 
     def _plane_folder(self, path: Path) -> str | None:
         """What of the plane's `path` is (as written, and with the symlinks that exist now

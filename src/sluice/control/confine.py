@@ -10,7 +10,10 @@ plane may write, and a location inside another tenant's run folder mixes their f
   (`.`) and a first component the plane uses there (`attempt-<n>`, `job.log`, `work`:
   model/runfolder.py) are refused, since the folder is handed to the job's uid;
 - an absolute path or file:// URL: must resolve (symlinks included) inside one of the admin's
-  `checkpoint_roots`; it is stored resolved, so a symlink planted later cannot redirect it;
+  `checkpoint_roots`. It is stored resolved, but folders below the root may be the tenant's
+  own, and a job can swap one for a symlink after submit: so whoever makes the folder (the node
+  agent at launch, the plane for `--resume-from`) checks again that it is inside a root and
+  walks down from that root without following a link (agent/isolation.py confined_dir);
 - any other URL (s3://...): must lie under a URL root the admin listed, with no `..` segment.
 
 Pure functions (realpath is the only filesystem access), called at submit so a bad location is a
@@ -103,6 +106,27 @@ def confine_checkpoint(location: str | None, roots: Sequence[str]) -> str | None
         f"{location!r} (resolves to {real}) is outside the storage roots the admin configured (setting "
         f"checkpoint_roots: {_roots_text(roots)}); give a path relative to the job's run folder instead"
     )
+
+
+def checkpoint_base(location: str | None, checkpoint_root: str, roots: Sequence[str]) -> str:
+    """The trusted folder a job's checkpoint folder (checkpoint_dir) is made below: the admin's
+    root an absolute location lies in now, else the plane's checkpoint root. SpecError when an
+    absolute location is in none of the roots (any more)."""
+    if location is None or "://" in location or not os.path.isabs(location):
+        return checkpoint_root
+    inside = []
+    for root in roots:
+        if "://" in root:
+            continue
+        rroot = os.path.realpath(root).rstrip(os.sep) or os.sep
+        if location == rroot or location.startswith(rroot.rstrip(os.sep) + os.sep):
+            inside.append(rroot)
+    if not inside:
+        raise _refuse(
+            f"{location!r} is outside the storage roots the admin configured (setting checkpoint_roots: "
+            f"{_roots_text(roots)})"
+        )
+    return max(inside, key=len)
 
 
 def checkpoint_dir(location: str | None, checkpoint_root: str, job_id: str) -> str:

@@ -8,6 +8,7 @@ job that does not exist. Admin tenants manage tenants and nodes and see every jo
 from __future__ import annotations
 
 import logging
+import os
 import stat
 import threading
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from sluice.agent.faults import FaultReport
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, Isolation, detect_isolation
 from sluice.control.auth import hash_token, new_token
-from sluice.control.confine import checkpoint_dir, confine_checkpoint
+from sluice.control.confine import checkpoint_base, checkpoint_dir, confine_checkpoint
 from sluice.control.controller import Controller
 from sluice.control.datasets import DatasetService
 from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
@@ -462,8 +463,21 @@ class ControlPlane:
         src_dir = self.controller.checkpoint_dir(source)
         dst_dir = checkpoint_dir(spec.checkpoint.location, self.controller.checkpoint_root, job_id)
         try:
+            base = checkpoint_base(
+                spec.checkpoint.location, self.controller.checkpoint_root, self.settings.checkpoint_roots
+            )
+        except SpecError:
+            raise Conflict(
+                f"resume_from: checkpoint.location {spec.checkpoint.location} is no longer inside the admin's "
+                "checkpoint_roots"
+            ) from None
+        try:
             owner = self.job_user(tenant) if self.isolation.enabled else None
-            newest = copy_checkpoints(src_dir, dst_dir, owner=owner)
+            if base == self.controller.checkpoint_root and "://" not in base:
+                os.makedirs(base, mode=PLANE_DIR_MODE, exist_ok=True)  # the plane's own folder
+            newest = copy_checkpoints(
+                src_dir, dst_dir, owner=owner, dst_base=base, max_bytes=self.settings.resume_max_copy_mb << 20
+            )
         except OSError as err:
             raise Conflict(f"resume_from: could not copy job {source_id}'s checkpoints: {err}") from None
         if newest is None:  # asked to resume: starting from step 0 instead would be a silent surprise

@@ -8,7 +8,15 @@ Under tenant isolation the source folder belongs to the old job's uid, which cou
 anything in it — a symlink to the plane's admin token, a FIFO — and the plane copies as root.
 So a local copy opens the folder and each file without following links, takes only regular
 files owned by that uid (what the tenant itself wrote: nothing it could not read anyway), and
-writes each copy 0600, owned by the new job's uid, never over an existing name.
+writes each copy 0600, owned by the new job's uid, never over an existing name. The new job's
+folder is made by walking down from a trusted folder without following a link
+(agent/isolation.py confined_dir): a folder on the way may be the tenant's own.
+
+The copy is made as root inside the request, where the tenant's disk quota does not apply, so
+what one resume copies is bounded (settings resume_max_copy_mb): by the files' sizes before a
+byte is copied, and again while copying (a file another job of the tenant keeps growing). A
+sparse file is copied sparse (SEEK_DATA/SEEK_HOLE): its holes count against the bound but are
+never written out.
 """
 
 from __future__ import annotations
@@ -18,22 +26,56 @@ import errno
 import os
 import re
 import stat
+from pathlib import Path
 
 import fsspec
 
+from sluice.agent.isolation import confined_dir
 from sluice.model import JobUser
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.pt$")
 _CHUNK = 1 << 20
+DEFAULT_MAX_BYTES = 64 << 30
 
 
-def copy_checkpoints(src_dir: str, dst_dir: str, keep: int = 1, owner: JobUser | None = None) -> tuple[str, int] | None:
+class TooLarge(OSError):
+    """The checkpoints to copy are larger than what one resume may copy."""
+
+
+def _too_large(name: str, size: int, limit: int) -> TooLarge:
+    return TooLarge(
+        f"{name} is {_size_text(size)} ({size} bytes), more than the {_size_text(limit)} one resume may copy "
+        "(setting resume_max_copy_mb)"
+    )
+
+
+def _size_text(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def copy_checkpoints(
+    src_dir: str,
+    dst_dir: str,
+    keep: int = 1,
+    owner: JobUser | None = None,
+    *,
+    dst_base: str | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> tuple[str, int] | None:
     """Copy the newest `keep` checkpoints of `src_dir` into `dst_dir`; the newest copy's path
     and step, or None when there is none. Local paths and fsspec URLs alike. `owner`: under
     isolation, the tenant uid whose jobs wrote `src_dir` and will read `dst_dir` (local only:
-    a URL is an admin's checkpoint root, where a job cannot plant links)."""
+    a URL is an admin's checkpoint root, where a job cannot plant links). `dst_base`: the
+    trusted folder a local `dst_dir` is made below (default: its parent, which must exist).
+    More than `max_bytes` in all is a TooLarge (an OSError), and nothing is left behind of
+    the file that went over."""
     if "://" not in src_dir and "://" not in dst_dir:
-        return _copy_local(src_dir, dst_dir, keep, owner)
+        return _copy_local(
+            src_dir, dst_dir, keep, owner, dst_base or os.path.dirname(os.path.abspath(dst_dir)), max_bytes
+        )
     src_fs, src_root = fsspec.core.url_to_fs(src_dir)
     dst_fs, dst_root = fsspec.core.url_to_fs(dst_dir)
     if not src_fs.exists(src_root):
@@ -46,18 +88,27 @@ def copy_checkpoints(src_dir: str, dst_dir: str, keep: int = 1, owner: JobUser |
     if not found:
         return None
     found.sort()
+    total = sum(int(src_fs.size(path) or 0) for _, path in found[-keep:])
+    if total > max_bytes:
+        raise _too_large(f"job's newest checkpoints ({len(found[-keep:])})", total, max_bytes)
     dst_fs.makedirs(dst_root, exist_ok=True)
     newest: tuple[str, int] | None = None
+    copied = 0
     for step, path in found[-keep:]:
         target = f"{dst_root.rstrip('/')}/ckpt-{step}.pt"
         with src_fs.open(path, "rb") as fin, dst_fs.open(target, "wb") as fout:
             while chunk := fin.read(_CHUNK):
+                copied += len(chunk)
+                if copied > max_bytes:
+                    raise _too_large(f"ckpt-{step}.pt (at least)", copied, max_bytes)
                 fout.write(chunk)
         newest = (target if "://" not in dst_dir else f"{dst_dir.rstrip('/')}/ckpt-{step}.pt", step)
     return newest
 
 
-def _copy_local(src_dir: str, dst_dir: str, keep: int, owner: JobUser | None) -> tuple[str, int] | None:
+def _copy_local(
+    src_dir: str, dst_dir: str, keep: int, owner: JobUser | None, dst_base: str, max_bytes: int
+) -> tuple[str, int] | None:
     try:
         folder = os.open(src_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):
@@ -70,40 +121,93 @@ def _copy_local(src_dir: str, dst_dir: str, keep: int, owner: JobUser | None) ->
         found = sorted((int(m.group(1)), name) for name in os.listdir(folder) if (m := _CKPT.match(name)))
         if not found:
             return None
-        os.makedirs(dst_dir, exist_ok=True)
-        newest: tuple[str, int] | None = None
-        for step, name in found[-keep:]:
-            target = os.path.join(dst_dir, f"ckpt-{step}.pt")
-            _copy_one(folder, name, target, owner)
-            newest = (target, step)
-        return newest
+        sources = [(step, name, _open_source(folder, name, owner)) for step, name in found[-keep:]]
+        try:
+            sizes = [os.fstat(fd).st_size for _, _, fd in sources]
+            if sum(sizes) > max_bytes:
+                what = sources[-1][1] if len(sources) == 1 else f"the newest {len(sources)} checkpoints"
+                raise _too_large(what, sum(sizes), max_bytes)
+            dst = confined_dir(Path(dst_base), Path(dst_dir), owner)
+            try:
+                newest: tuple[str, int] | None = None
+                left = max_bytes
+                for step, name, src in sources:
+                    left -= _copy_one(src, dst, name, f"ckpt-{step}.pt", owner, left)
+                    newest = (os.path.join(dst_dir, f"ckpt-{step}.pt"), step)
+                return newest
+            finally:
+                os.close(dst)
+        finally:
+            for _, _, fd in sources:
+                os.close(fd)
     finally:
         os.close(folder)
 
 
-def _copy_one(folder: int, name: str, target: str, owner: JobUser | None) -> None:
-    """Copy `name` (in the open `folder`) to `target`: a regular file, not a link, owned by
-    `owner` when given; the copy 0600, `owner`'s, made new (never through an existing name)."""
-    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+def _open_source(folder: int, name: str, owner: JobUser | None) -> int:
+    """`name` in the open `folder`, opened: a regular file, not a link, owned by `owner` when given."""
+    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
     try:
         st = os.fstat(src)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{name} is not a regular file")
         if owner is not None and st.st_uid != owner.uid:
             raise OSError(f"{name} is not the job's own file (owner uid {st.st_uid})")
-        dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            if owner is not None:
-                os.fchown(dst, owner.uid, owner.gid)
-            while chunk := os.read(src, _CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(dst, view) :]
-        except BaseException:
-            os.close(dst)
-            with contextlib.suppress(OSError):
-                os.unlink(target)
-            raise
-        os.close(dst)
-    finally:
+    except BaseException:
         os.close(src)
+        raise
+    return src
+
+
+def _copy_one(src: int, folder: int, name: str, target: str, owner: JobUser | None, limit: int) -> int:
+    """Copy the open `src` (`name`) to `target` in the open `folder`: the copy 0600, `owner`'s,
+    made new (never through an existing name), holes kept; its size, at most `limit` (else
+    TooLarge, and the copy is removed)."""
+    dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder)
+    try:
+        if owner is not None:
+            os.fchown(dst, owner.uid, owner.gid)
+        size = _copy_sparse(src, dst, name, limit)
+    except BaseException:
+        os.close(dst)
+        with contextlib.suppress(OSError):
+            os.unlink(target, dir_fd=folder)
+        raise
+    os.close(dst)
+    return size
+
+
+def _copy_sparse(src: int, dst: int, name: str, limit: int) -> int:
+    """Copy the data extents of `src` to the same offsets of `dst` (the holes stay holes); the
+    size copied. Past `limit` bytes (a file that grows while copied) is a TooLarge."""
+    pos = 0
+    while True:
+        try:
+            start = os.lseek(src, pos, os.SEEK_DATA)
+            end = os.lseek(src, start, os.SEEK_HOLE)
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # no data after pos: the rest is a hole, up to the end
+                break
+            if err.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            start, end = pos, max(pos, os.fstat(src).st_size)  # no SEEK_DATA here: all data
+            if start == end:
+                break
+        if end > limit:
+            raise _too_large(f"{name} (at least)", end, limit)
+        off = start
+        while off < end:
+            chunk = os.pread(src, min(_CHUNK, end - off), off)
+            if not chunk:  # shrunk meanwhile
+                break
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(dst, view, off)
+                off += written
+                view = view[written:]
+        pos = off if off > start else end
+    size = os.fstat(src).st_size
+    if size > limit:
+        raise _too_large(name, size, limit)
+    os.ftruncate(dst, size)  # a trailing hole, and the end of a file that shrank meanwhile
+    return size

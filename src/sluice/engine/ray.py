@@ -519,6 +519,7 @@ AGENT_SETTINGS = (
     "job_max_file_mb",
     "job_core_dumps",
     "dataset_roots",
+    "checkpoint_roots",
     "allow_source_hosts",
     "net_interface",
 )
