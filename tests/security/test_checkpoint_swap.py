@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.agent.isolation import IsolationUnavailable, UnsafePath, confined_dir, detect_isolation
+from sluice.agent.isolation import IsolationUnavailable, UnsafeFolder, confined_dir, detect_isolation
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent
 from sluice.control.confine import checkpoint_dir, confine_checkpoint
@@ -125,10 +125,10 @@ def test_confined_dir_walks_without_following_links(tmp_path: Path) -> None:
     (base / "a").mkdir(parents=True)
     (tmp_path / "out").mkdir()
     (base / "a" / "link").symlink_to(tmp_path / "out")
-    with pytest.raises(UnsafePath, match="symbolic link"):
+    with pytest.raises(UnsafeFolder, match="symbolic link"):
         confined_dir(base, base / "a" / "link" / "job" / "checkpoints", None)
     assert list((tmp_path / "out").iterdir()) == []
-    with pytest.raises(UnsafePath, match="not below"):
+    with pytest.raises(UnsafeFolder, match="not below"):
         confined_dir(base, tmp_path / "out" / "x", None)
     fd = confined_dir(base, base / "a" / "job" / "checkpoints", None)
     os.close(fd)
@@ -137,6 +137,6 @@ def test_confined_dir_walks_without_following_links(tmp_path: Path) -> None:
     # the leaf itself swapped for a link: refused, its target's mode untouched
     (base / "a" / "leaf").symlink_to(tmp_path / "out")
     before = stat.S_IMODE((tmp_path / "out").stat().st_mode)
-    with pytest.raises(UnsafePath):
+    with pytest.raises(UnsafeFolder):
         confined_dir(base, base / "a" / "leaf", None)
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == before

@@ -117,7 +117,7 @@ def _set_owner_mode(fd: int, mode: int, owner: JobUser | None) -> None:
         os.fchmod(fd, mode)
 
 
-class UnsafePath(OSError):
+class UnsafeFolder(OSError):
     """A folder the plane was to make or hand over lies through a symlink, a folder of someone
     else's or outside the trusted folder it must be in: refused for good, never followed."""
 
@@ -131,14 +131,14 @@ def confined_dir(base: Path, path: Path, owner: JobUser | None, mode: int = PRIV
     the path is walked from `base` one name at a time, each opened with O_NOFOLLOW relative to
     the one before (mkdir, fchown and fchmod act on what was opened, never on a name again).
     A symlink, a non-folder, or a folder owned by anyone but root, the plane and `owner` is
-    an UnsafePath; folders made on the way are the plane's (PLANE_DIR_MODE)."""
+    an UnsafeFolder; folders made on the way are the plane's (PLANE_DIR_MODE)."""
     base_abs = Path(os.path.abspath(base))
     full = Path(os.path.abspath(path))
     if base_abs not in full.parents:
-        raise UnsafePath(f"{path} is not below {base}")
+        raise UnsafeFolder(f"{path} is not below {base}")
     names = full.relative_to(base_abs).parts
     if any(n in ("", ".", "..") for n in names):
-        raise UnsafePath(f"{path}: '.' and '..' are not walked")
+        raise UnsafeFolder(f"{path}: '.' and '..' are not walked")
     allowed = {0, os.geteuid(), *([owner.uid] if owner is not None else [])}
     fd = os.open(base_abs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # trusted: the plane's or the admin's
     try:
@@ -155,14 +155,14 @@ def confined_dir(base: Path, path: Path, owner: JobUser | None, mode: int = PRIV
             except OSError as err:
                 if err.errno in (errno.ELOOP, errno.ENOTDIR):
                     where = base_abs.joinpath(*names[: i + 1])
-                    raise UnsafePath(f"{where} is a symbolic link or not a folder; it is never followed") from None
+                    raise UnsafeFolder(f"{where} is a symbolic link or not a folder; it is never followed") from None
                 raise
             os.close(fd)
             fd = nxt
             st = os.fstat(fd)
             if st.st_uid not in allowed:
                 where = base_abs.joinpath(*names[: i + 1])
-                raise UnsafePath(f"{where} belongs to uid {st.st_uid}, neither the plane nor the job's")
+                raise UnsafeFolder(f"{where} belongs to uid {st.st_uid}, neither the plane nor the job's")
             if last:
                 _set_owner_mode(fd, mode, owner)
             elif made:

@@ -58,7 +58,7 @@ from sluice.agent.faults import FaultBoard, FaultReport
 from sluice.agent.isolation import (
     PLANE_DIR_MODE,
     PRIVATE_DIR_MODE,
-    UnsafePath,
+    UnsafeFolder,
     confined_dir,
     launch_problem,
     own_dir,
@@ -436,7 +436,7 @@ class NodeAgent:
         base = self._checkpoint_base(path, req)
         try:
             os.close(confined_dir(base, path, user))
-        except UnsafePath as err:
+        except UnsafeFolder as err:
             raise LaunchError(f"checkpoint.location: {err}") from None
 
     def _checkpoint_base(self, path: Path, req: LaunchRequest) -> Path:
