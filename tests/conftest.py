@@ -13,6 +13,7 @@ tests only:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.agent.cgroup import remove_root
 from sluice.data.settings import CacheSettings, cache_dirs
 from tests.jobpython import make_job_python
 
@@ -75,9 +77,20 @@ def _shm_entries() -> set[str]:
         return set()
 
 
+_own_cgroup_root: list[str] = []
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     _shm_before.update(_shm_entries())
+    if "SLUICE_CGROUP_ROOT" not in os.environ:
+        # The planes this session starts (and the `sluice up` it runs) make their node cgroups
+        # under a root of the session's own: a plane already running on this machine (a
+        # developer's `sluice up`, another test session) has the same node names under the
+        # default root, and sluice refuses a second plane there (agent/node_owners.py).
+        root = f"sluice-tests-{os.getpid()}"
+        os.environ["SLUICE_CGROUP_ROOT"] = root
+        _own_cgroup_root.append(root)
     if os.geteuid() != 0:
         return
     if config.option.basetemp is None:
@@ -116,6 +129,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     after "522 passed", and make reported the crash instead of the result. Nothing a test
     checks happens after this point, and the threads still running were named at session
     end. SLUICE_TEST_FINALIZE=1 keeps the normal exit (to chase such a crash)."""
+    for root in _own_cgroup_root:
+        with contextlib.suppress(OSError, ValueError):
+            remove_root(root)
     roots = _folders_under(_made)
     for folder in _made:
         shutil.rmtree(folder, ignore_errors=True)

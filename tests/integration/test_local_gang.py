@@ -89,7 +89,7 @@ def test_replicas_get_torchrun_env_their_node_cores_and_one_prefixed_log(engine2
 def test_a_replica_that_cannot_start_takes_the_gang_down(engine2: LocalEngine, tmp_path: Path) -> None:
     spec = JobSpec(command=["python", "-c", "import time; time.sleep(120)"], workdir=str(tmp_path))
     # rank 1 asks for a GPU its node does not have: its launch fails after rank 0 started
-    engine2.launch(LaunchRequest("nogpu", 1, "t", spec, _gang(["node-0", "node-1"], gpus=(0, 1)), str(tmp_path)))
+    engine2.launch(LaunchRequest("nogpu", 1, "t", spec, _gang(["node-0", "node-1"], gpus=(0, 1)), str(tmp_path / "ckpt")))
     events = _until_exit(engine2, "nogpu", timeout=30)
     exits = [e for e in events if isinstance(e, JobExited)]
     assert len(exits) == 1 and exits[0].exit_code == 127 and "GPU" in exits[0].reason
@@ -104,7 +104,7 @@ def test_a_replica_that_cannot_start_takes_the_gang_down(engine2: LocalEngine, t
 def test_one_replica_dying_stops_the_others_and_the_job_exits_once(engine2: LocalEngine, tmp_path: Path) -> None:
     code = "import os, sys, time; time.sleep(0.5); sys.exit(3) if os.environ['RANK'] == '1' else time.sleep(120)"
     spec = JobSpec(command=["python", "-c", code], workdir=str(tmp_path))
-    engine2.launch(LaunchRequest("die", 1, "t", spec, _gang(["node-0", "node-1", "node-1"]), str(tmp_path)))
+    engine2.launch(LaunchRequest("die", 1, "t", spec, _gang(["node-0", "node-1", "node-1"]), str(tmp_path / "ckpt")))
     events = _until_exit(engine2, "die", timeout=30)  # the others end on SIGTERM, well inside the grace
     exits = [e for e in events if isinstance(e, JobExited)]
     assert len(exits) == 1 and exits[0].exit_code == 3, exits

@@ -457,7 +457,9 @@ class NodeAgent:
         rest = ("checkpoints",) if asked is None else Path(os.path.normpath(asked)).parts
         parts = path.parts
         if len(parts) > len(rest) + 1 and parts[-len(rest) :] == rest and parts[-len(rest) - 1] == req.job_id:
-            return Path(*parts[: -len(rest) - 1])  # the plane's checkpoint root, above <job id>
+            # The plane's checkpoint root, above <job id>: the plane's to make if missing (a
+            # setting, not a job's path: `Controller(checkpoint_root=...)`, runs/ by default).
+            return plane_dirs(Path(*parts[: -len(rest) - 1]))
         # A folder named by a caller other than the controller (tests, benchmarks): below
         # the nearest folder that exists, as a plain `mkdir -p` would.
         base = path.parent

@@ -12,6 +12,7 @@ work (`fit_startup`), it is what a simulated job pays on every (re)start.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -125,9 +126,16 @@ def _busy_threads(before: dict[tuple[int, int], float], after: dict[tuple[int, i
 
 
 def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> ProfileRun:
+    from sluice.agent.cgroup import remove_root
     from sluice.engine.local import LocalEngine
 
+    # A cgroup root of its own (removed after), as embedded planes have: a `sluice up` plane
+    # running beside the profile has the same node name under the default root, and two
+    # planes never share a node's cgroups (the second is refused: agent/node_owners.py).
+    own_root = None if os.environ.get("SLUICE_CGROUP_ROOT") else f"sluice-profile-{os.getpid()}-{time.monotonic_ns()}"
     settings = Settings(home=home, reconcile_interval_s=0.5)
+    if own_root is not None:
+        settings = settings.model_copy(update={"cgroup_root": own_root})
     engine = LocalEngine(settings)
     ctl = Controller(MemoryStore(), engine, _Pin(cores), checkpoint_root=str(home / "ckpt"))
     points: list[tuple[float, int, float | None]] = []
@@ -165,6 +173,8 @@ def _run_once(spec: JobSpec, cores: float, seconds: float, home: Path) -> Profil
                 time.sleep(0.2)
     finally:
         engine.close()
+        if own_root is not None:
+            remove_root(own_root)
     steady = points[len(points) // 4 :] if len(points) >= 8 else points
     rate = 0.0
     if len(steady) >= 2 and steady[-1][0] > steady[0][0]:
