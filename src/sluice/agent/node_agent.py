@@ -75,6 +75,7 @@ from sluice.agent.tail import JsonlTail
 from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_dir, warm_as
 from sluice.data.cache import DatasetCache
 from sluice.data.guard import guard_from
+from sluice.data.settings import CacheSettings
 from sluice.data.warm import WarmReport, warm_node
 from sluice.model import (
     Allocation,
@@ -191,13 +192,18 @@ class NodeAgent:
         labels: dict[str, str] | None = None,
         clock: Callable[[], float] = time.time,
         guard_pid: int | None = None,
+        cache: CacheSettings | None = None,
     ) -> None:
         """`cpus`: the cores this node's jobs may run on (default: all of this machine's);
         `cpu`: cores offered to the scheduler (default settings.node_cpus, else len(cpus));
         `gpus`: GPU ids (or a count) handed out through CUDA_VISIBLE_DEVICES;
         `guard_pid`: a process whose life is this node's (the raylet on Ray): every job's
-        shim kills its job when that process is gone (see sluice.agent.shim)."""
+        shim kills its job when that process is gone (see sluice.agent.shim);
+        `cache`: this node's dataset cache (default settings.cache, the home's): the folders
+        `warm_dataset`, `drop_dataset` and the cache reports work on, and the ones every job
+        that reads datasets is pointed at (SLUICE_CACHE_DISK_DIR/MEMORY_DIR) at launch."""
         self.settings = settings or Settings()
+        self.cache_settings = cache or self.settings.cache
         self.name = name
         self.runs_dir = own_dir(plane_dirs(Path(runs_dir)), PLANE_DIR_MODE)  # job ids are not for listing
         machine = len(os.sched_getaffinity(0))
@@ -236,8 +242,8 @@ class NodeAgent:
         self._gpu_holders: dict[str, tuple[str, int]] = {}
         self._kpis: KpiSampler | None = None
         self._next_kpi = 0.0
-        self._cache = CacheReporter(name, self.settings.cache, job_python=self.settings.job_python)
-        for problem in claim_tiers(self.settings.cache):  # before any job of this node runs
+        self._cache = CacheReporter(name, self.cache_settings, job_python=self.settings.job_python)
+        for problem in claim_tiers(self.cache_settings):  # before any job of this node runs
             log.error("%s on %s: jobs that read datasets will not start here", problem, name)
         self._cache.recover()
         self._warm_cache: DatasetCache | None = None
@@ -311,6 +317,7 @@ class NodeAgent:
                     job_home=jdir / WORK_DIR if user is not None else None,
                     net_interface=self.settings.net_interface,
                 )
+                self._node_cache_dirs(env)
                 python = self.settings.job_python or sys.executable
                 argv = resolve_argv(list(req.spec.command), cwd, env.get("PATH"), python=python)
                 if user is not None:
@@ -500,6 +507,16 @@ class NodeAgent:
         if not s.job_core_dumps:
             limits["core"] = 0
         return limits
+
+    def _node_cache_dirs(self, env: dict[str, str]) -> None:
+        """A job that reads datasets (the plane gave it SLUICE_DATASETS) reads this node's cache:
+        the folders this agent warms, empties and reports, whatever the plane put in the env
+        (on Ray the plane's folders need not exist on this node; docs/data.md)."""
+        if not {"SLUICE_DATASETS", "SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"} & env.keys():
+            return
+        c = self.cache_settings
+        env["SLUICE_CACHE_DISK_DIR"] = str(c.resolved_disk_dir())
+        env["SLUICE_CACHE_MEMORY_DIR"] = str(c.resolved_memory_dir())
 
     @staticmethod
     def _tenant_cache_dirs(env: dict[str, str], user: JobUser) -> None:

@@ -26,12 +26,16 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.agent.faults import FaultReport
 from sluice.agent.netif import NET_IP_LABEL, interface_ipv4_or_none
+from sluice.data.settings import CacheSettings
 from sluice.data.warm import WarmReport
 from sluice.model import Allocation, Event, JobUser, LaunchRequest, NodeInfo
+
+if TYPE_CHECKING:
+    from sluice.settings import Settings
 
 
 class RayNodeAgent:
@@ -47,7 +51,11 @@ class RayNodeAgent:
         memory_mb: int | None = None,
         labels: dict[str, str] | None = None,
         settings: dict[str, Any] | None = None,
+        cache: dict[str, Any] | None = None,
     ) -> None:
+        """`cache`: the plane's node-cache settings (`Settings.cache`, folders derived from its
+        home); SLUICE_CACHE_* variables in this raylet's environment win over them, field by
+        field. Warm, rm, the cache reports and every job that reads datasets use the result."""
         from sluice.agent.node_agent import NodeAgent
         from sluice.settings import Settings
 
@@ -68,6 +76,7 @@ class RayNodeAgent:
             gpus=[str(i) for i in range(gpus)],
             memory_mb=memory_mb,
             guard_pid=self._raylet_pid,
+            cache=node_cache(cache, conf),
         )
         self._warms: dict[str, Future[WarmReport]] = {}
         """Dataset warms under way on this node, by ticket (see warm_start)."""
@@ -172,3 +181,13 @@ class RayNodeAgent:
 
     def close(self) -> None:
         self._agent.close()
+
+
+def node_cache(plane: dict[str, Any] | None, conf: Settings) -> CacheSettings:
+    """This node's cache settings: the plane's (carried from the engine), overridden field by
+    field by the SLUICE_CACHE_* variables of the raylet's environment. Without the plane's
+    (an agent created by an older engine), this process's own home's cache."""
+    if not plane:
+        return conf.cache
+    here = CacheSettings()  # the raylet's environment
+    return CacheSettings(**{**plane, **here.model_dump(include=here.model_fields_set)})

@@ -123,6 +123,9 @@ class RayEngine:
         """Read by the control plane: where the controller puts every job's checkpoints."""
         self.agent_settings = agent_settings_from(conf)
         """Settings fields every node's agent runs with (grace period, sample intervals...)."""
+        self.agent_cache = conf.cache.model_dump(mode="json")
+        """The plane's node-cache settings (folders from its home): every node's agent caches
+        there unless its raylet's SLUICE_CACHE_* variables say otherwise (agent/ray_actor.py)."""
         self.membership_interval_s = membership_interval_s
         self.call_timeout_s = call_timeout_s
         """Longest wait for an agent's answer where the engine cannot go on without it (s)."""
@@ -246,6 +249,7 @@ class RayEngine:
             memory_mb=node.memory_mb,
             labels=node.labels,
             settings=self.agent_settings,
+            cache=self.agent_cache,
         )
 
     def _get(self, ref: Any) -> Any:
