@@ -2,11 +2,12 @@
 
 Ray provides what a multi-node platform needs and sluice should not rebuild: a membership
 service with health-checked nodes, placement of a process on a given node, and durable
-named actors. Each Ray node gets one detached actor named `sluice-agent-<node id>` in the
-`sluice` namespace, pinned to it with a hard node-affinity strategy; inside it the same
-`NodeAgent` as the local engine runs the job processes (kernel CPU limits, progress
-tailing, logs). Because the actors are detached, a killed control plane leaves them and
-their jobs running; the next one finds them by name and adopts the jobs.
+named actors. A plane first claims its namespace (`ray_namespace`, default `sluice`;
+engine/ray_claim.py): another live plane's namespace is refused. Each Ray node gets one
+detached actor named `sluice-agent-<node id>` in that namespace, pinned to it with a hard
+node-affinity strategy; inside it the same `NodeAgent` as the local engine runs the job
+processes (kernel CPU limits, progress tailing, logs). Because the actors are detached, a
+killed control plane leaves them and their jobs running; the next one finds them by name and adopts the jobs.
 
 Job processes are not Ray tasks: sluice does its own CPU accounting with kernel limits,
 so the agent actor asks Ray for no CPU (`num_cpus=0`).
@@ -49,6 +50,8 @@ log = logging.getLogger("sluice.engine.ray")
 
 NAMESPACE = "sluice"
 AGENT_PREFIX = "sluice-agent-"
+CLAIM_RENEW_S = 10.0
+"""How often the plane renews its record in the namespace's claim actor (engine/ray_claim.py)."""
 AGENT_MEMORY_LABEL = "memory-limits"
 """The label each node agent sets to its memory controller (cgroup-v1, cgroup-v2 or none)."""
 AGENT_NET_LABEL = NET_IP_LABEL
@@ -152,8 +155,16 @@ class RayEngine:
         self._log_paths: dict[str, str] = {}
         self._timing: dict[str, dict[str, float]] = {}
         from sluice.agent.ray_actor import RayNodeAgent
+        from sluice.engine.ray_claim import Claim
 
         self._actor_cls = ray.remote(RayNodeAgent)
+        self._claim: Claim | None = None
+        try:  # before any agent is touched: another plane's agents are not ours to adopt or kill
+            self._claim = Claim(ray, self.namespace, Path(conf.home))
+        except Exception:
+            self.close()
+            raise
+        self._next_hold = self._clock() + CLAIM_RENEW_S
         self._sync(force=True)
 
     # ----------------------------------------------------------------- membership
@@ -331,6 +342,9 @@ class RayEngine:
 
     def poll(self) -> list[Event]:
         self._sync()
+        if self._claim is not None and self._clock() >= self._next_hold:
+            self._next_hold = self._clock() + CLAIM_RENEW_S
+            self._claim.hold()
         for name, agent in self._agents.items():
             if name not in self._inflight:
                 self._inflight[name] = agent.poll.remote()
@@ -396,6 +410,9 @@ class RayEngine:
     def close(self) -> None:
         """Disconnect; the detached agents and their jobs keep running."""
         self._inflight.clear()
+        claim, self._claim = getattr(self, "_claim", None), None
+        if claim is not None and self._ray.is_initialized():
+            claim.release()
         if self._ray.is_initialized():
             self._ray.shutdown()
 
