@@ -89,7 +89,9 @@ def test_replicas_get_torchrun_env_their_node_cores_and_one_prefixed_log(engine2
 def test_a_replica_that_cannot_start_takes_the_gang_down(engine2: LocalEngine, tmp_path: Path) -> None:
     spec = JobSpec(command=["python", "-c", "import time; time.sleep(120)"], workdir=str(tmp_path))
     # rank 1 asks for a GPU its node does not have: its launch fails after rank 0 started
-    engine2.launch(LaunchRequest("nogpu", 1, "t", spec, _gang(["node-0", "node-1"], gpus=(0, 1)), str(tmp_path / "ckpt")))
+    engine2.launch(
+        LaunchRequest("nogpu", 1, "t", spec, _gang(["node-0", "node-1"], gpus=(0, 1)), str(tmp_path / "ckpt"))
+    )
     events = _until_exit(engine2, "nogpu", timeout=30)
     exits = [e for e in events if isinstance(e, JobExited)]
     assert len(exits) == 1 and exits[0].exit_code == 127 and "GPU" in exits[0].reason
