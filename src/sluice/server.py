@@ -31,6 +31,8 @@ import psutil
 from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation, interpreter_problem
 from sluice.agent.netif import NetInterfaceUnavailable
 from sluice.agent.node_owners import NodeInUse
+from sluice.control.engine_record import EngineMismatch, EngineRecord, check_engine, write_record
+from sluice.engine.ray_connect import RayUnreachable
 from sluice.model import JobUser
 from sluice.settings import Settings, load_settings
 
@@ -170,6 +172,15 @@ def _url(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
+def engine_record(settings: Settings, engine: object) -> EngineRecord:
+    """What this plane runs on, as the home records it (control/engine_record.py)."""
+    if settings.engine != "ray":
+        return EngineRecord(settings.engine)
+    owned = bool(getattr(engine, "owned", False))
+    address = getattr(engine, "address", settings.ray_address)
+    return EngineRecord("ray", None if owned else address, settings.ray_namespace, jobs_outlive_plane=not owned)
+
+
 def serve(settings: Settings) -> None:
     """Run the control plane until SIGTERM/SIGINT. Blocks."""
     # Imported here so `sluice down` and the CLI's server lookup do not load the web stack.
@@ -183,6 +194,7 @@ def serve(settings: Settings) -> None:
     running = read_server_file(home)
     if running is not None:
         raise AlreadyRunning(f"a sluice server is already running for {home} at {running.get('url')}")
+    check_engine(settings)  # before connecting to any engine: jobs of another one must not run twice
     sock = _bind(settings.host, settings.port)
     port = int(sock.getsockname()[1])
     url = _url(settings.host, port)
@@ -205,8 +217,16 @@ def serve(settings: Settings) -> None:
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         server = uvicorn.Server(config)
         info = {"pid": os.getpid(), "url": url, "port": port, "home": str(home)}
-        # A Ray instance the plane started itself stops with it, and its jobs with it (ray.md).
-        info["jobs_outlive_plane"] = not (settings.engine == "ray" and not settings.ray_address)
+        # A Ray instance the plane started itself stops with it, and its jobs with it (ray.md):
+        # what the engine did, not what the settings said (RAY_ADDRESS joins a cluster).
+        record = engine_record(settings, plane.engine)
+        write_record(home, record)
+        info |= {"engine": record.engine, "jobs_outlive_plane": record.jobs_outlive_plane}
+        if record.engine == "ray":
+            info |= {
+                "ray_address": record.ray_address,
+                "ray_address_source": getattr(plane.engine, "address_source", ""),
+            }
         info |= {"isolation": plane.isolation.enabled, "isolation_reason": plane.isolation.reason}
         memory = plane.engine.capabilities.memory_limits
         info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}
@@ -239,7 +259,15 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve(load_settings())
-    except (AlreadyRunning, HomeError, IsolationUnavailable, NetInterfaceUnavailable, NodeInUse) as err:
+    except (
+        AlreadyRunning,
+        HomeError,
+        IsolationUnavailable,
+        NetInterfaceUnavailable,
+        NodeInUse,
+        EngineMismatch,
+        RayUnreachable,
+    ) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:

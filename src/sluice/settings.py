@@ -317,3 +317,36 @@ def load_settings(**overrides: object) -> Settings:
             data.update(loaded)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return base.model_copy(update=Settings.model_validate({**base.model_dump(), **data}).model_dump()) if data else base
+
+
+RAY_ADDRESS_FORMS = "host:port (the GCS, port 1-65535), ray://host:port (Ray Client) or local"
+
+
+def check_ray_address(address: str) -> tuple[str, str, int | None]:
+    """Parse a Ray address: `host:port` of a cluster's GCS, `ray://host:port` (Ray Client) or
+    `local` (start a fresh one-node instance). Returns (form, host, port) with form "gcs",
+    "client" or "local"; a ValueError says what is wrong in one line.
+
+    `auto` is refused: it makes Ray pick whichever cluster it finds (RAY_ADDRESS, the newest
+    `ray start` on this machine), and which one the plane joined must never be a guess."""
+    text = address.strip()
+    if text == "local":
+        return "local", "", None
+    if text == "auto":
+        raise ValueError(f"'auto' joins whichever Ray cluster Ray finds; name one: {RAY_ADDRESS_FORMS}")
+    form = "gcs"
+    rest = text
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        if scheme != "ray":
+            raise ValueError(f"{address!r}: unknown scheme {scheme + '://'!r}; use {RAY_ADDRESS_FORMS}")
+        form = "client"
+    host, sep, port_text = rest.rpartition(":")
+    if form == "client" and not sep:  # ray://host uses Ray Client's default port
+        host, port_text = rest, "10001"
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (not sep and form == "gcs") or not host or any(c.isspace() or c in "/@?#" for c in host):
+        raise ValueError(f"{address!r} is not a Ray address; use {RAY_ADDRESS_FORMS}")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{address!r}: the port must be a number from 1 to 65535")
+    return form, host, int(port_text)

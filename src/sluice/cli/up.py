@@ -26,9 +26,11 @@ import typer
 from sluice.cli.output import console, err_console
 from sluice.server import (
     AlreadyRunning,
+    EngineMismatch,
     HomeError,
     IsolationUnavailable,
     NetInterfaceUnavailable,
+    check_engine,
     isolation_status,
     make_home,
     pid_alive,
@@ -36,12 +38,17 @@ from sluice.server import (
     read_server_file,
     serve,
 )
-from sluice.settings import Settings, load_settings
+from sluice.settings import Settings, check_ray_address, load_settings
 
 UP_TIMEOUT_S = 120.0
 """How long `up --detach` waits for /healthz (a Ray engine may take a while to start)."""
 DOWN_TIMEOUT_S = 60.0
 """How long `down` waits for the server to finish its graceful stop."""
+STOP_CHILD_S = 5.0
+"""How long `up --detach`, giving up, waits for the server it started to exit on SIGTERM
+before it SIGKILLs it (a server stuck joining a cluster may not heed SIGTERM)."""
+SERVER_COMMAND = [sys.executable, "-m", "sluice.server"]
+"""The detached server's argv (tests put a stand-in here)."""
 
 
 class EngineName(StrEnum):
@@ -123,7 +130,10 @@ def up(
     port: Annotated[int | None, typer.Option(min=0, max=65535, help="API port; 0 picks a free one.")] = None,
     address: Annotated[
         str | None,
-        typer.Option(help="Ray cluster to join with --engine ray (e.g. 10.0.0.5:6379); none starts a local one."),
+        typer.Option(
+            help="Ray cluster to join with --engine ray: host:port of its GCS (e.g. 10.0.0.5:6379) or "
+            "ray://host:port; none: RAY_ADDRESS if set (said so), else a fresh one-node instance."
+        ),
     ] = None,
     home: HomeOpt = None,
 ) -> None:
@@ -132,12 +142,39 @@ def up(
         _up(detach, policy, engine, port, address)
 
 
+def _ray_address(settings: Settings, flag: str | None) -> str:
+    """Check the Ray address `up` would join (exit 2 naming where it came from) and say which
+    cluster that is, in one line: the one `up` prints and the server logs."""
+    env_address = os.environ.get("RAY_ADDRESS", "").strip()
+    if flag is not None:
+        where, text = "--address", flag
+    elif settings.ray_address is not None:
+        where, text = "ray_address (SLUICE_RAY_ADDRESS or settings.yaml)", settings.ray_address
+    elif env_address and env_address != "local":
+        where, text = "RAY_ADDRESS", env_address
+    else:
+        return "the ray engine starts a one-node Ray instance owned by this plane; its jobs stop with it"
+    try:
+        form, _host, _port = check_ray_address(text)
+    except ValueError as err:
+        err_console.print(f"error: {where}: {err}", markup=False)
+        raise typer.Exit(2) from None
+    if form == "local":
+        return "the ray engine starts a one-node Ray instance owned by this plane; its jobs stop with it"
+    source = " (from RAY_ADDRESS)" if where == "RAY_ADDRESS" else ""
+    return f"the ray engine joins the Ray cluster at {text.strip()}{source}"
+
+
 def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int | None, address: str | None) -> None:
     settings, env = _settings(policy, engine, port, address)
     known = policy_names()
     if settings.policy not in known:
         err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
         raise typer.Exit(2)
+    if address is not None and settings.engine != "ray":
+        err_console.print("error: --address: names a Ray cluster; use it with --engine ray", markup=False)
+        raise typer.Exit(2)
+    joining = _ray_address(settings, address) if settings.engine == "ray" else None
     try:
         make_home(settings.home)
     except HomeError as err:
@@ -147,13 +184,20 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
     if running is not None:
         console.print(f"sluice is already running at {running['url']} (pid {running['pid']})", markup=False)
         return
+    try:
+        check_engine(settings)
+    except EngineMismatch as err:
+        err_console.print(f"error: {err}", markup=False)
+        raise typer.Exit(1) from None
+    if joining is not None:
+        console.print(joining, markup=False)
     if not detach:
         console.print(f"starting sluice in {settings.home} (Ctrl-C stops it)", markup=False)
         _say_isolation(settings)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             serve(settings)
-        except (AlreadyRunning, IsolationUnavailable, NetInterfaceUnavailable, OSError) as err:
+        except (AlreadyRunning, EngineMismatch, IsolationUnavailable, NetInterfaceUnavailable, OSError) as err:
             err_console.print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
         return
@@ -161,7 +205,7 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
     with open(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
         os.fchmod(log.fileno(), 0o600)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sluice.server"],
+            SERVER_COMMAND,
             env={**os.environ, **env, "SLUICE_HOME": str(settings.home)},
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -171,8 +215,13 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
     deadline = time.monotonic() + UP_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            tail = _tail(log_path)
+            last = tail.rstrip("\n").rpartition("\n")[2]
+            if last.startswith("error: "):  # the server said why in one line (main()): that line alone
+                err_console.print(last, markup=False)
+                raise typer.Exit(1)
             err_console.print(f"error: the server exited with code {proc.returncode}; its log ({log_path}):")
-            err_console.print(_tail(log_path), markup=False)
+            err_console.print(tail, markup=False)
             raise typer.Exit(1)
         info = read_server_file(settings.home)
         if info is not None and info.get("pid") == proc.pid and _healthy(str(info["url"])):
@@ -189,8 +238,23 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
             typer.echo(info["url"])
             return
         time.sleep(0.2)
-    err_console.print(f"error: the server did not answer within {UP_TIMEOUT_S:.0f}s; see {log_path}")
+    _stop_child(proc)
+    err_console.print(
+        f"error: the server did not answer within {UP_TIMEOUT_S:.0f}s and was stopped (pid {proc.pid}); see {log_path}",
+        markup=False,
+    )
     raise typer.Exit(1)
+
+
+def _stop_child(proc: subprocess.Popen[bytes]) -> None:
+    """End the server `up --detach` started and gave up on, with whatever it started in its
+    session: never leave one running that no server.json names (`down` could not find it)."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_CHILD_S), (signal.SIGKILL, STOP_CHILD_S)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)  # its own session (start_new_session): pgid == pid
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait_s)
+            return
 
 
 def down() -> None:
@@ -209,7 +273,11 @@ def down() -> None:
     while time.monotonic() < deadline:
         if read_server_file(settings.home) is None or not pid_alive(pid):
             if info.get("jobs_outlive_plane", True):
-                console.print(f"sluice stopped (pid {pid}); running jobs keep running", markup=False)
+                where = ""
+                if info.get("engine") == "ray" and info.get("ray_address"):
+                    source = " (from RAY_ADDRESS)" if info.get("ray_address_source") == "RAY_ADDRESS" else ""
+                    where = f" on the Ray cluster at {info['ray_address']}{source}, which sluice did not start"
+                console.print(f"sluice stopped (pid {pid}); running jobs keep running{where}", markup=False)
             else:
                 console.print(
                     f"sluice stopped (pid {pid}) with the Ray instance it started; its jobs stopped too and "

@@ -27,6 +27,7 @@ from sluice.agent.launchenv import gang_env
 from sluice.agent.netif import NET_IP_LABEL, interface_ipv4
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
+from sluice.engine.ray_connect import check_reachable, resolve_address
 from sluice.engine.ray_gang import GangBook, Stop
 from sluice.engine.ray_membership import Membership, RayNode
 from sluice.model import (
@@ -103,7 +104,15 @@ class RayEngine:
         conf = settings or Settings()
         self._ray = ray
         self.namespace = namespace or conf.ray_namespace
-        address = address or conf.ray_address
+        # No address means a fresh instance ("local"), never whatever cluster Ray would find;
+        # RAY_ADDRESS is honoured only as an address joined and said so (ray_connect).
+        address, source = resolve_address(address or conf.ray_address)
+        self.address = address
+        """The cluster joined (None: the one-node instance this process started)."""
+        self.address_source = source
+        """Where `address` came from: "ray_address", "RAY_ADDRESS" or "" (none)."""
+        self.owned = False
+        """True when this process started the Ray instance: it (and its jobs) stop with it."""
         self.net_interface = conf.net_interface
         if not ray.is_initialized():
             bind: dict[str, Any] = {}
@@ -119,7 +128,19 @@ class RayEngine:
                     "stop with it. Start a cluster (`ray start --head`) and pass its address to let jobs "
                     "outlive the control plane."
                 )
-            ray.init(address=address, namespace=self.namespace, log_to_driver=False, configure_logging=False, **bind)
+            else:
+                log.info(
+                    "joining the Ray cluster at %s%s", address, " (from RAY_ADDRESS)" if source == "RAY_ADDRESS" else ""
+                )
+                check_reachable(address)  # RayUnreachable within seconds instead of ray.init's retries
+            ray.init(
+                address=address or "local",
+                namespace=self.namespace,
+                log_to_driver=False,
+                configure_logging=False,
+                **bind,
+            )
+            self.owned = address is None
         root = Path(shared_root or conf.ray_shared_root or conf.home)
         self.runs_root = root / "runs"
         self.checkpoint_root: str | None = str(root / "checkpoints")
