@@ -255,19 +255,23 @@ def serve(settings: Settings) -> None:
         log.info("sluice stopped; job processes keep running and are adopted on the next start")
 
 
+START_ERRORS = (
+    AlreadyRunning,
+    HomeError,
+    IsolationUnavailable,
+    NetInterfaceUnavailable,
+    NodeInUse,
+    EngineMismatch,
+    RayUnreachable,
+)
+"""Why a server cannot start, each said in one line (by `main` and by a foreground `sluice up`)."""
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         serve(load_settings())
-    except (
-        AlreadyRunning,
-        HomeError,
-        IsolationUnavailable,
-        NetInterfaceUnavailable,
-        NodeInUse,
-        EngineMismatch,
-        RayUnreachable,
-    ) as err:
+    except START_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except OSError as err:

@@ -25,11 +25,10 @@ import typer
 
 from sluice.cli.output import console, err_console
 from sluice.server import (
-    AlreadyRunning,
+    START_ERRORS,
     EngineMismatch,
     HomeError,
     IsolationUnavailable,
-    NetInterfaceUnavailable,
     check_engine,
     isolation_status,
     make_home,
@@ -197,7 +196,7 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
             serve(settings)
-        except (AlreadyRunning, EngineMismatch, IsolationUnavailable, NetInterfaceUnavailable, OSError) as err:
+        except (*START_ERRORS, OSError) as err:
             err_console.print(f"error: {err}", markup=False)
             raise typer.Exit(1) from None
         return
