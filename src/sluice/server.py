@@ -35,6 +35,7 @@ from sluice.control.engine_record import EngineMismatch, EngineRecord, check_eng
 from sluice.engine.ray_connect import RayUnreachable
 from sluice.model import JobUser
 from sluice.settings import Settings, load_settings
+from sluice.store import StoreInUse
 
 log = logging.getLogger("sluice.server")
 
@@ -203,6 +204,15 @@ def serve(settings: Settings) -> None:
     except BaseException:
         sock.close()
         raise
+    claim = getattr(plane.store, "claim", None)
+    if claim is not None:
+        try:
+            claim()  # before recovery: one database, one plane (store/sql.py SqlStore.claim)
+        except BaseException:
+            plane.engine.close()
+            plane.store.close()
+            sock.close()
+            raise
     server_file = home / SERVER_FILE
     in_main = threading.current_thread() is threading.main_thread()  # signals only work there
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
@@ -263,6 +273,7 @@ START_ERRORS = (
     NodeInUse,
     EngineMismatch,
     RayUnreachable,
+    StoreInUse,
 )
 """Why a server cannot start, each said in one line (by `main` and by a foreground `sluice up`)."""
 

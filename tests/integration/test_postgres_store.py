@@ -137,3 +137,20 @@ def test_a_version_2_database_is_brought_forward(pg_url: str) -> None:
         assert bob is not None and bob.max_priority is None
     finally:
         again.close()
+
+
+def test_one_database_serves_one_plane(pg_url: str) -> None:
+    """A second plane on the same PostgreSQL database re-ran the first's running jobs
+    (walkthrough 4): the advisory lock a plane holds refuses it, and goes with the session."""
+    from sluice.store import StoreInUse
+
+    first, second = SqlStore(pg_url), SqlStore(pg_url)
+    try:
+        first.claim()
+        with pytest.raises(StoreInUse, match="one database serves one plane"):
+            second.claim()
+        first.close()
+        second.claim()
+    finally:
+        first.close()
+        second.close()

@@ -7,6 +7,7 @@ from sluice.store.base import (
     NodeRecord,
     QueueRecord,
     Store,
+    StoreInUse,
     StoreUnavailable,
     TenantRecord,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "NodeRecord",
     "QueueRecord",
     "Store",
+    "StoreInUse",
     "StoreUnavailable",
     "TenantRecord",
 ]

@@ -219,6 +219,11 @@ class DuplicateError(ValueError):
     """A record with that key already exists."""
 
 
+class StoreInUse(RuntimeError):
+    """Another control plane holds the database (`SqlStore.claim`): two planes on one database
+    would each take the other's running jobs for gone and run them again."""
+
+
 class StoreUnavailable(RuntimeError):
     """The store cannot take a write now (disk full, read-only file system, I/O error, the
     database server gone). Nothing of the failed write was kept; reads may still work. The

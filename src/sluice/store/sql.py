@@ -9,6 +9,7 @@ failing with "database is locked".
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib.util
 import os
 import stat
@@ -33,6 +34,7 @@ from sluice.store.base import (
     NewEvent,
     NodeRecord,
     QueueRecord,
+    StoreInUse,
     StoreUnavailable,
     TenantRecord,
 )
@@ -208,11 +210,16 @@ def _pg_url(url: str) -> URL:
     return parsed
 
 
+PLANE_LOCK_KEY = 0x736C75696365
+"""PostgreSQL advisory-lock key a control plane holds its database with ("sluice" in ASCII)."""
+
+
 class SqlStore:
     """Durable control-plane state. `url` is any SQLAlchemy URL: sqlite:///path or postgresql://..."""
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self._claim: int | Connection | None = None
         if make_url(url).drivername.startswith("sqlite"):
             self._engine = _sqlite_engine(url)
         else:
@@ -617,5 +624,46 @@ class SqlStore:
         with self._engine.connect() as conn:
             return {r.name: r.tenant for r in conn.execute(select(t.c.name, t.c.tenant))}
 
+    def claim(self) -> None:
+        """Hold the database for this control plane until `close` (or the process ends, `kill
+        -9` included): StoreInUse if another plane holds it. Two planes on one database — a
+        second `sluice up` with another home but the same `db_url` — would each recover the
+        other's running jobs as gone and run them again. PostgreSQL: a session-level advisory
+        lock on a connection kept open; SQLite: an exclusive `flock` on `<database>.plane-lock`."""
+        if self._claim is not None:
+            return
+        url = make_url(self.url)
+        if url.drivername.startswith("sqlite"):
+            path = f"{url.database}.plane-lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise StoreInUse(
+                    f"another control plane (pid {holder}) uses the database {url.database}; "
+                    "one database serves one plane: give this one its own (SLUICE_DATABASE_URL, or another SLUICE_HOME)"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            self._claim = fd
+            return
+        conn = self._engine.connect()
+        got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PLANE_LOCK_KEY})").scalar()
+        if not got:
+            conn.close()
+            raise StoreInUse(
+                f"another control plane is connected to the database {url.render_as_string(hide_password=True)} "
+                "and holds it; one database serves one plane: give this one its own (SLUICE_DATABASE_URL)"
+            )
+        self._claim = conn
+
     def close(self) -> None:
+        claim, self._claim = self._claim, None
+        if isinstance(claim, int):
+            os.close(claim)  # the flock goes with the descriptor
+        elif claim is not None:
+            with contextlib.suppress(Exception):
+                claim.close()  # the advisory lock goes with the session
         self._engine.dispose()
