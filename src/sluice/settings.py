@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sluice.data.settings import CacheSettings
@@ -21,7 +21,9 @@ def _default_home() -> Path:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="ignore", allow_inf_nan=False)
+    """No setting is infinite or NaN: an infinite KPI period silently stops health sampling, an
+    infinite grace holds every alarm for ever (walkthrough 4)."""
 
     home: Annotated[Path, Field(description="State folder: database, job runs, logs, tokens. Default ~/.sluice.")] = (
         _default_home()
@@ -304,8 +306,39 @@ class Settings(BaseSettings):
         return f"http://{self.host}:{self.port}"
 
 
+class SettingsError(ValueError):
+    """A setting sluice cannot take, said per setting as the user wrote it: the environment
+    variable and the settings.yaml key."""
+
+
+def _settings_error(err: ValidationError, file: Path | None) -> SettingsError:
+    where = f" or `{{key}}` in {file}" if file is not None else ""
+    lines = []
+    for e in err.errors():
+        key = str(e["loc"][0]) if e.get("loc") else "?"
+        got = e.get("input")
+        shown = f"; got {got!r}" if got is not None and not isinstance(got, dict) else ""
+        lines.append(f"SLUICE_{key.upper()}{where.format(key=key)}: {e['msg']}{shown}")
+    return SettingsError("; ".join(lines))
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment, then `home/settings.yaml`, then explicit overrides."""
+    """Settings from the environment, then `home/settings.yaml`, then explicit overrides.
+    SettingsError, naming each bad setting's variable and key, when one cannot be taken."""
+    try:
+        return _load_settings(overrides)
+    except ValidationError as err:
+        raise _settings_error(err, _settings_file()) from None
+
+
+def _settings_file() -> Path | None:
+    try:
+        return Settings().home / "settings.yaml"
+    except ValidationError:
+        return None
+
+
+def _load_settings(overrides: dict[str, object]) -> Settings:
     base = Settings()
     file = base.home / "settings.yaml"
     data: dict[str, object] = {}

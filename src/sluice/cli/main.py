@@ -14,6 +14,7 @@ from sluice.cli.client import CliError, cli_error
 from sluice.cli.demo import demo
 from sluice.cli.output import err_console, fail
 from sluice.client import SluiceError
+from sluice.settings import SettingsError
 
 DEBUG_ENV = "SLUICE_DEBUG"
 """Set to 1 to see the Python traceback of an unexpected failure (for bug reports)."""
@@ -33,6 +34,8 @@ class _NoTracebacks(TyperGroup):
             fail(err)
         except SluiceError as err:
             fail(cli_error(err))
+        except SettingsError as err:  # a bad SLUICE_* variable or settings.yaml key, named
+            fail(CliError(str(err), code=2))
         except Exception as err:
             if os.environ.get(DEBUG_ENV):
                 raise

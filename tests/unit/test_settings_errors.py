@@ -1,0 +1,42 @@
+"""Bad SLUICE_* values are refused in one line naming the variable (and the settings.yaml
+key), and no setting is infinite or NaN (walkthrough 4: `SLUICE_KPI_SAMPLE_S=inf` silently
+stopped health sampling; a raw pydantic dump named only the field)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sluice.cli.main import app
+from sluice.settings import SettingsError, load_settings
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "says"),
+    [
+        ("SLUICE_HEALTH_TRAIN_SAMPLES", "abc", "valid integer"),
+        ("SLUICE_KPI_SAMPLE_S", "inf", "finite"),
+        ("SLUICE_STOP_GRACE_S", "nan", "finite"),
+        ("SLUICE_POLICY_INTERVAL_S", "1e309", "finite"),
+    ],
+)
+def test_a_bad_setting_is_named_by_its_variable(
+    var: str, value: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError, match=f"{var}.*{says}"):
+        load_settings()
+    r = CliRunner().invoke(app, ["up", "--port", "8799"])
+    assert r.exit_code == 2 and f"error: {var}" in r.output and "pydantic" not in r.output, r.output
+
+
+def test_a_bad_key_in_settings_yaml_is_named_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.yaml").write_text("stop_grace_s: .inf\n")
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    with pytest.raises(SettingsError, match=r"SLUICE_STOP_GRACE_S or `stop_grace_s` in .*settings.yaml: .*finite"):
+        load_settings()
