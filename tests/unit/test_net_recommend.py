@@ -189,3 +189,15 @@ def test_a_loopback_port_is_free_and_below_the_ephemeral_range() -> None:
     ep = Endpoints("loopback", None, "127.0.0.1", None, "127.0.0.1", "lo", 65536)
     ports = {measure._port(ep, measure.DIST_PORT) for _ in range(20)}
     assert len(ports) > 1 and all(measure.DIST_PORT <= p < measure._ephemeral_low() for p in ports)
+
+
+def test_the_local_engine_refuses_an_interface_this_machine_does_not_have(tmp_path: Path) -> None:
+    """Every node of the local engine is this machine: with a net_interface it lacks, every gang
+    job's replicas crashed in gloo ("Unable to find address for: nonexist0") and were restarted
+    the same way (walkthrough 4); `sluice up` now refuses, naming the setting and what is there."""
+    from sluice.agent.netif import NetInterfaceUnavailable
+    from sluice.engine.local import LocalEngine
+    from sluice.settings import Settings
+
+    with pytest.raises(NetInterfaceUnavailable, match="net_interface 'nonexist0': no such network interface"):
+        LocalEngine(Settings(home=tmp_path / "home", net_interface="nonexist0"))

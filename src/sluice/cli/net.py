@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+import psutil
 import typer
 
 from sluice.cli.client import EXIT_FAILURE, EXIT_USAGE, CliError
-from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
+from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, table
 
 app = typer.Typer(help="The network-stack lab: measure container datapaths, recommend one.", no_args_is_help=True)
 
@@ -187,6 +188,12 @@ def recommend(
             console.print(
                 f"net_interface set in {d['applied']}; jobs started from now get GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME"
             )
+            if interface and interface not in psutil.net_if_addrs():
+                err_console.print(
+                    f"warning: this machine has no interface {interface!r}: a plane on the local engine here "
+                    "will refuse to start until it does (every node of it must have it)",
+                    markup=False,
+                )
 
     emit(doc, output, render)
 

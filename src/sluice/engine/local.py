@@ -33,6 +33,7 @@ from typing import Any
 from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
 from sluice.agent.faults import FaultReport
 from sluice.agent.launchenv import LaunchError, gang_env
+from sluice.agent.netif import interface_ipv4
 from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
@@ -95,6 +96,11 @@ class LocalEngine:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
+        if self.settings.net_interface:
+            # This machine is every node here: an interface it does not have would make every
+            # gang job's replicas crash in gloo/NCCL ("Unable to find address for ..."), each
+            # restart the same; refuse the start instead (NetInterfaceUnavailable, the reason).
+            interface_ipv4(self.settings.net_interface)
         n = self.settings.virtual_nodes
         slices = split_cores(n)
         layout = detect_cgroups(root=self.settings.cgroup_root, cpuset=n > 1)
