@@ -263,6 +263,8 @@ def test_the_specs_cpu_max_is_a_ceiling_whatever_a_policy_decides() -> None:
     pol.push(Resize(jid, job.allocation.with_cpu_limit(4.0), "more"))
     ctl.step()
     assert engine.resized[-1][2].assignments[0].cpu_limit == 1.5
+    # ... and `job why` says so beside the policy's reason (which may read "no CPU limit")
+    assert any("more; held to its cpu.max of 1.5" in e.message for e in ctl.book.events(jid))
     resized = len(engine.resized)
     pol.push(Resize(jid, job.allocation.with_cpu_limit(None), "lift every limit"))
     ctl.step()

@@ -678,7 +678,9 @@ class Controller:
         )
         if assignments == d.allocation.assignments:
             return d
-        return replace(d, allocation=Allocation(assignments))
+        # The policy's reason may say "no CPU limit": say what the job really gets beside it.
+        held = f"held to its cpu.max of {ceiling:g}"
+        return replace(d, allocation=Allocation(assignments), reason=f"{d.reason}; {held}")
 
     def _resize(self, job: JobRecord, d: Resize) -> None:
         assert job.allocation is not None
