@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sluice.model import JobRecord
 from sluice.model.queue import PriorityClass
+from sluice.spec.base import RequestModel
 
 
 def jsonable(obj: Any) -> Any:
@@ -213,10 +214,9 @@ class NodeWhyOut(BaseModel):
     alarm: AlarmWhyOut | None = None
 
 
-class FaultIn(BaseModel):
-    """A fault to inject on a node (`sluice node fault`)."""
-
-    model_config = ConfigDict(extra="forbid")
+class FaultIn(RequestModel):
+    """A fault to inject on a node (`sluice node fault`): exact types (`seconds: true` is
+    refused), unknown fields refused."""
 
     kind: Literal["cpu", "memory", "io", "net"] = Field(
         description="cpu: busy loops on every core of the node; memory: hold and keep touching "

@@ -762,6 +762,14 @@ class ControlPlane:
         health loop cordons a sick node and moves its jobs. Recorded in the event log."""
         self._require_admin(caller)
         injector = self._fault_injector(node)
+        if kind == "memory":
+            with self.controller.lock:
+                st = self.controller.node(node)
+            if st is not None and st.memory_mb and memory_mb > st.memory_mb:
+                # More than the node has would take the machine (every node of it), not one node.
+                raise SpecError(
+                    [FieldProblem("memory_mb", f"{memory_mb} MiB is more than node {node}'s {st.memory_mb} MiB")]
+                )
         try:
             report = injector.inject_fault(node, kind, seconds, workers, memory_mb)
         except KeyError:
