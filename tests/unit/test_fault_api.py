@@ -75,3 +75,22 @@ def test_a_fault_within_the_node_is_injected(api: tuple[TestClient, FaultyEngine
     r = http.post("/v1/nodes/n0/faults", json={"kind": "memory", "seconds": 5, "memory_mb": 1024}, headers=admin)
     assert r.status_code in (200, 201), r.text
     assert engine.faults == [("n0", "memory", 5.0, 1024)]
+
+
+def test_a_tenant_is_refused_before_its_body_is_judged(tmp_path: Path) -> None:
+    """A non-admin's cordon or fault with a bad body was a 422 about the body, not a 403."""
+    from sluice.spec import TenantSpec
+
+    settings = Settings(home=tmp_path / "home")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FaultyEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    _, token = plane.create_tenant(plane.authenticate(tokens["admin"]), TenantSpec(name="bob"), force=True)
+    plane.controller.step()
+    bob = {"Authorization": f"Bearer {token}"}
+    try:
+        with TestClient(create_app(plane)) as http:
+            for path in ("/v1/nodes/n0/cordon", "/v1/nodes/n0/faults"):
+                r = http.post(path, json={}, headers=bob)
+                assert r.status_code == 403, (path, r.text)
+    finally:
+        plane.store.close()

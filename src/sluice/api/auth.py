@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sluice.control.errors import Unauthorized
+from sluice.control.errors import Forbidden, Unauthorized
 from sluice.control.plane import ControlPlane
 
 bearer = HTTPBearer(auto_error=False, description="A tenant's API token (see `sluice tenant create`).")
@@ -27,3 +27,14 @@ def caller(request: Request, creds: Annotated[HTTPAuthorizationCredentials | Non
 
 PlaneDep = Annotated[ControlPlane, Depends(plane_of)]
 CallerDep = Annotated[Any, Depends(caller)]
+
+
+def admin_caller(who: Annotated[Any, Depends(caller)]) -> Any:
+    """The authenticated tenant, which must be an admin: 403 otherwise — before the request
+    body is read, so a tenant learns nothing from how its body would have been judged."""
+    if not who.admin:
+        raise Forbidden("this needs an admin token")
+    return who
+
+
+AdminDep = Annotated[Any, Depends(admin_caller)]

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from sluice.api.auth import CallerDep, PlaneDep
+from sluice.api.auth import AdminDep, CallerDep, PlaneDep
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import AlarmWhyOut, CordonIn, ErrorOut, FaultIn, NodeWhyOut, jsonable
 from sluice.control.errors import NotFound
@@ -109,7 +109,7 @@ def node_why(plane: PlaneDep, caller: CallerDep, name: str) -> NodeWhyOut:
 
 
 @router.post("/{name}/cordon", responses=_ERRORS)
-def cordon(plane: PlaneDep, caller: CallerDep, name: str, body: CordonIn) -> dict[str, Any]:
+def cordon(plane: PlaneDep, caller: AdminDep, name: str, body: CordonIn) -> dict[str, Any]:
     """Stop placing jobs on the node and move its jobs off through their checkpoints. The
     node as `GET /v1/nodes` shows it, plus `moved_jobs` (the ids of the jobs this moves off
     it) and `other_schedulable_nodes` (0: the moved jobs wait until a node can take them)."""
@@ -133,7 +133,7 @@ _FAULT_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/{name}/faults", responses=_FAULT_ERRORS, status_code=201)
-def inject_fault(plane: PlaneDep, caller: CallerDep, name: str, body: FaultIn) -> dict[str, Any]:
+def inject_fault(plane: PlaneDep, caller: AdminDep, name: str, body: FaultIn) -> dict[str, Any]:
     """Make the node sick on purpose for a while (CPU hog, memory pressure or I/O storm pinned
     to its cores): to check that the health loop cordons it and moves its jobs."""
     report = plane.inject_fault(caller, name, body.kind, body.seconds, body.workers, body.memory_mb)
