@@ -270,7 +270,9 @@ def down() -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + DOWN_TIMEOUT_S
     while time.monotonic() < deadline:
-        if read_server_file(settings.home) is None or not pid_alive(pid):
+        # Gone, not only its server.json: a server removes that first and then stops its plane
+        # and agents, and a `sluice up` in between would find the node still held.
+        if not pid_alive(pid):
             if info.get("jobs_outlive_plane", True):
                 where = ""
                 if info.get("engine") == "ray" and info.get("ray_address"):
