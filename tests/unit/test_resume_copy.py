@@ -5,9 +5,13 @@ The copy takes only regular files of the tenant's own uid, never through a link.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,6 +31,47 @@ from .fake_engine import FakeEngine
 needs_root = pytest.mark.skipif(
     not detect_isolation("auto").enabled, reason="needs a process that may switch users (root)"
 )
+
+
+@dataclass
+class Resuming:
+    """A plane (fake engine) where tenant alice has a cancelled job `old` and its checkpoint
+    folder, made and handed to her uid as her job would have left it."""
+
+    plane: ControlPlane
+    http: TestClient
+    auth: dict[str, str]
+    alice: Any
+    old: str
+    folder: Path
+    user: JobUser
+
+    def resume(self) -> Any:
+        """Submit a job resuming from `old`; the API's answer."""
+        body = {"command": ["python", "t.py"], "resume_from": self.old}
+        return self.http.post("/v1/jobs", json=body, headers=self.auth)
+
+
+@contextlib.contextmanager
+def resuming(settings: Settings) -> Iterator[Resuming]:
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin = plane.authenticate(tokens["admin"])
+    _, token = plane.create_tenant(admin, TenantSpec(name="alice"))
+    alice = plane.authenticate(token)
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        with TestClient(create_app(plane)) as http:
+            r = http.post("/v1/jobs", json={"command": ["python", "t.py"]}, headers=auth)
+            old = r.json()["id"]
+            assert http.post(f"/v1/jobs/{old}/cancel", headers=auth).status_code == 200
+            folder = Path(plane.controller.checkpoint_dir(plane.get_job(alice, old)))
+            folder.mkdir(parents=True)
+            user = plane.job_user("alice")
+            os.chown(folder, user.uid, user.gid)
+            yield Resuming(plane, http, auth, alice, old, folder, user)
+    finally:
+        plane.store.close()
 
 
 def test_the_newest_checkpoints_are_copied_0600(tmp_path: Path) -> None:
@@ -84,37 +129,21 @@ def test_only_the_tenants_own_files_are_copied_and_the_copy_is_its_own(tmp_path:
 @needs_root
 def test_resume_from_a_job_that_planted_a_link_to_the_admin_token_is_refused(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
-    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
-    tokens = plane.bootstrap_tenants()
-    admin = plane.authenticate(tokens["admin"])
-    _, token = plane.create_tenant(admin, TenantSpec(name="alice"))
-    alice = plane.authenticate(token)
-    auth = {"Authorization": f"Bearer {token}"}
-    try:
-        with TestClient(create_app(plane)) as http:
-            r = http.post("/v1/jobs", json={"command": ["python", "t.py"]}, headers=auth)
-            old = r.json()["id"]
-            assert http.post(f"/v1/jobs/{old}/cancel", headers=auth).status_code == 200
-            folder = Path(plane.controller.checkpoint_dir(plane.get_job(alice, old)))
-            folder.mkdir(parents=True)
-            user = plane.job_user("alice")
-            os.chown(folder, user.uid, user.gid)
-            (folder / "ckpt-9.pt").symlink_to(settings.home / "admin.token")  # what her job could do
-            r = http.post("/v1/jobs", json={"command": ["python", "t.py"], "resume_from": old}, headers=auth)
-            assert r.status_code == 409, r.text
-            assert "could not copy" in r.text
-            new_folders = [p for p in (settings.home / "runs").glob("*/checkpoints/ckpt-9.pt") if p.parent != folder]
-            assert new_folders == []
-            # her job's own checkpoint is copied, and the copy is hers
-            (folder / "ckpt-9.pt").unlink()
-            (folder / "ckpt-10.pt").write_bytes(b"weights")
-            os.chown(folder / "ckpt-10.pt", user.uid, user.gid)
-            r = http.post("/v1/jobs", json={"command": ["python", "t.py"], "resume_from": old}, headers=auth)
-            assert r.status_code == 201, r.text
-            copy = Path(plane.controller.checkpoint_dir(plane.get_job(alice, r.json()["id"]))) / "ckpt-10.pt"
-            assert copy.read_bytes() == b"weights" and copy.stat().st_uid == user.uid
-    finally:
-        plane.store.close()
+    with resuming(settings) as rs:
+        (rs.folder / "ckpt-9.pt").symlink_to(settings.home / "admin.token")  # what her job could do
+        r = rs.resume()
+        assert r.status_code == 409, r.text
+        assert "could not copy" in r.text
+        new_folders = [p for p in (settings.home / "runs").glob("*/checkpoints/ckpt-9.pt") if p.parent != rs.folder]
+        assert new_folders == []
+        # her job's own checkpoint is copied, and the copy is hers
+        (rs.folder / "ckpt-9.pt").unlink()
+        (rs.folder / "ckpt-10.pt").write_bytes(b"weights")
+        os.chown(rs.folder / "ckpt-10.pt", rs.user.uid, rs.user.gid)
+        r = rs.resume()
+        assert r.status_code == 201, r.text
+        copy = Path(rs.plane.controller.checkpoint_dir(rs.plane.get_job(rs.alice, r.json()["id"]))) / "ckpt-10.pt"
+        assert copy.read_bytes() == b"weights" and copy.stat().st_uid == rs.user.uid
 
 
 def test_a_tenant_deleted_while_its_resume_copies_gets_no_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,26 +209,11 @@ def test_a_sparse_checkpoint_is_copied_sparse(tmp_path: Path) -> None:
 @needs_root
 def test_resume_of_a_checkpoint_above_resume_max_copy_mb_is_a_409_naming_both(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", resume_max_copy_mb=1)
-    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
-    tokens = plane.bootstrap_tenants()
-    admin = plane.authenticate(tokens["admin"])
-    _, token = plane.create_tenant(admin, TenantSpec(name="alice"))
-    alice = plane.authenticate(token)
-    auth = {"Authorization": f"Bearer {token}"}
-    try:
-        with TestClient(create_app(plane)) as http:
-            r = http.post("/v1/jobs", json={"command": ["python", "t.py"]}, headers=auth)
-            old = r.json()["id"]
-            assert http.post(f"/v1/jobs/{old}/cancel", headers=auth).status_code == 200
-            folder = Path(plane.controller.checkpoint_dir(plane.get_job(alice, old)))
-            folder.mkdir(parents=True)
-            user = plane.job_user("alice")
-            with open(folder / "ckpt-5.pt", "wb") as f:
-                f.truncate(1 << 30)  # 1 GiB, no block on disk
-            os.chown(folder / "ckpt-5.pt", user.uid, user.gid)
-            r = http.post("/v1/jobs", json={"command": ["python", "t.py"], "resume_from": old}, headers=auth)
-            assert r.status_code == 409, r.text
-            assert "1.0 GiB" in r.text and "1.0 MiB" in r.text and "resume_max_copy_mb" in r.text
-            assert list((settings.home / "runs").glob("*/checkpoints/ckpt-5.pt")) == [folder / "ckpt-5.pt"]
-    finally:
-        plane.store.close()
+    with resuming(settings) as rs:
+        with open(rs.folder / "ckpt-5.pt", "wb") as f:
+            f.truncate(1 << 30)  # 1 GiB, no block on disk
+        os.chown(rs.folder / "ckpt-5.pt", rs.user.uid, rs.user.gid)
+        r = rs.resume()
+        assert r.status_code == 409, r.text
+        assert "1.0 GiB" in r.text and "1.0 MiB" in r.text and "resume_max_copy_mb" in r.text
+        assert list((settings.home / "runs").glob("*/checkpoints/ckpt-5.pt")) == [rs.folder / "ckpt-5.pt"]

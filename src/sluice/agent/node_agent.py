@@ -29,7 +29,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -64,6 +63,7 @@ from sluice.agent.isolation import (
     own_dir,
     own_file,
     plane_dirs,
+    plane_owned,
 )
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
@@ -758,10 +758,10 @@ class NodeAgent:
         try:
             if adir != self.attempt_dir(job_id, attempt):
                 return False
-            st = os.lstat(adir)
+            plane_owned(adir)
         except (LaunchError, OSError):
             return False
-        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+        return True
 
     def alive(self) -> dict[str, int]:
         with self._lock:
