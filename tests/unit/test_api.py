@@ -313,6 +313,28 @@ def test_tenants_create_list_delete(env: Env) -> None:
     assert env.client.delete("/v1/tenants/carol", headers=env.admin).status_code == 404
 
 
+def test_a_database_that_cannot_be_read_is_a_503_and_healthz_is_not_ok(env: Env) -> None:
+    """PostgreSQL stopped under a running plane: every read was a bare 500 and /healthz said
+    ok (walkthrough 4). Here the SQLite file's folder goes away under a real engine."""
+    db = Path(env.plane.settings.db_url.removeprefix("sqlite:///"))
+    assert db.exists()
+    folder = db.parent
+    env.plane.store._engine.dispose()  # type: ignore[attr-defined]  # pooled connections would keep the old file
+    moved = folder.with_name(folder.name + "-away")
+    folder.rename(moved)
+    try:
+        health = env.client.get("/healthz")
+        assert health.status_code == 503 and health.json()["status"] == "unavailable"
+        assert str(folder) not in health.text  # unauthenticated: no path
+        read = env.client.get("/v1/jobs", headers=env.alice)
+        assert read.status_code == 503 and read.headers["retry-after"] == "5"
+        assert read.json()["error"] == "unavailable" and "the database cannot be read" in read.json()["detail"]
+    finally:
+        moved.rename(folder)
+    assert env.client.get("/healthz").json() == {"status": "ok"}
+    assert env.client.get("/v1/jobs", headers=env.alice).status_code == 200
+
+
 def test_healthz_metrics_and_docs(env: Env) -> None:
     assert env.client.get("/healthz").json() == {"status": "ok"}
     submit(env, env.alice)

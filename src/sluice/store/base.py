@@ -212,6 +212,10 @@ class Store(Protocol):
 
     def delete_priority_class(self, name: str) -> None: ...
 
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers now (readiness, /healthz)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -226,5 +230,6 @@ class StoreInUse(RuntimeError):
 
 class StoreUnavailable(RuntimeError):
     """The store cannot take a write now (disk full, read-only file system, I/O error, the
-    database server gone). Nothing of the failed write was kept; reads may still work. The
-    API answers 503 with this reason, and the controller retries the round later."""
+    database server gone), or cannot be read (the server gone). Nothing of a failed write was
+    kept; reads may still work. The API answers 503 with this reason, /healthz is 503 while
+    `ping` fails, and the controller retries the round later."""

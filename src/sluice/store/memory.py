@@ -229,5 +229,8 @@ class MemoryStore:
     def published_datasets(self) -> dict[str, str]:
         return dict(self._published)
 
+    def ping(self) -> None:
+        """Memory is always there."""
+
     def close(self) -> None:
         pass

@@ -244,6 +244,22 @@ class SqlStore:
                 raise StoreUnavailable(f"the database cannot take writes: {_reason(err)}") from err
             raise
 
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """One read. The database gone (PostgreSQL stopped, the file unreadable) becomes
+        StoreUnavailable with the database's own words, which the API answers with a 503 (a
+        client may retry) instead of a bare 500, and the reconcile loop waits out."""
+        try:
+            with self._engine.connect() as conn:
+                yield conn
+        except OperationalError as err:
+            raise StoreUnavailable(f"the database cannot be read: {_reason(err)}") from err
+
+    def ping(self) -> None:
+        """StoreUnavailable unless the database answers a trivial query now (/healthz)."""
+        with self._read() as conn:
+            conn.exec_driver_sql("SELECT 1")
+
     # jobs ---------------------------------------------------------------------------------
     def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         try:
@@ -280,7 +296,7 @@ class SqlStore:
             )
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(schema.jobs).where(schema.jobs.c.id == job_id)).first()
         return _job_from_row(row) if row else None
 
@@ -302,12 +318,12 @@ class SqlStore:
             q = q.where(schema.jobs.c.phase.in_([Phase(p).value for p in phases]))
         if limit:
             q = q.limit(limit)
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return [_job_from_row(r) for r in conn.execute(q)]
 
     def count_jobs(self) -> dict[str, int]:
         q = select(schema.jobs.c.phase, func.count()).group_by(schema.jobs.c.phase)
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return {str(phase): int(n) for phase, n in conn.execute(q)}
 
     # events -------------------------------------------------------------------------------
@@ -345,7 +361,7 @@ class SqlStore:
             q = q.where(e.c.node == node)
         if kinds is not None:
             q = q.where(e.c.kind.in_(list(kinds)))
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return [
                 EventRecord(
                     seq=r.seq,
@@ -381,12 +397,12 @@ class SqlStore:
                 conn.execute(insert(schema.tenants).values(**values))
 
     def get_tenant(self, name: str) -> TenantRecord | None:
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(schema.tenants).where(schema.tenants.c.name == name)).first()
         return _tenant_from_row(row) if row else None
 
     def tenant_by_token_hash(self, token_hash: str) -> TenantRecord | None:
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(schema.tenants).where(schema.tenants.c.token_hash == token_hash)).first()
         return _tenant_from_row(row) if row else None
 
@@ -396,7 +412,7 @@ class SqlStore:
             q = q.where(schema.tenants.c.name > after)
         if limit:
             q = q.limit(limit)
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return [_tenant_from_row(r) for r in conn.execute(q)]
 
     def delete_tenant(self, name: str, at: float = 0.0) -> None:
@@ -409,14 +425,14 @@ class SqlStore:
 
     def tenant_deleted_at(self, name: str) -> float | None:
         gone = schema.deleted_tenants
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(gone.c.deleted_at).where(gone.c.name == name)).first()
         return None if row is None else float(row[0])
 
     def assign_uid(self, tenant: str, lowest: int, highest: int, at: float) -> int:
         t = schema.tenant_uids
         for _ in range(5):  # another plane on the same database may take the same number first
-            with self._engine.connect() as conn:
+            with self._read() as conn:
                 live = conn.execute(select(t.c.uid).where(t.c.tenant == tenant, t.c.released_at.is_(None))).first()
                 if live is not None:
                     return int(live[0])
@@ -456,12 +472,12 @@ class SqlStore:
                 conn.execute(insert(t).values(**values))
 
     def get_queue(self, name: str) -> QueueRecord | None:
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(schema.queues).where(schema.queues.c.name == name)).first()
         return _queue_from_row(row) if row else None
 
     def list_queues(self) -> list[QueueRecord]:
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return [_queue_from_row(r) for r in conn.execute(select(schema.queues).order_by(schema.queues.c.name))]
 
     def delete_queue(self, name: str) -> None:
@@ -479,7 +495,7 @@ class SqlStore:
     def queue_grants(self) -> dict[str, list[str]]:
         g = schema.queue_grants
         out: dict[str, list[str]] = {}
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             for r in conn.execute(select(g.c.queue, g.c.tenant).order_by(g.c.queue, g.c.tenant)):
                 out.setdefault(r.queue, []).append(r.tenant)
         return out
@@ -501,13 +517,13 @@ class SqlStore:
 
     def get_priority_class(self, name: str) -> PriorityClass | None:
         t = schema.priority_classes
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(t).where(t.c.name == name)).first()
         return _priority_class_from_row(row) if row else None
 
     def list_priority_classes(self) -> list[PriorityClass]:
         t = schema.priority_classes
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return [_priority_class_from_row(r) for r in conn.execute(select(t).order_by(t.c.name))]
 
     def delete_priority_class(self, name: str) -> None:
@@ -530,7 +546,7 @@ class SqlStore:
                 conn.execute(insert(schema.nodes).values(**values))
 
     def list_nodes(self) -> list[NodeRecord]:
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             rows = conn.execute(select(schema.nodes).order_by(schema.nodes.c.name))
             return [
                 NodeRecord(
@@ -584,7 +600,7 @@ class SqlStore:
 
     def get_dataset(self, tenant: str, name: str) -> DatasetRecord | None:
         t = schema.datasets
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             row = conn.execute(select(t).where(t.c.tenant == tenant, t.c.name == name)).first()
         return self._dataset_from_row(row) if row else None
 
@@ -599,7 +615,7 @@ class SqlStore:
             q = q.where(or_(t.c.tenant > after[0], and_(t.c.tenant == after[0], t.c.name > after[1])))
         if limit:
             q = q.limit(limit)
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return [self._dataset_from_row(r) for r in conn.execute(q)]
 
     def delete_dataset(self, tenant: str, name: str) -> None:
@@ -621,7 +637,7 @@ class SqlStore:
 
     def published_datasets(self) -> dict[str, str]:
         t = schema.dataset_publications
-        with self._engine.connect() as conn:
+        with self._read() as conn:
             return {r.name: r.tenant for r in conn.execute(select(t.c.name, t.c.tenant))}
 
     def claim(self) -> None:

@@ -6,19 +6,31 @@ import hmac
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sluice.api.auth import bearer, plane_of
 from sluice.api.metrics import EVERYONE, PUBLIC, Scope, scoped
-from sluice.control.errors import Unauthorized
+from sluice.control.errors import Unauthorized, Unavailable
 
 router = APIRouter(tags=["system"])
 
 
-@router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """200 while the API process serves requests (what `sluice up` waits for)."""
+@router.get("/healthz", response_model=None)
+def healthz(request: Request) -> dict[str, str] | JSONResponse:
+    """200 while the API serves requests and its database answers (what `sluice up` waits
+    for); 503 while the database does not, so a readiness probe or load balancer stops
+    routing to a plane whose every read would fail. Unauthenticated, so the body names no
+    host or path: the server log has the database's own words."""
+    try:
+        plane_of(request).store.ping()
+    except Unavailable:
+        return JSONResponse(
+            {"status": "unavailable", "detail": "the database does not answer; the server log says why"},
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )
     return {"status": "ok"}
 
 
