@@ -86,6 +86,7 @@ def test_bench_records_a_missing_datapath_instead_of_failing(support: dict[str, 
     )
     res = run_bench(cfg)
     assert "skipped" in res["datapaths"][missing[0]]
+    assert set(res["unavailable"]) == {missing[0]}  # not every datapath this kernel lacks
     assert res["datapaths"]["loopback"]["latency"]["p50_us"]["n"] == 1
     assert not [ns for ns in list_netns() if ns.startswith(f"sluice-{res['run_id']}-")]
 
