@@ -130,6 +130,8 @@ def test_bench_elastic_refuses_sizes_out_of_bounds_before_any_work(args: list[st
         (["node", "fault", "node-0", "cpu", "--seconds", "inf"], "--seconds"),
         (["job", "watch", "j-1", "--interval", "nan"], "--interval"),
         (["job", "watch", "j-1", "--interval", "-inf"], "--interval"),
+        (["demo", "--stagger", "nan"], "--stagger"),
+        (["demo", "--scale", "inf"], "--scale"),
     ],
 )
 def test_a_non_finite_float_option_is_named_as_such(args: list[str], flag: str) -> None:
@@ -137,3 +139,22 @@ def test_a_non_finite_float_option_is_named_as_such(args: list[str], flag: str) 
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     assert f"{flag}: must be a finite number" in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--policy", "bogus"], "--policy: unknown policy 'bogus'"),
+        (["--policy", "kube,fifo"], "--policy: the demo runs one policy"),
+        (["--interval", "0"], "--interval: must be a number at least 0.5"),
+        (["--scale", "0"], "--scale: must be a number at least 0.01"),
+    ],
+)
+def test_the_demo_judges_its_flags_before_it_starts_a_plane(args: list[str], says: str, tmp_path: Path) -> None:
+    """`demo --stagger nan` ran a plane that never submitted; a bad policy name came back
+    as a ValueError after the plane's folder was made."""
+    home = tmp_path / "demo"
+    res = CliRunner().invoke(app, ["demo", "--home", str(home), *args])
+    assert res.exit_code == 2, res.output
+    assert says in res.output, res.output
+    assert not home.exists()

@@ -31,7 +31,7 @@ SIM_LOAD_FACTORS = (0.01, 1000.0)
 SIM_MAX_SCALE_HOURS = 100_000.0
 
 
-def _policies(flag: str, given: str) -> list[str]:
+def policy_list(flag: str, given: str) -> list[str]:
     """A comma-separated list of policies a plane runs (`sluice sim policies`), checked before any run."""
     from sluice.control.simulate import policy_names
 
@@ -70,13 +70,13 @@ def local(
     Every flag and policy name is checked before the first run: bad input exits 2."""
     from sluice.bench import local as bench_local
 
-    names = _policies("--policies", policies)
-    _workload_flags(stagger, scale, interval)
+    names = policy_list("--policies", policies)
+    workload_flags(stagger, scale, interval)
     _out("--out", out)
     bench_local.run(names, stagger_s=stagger, scale=scale, policy_interval_s=interval, out=out)
 
 
-def _workload_flags(stagger: float, scale: float, interval: float) -> None:
+def workload_flags(stagger: float, scale: float, interval: float) -> None:
     """The mixed workload's flags, shared by `bench local`, `simreal` and `ray`."""
     in_range("--stagger", stagger, 0, MAX_STAGGER_S)
     in_range("--scale", scale, *SCALES)
@@ -134,8 +134,8 @@ def simreal(
     Every flag, policy name and path is checked before the first profile or run: bad input exits 2."""
     from sluice.bench import simreal as bench_simreal
 
-    names = _policies("--policies", policies)
-    _workload_flags(stagger, scale, interval)
+    names = policy_list("--policies", policies)
+    workload_flags(stagger, scale, interval)
     in_range("--profile-seconds", profile_seconds, MIN_PROFILE_S, MAX_PROFILE_S)
     if profiles is not None and profiles.exists() and not profiles.is_dir():
         bad_input("--profiles", f"{profiles} is not a folder")
@@ -345,8 +345,8 @@ def ray(
         )
     if "," in policy:
         bad_input("--policy", f"one policy, got {policy!r}")
-    _policies("--policy", policy)
-    _workload_flags(stagger, scale, interval)
+    policy_list("--policy", policy)
+    workload_flags(stagger, scale, interval)
     in_range("--move-scale", move_scale, *SCALES)
     _out("--out", out)
     bench_ray.run(

@@ -16,6 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from sluice.cli.bench import INTERVALS_S, MAX_STAGGER_S, SCALES, policy_list, workload_flags
+from sluice.cli.output import bad_input
+
 if TYPE_CHECKING:  # the control plane is imported only when the demo runs: keeps `sluice --help` fast
     from sluice.bench.scenario import RunResult
     from sluice.control.plane import ControlPlane
@@ -35,15 +38,29 @@ def _cpu_text(plane: ControlPlane, job: JobRecord) -> tuple[str, str]:
 
 
 def demo(
-    policy: Annotated[str, typer.Option(help="Scheduling policy (flowcon, kube, ...).")] = "flowcon",
-    stagger: Annotated[float, typer.Option(help="Seconds between job arrivals.")] = 10.0,
-    scale: Annotated[float, typer.Option(help="Length of each example (1 = full, 1-3 min on one core).")] = 1.0,
-    interval: Annotated[float, typer.Option(help="FlowCon's control interval Δ in seconds.")] = 10.0,
+    policy: Annotated[
+        str, typer.Option(help="Scheduling policy (flowcon, kube, ...: `sluice sim policies`).")
+    ] = "flowcon",
+    stagger: Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")] = 10.0,
+    scale: Annotated[
+        float,
+        typer.Option(help=f"Length of each example ({SCALES[0]:g} to {SCALES[1]:g}; 1 = full, 1-3 min on one core)."),
+    ] = 1.0,
+    interval: Annotated[
+        float, typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g}).")
+    ] = 10.0,
     home: Annotated[Path | None, typer.Option(help="State folder for the demo (default: a temporary one).")] = None,
 ) -> None:
     """Run six real PyTorch jobs on this machine and watch sluice share the CPU between them."""
     from sluice.bench.scenario import embedded_plane, mixed_workload, run_workload
     from sluice.model import Phase
+
+    # Judged before the plane starts, as `bench local` judges them: `--stagger nan` ran a
+    # plane that never submitted, `--scale inf` failed every job, a bad policy left a folder.
+    names = policy_list("--policy", policy)
+    if len(names) != 1:
+        bad_input("--policy", f"the demo runs one policy, got {len(names)}: {', '.join(names)}")
+    workload_flags(stagger, scale, interval)
 
     console = Console()
     arrivals = mixed_workload(stagger, scale)
