@@ -66,7 +66,9 @@ def train(
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start = int(state["step"]) + 1
-        print(f"{name}: resumed from checkpoint at step {start}", flush=True)
+        # The step the checkpoint was saved at, as `sluice job why` names it; training goes on
+        # with the next one (it printed `start`, one more than `job why` said).
+        print(f"{name}: resumed from checkpoint at step {start - 1}, continuing with step {start}", flush=True)
     else:
         print(f"{name}: fresh start, {total} steps", flush=True)
 
