@@ -161,6 +161,9 @@ def test_node_why_names_the_kpis_behind_the_newest_alarm(env: Env, monkeypatch: 
     body = env.client.get("/v1/nodes/n0/why", headers=env.who["alice"]).json()
     assert body["monitored"] and (body["alarms"], body["held"], body["score"]) == (3, 1, 40.0)
     assert body["alarm"]["kpis"] == [blame]
+    status["n0"].update(state="learning", healthy_samples=41, train_samples=60, score=float("nan"), scored_at=None)
+    body = env.client.get("/v1/nodes/n0/why", headers=env.who["alice"]).json()
+    assert (body["state"], body["healthy_samples"], body["train_samples"], body["score"]) == ("learning", 41, 60, None)
     n1 = env.client.get("/v1/nodes/n1/why", headers=env.who["alice"]).json()
     assert n1["monitored"] is False  # the monitor has not seen it
     assert env.client.get("/v1/nodes/nope/why", headers=env.who["alice"]).status_code == 404

@@ -135,6 +135,36 @@ def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.M
     assert "node_psi_io_pct" in r.output
 
 
+def test_node_why_says_the_model_is_learning_instead_of_a_blank_score(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import time
+    from collections.abc import Iterator
+
+    import sluice.cli.node as node_cli
+
+    answers = [
+        {"health": "Healthy", "monitored": True, "state": "learning", "healthy_samples": 41, "train_samples": 60},
+        {"health": "Healthy", "monitored": True, "state": "refitting", "score": -8.9, "threshold": 3.5,
+         "scored_at": time.time() - 130, "alarms": 1},
+    ]  # fmt: skip
+
+    class Client:
+        def node_why(self, name: str) -> dict[str, object]:
+            return {"node": name, **answers.pop(0)}
+
+    @contextlib.contextmanager
+    def connect(admin: bool = False) -> Iterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(node_cli, "connect", connect)
+    monkeypatch.setenv("COLUMNS", "200")
+    r = CliRunner().invoke(app, ["node", "why", "node-1"])
+    assert r.exit_code == 0, r.output
+    assert "learning the node's model: 41/60 healthy samples" in r.output and "threshold" not in r.output
+    r = CliRunner().invoke(app, ["node", "why", "node-1"])
+    assert "score -8.9 (threshold 3.5) at " in r.output and "(2m ago); a newer model is being fitted" in r.output
+
+
 def test_leave_servers_out_reports_each_fold_and_caches_scores(tmp_path: Path) -> None:
     data, cache = tmp_path / "data", tmp_path / "cache"
     data.mkdir()

@@ -95,6 +95,31 @@ def test_learns_cordons_with_kpi_reason_and_readmits(tmp_path: Path) -> None:
     assert mon.status()["node-1"]["health"] == "Healthy"
 
 
+def test_status_says_whether_a_node_is_learning_refitting_or_scoring() -> None:
+    """`node why` showed a blank score while the model learned and an old one while it was
+    refitted, with no word of which (walkthrough 4)."""
+    import threading
+
+    mon = make(FakeController(), config(None))
+    rng = np.random.default_rng(3)
+    feed(mon, rng, 0, 100)
+    st = mon.status()["node-1"]
+    assert (st["state"], st["healthy_samples"], st["train_samples"], st["scored_at"]) == ("learning", 100, 240, None)
+    feed(mon, rng, 100, 145)
+    st = mon.status()["node-1"]
+    assert st["state"] == "scoring" and st["scored_at"] == 244.0
+    gate = threading.Event()
+    tr = mon.nodes["node-1"]
+    tr.training = threading.Thread(target=gate.wait, daemon=True)  # a refit in progress
+    tr.training.start()
+    try:
+        assert mon.status()["node-1"]["state"] == "refitting"
+    finally:
+        gate.set()
+        tr.training.join()
+    assert mon.status()["node-1"]["state"] == "scoring"
+
+
 def test_operator_cordon_is_honoured_and_model_reloads_after_restart(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     first = make(FakeController(), config(tmp_path))

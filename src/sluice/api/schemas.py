@@ -207,7 +207,15 @@ class NodeWhyOut(BaseModel):
     health: str
     reason: str = ""
     monitored: bool = Field(description="False where no health monitor runs or it has not seen the node.")
+    state: Literal["learning", "refitting", "scoring"] | None = Field(
+        default=None,
+        description="learning: the node's model waits for `train_samples` healthy samples and nothing is scored; "
+        "refitting: a newer model is fitted while the old one scores; scoring.",
+    )
+    healthy_samples: int | None = Field(default=None, description="Healthy samples kept for the node's model.")
+    train_samples: int | None = Field(default=None, description="Healthy samples a first model needs.")
     score: float | None = None
+    scored_at: float | None = Field(default=None, description="Unix time of the sample `score` is of.")
     threshold: float | None = None
     alarms: int = 0
     held: int = 0

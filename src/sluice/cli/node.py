@@ -17,6 +17,7 @@ from sluice.cli.output import (
     errors_reported,
     in_range,
     number,
+    stamp,
     table,
 )
 
@@ -106,8 +107,21 @@ def why(name: NodeName, output: OutputOpt = Output.table) -> None:
         if not o.get("monitored"):
             console.print("no health monitor watches this node (SLUICE_HEALTH_ENABLED=1 turns it on)", markup=False)
             return
+        if o.get("state") == "learning":
+            # Not scored yet: a blank score read as "scored, nothing to say" (walkthrough 4).
+            console.print(
+                f"learning the node's model: {o.get('healthy_samples') or 0}/{o.get('train_samples') or '?'} "
+                "healthy samples; nothing is scored until it is fitted",
+                markup=False,
+            )
+        else:
+            at = f" at {stamp(o['scored_at'])}" if o.get("scored_at") else ""
+            refit = "; a newer model is being fitted" if o.get("state") == "refitting" else ""
+            console.print(
+                f"score {number(o.get('score'), 4)} (threshold {number(o.get('threshold'), 4)}){at}{refit}",
+                markup=False,
+            )
         console.print(
-            f"score {number(o.get('score'), 4)} (threshold {number(o.get('threshold'), 4)}), "
             f"{o.get('alarms', 0)} alarms counted, {o.get('held', 0)} held during scheduling changes",
             markup=False,
         )

@@ -251,6 +251,8 @@ class NodeTrack:
     spot: Spot | DSpot | None = None
     training: threading.Thread | None = None
     last_score: float = float("nan")
+    scored_at: float | None = None
+    """Sample time of `last_score`: while a node's model learns, it is not scored at all."""
     last_reason: str = ""
     alarms: int = 0
     scored: int = 0
@@ -394,7 +396,7 @@ class HealthMonitor:
         need = det.config.history + det.config.target + det.config.smooth - 1
         window = np.stack(list(tr.rows)[-need:])
         score = float(det.score_windows(window)[-1])
-        tr.last_score, tr.scored = score, tr.scored + 1
+        tr.last_score, tr.scored, tr.scored_at = score, tr.scored + 1, e.time
         alarm = spot.step(score)
         if not alarm:
             # A sample over the threshold is not learned as healthy, even when its alarm is
@@ -553,6 +555,17 @@ class HealthMonitor:
                 tr.training.join(timeout)
         return all(tr.detector is not None for tr in self.nodes.values())
 
+    @staticmethod
+    def _state(tr: NodeTrack) -> str:
+        """learning: no model yet, nothing is scored; refitting: a newer model is being fitted
+        while the old one scores; scoring. `node why` showed a blank or an old score with no
+        word of which (walkthrough 4)."""
+        if tr.detector is None or tr.spot is None:
+            return "learning"
+        if tr.training is not None and tr.training.is_alive():
+            return "refitting"
+        return "scoring"
+
     def status(self) -> dict[str, dict[str, object]]:
         """Per node: state, reason, whether a model is ready, last score and threshold."""
         return {
@@ -561,7 +574,11 @@ class HealthMonitor:
                 "reason": tr.machine.reason,
                 "model": tr.detector is not None,
                 "samples": len(tr.rows),
+                "state": self._state(tr),
+                "healthy_samples": len(tr.healthy),
+                "train_samples": self.config.train_samples,
                 "score": tr.last_score,
+                "scored_at": tr.scored_at,
                 "threshold": tr.spot.threshold if tr.spot else float("nan"),
                 "alarms": tr.alarms,
                 "held": tr.held,

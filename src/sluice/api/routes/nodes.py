@@ -96,10 +96,19 @@ def node_why(plane: PlaneDep, caller: CallerDep, name: str) -> NodeWhyOut:
     why = st.get("why")
     alarm = AlarmWhyOut.model_validate(why) if isinstance(why, dict) and why else None
     alarms, held = st.get("alarms"), st.get("held")
+
+    def count(v: object) -> int | None:
+        return v if isinstance(v, int) else None
+
+    state = st.get("state")
     return out.model_copy(
         update={
             "monitored": True,
+            "state": state if state in ("learning", "refitting", "scoring") else None,
+            "healthy_samples": count(st.get("healthy_samples")),
+            "train_samples": count(st.get("train_samples")),
             "score": finite(st.get("score")),
+            "scored_at": finite(st.get("scored_at")),
             "threshold": finite(st.get("threshold")),
             "alarms": alarms if isinstance(alarms, int) else 0,
             "held": held if isinstance(held, int) else 0,
