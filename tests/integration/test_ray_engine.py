@@ -385,6 +385,13 @@ def test_migration_resumes_on_another_node_from_the_checkpoint(
     assert max(t for a, _, t in rows if a == 1) < min(t for a, _, t in rows if a == 2)
     hints = engine.job_hints(job)
     assert hints["ray_node"] == dst and hints["last_move_s"] > 0
+    # Attempt 1's log stays on its node's folder; `job logs` reads it before the newest one.
+    earlier = engine.earlier_logs(job)
+    assert len(earlier) == 1 and f"/nodes/{src}/" in earlier[0], earlier
+    current = engine.log_path(job)
+    assert current is not None and current not in earlier
+    text = "".join(Path(p).read_text() for p in [*earlier, current])
+    assert text.index(f"attempt 1 of {job}") < text.index(f"attempt 2 of {job}")
 
 
 def test_preempted_job_yields_its_node_and_resumes_from_its_checkpoint_on_another(

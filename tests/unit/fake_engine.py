@@ -53,5 +53,8 @@ class FakeEngine:
     def log_path(self, job_id: str) -> str | None:
         return None
 
+    def earlier_logs(self, job_id: str) -> list[str]:
+        return []
+
     def close(self) -> None:
         pass

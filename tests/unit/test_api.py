@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,13 @@ class LoggingFakeEngine(FakeEngine):
     """FakeEngine whose jobs 'write' logs to files the test fills in."""
 
     log_dir: Path = Path("/nonexistent")
+    earlier: dict[str, list[str]] = field(default_factory=dict)
 
     def log_path(self, job_id: str) -> str | None:
         return str(self.log_dir / f"{job_id}.log")
+
+    def earlier_logs(self, job_id: str) -> list[str]:
+        return self.earlier.get(job_id, [])
 
 
 @dataclass
@@ -255,6 +259,38 @@ def test_logs_plain_and_followed_until_the_job_ends(env: Env) -> None:
         finisher.join()
     assert "".join(received) == "epoch 1\nepoch 2\ndone\n"
     assert env.plane.store.get_job(job["id"]).phase == Phase.SUCCEEDED
+
+
+def test_logs_of_a_moved_job_carry_every_attempt_oldest_first(env: Env) -> None:
+    """On Ray each node writes its own log: `job logs` showed only the newest node's, so what
+    attempt 1 printed before its node was lost was out of reach (walkthrough 4)."""
+    job = submit(env, env.alice)
+    env.plane.step()
+    attempt = env.plane.controller.book.get(job["id"]).attempt
+    env.engine.pending.append(JobStarted(job["id"], attempt, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    first, second = env.engine.log_dir / "n1.log", env.engine.log_dir / "n2.log"
+    first.write_text("attempt 1 on n1\nstep 10\nstep 20")  # cut off mid-line by the node's loss
+    second.write_text("attempt 2 on n2\nstep 30\n")
+    env.engine.earlier[job["id"]] = [str(first), str(second)]
+    (env.engine.log_dir / f"{job['id']}.log").write_text("attempt 3 on n0\nstep 40\n")
+    url = f"/v1/jobs/{job['id']}/logs"
+    whole = "attempt 1 on n1\nstep 10\nstep 20\nattempt 2 on n2\nstep 30\nattempt 3 on n0\nstep 40\n"
+    assert env.client.get(url, headers=env.alice).text == whole
+    assert (
+        env.client.get(url, params={"tail": 4}, headers=env.alice).text
+        == "attempt 2 on n2\nstep 30\nattempt 3 on n0\nstep 40\n"
+    )
+    assert env.client.get(url, params={"tail": 5}, headers=env.alice).text.startswith("step 20\nattempt 2")
+    assert env.client.get(url, params={"tail": 1}, headers=env.alice).text == "step 40\n"
+    assert env.client.get(url, headers=env.bob).status_code == 404  # another tenant's job
+
+    env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, 0))
+    env.plane.step()
+    with env.client.stream("GET", url, params={"follow": "true"}, headers=env.alice) as r:
+        assert "".join(r.iter_text()) == whole
+    with env.client.stream("GET", url, params={"follow": "true", "tail": 3}, headers=env.alice) as r:
+        assert "".join(r.iter_text()) == "step 30\nattempt 3 on n0\nstep 40\n"
 
 
 def test_progress_after_reports(env: Env) -> None:

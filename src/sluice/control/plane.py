@@ -698,9 +698,16 @@ class ControlPlane:
             return self.controller.progress(job_id)
 
     def log_path(self, caller: TenantRecord, job_id: str) -> Path | None:
+        """The log the job's current (or newest) attempt writes."""
         self.get_job(caller, job_id)
         p = self.engine.log_path(job_id)
         return Path(p) if p else None
+
+    def earlier_logs(self, caller: TenantRecord, job_id: str) -> list[Path]:
+        """Logs of the job's earlier attempts that `log_path` does not hold, oldest first
+        (Ray: the nodes a moved job ran on before)."""
+        self.get_job(caller, job_id)
+        return [Path(p) for p in self.engine.earlier_logs(job_id)]
 
     # ---------------------------------------------------------------- nodes
 

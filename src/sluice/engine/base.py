@@ -56,7 +56,14 @@ class Engine(Protocol):
         ...
 
     def log_path(self, job_id: str) -> str | None:
-        """Where the job's log can be read from the control plane, if anywhere."""
+        """Where the job's log can be read from the control plane, if anywhere: the one its
+        current (or newest) attempt writes."""
+        ...
+
+    def earlier_logs(self, job_id: str) -> list[str]:
+        """The logs of the job's earlier attempts that `log_path` does not hold, oldest first:
+        an engine that writes one log per node (Ray) leaves a moved job's first attempts on
+        the nodes they ran on. [] where one log holds every attempt (local)."""
         ...
 
     def close(self) -> None:

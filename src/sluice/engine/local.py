@@ -249,6 +249,9 @@ class LocalEngine:
             return None
         return str(path) if path.exists() else None
 
+    def earlier_logs(self, job_id: str) -> list[str]:
+        return []  # every attempt appends to the one log, whichever virtual node runs it
+
     def warm_dataset(
         self,
         name: str,

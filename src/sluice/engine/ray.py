@@ -15,6 +15,7 @@ so the agent actor asks Ray for no CPU (`num_cpus=0`).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import time
@@ -419,14 +420,29 @@ class RayEngine:
         self._log_paths[job_id] = path
         return path
 
+    def _logs_on_disk(self, job_id: str) -> list[Path]:
+        """Every log of the job in the shared runs folder (one per node it ran on; rank 0's
+        for a gang), oldest write first."""
+        jid = glob.escape(job_id)
+        found = [*self.runs_root.glob(f"nodes/*/{jid}/job.log"), *self.runs_root.glob(f"nodes/*/{jid}--r0of*/job.log")]
+        dated = []
+        for p in found:
+            with contextlib.suppress(OSError):  # its node's folder went away meanwhile
+                dated.append((p.stat().st_mtime, str(p), p))
+        return [p for _, _, p in sorted(dated)]
+
     def _newest_log_on_disk(self, job_id: str) -> str | None:
         """A job this engine did not launch (finished before a restart, or its node is gone):
         its newest log in the shared runs folder, rank 0's for a gang."""
-        jid = glob.escape(job_id)
-        found = [*self.runs_root.glob(f"nodes/*/{jid}/job.log"), *self.runs_root.glob(f"nodes/*/{jid}--r0of*/job.log")]
-        if not found:
-            return None
-        return str(max(found, key=lambda p: p.stat().st_mtime))
+        found = self._logs_on_disk(job_id)
+        return str(found[-1]) if found else None
+
+    def earlier_logs(self, job_id: str) -> list[str]:
+        """The logs a moved job's earlier attempts left on other nodes (`job logs` showed only
+        the newest node's, walkthrough 4), oldest first."""
+        current = self.log_path(job_id)
+        newest = Path(current).resolve() if current else None
+        return [str(p) for p in self._logs_on_disk(job_id) if p.resolve() != newest]
 
     def close(self) -> None:
         """Disconnect; the detached agents and their jobs keep running."""

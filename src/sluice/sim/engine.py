@@ -136,6 +136,9 @@ class SimEngine:
     def log_path(self, job_id: str) -> str | None:
         return None
 
+    def earlier_logs(self, job_id: str) -> list[str]:
+        return []
+
     def close(self) -> None:
         return None
 

@@ -154,15 +154,16 @@ def _tail_start(path: Any, lines: int) -> int:
         return 0
     try:
         with open(path, "rb") as f:
-            return _scan_back(f, lines)
+            return _scan_back(f, lines)[0]
     except FileNotFoundError:
         return 0
 
 
-def _scan_back(f: BinaryIO, lines: int) -> int:
-    """_tail_start on an open file. A final newline ends the last line; it starts none."""
+def _scan_back(f: BinaryIO, lines: int, budget: int = MAX_LOG_BYTES) -> tuple[int, int]:
+    """_tail_start on an open file, no further back than `budget` bytes from its end; and
+    how many lines lie from there to the end. A final newline ends the last line; it starts none."""
     size = f.seek(0, 2)
-    floor = max(0, size - MAX_LOG_BYTES)
+    floor = max(0, size - budget)
     pos, seen = size, 0
     while pos > floor:
         step = min(_TAIL_BLOCK, pos - floor)
@@ -173,9 +174,36 @@ def _scan_back(f: BinaryIO, lines: int) -> int:
         while (nl := block.rfind(b"\n", 0, end)) >= 0:
             seen += 1
             if seen == lines:
-                return pos + nl + 1
+                return pos + nl + 1, lines
             end = nl
-    return floor
+    return floor, seen + (1 if size > floor else 0)
+
+
+def _logs_tail(paths: list[Path], lines: int | None) -> tuple[bytes, int]:
+    """A job's logs read as one text, oldest attempt first: its last `lines` lines, or without
+    `lines` its last MAX_LOG_BYTES; and the offset in the newest log (the last path) where
+    that ends, which is where following it goes on."""
+    parts: list[bytes] = []
+    budget, need, end = MAX_LOG_BYTES, lines, 0
+    for i, path in enumerate(reversed(paths)):
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, 2)
+                start, found = (max(0, size - budget), 0) if need is None else _scan_back(f, need, budget)
+                f.seek(start)
+                data = f.read(size - start)
+        except FileNotFoundError:
+            continue
+        if i == 0:
+            end = start + len(data)
+        elif data and not data.endswith(b"\n"):
+            data += b"\n"  # an attempt cut off mid-line: the next one's header starts its own line
+        parts.append(data)
+        budget -= len(data)
+        need = None if need is None else need - found
+        if budget <= 0 or (need is not None and need <= 0):
+            break
+    return b"".join(reversed(parts)), end
 
 
 @router.get(
@@ -198,17 +226,14 @@ async def logs(
         ),
     ] = None,
 ) -> Any:
-    """The job's output (stdout and stderr). With follow=true the response streams until the job ends."""
+    """The job's output (stdout and stderr), every attempt's, oldest first. With follow=true
+    the response streams until the job ends."""
     await to_thread.run_sync(_get, plane, caller, job_id)
+    earlier = await to_thread.run_sync(plane.earlier_logs, caller, job_id)
     if not follow:
         path = await to_thread.run_sync(plane.log_path, caller, job_id)
-        if not path or not Path(path).exists():
-            return PlainTextResponse("")
-        size = Path(path).stat().st_size
-        start = max(0, size - MAX_LOG_BYTES)
-        if tail is not None:
-            start = await to_thread.run_sync(_tail_start, path, tail)
-        data, _ = _read_from(path, start)
+        paths = [*earlier, *([path] if path else [])]
+        data, _ = await to_thread.run_sync(_logs_tail, paths, tail)
         return PlainTextResponse(data.decode(errors="replace"))
 
     async def stream() -> AsyncIterator[bytes]:
@@ -216,11 +241,20 @@ async def logs(
         while True:
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
             path = await to_thread.run_sync(plane.log_path, caller, job_id)
-            if path != current:  # a new attempt may write elsewhere
+            if first:  # what the earlier attempts wrote on other nodes (Ray), then this one's log
+                if tail is not None:  # the tail of it all as it is now, then what follows
+                    data, pos = await to_thread.run_sync(_logs_tail, [*earlier, *([path] if path else [])], tail)
+                    if data:
+                        yield data
+                else:
+                    for old in earlier:
+                        at = 0
+                        while chunk := _read_from(old, at)[0]:
+                            at += len(chunk)
+                            yield chunk if chunk.endswith(b"\n") or len(chunk) == MAX_LOG_BYTES else chunk + b"\n"
+                current, first = path, False
+            elif path != current:  # a new attempt may write elsewhere
                 current, pos = path, 0
-                if first and tail is not None:  # the tail of the log as it is now, then what follows
-                    pos = await to_thread.run_sync(_tail_start, path, tail)
-                first = False
             # Read after looking at the phase: a job that has ended has written all it will.
             while True:
                 chunk, pos = _read_from(current, pos)
