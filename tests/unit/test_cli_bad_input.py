@@ -158,3 +158,21 @@ def test_the_demo_judges_its_flags_before_it_starts_a_plane(args: list[str], say
     assert res.exit_code == 2, res.output
     assert says in res.output, res.output
     assert not home.exists()
+
+
+def test_bench_data_refuses_datasets_larger_than_the_space_it_writes_them_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """64 large files of 1 GiB were accepted and written to /dev/shm: the machine's memory."""
+    import shutil
+    from collections import namedtuple
+
+    import sluice.bench.data as bench_data
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(bench_data, "work_base", lambda: tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(2 * 2**30, 0, 2**30))
+    res = CliRunner().invoke(app, ["bench", "data", "--large-files", "64", "--large-mb", "1024"])
+    assert res.exit_code == 2, res.output
+    assert "--large-mb" in res.output and "1.0 GiB free" in res.output
+    assert not list(tmp_path.iterdir())  # nothing made

@@ -94,6 +94,21 @@ def make_small_files(root: Path, n: int, seed: int = 0, lo: int = 3 * 1024, hi: 
     (root / MANIFEST_NAME).write_text(json.dumps({"version": 1, "items": items}))
 
 
+def work_base() -> Path:
+    """Where the bench makes its files: tmpfs (memory) where there is one."""
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+
+
+SMALL_FILE_MAX_BYTES = 100 * 1024
+"""The largest of `make_small_files`' files (3 to 100 KiB)."""
+
+
+def bytes_needed(files: int, large_files: int, large_mb: int) -> int:
+    """At most what the data scenarios write under `work_base()`: the sources and up to two
+    copies of them (a node cache's, and the merged blocks or a second tier's)."""
+    return 3 * (files * SMALL_FILE_MAX_BYTES + large_files * large_mb * MB)
+
+
 def make_large_files(root: Path, n: int, size: int, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     items = []
@@ -580,8 +595,7 @@ def run(
     if two_jobs_epochs < 1:
         raise ValueError(f"two_jobs_epochs: must be at least 1, got {two_jobs_epochs}")
     want = {s.strip() for s in scenarios.split(",")}
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    work = Path(tempfile.mkdtemp(prefix="sluice-bench-data-", dir=base))
+    work = Path(tempfile.mkdtemp(prefix="sluice-bench-data-", dir=work_base()))
     rows: list[Row] = []
     notes: list[str] = []
     try:
@@ -618,7 +632,7 @@ def run(
     print_rows(rows)
     for n in notes:
         console.print(n, markup=False)
-    console.print(f"machine: {os.cpu_count()} CPUs; tmpfs at {base}", markup=False)
+    console.print(f"machine: {os.cpu_count()} CPUs; tmpfs at {work_base()}", markup=False)
     if out is not None:
         out.write_text(json.dumps([r.__dict__ | {"ratio": r.ratio} for r in rows], indent=2))
     return rows

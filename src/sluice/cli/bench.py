@@ -292,6 +292,17 @@ def data(
     in_range("--large-mb", large_mb, 1, DATA_MAX_LARGE_MB)
     in_range("--two-jobs-epochs", two_jobs_epochs, 1, DATA_MAX_EPOCHS)
     _out("--out", out)
+    if set(wanted) - {"6"}:  # scenario 6 is simulated and makes no files
+        import shutil
+
+        base = bench_data.work_base()
+        need, free = bench_data.bytes_needed(files, large_files, large_mb), shutil.disk_usage(base).free
+        if need > free:  # 64 x 1 GiB on /dev/shm took the machine's memory
+            bad_input(
+                "--files/--large-files/--large-mb",
+                f"the datasets and their copies need up to {need / 2**30:.1f} GiB in {base}, "
+                f"which has {free / 2**30:.1f} GiB free; ask for fewer or smaller files",
+            )
     bench_data.run(
         two_jobs_epochs=two_jobs_epochs,
         remote=remote,
