@@ -154,3 +154,39 @@ def test_one_database_serves_one_plane(pg_url: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def _end_session_of(pg_url: str, store: SqlStore) -> None:
+    """What a PostgreSQL restart does to a plane: its claim session (and the lock) ends."""
+    claim = store._claim
+    assert claim is not None and not isinstance(claim, int)
+    pid = claim.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    claim.rollback()
+    other = SqlStore(pg_url)
+    try:
+        with other._engine.begin() as conn:
+            assert conn.exec_driver_sql(f"SELECT pg_terminate_backend({pid})").scalar()
+    finally:
+        other.close()
+
+
+def test_a_plane_whose_session_ended_takes_its_database_again_or_learns_it_was_taken(pg_url: str) -> None:
+    """The advisory lock lives with the session: after a server restart the first plane held
+    nothing, and a second plane could claim the database while the first ran its jobs."""
+    from sluice.store import StoreInUse
+
+    first, second = SqlStore(pg_url), SqlStore(pg_url)
+    try:
+        first.claim()
+        first.keep_claim()  # held: nothing to do
+        _end_session_of(pg_url, first)
+        first.keep_claim()  # nobody took it meanwhile: taken again
+        with pytest.raises(StoreInUse):
+            second.claim()
+        _end_session_of(pg_url, first)
+        second.claim()  # the second plane came first this time
+        with pytest.raises(StoreInUse, match="one database serves one plane"):
+            first.keep_claim()
+    finally:
+        first.close()
+        second.close()

@@ -371,6 +371,29 @@ def test_a_database_that_cannot_be_read_is_a_503_and_healthz_is_not_ok(env: Env)
     assert env.client.get("/v1/jobs", headers=env.alice).status_code == 200
 
 
+def test_a_plane_that_lost_its_database_to_another_stops_reconciling_and_says_so(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL restart ended the session holding the plane's lock and a second plane took
+    the database (tests/integration/test_postgres_store.py): the first must stop acting."""
+    import sluice.control.plane as plane_module
+    from sluice.store import StoreInUse
+
+    def taken() -> None:
+        raise StoreInUse("another control plane ... holds it; one database serves one plane")
+
+    monkeypatch.setattr(plane_module, "CLAIM_CHECK_S", 0.0)
+    monkeypatch.setattr(env.plane.store, "keep_claim", taken, raising=False)
+    env.plane.start()
+    thread = env.plane._thread
+    assert thread is not None
+    thread.join(timeout=10)
+    assert not thread.is_alive() and env.plane.lost_database is not None
+    health = env.client.get("/healthz")
+    assert health.status_code == 503 and health.json()["status"] == "stopped"
+    env.plane.stop()
+
+
 def test_healthz_metrics_and_docs(env: Env) -> None:
     assert env.client.get("/healthz").json() == {"status": "ok"}
     submit(env, env.alice)

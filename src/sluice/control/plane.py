@@ -47,10 +47,14 @@ from sluice.spec import (
     TenantSpec,
 )
 from sluice.spec.errors import FieldProblem
-from sluice.store import Store, StoreUnavailable, TenantRecord, open_store
+from sluice.store import Store, StoreInUse, StoreUnavailable, TenantRecord, open_store
 from sluice.store.base import DuplicateError, EventRecord
 
 log = logging.getLogger("sluice.plane")
+
+CLAIM_CHECK_S = 5.0
+"""How often the reconcile loop checks that this plane still holds its database (s): a
+PostgreSQL restart ends the session that held its lock (`SqlStore.keep_claim`)."""
 
 BUILT_IN_TENANTS = {
     "admin": "its token ($SLUICE_HOME/admin.token) is how sluice is administered",
@@ -198,6 +202,9 @@ class ControlPlane:
         self.recovery: RecoveryReport | None = None
         self.store_problem: str | None = None
         """Why the store takes no writes now (None when it does): the API's 503 reason."""
+        self.lost_database: str | None = None
+        """Set when another plane took the database from this one (a PostgreSQL restart ended
+        this plane's session and lock): this plane stops reconciling, /healthz says why."""
         self.health = self._attach_health(settings) if settings.health_enabled else None
 
     def _attach_health(self, settings: Settings) -> object:
@@ -255,10 +262,15 @@ class ControlPlane:
 
     def _loop(self) -> None:
         interval = self.settings.reconcile_interval_s
+        keep_claim = getattr(self.store, "keep_claim", None)
+        checked = time.monotonic()
         while not self._stop.is_set():
             t0 = time.monotonic()
             launches = self.controller.launches
             try:
+                if keep_claim is not None and t0 - checked >= CLAIM_CHECK_S:
+                    checked = t0
+                    keep_claim()
                 self.controller.step()
                 if self.store_problem is not None:
                     log.warning("the store takes writes again; reconciling")
@@ -267,6 +279,10 @@ class ControlPlane:
                 if self.store_problem != str(err):
                     log.error("reconcile paused: %s", err)
                 self.store_problem = str(err)
+            except StoreInUse as err:  # two planes acting on one set of jobs would run them twice
+                self.lost_database = str(err)
+                log.error("reconcile stopped: %s; this plane no longer acts on its jobs (stop it)", err)
+                return
             except Exception:  # keep reconciling; the failure is logged with its traceback
                 log.exception("reconcile round failed")
             # Right after a launch, look again soon: the start event is what users wait for.

@@ -220,6 +220,7 @@ class SqlStore:
     def __init__(self, url: str) -> None:
         self.url = url
         self._claim: int | Connection | None = None
+        self._holds_pg = False  # claimed a PostgreSQL database: keep_claim checks the session
         if make_url(url).drivername.startswith("sqlite"):
             self._engine = _sqlite_engine(url)
         else:
@@ -665,8 +666,10 @@ class SqlStore:
             os.write(fd, str(os.getpid()).encode())
             self._claim = fd
             return
+        self._holds_pg = True
         conn = self._engine.connect()
         got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PLANE_LOCK_KEY})").scalar()
+        conn.rollback()  # no transaction left open; a session-level lock outlives it
         if not got:
             conn.close()
             raise StoreInUse(
@@ -675,8 +678,33 @@ class SqlStore:
             )
         self._claim = conn
 
+    def keep_claim(self) -> None:
+        """Check that this plane still holds its database, and take it again where a
+        PostgreSQL restart (or a dropped connection) ended the session and the advisory lock
+        with it — before, a second plane could then claim the database while the first went
+        on running its jobs. StoreInUse: another plane took it meanwhile (this one must stop
+        acting on the jobs); StoreUnavailable: the server is still gone (try again later).
+        SQLite's flock lasts as long as the process: nothing to check."""
+        if not self._holds_pg:
+            return
+        conn = self._claim
+        if isinstance(conn, Connection):
+            try:
+                conn.exec_driver_sql("SELECT 1")
+                conn.rollback()
+                return
+            except DBAPIError:
+                with contextlib.suppress(Exception):
+                    conn.close()
+                self._claim = None
+        try:
+            self.claim()
+        except OperationalError as err:
+            raise StoreUnavailable(f"the database cannot be read: {_reason(err)}") from err
+
     def close(self) -> None:
         claim, self._claim = self._claim, None
+        self._holds_pg = False
         if isinstance(claim, int):
             os.close(claim)  # the flock goes with the descriptor
         elif claim is not None:

@@ -23,8 +23,14 @@ def healthz(request: Request) -> dict[str, str] | JSONResponse:
     for); 503 while the database does not, so a readiness probe or load balancer stops
     routing to a plane whose every read would fail. Unauthenticated, so the body names no
     host or path: the server log has the database's own words."""
+    plane = plane_of(request)
+    if plane.lost_database is not None:
+        return JSONResponse(
+            {"status": "stopped", "detail": "another plane took this plane's database; it no longer reconciles"},
+            status_code=503,
+        )
     try:
-        plane_of(request).store.ping()
+        plane.store.ping()
     except Unavailable:
         return JSONResponse(
             {"status": "unavailable", "detail": "the database does not answer; the server log says why"},
