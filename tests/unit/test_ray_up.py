@@ -5,9 +5,12 @@ engine placed refuses to start with this one (they would run twice)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,10 +88,51 @@ def test_an_address_nobody_answers_at_fails_in_one_line() -> None:
         check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
     with pytest.raises(RayUnreachable, match="not a Ray address"):
         check_reachable("127.0.0.1:99999")
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen(1)
-        check_reachable(f"ray://127.0.0.1:{listening.getsockname()[1]}", timeout_s=2.0)
+    with _server(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00") as port:  # an HTTP/2 SETTINGS frame, as gRPC opens
+        check_reachable(f"ray://127.0.0.1:{port}", timeout_s=2.0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n", "answered 'HTTP/1.1 400 Bad Request'"),
+        (b"", "answered 'nothing'"),
+        (None, "no answer within 1 s"),
+    ],
+)
+def test_a_port_that_is_not_ray_is_refused_in_seconds(answer: bytes | None, says: str) -> None:
+    """`--address` naming sluice's own API port (or any web server) made ray.init retry for
+    minutes: the check now wants gRPC's HTTP/2 answer, not only an open port."""
+    with _server(answer) as port, pytest.raises(RayUnreachable, match=rf"127.0.0.1:{port}.*{re.escape(says)}"):
+        check_reachable(f"127.0.0.1:{port}", timeout_s=1.0)
+
+
+@contextlib.contextmanager
+def _server(answer: bytes | None) -> Iterator[int]:
+    """A fake peer on loopback (a stand-in for a server that is or is not Ray): it reads what
+    comes, then sends `answer` and closes (None: says nothing and holds the connection)."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(1)
+    done = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listening.accept()
+        with conn:
+            conn.recv(64)
+            if answer is None:
+                done.wait(5)
+            else:
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(listening.getsockname()[1])
+    finally:
+        done.set()
+        thread.join(5)
+        listening.close()
 
 
 def test_up_checks_the_address_flag_before_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
