@@ -188,6 +188,7 @@ def serve(settings: Settings) -> None:
     import uvicorn
 
     from sluice.api.app import create_app
+    from sluice.api.connections import AcceptErrorsOnce, protocol_with, raise_descriptor_limit
     from sluice.control.plane import ControlPlane
 
     home = settings.home
@@ -224,7 +225,17 @@ def serve(settings: Settings) -> None:
             log.info("created tenants admin and default; tokens in %s", home)
         app = create_app(plane)  # before the loop starts, so its metrics see every round
         plane.start()
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        # Bounds on what any connection costs, token or not (api/connections.py).
+        raise_descriptor_limit()
+        logging.getLogger("asyncio").addFilter(AcceptErrorsOnce())
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http=protocol_with(settings.api_header_timeout_s),
+            limit_concurrency=settings.api_max_concurrency,
+        )
         server = uvicorn.Server(config)
         info = {"pid": os.getpid(), "url": url, "port": port, "home": str(home)}
         # A Ray instance the plane started itself stops with it, and its jobs with it (ray.md):

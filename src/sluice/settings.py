@@ -247,6 +247,25 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, Field(gt=0, description="Largest API request body in bytes. Default 1 MiB.")] = (
         1024 * 1024
     )
+    api_header_timeout_s: Annotated[
+        float,
+        Field(
+            ge=1,
+            le=300,
+            description="Seconds an API connection has to send a request's headers (from when it opens, and "
+            "after each response), then it is closed: connections that never finish a request held every "
+            "descriptor. Default 10.",
+        ),
+    ] = 10.0
+    api_max_concurrency: Annotated[
+        int,
+        Field(
+            ge=16,
+            le=100_000,
+            description="Open API connections (or requests in flight) beyond which a new request gets a 503 at "
+            "once. Default 2048.",
+        ),
+    ] = 2048
     metrics_token: Annotated[
         str | None,
         Field(

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -189,6 +190,7 @@ def _start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
         "SLUICE_POLICY": "kube",
         "SLUICE_RECONCILE_INTERVAL_S": "0.2",
         "SLUICE_NODE_CPUS": "2",
+        "SLUICE_API_HEADER_TIMEOUT_S": "2",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice.server"],
@@ -206,6 +208,23 @@ def _start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
 
     wait_for(up, 30, "server to answer /healthz", every=0.2)
     return proc
+
+
+def test_the_server_closes_a_connection_that_never_sends_a_request(tmp_path: Path) -> None:
+    """The plane's own server bounds each connection's time to send a request
+    (api/connections.py; SLUICE_API_HEADER_TIMEOUT_S is 2 here): 20,000 silent connections,
+    no token needed, held every descriptor it had."""
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    server = _start_server(home, port)
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            silent.settimeout(15)
+            assert silent.recv(1) == b""
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
 
 
 def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:

@@ -1,0 +1,103 @@
+"""What one HTTP connection may cost the server, whoever opens it (no token needed to connect).
+
+uvicorn keeps a connection whose request headers never complete for as long as the client
+likes — one that sends nothing, or a byte every few seconds ("slowloris"). Twenty thousand of
+them, opened from loopback without a token, held every descriptor the plane had: `/healthz`
+and every tenant's requests timed out, and asyncio logged a traceback per failed `accept`,
+6 MB of server.log a second (red-team pass 5). So:
+
+- `BoundedH11Protocol` gives each connection `header_timeout_s` to complete a request's
+  headers — from when it opens, and again after each response on a kept-alive connection —
+  then closes it;
+- `AcceptErrorsOnce` lets one "out of system resource" accept error per minute into the log
+  (the count of the ones it held back goes with the next);
+- the server asks uvicorn for `limit_concurrency` (requests beyond it get a 503 at once) and
+  raises its own descriptor limit to the hard one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+ACCEPT_ERROR_EVERY_S = 60.0
+"""At most one logged accept failure per this many seconds (s)."""
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request's headers."""
+
+    header_timeout_s: float = 10.0
+    """Set by `protocol_with` for each server: seconds a connection has to send a request's headers."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()  # a kept-alive connection has as long for the next request's headers
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+        # The cycle now is the one that ends when the next request's headers are complete:
+        # none yet on a new connection, the finished one after a response.
+        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._too_slow, self.cycle)
+
+    def _too_slow(self, cycle_then: Any) -> None:
+        if self.cycle is cycle_then and not self.transport.is_closing():
+            self.transport.close()  # no request came complete in time: nothing to answer
+
+
+def protocol_with(header_timeout_s: float) -> type[BoundedH11Protocol]:
+    """The protocol class for one server (uvicorn takes a class, not an instance)."""
+    return type("BoundedH11Protocol", (BoundedH11Protocol,), {"header_timeout_s": header_timeout_s})
+
+
+class AcceptErrorsOnce(logging.Filter):
+    """Lets asyncio's 'socket.accept() out of system resource' through once per
+    `ACCEPT_ERROR_EVERY_S`; every other record passes."""
+
+    def __init__(self, every_s: float = ACCEPT_ERROR_EVERY_S) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last = float("-inf")
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "socket.accept() out of system resource" not in str(record.msg):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            self._held += 1
+            return False
+        self._last = now
+        if self._held:
+            record.msg = f"{record.msg} ({self._held} more since the last one logged)"
+            self._held = 0
+        record.exc_info = None  # the same traceback every time: the message says it
+        return True
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's open-file limit to its hard limit; returns the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
