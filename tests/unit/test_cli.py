@@ -597,3 +597,39 @@ def test_up_takes_a_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     code, out, _ = sluice("up", "--detach", "--home", str(home))
     assert code == 0 and "already running at http://127.0.0.1:1" in out
     assert os.environ["SLUICE_HOME"] == str(tmp_path / "elsewhere")  # the command did not leak its home
+
+
+# --------------------------------------------------------------------------- other people's strings
+
+
+HOSTILE = "\x1b]0;pwned\x1b\\\x1b[2J[/] [link=https://evil.example]x[/link]"
+"""What a tenant can put in its argv (and so in a launch failure's reason): an OSC title, a
+clear-screen, a Rich closing tag with nothing to close, and Rich link markup."""
+
+
+def test_a_tenants_strings_reach_the_admins_terminal_as_text(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.spec import JobSpec
+
+    bob = live.plane.authenticate(live.tokens["bob"])
+    job = live.plane.submit(bob, JobSpec(name="evil", command=["/nonexistent", HOSTILE]))
+    live.plane.step()
+    record = live.plane.controller.book.get(job.id)
+    assert record is not None
+    live.engine.pending.append(
+        JobExited(
+            job.id, record.attempt, live.engine.now, 127, reason=f"launch failed: looked at {HOSTILE}", retryable=False
+        )
+    )
+    live.plane.step()
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["admin"])
+    monkeypatch.setenv("COLUMNS", "400")
+    for args in (("job", "list"), ("job", "get", job.id), ("job", "why", job.id)):
+        code, out, err = sluice(*args)
+        assert code == 0, (args, err)  # before: MarkupError: closing tag '[/]' ... has nothing to close
+        assert "\x1b" not in out, (args, out)  # before: the ESC sequences reached the terminal
+        shown = HOSTILE.replace("\x1b", "\\x1b")  # each ESC written out, the rest as it is
+        assert shown in out.replace("\n", ""), (args, out)
+    code, out, _ = sluice("job", "get", job.id, "-o", "json")
+    assert code == 0 and json.loads(out)["spec"]["command"][1] == HOSTILE  # -o json keeps the data as it is

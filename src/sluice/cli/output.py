@@ -52,15 +52,33 @@ def emit(data: Any, output: Output, render: Callable[[Any], None]) -> None:
         render(data)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """`text` as a terminal may show it: every control character written out as an escape
+    (`\\x1b`, `\\n`). Why: what the CLI prints comes from the server and is written by other
+    people — a tenant's argv, dataset source, or a reason quoting them — and an ESC would have
+    the reader's terminal run it (clear the screen, set the title, plant a hyperlink, write
+    the clipboard); a newline would forge table rows. Idempotent: its output has none left."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _cell(value: Any) -> Text:
+    """A table cell: plain text (never Rich markup: `[/]` in a tenant's string would make the
+    whole table fail to print), control characters shown as escapes."""
+    return Text("" if value is None else shown(str(value)))
+
+
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
     """A kubectl-like table. Every column but the last (free text: reasons, messages) keeps
     its full width — ids and names are copied by users and must never be cut; the last one
-    wraps on a narrow terminal."""
+    wraps on a narrow terminal. Cells are plain text (`_cell`)."""
     t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    cells = [[_cell(v) for v in row] for row in rows]
     for i, name in enumerate(columns):
         if i < len(columns) - 1:
-            width = max([len(name), *(len(r[i]) for r in cells)])
+            width = max([len(name), *(r[i].cell_len for r in cells)])
             t.add_column(name, no_wrap=True, min_width=width)
         else:
             t.add_column(name, overflow="fold", min_width=min(20, len(name)))
@@ -85,10 +103,11 @@ def list_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, optiona
     Why: folding a long reason into a column a few characters wide makes every row many lines
     tall and unreadable at 80 columns. Instead the `optional` columns are left out, in the
     order given, until the last column has REASON_MIN_WIDTH characters; then it is cut with
-    an ellipsis. Ids and names are never cut; `-o json` always has every field."""
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    an ellipsis. Ids and names are never cut; `-o json` always has every field. Cells are
+    plain text (`_cell`)."""
+    cells = [[_cell(v) for v in row] for row in rows]
     keep = list(range(len(columns)))
-    width_of = {i: max([len(columns[i]), *(len(r[i]) for r in cells)]) for i in keep}
+    width_of = {i: max([len(columns[i]), *(r[i].cell_len for r in cells)]) for i in keep}
     budget = console.width
     for name in optional:
         if _row_width([width_of[i] for i in keep[:-1]] + [REASON_MIN_WIDTH]) <= budget:
@@ -106,10 +125,11 @@ def list_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, optiona
 
 
 def fail(err: CliError) -> NoReturn:
-    """Print the error (and each named field) and exit with its code."""
-    err_console.print(f"[bold red]error:[/] {err}", markup=True)
+    """Print the error (and each named field) and exit with its code. The words are the
+    server's, which may quote other people's strings: printed as plain text (`shown`)."""
+    err_console.print(Text.assemble(("error:", "bold red"), f" {shown(str(err))}"))
     for p in err.problems:
-        err_console.print(f"  {p.get('field', '?')}: {p.get('problem', '')}", markup=False)
+        err_console.print(f"  {shown(str(p.get('field', '?')))}: {shown(str(p.get('problem', '')))}", markup=False)
     raise typer.Exit(err.code)
 
 
@@ -159,9 +179,11 @@ _UTC_INSTANT = re.compile(r"\b(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)Z\b")
 
 def local_times(text: str | None) -> str:
     """A reason or message with each instant the server wrote in ISO-8601 UTC
-    (`2026-11-23T12:01:05Z`) shown in local time, as `when` shows times; -o json keeps the text."""
+    (`2026-11-23T12:01:05Z`) shown in local time, as `when` shows times; -o json keeps the text.
+    Control characters are shown as escapes (`shown`): a reason can quote a tenant's argv."""
     if not text:
         return ""
+    text = shown(text)
 
     def local(m: re.Match[str]) -> str:
         return when(calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")))
