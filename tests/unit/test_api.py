@@ -470,6 +470,33 @@ def test_bad_page_parameters_are_422_naming_them(env: Env, params: dict[str, Any
         assert [p["field"] for p in r.json()["problems"]] == [field], r.text
 
 
+def _cursor(raw: str) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/v1/jobs", '{"k":"jobs","v":[1,"\\ud800"]}'),
+        ("/v1/jobs", '{"k":"jobs","v":[NaN,"j-1"]}'),
+        ("/v1/jobs/{job}/why", '{"k":"events","v":[99999999999999999999999999]}'),
+        ("/v1/jobs/{job}/why", '{"k":"events","v":[-99999999999999999999999999]}'),
+        ("/v1/tenants", '{"k":"tenants","v":["\\ud800"]}'),
+        ("/v1/datasets", '{"k":"datasets","v":["\\ud800","x"]}'),
+    ],
+    ids=["jobs-surrogate", "jobs-nan", "events-huge", "events-minus-huge", "tenants-surrogate", "datasets-surrogate"],
+)
+def test_a_forged_cursor_the_store_cannot_take_is_422_not_500(env: Env, path: str, raw: str) -> None:
+    """Before: a lone surrogate or an int past 64 bits went on to SQLite: a 500 and a traceback
+    in the server's log per request."""
+    job = submit(env, env.alice)["id"]
+    r = env.client.get(path.format(job=job), params={"cursor": _cursor(raw)}, headers=env.admin)
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["problems"]] == ["cursor"], r.text
+
+
 # --------------------------------------------------------------------------- capacity at submit
 
 

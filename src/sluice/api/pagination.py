@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Generic, TypeVar
 
@@ -66,12 +67,29 @@ def decode_cursor(kind: str, cursor: str | None, types: Sequence[type]) -> tuple
     return tuple(float(v) if t is float else v for v, t in zip(values, types, strict=True))
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+"""What the store can hold in an INTEGER: a cursor's int outside it was never given out."""
+
+
 def _is(value: Any, t: type) -> bool:
+    """`value` is a `t` the store can take. A cursor is the client's input: an int past 64
+    bits (OverflowError in SQLite), a lone surrogate (UnicodeEncodeError) or a NaN would
+    otherwise reach the store and come back as a 500 with a traceback in the log."""
     if t is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if t is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value <= _INT64[1]
+    if t is str:
+        return isinstance(value, str) and _encodable(value)
     return isinstance(value, t)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def page_of(items: Sequence[T], limit: int, kind: str, key: Callable[[T], Sequence[Any]]) -> tuple[list[T], str | None]:
