@@ -710,3 +710,86 @@ def test_a_cordon_reason_is_kept_without_its_outer_whitespace(env: Env) -> None:
     r = env.client.post("/v1/nodes/n0/cordon", json={"reason": "  disk failing  "}, headers=env.admin)
     assert r.status_code == 200, r.text
     assert any(e.message.endswith("disk failing") for e in env.plane.store.events())
+
+
+# --------------------------------------------------------------------------- log responses: bounded pieces
+
+
+async def _log_call(app: Any, path: str, query: str, token_header: dict[str, str], sent: list[dict[str, Any]]) -> None:
+    """Drive the ASGI app as a client that stays connected and never signals a disconnect
+    (a slow or idle reader); each message the app sends is kept in `sent`."""
+    import asyncio
+
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # never disconnects
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"authorization", token_header["Authorization"].encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+    }
+    await app(scope, receive, send)
+
+
+def _running_job(env: Env, who: dict[str, str]) -> str:
+    job_id: str = submit(env, who)["id"]
+    env.plane.step()
+    record = env.plane.controller.book.get(job_id)
+    assert record is not None
+    env.engine.pending.append(JobStarted(job_id, record.attempt, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    return job_id
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["plain", "followed"])
+def test_a_log_is_sent_in_bounded_pieces(env: Env, follow: bool) -> None:
+    """Before: the whole log (up to 8 MiB) went to the transport in one piece, so each client
+    that did not read held all of it in the server's memory (60 such clients: +700 MB)."""
+    import asyncio
+
+    from sluice.api.job_logs import LOG_CHUNK as piece
+
+    job_id = _running_job(env, env.alice)
+    text = "".join(f"line {i:07d} " + "x" * 80 + "\n" for i in range(12_000))  # about 1 MiB
+    (env.engine.log_dir / f"{job_id}.log").write_text(text)
+    app = create_app(env.plane)
+    sent: list[dict[str, Any]] = []
+
+    def body() -> bytes:
+        return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+    async def run() -> None:
+        call = asyncio.create_task(
+            _log_call(app, f"/v1/jobs/{job_id}/logs", "follow=true" if follow else "", env.alice, sent)
+        )
+        for _ in range(400):
+            if len(body()) >= len(text) or call.done():
+                break
+            await asyncio.sleep(0.01)
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+
+    asyncio.run(run())
+    assert sent[0]["status"] == 200
+    pieces = [len(m.get("body", b"")) for m in sent if m["type"] == "http.response.body"]
+    assert body().decode() == text
+    assert max(pieces) <= piece, max(pieces)

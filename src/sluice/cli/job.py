@@ -35,7 +35,7 @@ from sluice.spec import SpecError, load_job_spec, parse_job_spec
 app = typer.Typer(help="Submit, list, follow, cancel and explain training jobs.", no_args_is_help=True)
 
 MAX_TAIL_LINES = 100_000
-"""Largest --tail (the API's bound too: sluice.api.routes.jobs.MAX_TAIL_LINES)."""
+"""Largest --tail (the API's bound too: sluice.api.job_logs.MAX_TAIL_LINES)."""
 
 LIST_OPTIONAL = ("LOSS", "STEP", "CPU req/lim", "NODE", "TENANT")
 """`job list` columns a narrow terminal leaves out, first to last, before REASON is cut."""

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BeforeValidator
 
+from sluice.api import job_logs
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import ErrorOut, EventOut, InvalidOut, JobOut, jsonable
@@ -24,11 +25,6 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 FOLLOW_POLL_S = 0.25
 """How often a followed log is checked for new bytes (s)."""
-MAX_LOG_BYTES = 8 * 1024 * 1024
-"""A plain (not followed) log read returns at most this many trailing bytes."""
-MAX_TAIL_LINES = 100_000
-"""Largest `tail` a log request may ask for (lines)."""
-_TAIL_BLOCK = 64 * 1024
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "Missing or unknown token."},
@@ -134,78 +130,6 @@ def progress(plane: PlaneDep, caller: CallerDep, job_id: str) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}  # no report seen yet
 
 
-def _read_from(path: Any, pos: int) -> tuple[bytes, int]:
-    if not path:
-        return b"", pos
-    try:
-        with open(path, "rb") as f:
-            f.seek(pos)
-            data = f.read(MAX_LOG_BYTES)
-    except FileNotFoundError:
-        return b"", pos
-    return data, pos + len(data)
-
-
-def _tail_start(path: Any, lines: int) -> int:
-    """Offset at which the file's last `lines` lines begin: 0 when it has fewer, and never
-    further back than MAX_LOG_BYTES from its end. Read backwards in blocks, so a long log
-    costs only what is returned."""
-    if not path:
-        return 0
-    try:
-        with open(path, "rb") as f:
-            return _scan_back(f, lines)[0]
-    except FileNotFoundError:
-        return 0
-
-
-def _scan_back(f: BinaryIO, lines: int, budget: int = MAX_LOG_BYTES) -> tuple[int, int]:
-    """_tail_start on an open file, no further back than `budget` bytes from its end; and
-    how many lines lie from there to the end. A final newline ends the last line; it starts none."""
-    size = f.seek(0, 2)
-    floor = max(0, size - budget)
-    pos, seen = size, 0
-    while pos > floor:
-        step = min(_TAIL_BLOCK, pos - floor)
-        pos -= step
-        f.seek(pos)
-        block = f.read(step)
-        end = len(block) - 1 if pos + step == size and block.endswith(b"\n") else len(block)
-        while (nl := block.rfind(b"\n", 0, end)) >= 0:
-            seen += 1
-            if seen == lines:
-                return pos + nl + 1, lines
-            end = nl
-    return floor, seen + (1 if size > floor else 0)
-
-
-def _logs_tail(paths: list[Path], lines: int | None) -> tuple[bytes, int]:
-    """A job's logs read as one text, oldest attempt first: its last `lines` lines, or without
-    `lines` its last MAX_LOG_BYTES; and the offset in the newest log (the last path) where
-    that ends, which is where following it goes on."""
-    parts: list[bytes] = []
-    budget, need, end = MAX_LOG_BYTES, lines, 0
-    for i, path in enumerate(reversed(paths)):
-        try:
-            with open(path, "rb") as f:
-                size = f.seek(0, 2)
-                start, found = (max(0, size - budget), 0) if need is None else _scan_back(f, need, budget)
-                f.seek(start)
-                data = f.read(size - start)
-        except FileNotFoundError:
-            continue
-        if i == 0:
-            end = start + len(data)
-        elif data and not data.endswith(b"\n"):
-            data += b"\n"  # an attempt cut off mid-line: the next one's header starts its own line
-        parts.append(data)
-        budget -= len(data)
-        need = None if need is None else need - found
-        if budget <= 0 or (need is not None and need <= 0):
-            break
-    return b"".join(reversed(parts)), end
-
-
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
@@ -221,8 +145,8 @@ async def logs(
         int | None,
         Query(
             ge=1,
-            le=MAX_TAIL_LINES,
-            description=f"Only the last N lines (1 to {MAX_TAIL_LINES}); with follow, then the new ones.",
+            le=job_logs.MAX_TAIL_LINES,
+            description=f"Only the last N lines (1 to {job_logs.MAX_TAIL_LINES}); with follow, then the new ones.",
         ),
     ] = None,
 ) -> Any:
@@ -232,9 +156,16 @@ async def logs(
     earlier = await to_thread.run_sync(plane.earlier_logs, caller, job_id)
     if not follow:
         path = await to_thread.run_sync(plane.log_path, caller, job_id)
-        paths = [*earlier, *([path] if path else [])]
-        data, _ = await to_thread.run_sync(_logs_tail, paths, tail)
-        return PlainTextResponse(data.decode(errors="replace"))
+        parts = await to_thread.run_sync(job_logs.segments, [*earlier, *([path] if path else [])], tail)
+
+        async def text() -> AsyncIterator[bytes]:
+            """UTF-8 text (invalid bytes replaced), a piece at a time."""
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            for chunk in job_logs.pieces(parts):
+                yield decoder.decode(chunk).encode()
+            yield decoder.decode(b"", final=True).encode()
+
+        return StreamingResponse(text(), media_type="text/plain; charset=utf-8")
 
     async def stream() -> AsyncIterator[bytes]:
         pos, current, first = 0, None, True
@@ -242,25 +173,23 @@ async def logs(
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
             path = await to_thread.run_sync(plane.log_path, caller, job_id)
             if first:  # what the earlier attempts wrote on other nodes (Ray), then this one's log
+                now = [*earlier, *([path] if path else [])]
                 if tail is not None:  # the tail of it all as it is now, then what follows
-                    data, pos = await to_thread.run_sync(_logs_tail, [*earlier, *([path] if path else [])], tail)
-                    if data:
-                        yield data
+                    parts = await to_thread.run_sync(job_logs.segments, now, tail)
+                    pos = parts[-1].end if parts and path and parts[-1].path == path else 0
                 else:
-                    for old in earlier:
-                        at = 0
-                        while chunk := _read_from(old, at)[0]:
-                            at += len(chunk)
-                            yield chunk if chunk.endswith(b"\n") or len(chunk) == MAX_LOG_BYTES else chunk + b"\n"
+                    parts = await to_thread.run_sync(job_logs.whole, earlier)
+                for chunk in job_logs.pieces(parts):
+                    yield chunk
                 current, first = path, False
             elif path != current:  # a new attempt may write elsewhere
                 current, pos = path, 0
             # Read after looking at the phase: a job that has ended has written all it will.
             while True:
-                chunk, pos = _read_from(current, pos)
+                chunk, pos = job_logs.read_from(current, pos)
                 if chunk:
                     yield chunk
-                if len(chunk) < MAX_LOG_BYTES:
+                if len(chunk) < job_logs.LOG_CHUNK:
                     break
             if job.phase.terminal or await request.is_disconnected():
                 return
