@@ -712,7 +712,7 @@ def test_a_cordon_reason_is_kept_without_its_outer_whitespace(env: Env) -> None:
     assert any(e.message.endswith("disk failing") for e in env.plane.store.events())
 
 
-# --------------------------------------------------------------------------- log responses: bounded pieces
+# --------------------------------------------------------------------------- log responses: bounded pieces and count
 
 
 async def _log_call(app: Any, path: str, query: str, token_header: dict[str, str], sent: list[dict[str, Any]]) -> None:
@@ -793,3 +793,43 @@ def test_a_log_is_sent_in_bounded_pieces(env: Env, follow: bool) -> None:
     pieces = [len(m.get("body", b"")) for m in sent if m["type"] == "http.response.body"]
     assert body().decode() == text
     assert max(pieces) <= piece, max(pieces)
+
+
+def test_a_tenant_may_hold_only_so_many_log_streams(env: Env) -> None:
+    """Before: any number of followed logs, each polling its job every 0.25 s for as long as
+    the client stayed: 3,000 idle followers of one tenant took another's request from 2 ms to
+    0.7 s. Now the 17th open log response of one tenant is a 429; others are not affected."""
+    import asyncio
+
+    from sluice.api.routes import jobs as job_routes
+
+    cap = getattr(job_routes, "MAX_LOG_STREAMS_PER_TENANT", 16)
+    mine, theirs = _running_job(env, env.alice), _running_job(env, env.bob)
+    app = create_app(env.plane)
+
+    async def started(who: dict[str, str], job: str) -> tuple[asyncio.Task[None], list[dict[str, Any]]]:
+        sent: list[dict[str, Any]] = []
+        task = asyncio.create_task(_log_call(app, f"/v1/jobs/{job}/logs", "follow=true", who, sent))
+        for _ in range(300):
+            if sent or task.done():
+                break
+            await asyncio.sleep(0.01)
+        return task, sent
+
+    async def run() -> None:
+        held = [await started(env.alice, mine) for _ in range(cap)]
+        assert all(sent[0]["status"] == 200 for _, sent in held)
+        task, sent = await started(env.alice, mine)
+        assert sent[0]["status"] == 429 and task.done()
+        assert b"already has" in sent[1]["body"]
+        bob_task, bob_sent = await started(env.bob, theirs)
+        assert bob_sent[0]["status"] == 200  # another tenant's streams are its own
+        held[0][0].cancel()  # one of alice's clients goes away: its slot is free again
+        await asyncio.gather(held[0][0], return_exceptions=True)
+        again, again_sent = await started(env.alice, mine)
+        assert again_sent[0]["status"] == 200
+        for t in [*(t for t, _ in held[1:]), bob_task, again]:
+            t.cancel()
+        await asyncio.gather(*(t for t, _ in held[1:]), bob_task, again, return_exceptions=True)
+
+    asyncio.run(run())

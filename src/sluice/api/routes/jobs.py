@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Body, Query, Request
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BeforeValidator
+from starlette.types import Receive, Scope, Send
 
 from sluice.api import job_logs
 from sluice.api.auth import CallerDep, PlaneDep
+from sluice.api.errors import error_body
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import ErrorOut, EventOut, InvalidOut, JobOut, jsonable
 from sluice.control.errors import NotFound
@@ -25,6 +27,10 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 FOLLOW_POLL_S = 0.25
 """How often a followed log is checked for new bytes (s)."""
+MAX_LOG_STREAMS_PER_TENANT = 16
+"""Log responses (plain or followed) a tenant may have open at once; more is a 429. A followed
+log polls its job every FOLLOW_POLL_S for as long as the client stays, so without a bound one
+tenant's thousands of idle followers slowed every tenant's requests."""
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "Missing or unknown token."},
@@ -130,6 +136,51 @@ def progress(plane: PlaneDep, caller: CallerDep, job_id: str) -> dict[str, Any]:
     return out if isinstance(out, dict) else {}  # no report seen yet
 
 
+class _CountedStream(StreamingResponse):
+    """A streaming response that calls `release` once it is over, however it ends (sent,
+    client gone, cancelled)."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/plain; charset=utf-8")
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+def _log_slot(request: Request, tenant: str) -> Callable[[], None] | None:
+    """Take one of the tenant's MAX_LOG_STREAMS_PER_TENANT log slots; None when all are in use.
+    Counted on the event loop's thread (this route is async), so no lock is needed."""
+    open_streams: dict[str, int] | None = getattr(request.app.state, "log_streams", None)
+    if open_streams is None:
+        open_streams = request.app.state.log_streams = {}
+    if open_streams.get(tenant, 0) >= MAX_LOG_STREAMS_PER_TENANT:
+        return None
+    open_streams[tenant] = open_streams.get(tenant, 0) + 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            open_streams[tenant] -= 1
+            if open_streams[tenant] <= 0:
+                del open_streams[tenant]
+
+    return release
+
+
+def _too_many() -> JSONResponse:
+    detail = (
+        f"this tenant already has {MAX_LOG_STREAMS_PER_TENANT} log responses open (the most at once); "
+        "close one or retry later"
+    )
+    return JSONResponse(error_body("too many requests", detail), status_code=429, headers={"Retry-After": "5"})
+
+
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
@@ -157,6 +208,9 @@ async def logs(
     if not follow:
         path = await to_thread.run_sync(plane.log_path, caller, job_id)
         parts = await to_thread.run_sync(job_logs.segments, [*earlier, *([path] if path else [])], tail)
+        release = _log_slot(request, caller.name)
+        if release is None:
+            return _too_many()
 
         async def text() -> AsyncIterator[bytes]:
             """UTF-8 text (invalid bytes replaced), a piece at a time."""
@@ -165,7 +219,11 @@ async def logs(
                 yield decoder.decode(chunk).encode()
             yield decoder.decode(b"", final=True).encode()
 
-        return StreamingResponse(text(), media_type="text/plain; charset=utf-8")
+        return _CountedStream(text(), release)
+
+    release = _log_slot(request, caller.name)
+    if release is None:
+        return _too_many()
 
     async def stream() -> AsyncIterator[bytes]:
         pos, current, first = 0, None, True
@@ -195,4 +253,4 @@ async def logs(
                 return
             await asyncio.sleep(FOLLOW_POLL_S)
 
-    return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+    return _CountedStream(stream(), release)
