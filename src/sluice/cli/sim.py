@@ -110,6 +110,19 @@ def _load_jobs(
     try:
         if workload.startswith("cpu:"):
             n, stagger = _cpu_spec(workload)
+            trace_only = {
+                "--max-jobs": max_jobs is not None,
+                "--load-factor": load_factor != 1.0,
+                "--window-start-h": window_start_h is not None,
+                "--window-hours": window_hours is not None,
+            }
+            for flag, given in trace_only.items():
+                if given:
+                    bad_input(
+                        flag,
+                        f"applies to a trace CSV, not to the synthetic {workload} (its N jobs arrive STAGGER_S apart: "
+                        "change N or STAGGER_S instead)",
+                    )
             jobs = sim.cpu_workload(n, stagger_s=stagger, seed=seed)
         else:
             jobs = sim.load_workload(
@@ -232,19 +245,24 @@ def run(
     load_factor: Annotated[
         float,
         typer.Option(
-            help=f"Arrival-rate multiplier, {MIN_LOAD_FACTOR:g} to {MAX_LOAD_FACTOR:g} "
-            "(traces: <1 samples, >1 compresses)."
+            help=f"Arrival-rate multiplier of a workload CSV, {MIN_LOAD_FACTOR:g} to {MAX_LOAD_FACTOR:g} "
+            "(traces: <1 samples, >1 compresses); refused with cpu:N."
         ),
     ] = 1.0,
     window_start_h: Annotated[
         float | None,
-        typer.Option(help=f"Trace window start, hours after its first job (0 to {MAX_WINDOW_H:,.0f})."),
+        typer.Option(
+            help=f"Trace window start, hours after its first job (0 to {MAX_WINDOW_H:,.0f}); refused with cpu:N."
+        ),
     ] = None,
     window_hours: Annotated[
         float | None,
-        typer.Option(help=f"Trace window length in hours (above 0, at most {MAX_WINDOW_H:,.0f})."),
+        typer.Option(help=f"Trace window length in hours (above 0, at most {MAX_WINDOW_H:,.0f}); refused with cpu:N."),
     ] = None,
-    max_jobs: Annotated[int | None, typer.Option(help=f"Keep only the first N jobs (1 to {MAX_JOBS:,}).")] = None,
+    max_jobs: Annotated[
+        int | None,
+        typer.Option(help=f"Keep only the first N jobs of a workload CSV (1 to {MAX_JOBS:,}); refused with cpu:N."),
+    ] = None,
     fail_rate: Annotated[float, typer.Option(help=f"Random node losses per node-hour (0 to {MAX_FAIL_RATE:g}).")] = 0.0,
     fail_at: Annotated[
         list[str] | None,
