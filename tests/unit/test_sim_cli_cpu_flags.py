@@ -1,9 +1,11 @@
 """`sluice sim run --workload cpu:N` with a flag that only shapes a workload CSV (--max-jobs,
 --load-factor, --window-start-h, --window-hours): refused naming the flag, before anything runs.
-They were silently ignored (`--max-jobs 1` ran all N jobs). (walk5)"""
+They were silently ignored (`--max-jobs 1` ran all N jobs). And --out/--cdf into a missing
+folder are refused before the run, not with a FileNotFoundError after it (walk5)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,3 +42,9 @@ def refused(args: list[str], where: str) -> str:
 def test_trace_only_flags_are_refused_with_cpu_workload(flag: list[str]) -> None:
     line = refused(["--workload", "cpu:3", "--nodes", "1", *flag], flag[0])
     assert "cpu:3" in line
+
+
+@pytest.mark.parametrize("flag,name", [("--out", "r.csv"), ("--cdf", "c.png")])
+def test_output_in_a_missing_folder_is_refused_before_the_run(tmp_path: Path, flag: str, name: str) -> None:
+    line = refused(["--workload", "cpu:3", "--nodes", "1", flag, str(tmp_path / "nodir" / name)], flag)
+    assert "no folder" in line

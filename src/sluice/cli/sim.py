@@ -297,6 +297,11 @@ def run(
             bad_input(f"--out {out}", "must end in .csv or .json")
         if cdf is not None and cdf.suffix.lower() != ".png":
             bad_input(f"--cdf {cdf}", "must end in .png")
+        for flag, path in (("--out", out), ("--cdf", cdf)):
+            if path is not None and path.is_dir():
+                bad_input(f"{flag} {path}", "is a folder; give a file")
+            if path is not None and not path.parent.is_dir():
+                bad_input(f"{flag} {path}", f"no folder {path.parent}")
         in_range("--nodes", nodes, 1, MAX_NODES)
         in_range("--gpus-per-node", gpus_per_node, 0, MAX_GPUS_PER_NODE)
         in_range("--cpus-per-node", cpus_per_node, 1, MAX_CPUS_PER_NODE)
