@@ -105,6 +105,22 @@ def secure_home(home: Path, isolation: Isolation) -> None:
         home.chmod(mode)
 
 
+def _submit_problems(spec: JobSpec) -> list[FieldProblem]:
+    """Fields a submitted spec gives that the plane would otherwise ignore or guess at. Checked
+    at submit, not in JobSpec, so a spec stored before still loads."""
+    out: list[FieldProblem] = []
+    if spec.workdir is not None and not os.path.isabs(spec.workdir):
+        out.append(
+            FieldProblem(
+                "workdir",
+                f"{spec.workdir!r} is relative: give an absolute path (the CLI and Client.submit(path) take a "
+                "spec file's relative workdir from the file's folder; a request body has no folder to resolve "
+                "it against, and the plane's own working folder is not the job's)",
+            )
+        )
+    return out
+
+
 def _too_big(spec: JobSpec, sizes: list[tuple[str, float, int, int]]) -> list[FieldProblem]:
     """What of one replica (and of the whole gang) no node of `sizes` (name, cpu, gpus,
     memory MiB; 0 memory = unknown) could ever hold, each with the largest node's capacity."""
@@ -426,6 +442,9 @@ class ControlPlane:
             raise Forbidden(f"tenant: you may submit only as {caller.name!r}")
         if tenant != caller.name and self.store.get_tenant(tenant) is None:
             raise NotFound(f"tenant {tenant!r} not found")
+        problems = _submit_problems(spec)
+        if problems:
+            raise SpecError(problems)
         spec = self._confined(spec)
         missing = self.datasets.missing(tenant, [d.name for d in spec.datasets])
         if missing:

@@ -1,0 +1,56 @@
+"""A job spec field the plane would ignore or guess at is a 422 naming it at submit (walk5):
+a relative `workdir` in a request body ran the job in the plane's own working folder."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.control.plane import ControlPlane
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.store.sql import SqlStore
+
+from .fake_engine import FakeEngine
+
+
+@dataclass
+class Env:
+    client: TestClient
+    auth: dict[str, str]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    settings = Settings(home=tmp_path / "home")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    with TestClient(create_app(plane)) as client:
+        yield Env(client, {"Authorization": f"Bearer {tokens['default']}"})
+    plane.store.close()
+
+
+JOB: dict[str, Any] = {"name": "j", "command": ["python", "train.py"]}
+
+
+def submit(env: Env, **fields: Any) -> Any:
+    return env.client.post("/v1/jobs", json={**JOB, **fields}, headers=env.auth)
+
+
+@pytest.mark.parametrize("workdir", [".", "", "sub/dir", "../up"])
+def test_a_relative_workdir_is_422_naming_workdir(env: Env, workdir: str) -> None:
+    r = submit(env, workdir=workdir)
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["problems"]] == ["workdir"], r.text
+    assert "relative" in r.text
+
+
+def test_an_absolute_or_no_workdir_is_accepted(env: Env, tmp_path: Path) -> None:
+    assert submit(env, workdir=str(tmp_path)).status_code == 201
+    assert submit(env).status_code == 201
