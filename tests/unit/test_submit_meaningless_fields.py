@@ -1,5 +1,6 @@
 """A job spec field the plane would ignore or guess at is a 422 naming it at submit (walk5):
-a relative `workdir` in a request body ran the job in the plane's own working folder."""
+a relative `workdir` in a request body ran the job in the plane's own working folder; `qoe`
+with both `deadline_s` and `deadline` kept `deadline_s` and silently dropped `deadline`."""
 
 from __future__ import annotations
 
@@ -54,3 +55,11 @@ def test_a_relative_workdir_is_422_naming_workdir(env: Env, workdir: str) -> Non
 def test_an_absolute_or_no_workdir_is_accepted(env: Env, tmp_path: Path) -> None:
     assert submit(env, workdir=str(tmp_path)).status_code == 201
     assert submit(env).status_code == 201
+
+
+def test_qoe_with_two_deadlines_is_422_naming_qoe(env: Env) -> None:
+    r = submit(env, qoe={"deadline_s": 600, "deadline": "2030-01-01T00:00:00Z"})
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["problems"]] == ["qoe"], r.text
+    assert submit(env, qoe={"deadline_s": 600, "loss": 0.1}).status_code == 201
+    assert submit(env, qoe={"deadline": "2030-01-01T00:00:00Z", "loss": 0.1}).status_code == 201

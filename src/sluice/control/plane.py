@@ -118,6 +118,14 @@ def _submit_problems(spec: JobSpec) -> list[FieldProblem]:
                 "it against, and the plane's own working folder is not the job's)",
             )
         )
+    if spec.qoe is not None and spec.qoe.deadline_s is not None and spec.qoe.deadline is not None:
+        out.append(
+            FieldProblem(
+                "qoe",
+                "deadline_s and deadline both set a deadline; give one of them "
+                "(deadline_s: seconds after submission, deadline: a time)",
+            )
+        )
     return out
 
 
