@@ -1,6 +1,7 @@
 """A job spec field the plane would ignore or guess at is a 422 naming it at submit (walk5):
 a relative `workdir` in a request body ran the job in the plane's own working folder; `qoe`
-with both `deadline_s` and `deadline` kept `deadline_s` and silently dropped `deadline`."""
+with both `deadline_s` and `deadline` kept `deadline_s` and silently dropped `deadline`;
+`datasets[].access` (random|sequential) was accepted and read by nothing."""
 
 from __future__ import annotations
 
@@ -63,3 +64,10 @@ def test_qoe_with_two_deadlines_is_422_naming_qoe(env: Env) -> None:
     assert [p["field"] for p in r.json()["problems"]] == ["qoe"], r.text
     assert submit(env, qoe={"deadline_s": 600, "loss": 0.1}).status_code == 201
     assert submit(env, qoe={"deadline": "2030-01-01T00:00:00Z", "loss": 0.1}).status_code == 201
+
+
+@pytest.mark.parametrize("access", ["random", "sequential"])
+def test_a_dataset_access_hint_is_422_naming_it(env: Env, access: str) -> None:
+    r = submit(env, datasets=[{"name": "digits", "access": access}])
+    assert r.status_code == 422, r.text
+    assert "datasets.0.access" in [p["field"] for p in r.json()["problems"]], r.text

@@ -118,6 +118,16 @@ def _submit_problems(spec: JobSpec) -> list[FieldProblem]:
                 "it against, and the plane's own working folder is not the job's)",
             )
         )
+    for i, mount in enumerate(spec.datasets):
+        if "access" in mount.model_fields_set:
+            out.append(
+                FieldProblem(
+                    f"datasets.{i}.access",
+                    "sluice reads no access hint: the job chooses how it reads a dataset "
+                    "(sluice.sdk.dataset(name): random access; dataset(name, streaming=True): sequential); "
+                    "leave access out",
+                )
+            )
     if spec.qoe is not None and spec.qoe.deadline_s is not None and spec.qoe.deadline is not None:
         out.append(
             FieldProblem(

@@ -168,7 +168,14 @@ class DatasetMount(_Strict):
     """A dataset the job reads through the node cache."""
 
     name: Name
-    access: Annotated[str, Field(pattern="^(random|sequential)$")] = "random"
+    access: Annotated[
+        str,
+        Field(
+            pattern="^(random|sequential)$",
+            description="Not read by sluice: refused at submit (the job chooses random or streamed reads in "
+            "sluice.sdk.dataset); kept so that specs stored with it still load.",
+        ),
+    ] = "random"
 
 
 JOB_SDK_KNOBS = frozenset({"SLUICE_THREADS", "SLUICE_THREADS_CHECK_S"})
