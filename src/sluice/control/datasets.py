@@ -96,6 +96,18 @@ class DatasetService:
         if self.store.get_dataset(owner, spec.name) is not None:
             raise Conflict(f"dataset {spec.name!r} exists for tenant {owner!r}; delete it first")
         rec = DatasetRecord(owner, spec.name, spec.model_copy(update={"tenant": owner}), created_at=time.time())
+        if not spec.cache:
+            # Every read of a mounted dataset goes through the node cache and `warm` fills it:
+            # nothing reads this switch, so it is refused rather than stored and ignored.
+            raise SpecError(
+                [
+                    FieldProblem(
+                        "cache",
+                        "false is not supported: jobs read every dataset through their node's cache "
+                        "(leave cache out, or read the source yourself without mounting it)",
+                    )
+                ]
+            )
         if relative_local_source(spec.source):
             # Relative to what? The plane's working folder means nothing to the caller; the CLI
             # resolves a spec file's relative source against the file's folder, as a job's workdir.

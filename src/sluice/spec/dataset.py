@@ -87,7 +87,13 @@ class DatasetSpec(SpecModel):
         ),
     ]
     format: Annotated[str, Field(pattern="^(files|blocks)$", description="Raw files, or pre-merged blocks.")] = "files"
-    cache: Annotated[bool, Field(description="Cache on nodes that run jobs reading it.")] = True
+    cache: Annotated[
+        bool,
+        Field(
+            description="Jobs read every dataset through the node cache: false is refused at create (kept so "
+            "that datasets stored with it still load).",
+        ),
+    ] = True
     storage_options: Annotated[
         dict[str, OptionValue],
         Field(max_length=32, description="fsspec options: strings, booleans or numbers (e.g. anon: true)."),
