@@ -1,6 +1,6 @@
 """Dataset fields nothing reads are refused at create with a 422 naming them (walk5): `cache:
 false` was stored and shown while `warm` cached the dataset 100 % and jobs read it through the
-cache."""
+cache; `format: blocks` was stored and read by nothing (a source is always read as raw files)."""
 
 from __future__ import annotations
 
@@ -54,3 +54,9 @@ def test_cache_false_is_422_naming_cache(env: Env) -> None:
     r = create(env, cache=False)
     assert r.status_code == 422 and fields(r) == ["cache"], r.text
     assert create(env, cache=True).status_code == 201
+
+
+def test_format_blocks_is_422_naming_format(env: Env) -> None:
+    r = create(env, format="blocks")
+    assert r.status_code == 422 and fields(r) == ["format"], r.text
+    assert create(env, format="files").status_code == 201

@@ -108,6 +108,16 @@ class DatasetService:
                     )
                 ]
             )
+        if spec.format != "files":
+            raise SpecError(
+                [
+                    FieldProblem(
+                        "format",
+                        f"{spec.format!r} is not supported: sluice reads a source as raw files and merges small "
+                        "ones into blocks itself (sdk.dataset merge=...); leave format out",
+                    )
+                ]
+            )
         if relative_local_source(spec.source):
             # Relative to what? The plane's working folder means nothing to the caller; the CLI
             # resolves a spec file's relative source against the file's folder, as a job's workdir.

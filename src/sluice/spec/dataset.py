@@ -86,7 +86,14 @@ class DatasetSpec(SpecModel):
             "the CLI takes a relative path from the file's folder.",
         ),
     ]
-    format: Annotated[str, Field(pattern="^(files|blocks)$", description="Raw files, or pre-merged blocks.")] = "files"
+    format: Annotated[
+        str,
+        Field(
+            pattern="^(files|blocks)$",
+            description="Raw files (the only format sluice reads; blocks is refused at create, kept so that "
+            "datasets stored with it still load).",
+        ),
+    ] = "files"
     cache: Annotated[
         bool,
         Field(
