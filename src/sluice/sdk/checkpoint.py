@@ -55,8 +55,12 @@ def _list(location: str) -> list[tuple[int, str]]:
 
 
 def save(state: dict[str, Any], step: int) -> str:
-    """Write `state` as the checkpoint of `step`; returns its path and records it in progress.jsonl."""
+    """Write `state` as the checkpoint of `step` (0 or more); returns its path and records it in
+    progress.jsonl."""
     global _last_save
+    if int(step) < 0:
+        # ckpt--00000000001.pt would be written, then never found by load() nor rotated away.
+        raise ValueError(f"step {int(step)}: a checkpoint's step is 0 or more")
     import torch
 
     ctx = context()
