@@ -7,6 +7,7 @@ methods walk every page; `follow_*` methods stream until the job ends.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -95,6 +96,12 @@ def _body(spec: BaseModel) -> dict[str, Any]:
     Defaults are the server's to fill in. Sending them would make them look set: a job's
     default `priority: 0` contradicts its `priority_class`, and keeps a default class away."""
     return spec.model_dump(mode="json", exclude_unset=True)
+
+
+def _check_poll(poll_s: float) -> None:
+    """A polling interval: a finite number of seconds above 0 (at most a day)."""
+    if not (isinstance(poll_s, int | float) and math.isfinite(poll_s) and 0 < poll_s <= 86400):
+        raise ValueError(f"poll_s: seconds between polls, above 0 and at most 86400, not {poll_s!r}")
 
 
 class Client:
@@ -233,8 +240,12 @@ class Client:
 
     def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 1.0) -> JobOut:
         """Poll until the job is in a terminal phase (Succeeded, Failed, Cancelled) and return
-        it; raises WaitTimeout (with `.job`) after `timeout_s`."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        it; raises WaitTimeout (with `.job`) after `timeout_s` (None or inf: no limit). `poll_s` is
+        above 0: a NaN timeout never fired and a poll of 0 asked the server in a tight loop."""
+        if timeout_s is not None and math.isnan(timeout_s):
+            raise ValueError("timeout_s: a number of seconds or None (no limit), not NaN")
+        _check_poll(poll_s)
+        deadline = None if timeout_s is None or math.isinf(timeout_s) else time.monotonic() + timeout_s
         while True:
             job = self.job(job_id)
             if Phase(job.phase).terminal:
@@ -262,6 +273,7 @@ class Client:
     def follow_progress(self, job_id: str, poll_s: float = 1.0) -> Iterator[Progress]:
         """Each new progress report (polled every `poll_s`) until the job ends; the last one
         seen is yielded once more only if it is new."""
+        _check_poll(poll_s)
         last: float | None = None
         while True:
             job = self.job(job_id)
