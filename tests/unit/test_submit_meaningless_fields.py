@@ -71,3 +71,14 @@ def test_a_dataset_access_hint_is_422_naming_it(env: Env, access: str) -> None:
     r = submit(env, datasets=[{"name": "digits", "access": access}])
     assert r.status_code == 422, r.text
     assert "datasets.0.access" in [p["field"] for p in r.json()["problems"]], r.text
+
+
+@pytest.mark.parametrize("key", ["CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "MASTER_ADDR", "LOCAL_RANK"])
+def test_an_env_value_sluice_sets_for_each_attempt_is_422_naming_it(env: Env, key: str) -> None:
+    """`env: {CUDA_VISIBLE_DEVICES: "0"}` was accepted and the job saw the GPUs placement gave
+    it instead (a gang's RANK, WORLD_SIZE, MASTER_* likewise) (walk5 D11)."""
+    r = env.client.post("/v1/jobs", json={**JOB, "env": {key: "0", "MY_SETTING": "1"}}, headers=env.auth)
+    assert r.status_code == 422, r.text
+    assert [p["field"] for p in r.json()["problems"]] == [f"env.{key}"], r.text
+    ok = env.client.post("/v1/jobs", json={**JOB, "env": {"MY_SETTING": "1", "OMP_NUM_THREADS": "1"}}, headers=env.auth)
+    assert ok.status_code == 201, ok.text

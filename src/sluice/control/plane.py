@@ -47,6 +47,7 @@ from sluice.spec import (
     TenantSpec,
 )
 from sluice.spec.errors import FieldProblem
+from sluice.spec.job import SET_PER_ATTEMPT
 from sluice.store import Store, StoreInUse, StoreUnavailable, TenantRecord, open_store
 from sluice.store.base import DuplicateError, EventRecord
 
@@ -116,6 +117,14 @@ def _submit_problems(spec: JobSpec) -> list[FieldProblem]:
                 f"{spec.workdir!r} is relative: give an absolute path (the CLI and Client.submit(path) take a "
                 "spec file's relative workdir from the file's folder; a request body has no folder to resolve "
                 "it against, and the plane's own working folder is not the job's)",
+            )
+        )
+    for key in sorted(SET_PER_ATTEMPT & spec.env.keys()):
+        out.append(
+            FieldProblem(
+                f"env.{key}",
+                "set by sluice for each attempt (the GPUs placement gives it, a replica's rank in its gang); "
+                "a value here would be replaced: leave it out",
             )
         )
     for i, mount in enumerate(spec.datasets):

@@ -178,6 +178,25 @@ class DatasetMount(_Strict):
     ] = "random"
 
 
+SET_PER_ATTEMPT = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+    }
+)
+"""Variables sluice sets for each attempt after the spec's env: the GPUs placement gave it and
+a replica's place in its gang (torchrun's names). A spec's own value would be replaced, so a
+submit that gives one is refused (checked at submit: specs stored before still load)."""
+
 JOB_SDK_KNOBS = frozenset({"SLUICE_THREADS", "SLUICE_THREADS_CHECK_S"})
 """SLUICE_* variables a job may set itself: knobs the SDK reads inside the job (thread-pool
 resizing, sluice.sdk._threads) and the agent never sets, so no contract value is overridden."""
