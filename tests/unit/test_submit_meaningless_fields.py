@@ -82,3 +82,11 @@ def test_an_env_value_sluice_sets_for_each_attempt_is_422_naming_it(env: Env, ke
     assert [p["field"] for p in r.json()["problems"]] == [f"env.{key}"], r.text
     ok = env.client.post("/v1/jobs", json={**JOB, "env": {"MY_SETTING": "1", "OMP_NUM_THREADS": "1"}}, headers=env.auth)
     assert ok.status_code == 201, ok.text
+
+
+def test_resume_from_a_job_you_do_not_have_is_422_naming_resume_from(env: Env) -> None:
+    """It was a 404 'job not found' naming no field (walk5 D17); another tenant's job reads
+    the same as one that does not exist."""
+    r = env.client.post("/v1/jobs", json={**JOB, "resume_from": "j-nope"}, headers=env.auth)
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"] == [{"field": "resume_from", "problem": "you have no job 'j-nope'"}]

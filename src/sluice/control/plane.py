@@ -509,13 +509,15 @@ class ControlPlane:
 
     def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str) -> JobRecord:
         """A job that starts from another job's newest checkpoint: the same tenant's only
-        (another tenant's job is a 404, as if it did not exist), one that no longer runs. The
-        checkpoints are copied into the new job's folder before the job exists, so its first
-        attempt (the SDK's `load()`) finds them."""
+        (another tenant's job reads as no such job), one that no longer runs. The checkpoints
+        are copied into the new job's folder before the job exists, so its first attempt (the
+        SDK's `load()`) finds them."""
         with self.controller.lock:
             source = self.controller.book.get(source_id)
         if source is None or source.tenant != tenant:
-            raise NotFound(f"job {source_id!r} not found")
+            # A 422 naming the field, as a spec's other references (queue, priority_class) are;
+            # the same words whether the job does not exist or is another tenant's.
+            raise SpecError([FieldProblem("resume_from", f"you have no job {source_id!r}")])
         if not (source.phase.terminal or source.phase == Phase.SUSPENDED):
             raise Conflict(
                 f"resume_from: job {source_id} is {source.phase}; only a finished, cancelled or suspended job's "
