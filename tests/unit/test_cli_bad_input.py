@@ -176,3 +176,17 @@ def test_bench_data_refuses_datasets_larger_than_the_space_it_writes_them_in(
     assert res.exit_code == 2, res.output
     assert "--large-mb" in res.output and "1.0 GiB free" in res.output
     assert not list(tmp_path.iterdir())  # nothing made
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["cpu", "--stop"], "not both"),
+        ([], "give a fault KIND"),
+        (["--stop", "--memory-mb", "7"], "--stop: stops every fault on the node; it takes no"),
+    ],
+)
+def test_node_fault_refuses_flags_it_would_ignore(args: list[str], says: str) -> None:
+    res = CliRunner().invoke(app, ["node", "fault", "node-0", *args])
+    assert res.exit_code == 2, res.output
+    assert says in res.output

@@ -58,6 +58,8 @@ def api(tmp_path: Path) -> Iterator[tuple[TestClient, FaultyEngine, dict[str, st
         ({"kind": "cpu", "seconds": "5"}, "seconds"),
         ({"kind": "cpu", "seconds": 5, "workers": True}, "workers"),
         ({"kind": "memory", "seconds": 5, "memory_mb": 8192}, "memory_mb"),
+        ({"kind": "memory", "seconds": 5, "workers": 4}, "workers"),  # it ran one worker (walk5)
+        ({"kind": "cpu", "seconds": 5, "memory_mb": 64}, "memory_mb"),  # it held nothing
     ],
 )
 def test_a_fault_request_is_refused_naming_the_field(

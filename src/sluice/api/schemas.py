@@ -234,7 +234,9 @@ class FaultIn(RequestModel):
     workers: int | None = Field(
         default=None, ge=1, le=64, description="cpu/io/net worker processes (default: one per core of the node)."
     )
-    memory_mb: int = Field(default=512, ge=1, le=1 << 20, description="RAM a memory fault holds (MiB).")
+    memory_mb: int | None = Field(
+        default=None, ge=1, le=1 << 20, description="RAM a memory fault holds (MiB); memory faults only. Default 512."
+    )
 
 
 class ProblemOut(BaseModel):

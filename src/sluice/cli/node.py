@@ -11,6 +11,7 @@ from sluice.cli.client import connect
 from sluice.cli.output import (
     Output,
     OutputOpt,
+    bad_input,
     console,
     emit,
     err_console,
@@ -176,16 +177,21 @@ def fault(
     workers: Annotated[
         int | None, typer.Option(min=1, max=64, help="cpu/io/net workers (default: one per core).")
     ] = None,
-    memory_mb: Annotated[int, typer.Option(min=1, help="RAM a memory fault holds (MiB).")] = 512,
+    memory_mb: Annotated[
+        int | None, typer.Option(min=1, help="RAM a memory fault holds (MiB; memory faults only) [512].")
+    ] = None,
     stop: Annotated[bool, typer.Option("--stop", help="Stop every fault running on the node now.")] = False,
     output: OutputOpt = Output.table,
 ) -> None:
     """Make a node sick on purpose, pinned to its cores, for a while (admin): to watch the
     health loop flag it, cordon it and move its jobs (`sluice node list`, `sluice job why`)."""
     in_range("--seconds", seconds, MIN_FAULT_S, MAX_FAULT_S)
-    if stop == (kind is not None):
-        console.print("give a fault KIND (cpu, memory, io, net), or --stop to stop the node's faults", markup=False)
-        raise typer.Exit(2)
+    if stop and kind is not None:
+        bad_input("KIND/--stop", "give a fault KIND to start one, or --stop to stop the node's faults, not both")
+    if not stop and kind is None:
+        bad_input("KIND", "give a fault KIND (cpu, memory, io, net), or --stop to stop the node's faults")
+    if stop and (workers is not None or memory_mb is not None):
+        bad_input("--stop", "stops every fault on the node; it takes no --workers or --memory-mb")
     with errors_reported(), connect(admin=True) as client:
         if stop:
             out = client.stop_faults(name)

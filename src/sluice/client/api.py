@@ -415,12 +415,15 @@ class Client:
         return self._one(NodeOut, "POST", f"/v1/nodes/{_seg(node, _NODE)}/uncordon")
 
     def inject_fault(
-        self, node: str, kind: str, seconds: float = 60.0, workers: int | None = None, memory_mb: int = 512
+        self, node: str, kind: str, seconds: float = 60.0, workers: int | None = None, memory_mb: int | None = None
     ) -> FaultOut:
-        """Admin: make the node sick on purpose for a while (cpu, memory, io or net)."""
-        body: dict[str, Any] = {"kind": kind, "seconds": seconds, "memory_mb": memory_mb}
+        """Admin: make the node sick on purpose for a while (cpu, memory, io or net). `workers`
+        is for cpu/io/net faults, `memory_mb` (default 512) for memory faults only."""
+        body: dict[str, Any] = {"kind": kind, "seconds": seconds}
         if workers is not None:
             body["workers"] = workers
+        if memory_mb is not None:
+            body["memory_mb"] = memory_mb
         return self._one(FaultOut, "POST", f"/v1/nodes/{_seg(node, _NODE)}/faults", json=body)
 
     def node_why(self, node: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from sluice.api.schemas import AlarmWhyOut, CordonIn, ErrorOut, FaultIn, NodeWhy
 from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
 from sluice.health.monitor import HealthMonitor
+from sluice.spec import SpecError
+from sluice.spec.errors import FieldProblem
 
 router = APIRouter(prefix="/v1/nodes", tags=["nodes"])
 
@@ -145,7 +147,16 @@ _FAULT_ERRORS: dict[int | str, dict[str, Any]] = {
 def inject_fault(plane: PlaneDep, caller: AdminDep, name: str, body: FaultIn) -> dict[str, Any]:
     """Make the node sick on purpose for a while (CPU hog, memory pressure or I/O storm pinned
     to its cores): to check that the health loop cordons it and moves its jobs."""
-    report = plane.inject_fault(caller, name, body.kind, body.seconds, body.workers, body.memory_mb)
+    # A field the kind does not use is refused, not ignored (`--workers` on a memory fault ran
+    # one worker; `--memory-mb` on a cpu fault held nothing) (walk5).
+    if body.kind == "memory" and body.workers is not None:
+        raise SpecError([FieldProblem("workers", "a memory fault runs one worker; give memory_mb instead")])
+    if body.kind != "memory" and body.memory_mb is not None:
+        raise SpecError(
+            [FieldProblem("memory_mb", f"a {body.kind} fault holds no memory; only a memory fault takes memory_mb")]
+        )
+    memory_mb = 512 if body.memory_mb is None else body.memory_mb
+    report = plane.inject_fault(caller, name, body.kind, body.seconds, body.workers, memory_mb)
     out = jsonable(report)
     return out if isinstance(out, dict) else {"node": name}
 
