@@ -258,3 +258,23 @@ def test_a_refused_scheme_lists_exactly_the_accepted_ones() -> None:
             SourceGuard().check(f"{scheme}://h/x", resolve=False)
         except SourceRefused as refused:
             assert "scheme" not in refused.problem
+
+
+def test_an_admin_names_another_tenants_dataset_with_tenant_in_get_warm_and_rm(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API and the client took `tenant`; `dataset get/warm/rm` had no --tenant, so an
+    admin could not reach a tenant's unpublished dataset from the CLI (walk5 D13)."""
+    src = folder(live.data / "dd", 2)
+    code, _, err = create({"name": "dd", "source": str(src)}, tmp_path)
+    assert code == 0, err
+    monkeypatch.setenv("SLUICE_TOKEN", (live.home / "admin.token").read_text().strip())
+    code, _, err = sluice("dataset", "get", "dd")
+    assert code != 0 and "dd" in err  # the admin's own: there is none
+    code, out, err = sluice("dataset", "get", "dd", "--tenant", "default", "-o", "json")
+    assert code == 0 and json.loads(out)["tenant"] == "default", err
+    code, out, err = sluice("dataset", "warm", "dd", "--tenant", "default")
+    assert code == 0 and "100% cached" in out, out + err
+    code, out, err = sluice("dataset", "rm", "dd", "--tenant", "default")
+    assert code == 0 and "deleted dataset dd" in out, err
+    assert live.plane.store.get_dataset("default", "dd") is None

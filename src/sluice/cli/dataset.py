@@ -82,11 +82,16 @@ def list_(output: OutputOpt = Output.table) -> None:
     emit(items, output, lambda ds: table(COLUMNS, _rows(ds)))
 
 
+Owner = Annotated[
+    str | None, typer.Option("--tenant", help="The tenant owning the dataset (admin). Default: your own.")
+]
+
+
 @app.command()
-def get(name: Name, output: OutputOpt = Output.table) -> None:
+def get(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
     """One dataset."""
     with errors_reported(missing=f"dataset {name!r}"), connect() as client:
-        d = client.dataset(name)
+        d = client.dataset(name, tenant)
     emit(d, output, lambda x: table(COLUMNS, _rows([x])))
 
 
@@ -105,21 +110,17 @@ def warm(
     node: Annotated[
         list[str] | None, typer.Option("--node", help="Warm only this node (repeatable). Default: every node.")
     ] = None,
+    tenant: Owner = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Fetch the whole dataset into the cache of every node now (or the --node ones), so the
     first epoch reads it warm there. Prints, per node, what was fetched and how long it took."""
     with errors_reported(missing=f"dataset {name!r}"), connect() as client, console.status(f"warming {name} ..."):
-        res = client.warm_dataset(name, nodes=node or ())
+        res = client.warm_dataset(name, nodes=node or (), tenant=tenant)
     emit(res, output, lambda r: console.print("\n".join(_warm_line(name, n) for n in r["nodes"]), markup=False))
     failed = [n.node for n in res.nodes if n.error]
     if failed:
         raise typer.Exit(1)
-
-
-Owner = Annotated[
-    str | None, typer.Option("--tenant", help="The tenant owning the dataset (admin). Default: your own.")
-]
 
 
 def _publish(name: str, tenant: str | None, published: bool, output: Output, verb: str) -> None:
@@ -142,10 +143,10 @@ def unpublish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table
 
 
 @app.command("rm")
-def rm(name: Name) -> None:
+def rm(name: Name, tenant: Owner = None) -> None:
     """Delete a dataset and drop it from every node's cache (its source is not touched)."""
     with errors_reported(missing=f"dataset {name!r}"), connect() as client:
-        out = client.delete_dataset(name)
+        out = client.delete_dataset(name, tenant)
     console.print(f"deleted dataset {name}", markup=False)
     for node, what in sorted(out.nodes.items()):
         console.print(f"  {node}: {what}", markup=False)
