@@ -270,3 +270,17 @@ def test_the_specs_cpu_max_is_a_ceiling_whatever_a_policy_decides() -> None:
     ctl.step()
     assert len(engine.resized) == resized  # already at the ceiling: no call, no event
     assert ctl.book.get(jid).allocation.assignments[0].cpu_limit == 1.5  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("resizes", [False, True])
+def test_placing_a_replicas_range_under_a_policy_that_never_sizes_it_says_so(resizes: bool) -> None:
+    """`replicas: {min: 1, max: 3}` under flowcon ran 1 replica for good and `job why` said
+    nothing of the range (walk5); a policy that sizes replicas gets no such note."""
+    ctl, engine, pol = make()
+    if resizes:
+        pol.resizes_replicas = True  # type: ignore[attr-defined]
+    jid = ctl.submit("t", spec(resources={"cpu": 0.5, "replicas": {"min": 1, "max": 3}})).id
+    run(ctl, engine, jid)
+    placed = [e.message for e in ctl.book.events(jid) if "attempt 1 on" in e.message]
+    note = "a fixed 1 replicas (spec allows 1 to 3): scripted does not resize replicas (sluice, pollux and optimus do)"
+    assert placed and (note in placed[0]) != resizes, placed

@@ -17,6 +17,9 @@ from sluice.policy.parts.units import Units
 
 class OptimusPolicy:
     name = "optimus"
+    resizes_replicas = True
+    """Sizes a job within its `resources.replicas` range (the controller says so of a policy
+    that does not)."""
 
     def __init__(self, learn_speedup: bool = True) -> None:
         self.learn_speedup = learn_speedup

@@ -25,6 +25,9 @@ from sluice.policy.parts.units import Units
 
 class PolluxPolicy:
     name = "pollux"
+    resizes_replicas = True
+    """Sizes a job within its `resources.replicas` range (the controller says so of a policy
+    that does not)."""
     adaptive_batch = True
 
     def __init__(self, p: float = -1.0, learn_speedup: bool = True) -> None:

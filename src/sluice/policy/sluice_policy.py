@@ -34,6 +34,9 @@ LOOKAHEADS = ("measured", "all", "none")
 
 class SluicePolicy:
     name = "sluice"
+    resizes_replicas = True
+    """Sizes a job within its `resources.replicas` range (the controller says so of a policy
+    that does not)."""
     adaptive_batch = True
 
     def __init__(

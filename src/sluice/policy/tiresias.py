@@ -38,6 +38,7 @@ class _State:
 
 class TiresiasPolicy:
     name = "tiresias"
+    fixed_replicas_why = "never resizes: it knows only attained service, not what another size would be worth"
 
     def __init__(self, threshold_gpu_h: float = 16.0, starvation_factor: float = 0.0) -> None:
         self.threshold_s = threshold_gpu_h * 3600.0
@@ -104,7 +105,7 @@ class TiresiasPolicy:
             if alloc is None:
                 out.append(Wait(j.id, f"tiresias: {self._where(j)}, waiting for {n} {u} to be freed"))
                 continue
-            out.append(Place(j.id, alloc, f"tiresias: {self._where(j)}; {n} {u} on {units.where(alloc)}{_fixed(j, u)}"))
+            out.append(Place(j.id, alloc, f"tiresias: {self._where(j)}; {n} {u} on {units.where(alloc)}"))
         for j in order:
             if j.phase == Phase.QUEUED and j.id not in run:
                 out.append(Wait(j.id, f"tiresias: {self._where(j)}; {units.asked(j)} {u} do not fit behind it"))
@@ -116,13 +117,3 @@ class TiresiasPolicy:
         q = "high" if st.queue == 0 else "low"
         what = "GPU-h" if uses_gpus(j) else "CPU-h"
         return f"{q} queue (position {st.seq}), {served_h:.1f} {what} attained"
-
-
-def _fixed(job: JobView, unit: str) -> str:
-    """Why an elastic job is placed at its min and stays there."""
-    if unit != "replicas" or job.replicas_max <= job.replicas_min:
-        return ""
-    return (
-        f"; a fixed gang of {job.replicas_min} (spec allows up to {job.replicas_max}): tiresias never resizes, "
-        "it knows only attained service, not what another size would be worth"
-    )
