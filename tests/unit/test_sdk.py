@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,27 @@ def test_elastic_says_what_is_wrong(monkeypatch: pytest.MonkeyPatch, env: dict[s
     _elastic_env(monkeypatch, **env)
     with pytest.raises(ValueError, match=re.escape(message)):
         sdk.elastic()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        (lambda: sdk.report(2.9, loss=1.0), TypeError, "step must be a whole number"),
+        (lambda: sdk.report(3, loss="abc"), TypeError, "loss must be a number, got str 'abc'"),
+        (lambda: sdk.report(4, accuracy="high"), TypeError, "accuracy must be a number"),
+        (lambda: sdk.report(5, total_steps=0), ValueError, "total_steps must be at least 1"),
+        (lambda: sdk.report(5, total_steps=-5), ValueError, "total_steps must be at least 1"),
+    ],
+)
+def test_report_refuses_what_it_would_have_coerced_or_dropped(
+    offline: Path, call: Any, error: type[Exception], says: str
+) -> None:
+    """2.9 was recorded as step 2, a string loss as null, a text metric dropped, total_steps 0
+    kept (walk5); nothing is written for a refused report."""
+    with pytest.raises(error, match=says):
+        call()
+    progress = offline / "sluice-run" / "progress.jsonl"
+    assert not progress.exists()
+    sdk.report(6.0, loss=float("nan"), total_steps=10, accuracy=0.5)  # a whole float, a diverged loss: fine
+    line = json.loads(progress.read_text().splitlines()[-1])
+    assert (line["step"], line["loss"], line["metrics"]) == (6, None, {"total_steps": 10.0, "accuracy": 0.5})

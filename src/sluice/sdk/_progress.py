@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import sys
 import time
@@ -17,13 +18,27 @@ from sluice.sdk._env import context
 from sluice.sdk._threads import maybe_sync_threads
 
 
-def _clean(v: Any) -> float | None:
-    """JSON has no NaN/inf; a diverged loss is reported as null rather than breaking the line."""
+def _clean(v: Any, name: str = "loss") -> float | None:
+    """A number (anything `float()` takes: a Python or numpy number, a one-element tensor).
+    JSON has no NaN/inf: a diverged loss is reported as null rather than breaking the line.
+    Anything else is the caller's mistake and raises, naming it (it was recorded as null, or
+    the metric dropped, without a word)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
-        return None
+        raise TypeError(f"sluice.sdk.report: {name} must be a number, got {type(v).__name__} {str(v)[:40]!r}") from None
     return f if math.isfinite(f) else None
+
+
+def _step(step: Any) -> int:
+    """A whole step number: 2.9 was recorded as step 2."""
+    try:
+        return operator.index(step)
+    except TypeError:
+        pass
+    if isinstance(step, float) and step.is_integer():
+        return int(step)
+    raise TypeError(f"sluice.sdk.report: step must be a whole number, got {type(step).__name__} {str(step)[:40]!r}")
 
 
 def append_record(record: dict[str, Any]) -> None:
@@ -38,17 +53,20 @@ def append_record(record: dict[str, Any]) -> None:
 
 
 def report(step: int, loss: float | None = None, **metrics: float) -> None:
-    """Record training progress at `step`. Pass `total_steps=N` so remaining time can be predicted;
-    any other numeric metric (accuracy, samples_per_s, ...) is kept too; a job reading a
-    `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data) added.
+    """Record training progress at `step` (a whole number). Pass `total_steps=N` (N >= 1) so
+    remaining time can be predicted; any other numeric metric (accuracy, samples_per_s, ...) is
+    kept too; a job reading a `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting
+    for data) added. A NaN or infinite loss or metric is recorded as null; a value that is
+    not a number raises TypeError naming it.
 
     Also where the job's thread pool follows its CPU allocation (`sdk._threads`): at most
     every few seconds, the CPU budget is re-read and torch's pool resized if it changed."""
     data = sys.modules.get("sluice.sdk.dataset")  # only when the job opened a dataset: no import here
     if data is not None:
         metrics = {**data.data_metrics(), **metrics}
-    clean = {k: c for k, v in metrics.items() if (c := _clean(v)) is not None}
-    append_record(
-        {"t": time.time(), "step": int(step), "loss": None if loss is None else _clean(loss), "metrics": clean}
-    )
+    at = _step(step)
+    clean = {k: c for k, v in metrics.items() if (c := _clean(v, k)) is not None}
+    if "total_steps" in clean and clean["total_steps"] < 1:
+        raise ValueError(f"sluice.sdk.report: total_steps must be at least 1, got {metrics['total_steps']!r}")
+    append_record({"t": time.time(), "step": at, "loss": None if loss is None else _clean(loss), "metrics": clean})
     maybe_sync_threads()
