@@ -153,6 +153,11 @@ def test_the_default_queue_needs_no_grant(live: Live) -> None:
             "borrowing_limit.cores",
             "in no cohort, so it can never borrow",
         ),
+        (  # accepted and shown, though it lent to no one (walk5)
+            {"name": "q", "nominal": {"cores": 2}, "lending_limit": {"cores": 1}},
+            "lending_limit.cores",
+            "in no cohort, so it lends to no one",
+        ),
         (
             {"name": "q", "cohort": "lab", "nominal": {"cores": 1}, "borrowing_limit": {"gpus": 2}},
             "borrowing_limit.gpus",
@@ -173,6 +178,7 @@ def test_sensible_limits_are_accepted_and_a_borrowing_limit_of_0_anywhere() -> N
 
     assert limit_problems(QueueConfig("q", "lab", Limits(cores=2), Limits(cores=4), Limits(cores=2))) == []
     assert limit_problems(QueueConfig("q", None, Limits(cores=2), Limits(cores=0))) == []
+    assert limit_problems(QueueConfig("q", None, Limits(cores=2), lending_limit=Limits(cores=0))) == []
 
 
 def test_queue_set_checks_the_queue_it_would_leave(live: Live) -> None:
@@ -185,6 +191,12 @@ def test_queue_set_checks_the_queue_it_would_leave(live: Live) -> None:
     got = problems(live.call("PATCH", "/v1/queues/ml", body={"cohort": ""}))
     assert "in no cohort, so it can never borrow" in got["borrowing_limit.cores"]
     code, _, err = sluice(live, "admin", "queue", "set", "ml", "--cohort", "", "--borrow-cores", "0")
+    assert code == 0, err
+    # A lending limit likewise: out of the cohort it lends to no one; 0 clears it.
+    live.call("PATCH", "/v1/queues/ml", body={"cohort": "lab", "lending_limit": {"cores": 1}})
+    got = problems(live.call("PATCH", "/v1/queues/ml", body={"cohort": ""}))
+    assert "in no cohort, so it lends to no one" in got["lending_limit.cores"]
+    code, _, err = sluice(live, "admin", "queue", "set", "ml", "--cohort", "", "--lend-cores", "0")
     assert code == 0, err
     # Lowering the nominal quota under the lending limit is refused too.
     live.call("PATCH", "/v1/queues/ml", body={"cohort": "lab", "nominal": {"cores": 4}, "lending_limit": {"cores": 3}})

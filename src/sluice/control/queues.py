@@ -56,8 +56,9 @@ def _limits(q: QuotaSpec) -> Limits:
 
 def limit_problems(cfg: QueueConfig) -> list[FieldProblem]:
     """Lending and borrowing limits that cannot mean anything (Kueue refuses the same): a
-    lending limit above the nominal quota or on a resource with none, a borrowing limit on a
-    queue in no cohort (it can never borrow) or on a resource with no quota (not limited)."""
+    lending limit above the nominal quota or on a resource with none, a lending or borrowing
+    limit on a queue in no cohort (it can never lend or borrow; a limit of 0 says what is true
+    anyway, so a CLI user clears one with 0), a borrowing limit on a resource with no quota."""
     out: list[FieldProblem] = []
     for r in RESOURCES:
         nom, lend, borrow = cfg.nominal.get(r), cfg.lending_limit.get(r), cfg.borrowing_limit.get(r)
@@ -74,6 +75,14 @@ def limit_problems(cfg: QueueConfig) -> list[FieldProblem]:
                     f"lending_limit.{r}",
                     f"{fmt(lend)} is more than queue {cfg.name}'s nominal {r} quota ({fmt(nom)}): a queue lends "
                     "only its own unused nominal quota",
+                )
+            )
+        elif lend is not None and lend > 0 and cfg.cohort is None:
+            out.append(
+                FieldProblem(
+                    f"lending_limit.{r}",
+                    f"queue {cfg.name} is in no cohort, so it lends to no one; give it a cohort, "
+                    f"or leave lending_limit.{r} out (or 0)",
                 )
             )
         if borrow is None or borrow <= 0:
