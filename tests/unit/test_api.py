@@ -833,3 +833,27 @@ def test_a_tenant_may_hold_only_so_many_log_streams(env: Env) -> None:
         await asyncio.gather(*(t for t, _ in held[1:]), bob_task, again, return_exceptions=True)
 
     asyncio.run(run())
+
+
+def test_a_page_of_jobs_ends_early_rather_than_carry_too_many_bytes(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thousand 1 MiB specs made a 1 GB page, built in memory (red-team 5): a page now ends
+    once it would pass MAX_PAGE_BYTES, with a cursor, and every job still comes exactly once."""
+    import sluice.api.pagination as pagination
+
+    monkeypatch.setattr(pagination, "MAX_PAGE_BYTES", 20_000)
+    ids = [submit(env, env.alice, {**GOOD, "command": ["python", "train.py", "x" * 5000]})["id"] for _ in range(9)]
+    seen: list[str] = []
+    cursor, pages = None, 0
+    while True:
+        r = env.client.get(
+            "/v1/jobs", params={"limit": 1000, **({"cursor": cursor} if cursor else {})}, headers=env.alice
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert 1 <= len(body["items"]) <= 4  # (1024 + ~5 kB) each: three fit under 20 kB, never the nine
+        seen += [j["id"] for j in body["items"]]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(set(seen)) == len(seen) and pages >= 3

@@ -23,6 +23,9 @@ from pydantic import BaseModel, Field
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_CURSOR_CHARS = 1024
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""About the most one page holds (bytes, as its items estimate themselves): a page ends early,
+with a cursor, rather than carry a thousand 1 MiB job specs (about 1 GB, built in memory)."""
 
 T = TypeVar("T")
 
@@ -92,9 +95,25 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def page_of(items: Sequence[T], limit: int, kind: str, key: Callable[[T], Sequence[Any]]) -> tuple[list[T], str | None]:
-    """Cut `items` (up to limit + 1 fetched, in key order) to a page and its next cursor."""
-    if len(items) <= limit:
-        return list(items), None
-    page = list(items[:limit])
+def page_of(
+    items: Sequence[T],
+    limit: int,
+    kind: str,
+    key: Callable[[T], Sequence[Any]],
+    size: Callable[[T], int] | None = None,
+) -> tuple[list[T], str | None]:
+    """Cut `items` (up to limit + 1 fetched, in key order) to a page and its next cursor.
+    With `size` (an item's bytes, estimated), the page also ends once it would pass
+    MAX_PAGE_BYTES; it always holds at least one item."""
+    end = min(len(items), limit)
+    if size is not None:
+        total = 0
+        for i in range(end):
+            total += size(items[i])
+            if total > MAX_PAGE_BYTES and i > 0:
+                end = i
+                break
+    page = list(items[:end])
+    if end == len(items):
+        return page, None
     return page, encode_cursor(kind, key(page[-1]))

@@ -84,8 +84,17 @@ def list_jobs(
     """The caller's jobs (every tenant's for an admin), oldest first, a page at a time."""
     after = decode_cursor("jobs", cursor, (float, str))
     jobs = plane.list_jobs(caller, phases=phase or None, after=after, limit=limit + 1)
-    page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id))
+    page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id), _job_bytes)
     return Page[JobOut](items=[JobOut.of(j, caller.name) for j in page], next_cursor=nxt)
+
+
+def _job_bytes(job: Any) -> int:
+    """A job's size in a page, about: its spec's free-form strings (argv, env, labels: up to
+    about 1 MiB in all) and a bound for the rest of the record."""
+    spec = job.spec
+    text = sum(len(a) + 4 for a in spec.command)
+    text += sum(len(k) + len(v) + 6 for d in (spec.env, spec.labels) for k, v in d.items())
+    return 1024 + text + len(spec.workdir or "") + len(job.reason or "")
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS)
