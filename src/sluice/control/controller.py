@@ -633,7 +633,7 @@ class Controller:
         resume = f"; resumes from checkpoint at step {job.checkpoint_step}" if job.checkpoint else ""
         rng = job.spec.resources.replicas
         top = rng.max or rng.min  # no max: exactly min
-        if top > rng.min and not getattr(self.policy, "resizes_replicas", False):
+        if top > rng.min and alloc.replicas == rng.min and not getattr(self.policy, "resizes_replicas", False):
             # A replicas range is a request to be sized: say when nothing will size it (walk5).
             why = getattr(self.policy, "fixed_replicas_why", "does not resize replicas (sluice, pollux and optimus do)")
             fixed = f"a fixed {alloc.replicas} replicas (spec allows {rng.min} to {top})"
