@@ -419,6 +419,29 @@ def test_job_logs_tail_prints_the_last_lines_and_bounds_n(live: Live, tmp_path: 
     assert code == 0 and out == "step 5\n"
 
 
+def test_job_logs_on_a_terminal_show_a_jobs_control_sequences_as_escapes(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's log reached the reader's terminal raw (red-team 5): a job (any tenant's, read
+    by the admin) could set the title, plant a hyperlink or write the clipboard (OSC 52).
+    Colours and line layout pass; a pipe, or --raw, gets the bytes as they are."""
+    import sluice.cli.job as job_cli
+
+    [job_id] = _submitted_and_placed(live, tmp_path)
+    log = "\x1b[31mred\x1b[0m\tok\n\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x1b\\\x9b2J\n"
+    (tmp_path / f"{job_id}.log").write_text(log)
+    code, out, _ = sluice("job", "logs", job_id)  # not a terminal: as it is
+    assert code == 0 and out == log
+    monkeypatch.setattr(job_cli, "_on_terminal", lambda: True)
+    code, out, _ = sluice("job", "logs", job_id)
+    assert code == 0
+    assert out.startswith("\x1b[31mred\x1b[0m\tok\n")  # colours and layout kept
+    assert "\x1b]" not in out and "\x07" not in out and "\x9b" not in out
+    assert "\\x1b]52;c;ZXZpbA==\\x07" in out  # shown, not run
+    code, out, _ = sluice("job", "logs", job_id, "--raw")
+    assert code == 0 and out == log
+
+
 def _auth(live: Live) -> dict[str, str]:
     return {"Authorization": f"Bearer {live.tokens['default']}"}
 

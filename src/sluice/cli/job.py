@@ -23,6 +23,7 @@ from sluice.cli.output import (
     local_times,
     number,
     plain,
+    shown_log,
     stamp,
     table,
     when,
@@ -186,15 +187,28 @@ def logs(
             "--tail", "-n", min=1, max=MAX_TAIL_LINES, help=f"Only the last N lines (1 to {MAX_TAIL_LINES}) first."
         ),
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Write the log's bytes as they are, control sequences too (what a pipe always gets)."
+        ),
+    ] = False,
 ) -> None:
-    """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines."""
+    """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines.
+    On a terminal, control sequences other than colours are shown as escapes (--raw: as they are)."""
+    keep = raw or not _on_terminal()
+    show = (lambda s: s) if keep else shown_log
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         if follow:
             for chunk in client.follow_logs(job_id, tail=tail, raw=True):
-                sys.stdout.write(chunk)
+                sys.stdout.write(show(chunk))
                 sys.stdout.flush()
         else:
-            sys.stdout.write(client.logs(job_id, tail=tail))
+            sys.stdout.write(show(client.logs(job_id, tail=tail)))
+
+
+def _on_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 @app.command()

@@ -64,6 +64,19 @@ def shown(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+# In a log: colours (SGR: ESC [ digits ; m) and line layout (\n, \t, \r) pass; any other control
+# character -- the ESC of a title, clipboard or hyperlink sequence, BEL, C1 -- does not.
+_LOG_CONTROL = re.compile(r"\x1b\[[0-9;]{0,32}m|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def shown_log(text: str) -> str:
+    """A job's log as the reader's terminal may show it: its colours and line breaks kept, every
+    other control character written out as an escape. A log is the job's own output, and the
+    admin (or a tenant sharing an account) reads other tenants' jobs' logs: a job could print
+    the sequences that set the terminal's title, plant hyperlinks or write its clipboard (OSC 52)."""
+    return _LOG_CONTROL.sub(lambda m: m.group() if len(m.group()) > 1 else repr(m.group())[1:-1], text)
+
+
 def _cell(value: Any) -> Text:
     """A table cell: plain text (never Rich markup: `[/]` in a tenant's string would make the
     whole table fail to print), control characters shown as escapes."""
