@@ -266,6 +266,17 @@ class Settings(BaseSettings):
             "once. Default 2048.",
         ),
     ] = 2048
+    max_unfinished_jobs_per_tenant: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=1_000_000,
+            description="Jobs a tenant may have that have not ended (queued, running, suspended); a submit "
+            "beyond it is a 409. Every such job is held in the plane's memory and judged every round: "
+            "without a bound one tenant's flood slowed every tenant's scheduling. Admins are not capped. "
+            "Default 10000.",
+        ),
+    ] = 10_000
     metrics_token: Annotated[
         str | None,
         Field(

@@ -857,3 +857,26 @@ def test_a_page_of_jobs_ends_early_rather_than_carry_too_many_bytes(env: Env, mo
         if cursor is None:
             break
     assert sorted(seen) == sorted(ids) and len(set(seen)) == len(seen) and pages >= 3
+
+
+def test_a_tenant_may_have_at_most_max_unfinished_jobs(tmp_path: Path) -> None:
+    """Nothing bounded a tenant's queued jobs: each is held in memory and judged every round,
+    so one tenant's flood slowed every tenant's scheduling (red-team 5)."""
+    settings = Settings(home=tmp_path / "home", max_unfinished_jobs_per_tenant=3)
+    plane = ControlPlane(settings, SqlStore(settings.db_url), LoggingFakeEngine(log_dir=tmp_path), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin = plane.authenticate(tokens["admin"])
+    _, alice = plane.create_tenant(admin, TenantSpec(name="alice"))
+    _, bob = plane.create_tenant(admin, TenantSpec(name="bob"))
+    try:
+        with TestClient(create_app(plane)) as client:
+            post = lambda who: client.post("/v1/jobs", json=GOOD, headers=bearer(who))  # noqa: E731
+            ids = [post(alice).json()["id"] for _ in range(3)]
+            r = post(alice)
+            assert r.status_code == 409 and "max_unfinished_jobs_per_tenant 3" in r.json()["detail"], r.text
+            assert post(bob).status_code == 201  # another tenant is not held by alice's count
+            assert all(post(tokens["admin"]).status_code == 201 for _ in range(4))  # admins are not capped
+            assert client.post(f"/v1/jobs/{ids[0]}/cancel", headers=bearer(alice)).status_code == 200
+            assert post(alice).status_code == 201  # an ended job makes room
+    finally:
+        plane.store.close()

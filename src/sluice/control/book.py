@@ -83,6 +83,10 @@ class JobBook:
     def live_ids(self) -> list[str]:
         return list(self._live)
 
+    def live_count(self, tenant: str) -> int:
+        """How many of the tenant's jobs have not ended."""
+        return sum(1 for j in self._live.values() if j.tenant == tenant)
+
     def is_live(self, job_id: str) -> bool:
         return job_id in self._live
 

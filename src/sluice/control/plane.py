@@ -482,14 +482,16 @@ class ControlPlane:
                 ]
             )
         self._check_capacity(spec)
+        cap = None if caller.admin else self.settings.max_unfinished_jobs_per_tenant
+        self._check_unfinished(tenant, cap)  # before a --resume-from copy, and again at create
         self.queues.check_submit(tenant, spec)
         asked, spec = spec, self.priorities.resolve(spec)
         if not caller.admin:  # an admin could raise the cap anyway: its own submissions are not capped
             self.priorities.check_cap(tenant, caller.max_priority, asked, spec)
         if spec.resume_from is None:
-            job = self._create_job(tenant, spec)
+            job = self._create_job(tenant, spec, cap=cap)
         else:
-            job = self._submit_resuming(tenant, spec, spec.resume_from)
+            job = self._submit_resuming(tenant, spec, spec.resume_from, cap=cap)
         if spec.priority_class is not None:  # `sluice job why` says where the priority came from
             with self.controller.lock:
                 self.controller.book.note(
@@ -498,16 +500,30 @@ class ControlPlane:
         self.wake()
         return job
 
-    def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None) -> JobRecord:
+    def _check_unfinished(self, tenant: str, cap: int | None) -> None:
+        """A 409 once the tenant has `cap` jobs that have not ended (None: no cap)."""
+        if cap is None:
+            return
+        with self.controller.lock:
+            n = self.controller.book.live_count(tenant)
+        if n >= cap:
+            raise Conflict(
+                f"tenant {tenant!r} has {n} jobs that have not ended, the most it may have "
+                f"(max_unfinished_jobs_per_tenant {cap}); wait for some to end, or cancel some"
+            )
+
+    def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None, cap: int | None = None) -> JobRecord:
         """The job, on disk, if its tenant still exists when it is created (under the
         controller's lock, as `delete_tenant` checks and deletes): a tenant deleted while its
-        submit was on its way (a `--resume-from` copy takes a while) gets no job."""
+        submit was on its way (a `--resume-from` copy takes a while) gets no job; nor one
+        whose concurrent submits took the last of its `cap` unfinished jobs."""
         with self.controller.lock:
             if self.store.get_tenant(tenant) is None:
                 raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
+            self._check_unfinished(tenant, cap)
             return self.controller.submit(tenant, spec, job_id=job_id)
 
-    def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str) -> JobRecord:
+    def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str, cap: int | None = None) -> JobRecord:
         """A job that starts from another job's newest checkpoint: the same tenant's only
         (another tenant's job reads as no such job), one that no longer runs. The checkpoints
         are copied into the new job's folder before the job exists, so its first attempt (the
@@ -550,7 +566,7 @@ class ControlPlane:
                 "resume_from to start from step 0"
             )
         with self.controller.lock:
-            job = self._create_job(tenant, spec, job_id=job_id)
+            job = self._create_job(tenant, spec, job_id=job_id, cap=cap)
             path, step = newest
             self.controller.book.note(job.id, "resume", f"starts from job {source_id}'s checkpoint at step {step}")
             return self.controller.book.observe(job.id, checkpoint=path, checkpoint_step=step) or job
