@@ -252,7 +252,7 @@ class Settings(BaseSettings):
         Field(
             ge=1,
             le=300,
-            description="Seconds an API connection has to send a request's headers (from when it opens, and "
+            description="Seconds an API connection has to send a request's headers and body (from when it opens, and "
             "after each response), then it is closed: connections that never finish a request held every "
             "descriptor. Default 10.",
         ),

@@ -4,15 +4,17 @@ that never finish a request (red-team pass 5: 20,000 of them held every descript
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from sluice.api.connections import AcceptErrorsOnce, protocol_with
 from tests.live_api import free_port
@@ -25,6 +27,19 @@ def server(header_timeout_s: float) -> Iterator[int]:
     @app.get("/healthz")
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/slow")
+    async def slow() -> StreamingResponse:
+        async def lines() -> AsyncIterator[bytes]:  # a followed log: a line every 0.2 s for 3 s
+            for i in range(15):
+                yield f"line {i}\n".encode()
+                await asyncio.sleep(0.2)
+
+        return StreamingResponse(lines(), media_type="text/plain")
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"got": len(await request.body())}
 
     port = free_port()
     config = uvicorn.Config(
@@ -87,6 +102,18 @@ def test_a_kept_alive_connection_has_the_same_deadline_for_its_next_request() ->
             if time.monotonic() - start > 4:
                 break
         assert dropped or closed_within(conn, 3) is not None
+
+
+def test_a_request_whose_body_never_comes_is_closed() -> None:
+    """Headers on time, then not the body they announce (no token needed): it held its
+    connection, and a place under limit_concurrency, for good (red-team pass 6)."""
+    with server(header_timeout_s=1.0) as port, socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert closed_within(conn, 5) is not None
+        with socket.create_connection(("127.0.0.1", port)) as honest:  # a whole body is answered
+            honest.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 3\r\n\r\nabc")
+            answer = closed_within(honest, 5)
+            assert answer is not None and answer.startswith(b"HTTP/1.1 200") and b'"got":3' in answer
 
 
 def test_accept_failures_are_logged_once_a_minute_with_a_count() -> None:

@@ -6,9 +6,10 @@ them, opened from loopback without a token, held every descriptor the plane had:
 and every tenant's requests timed out, and asyncio logged a traceback per failed `accept`,
 6 MB of server.log a second (red-team pass 5). So:
 
-- `BoundedH11Protocol` gives each connection `header_timeout_s` to complete a request's
-  headers — from when it opens, and again after each response on a kept-alive connection —
-  then closes it;
+- `BoundedH11Protocol` gives each connection `header_timeout_s` to complete a request —
+  its headers and its body — from when it opens, and again after each response on a
+  kept-alive connection, then closes it (a request whose body never came held its
+  connection, and a place under `limit_concurrency`, for good: red-team pass 6);
 - `AcceptErrorsOnce` lets one "out of system resource" accept error per minute into the log
   (the count of the ones it held back goes with the next);
 - the server asks uvicorn for `limit_concurrency` (requests beyond it get a 503 at once) and
@@ -23,6 +24,7 @@ import resource
 import time
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 ACCEPT_ERROR_EVERY_S = 60.0
@@ -42,23 +44,27 @@ class BoundedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._arm()  # a kept-alive connection has as long for the next request's headers
+        self._arm(self.cycle)  # a kept-alive connection has as long for the next request
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._header_deadline is not None:
             self._header_deadline.cancel()
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
+    def _arm(self, waiting: Any = None) -> None:
+        """`waiting`: the cycle that is current until the next request's headers are complete
+        (none on a new connection, the finished one after a response)."""
         if self._header_deadline is not None:
             self._header_deadline.cancel()
-        # The cycle now is the one that ends when the next request's headers are complete:
-        # none yet on a new connection, the finished one after a response.
-        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._too_slow, self.cycle)
+        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._too_slow, waiting)
 
     def _too_slow(self, cycle_then: Any) -> None:
-        if self.cycle is cycle_then and not self.transport.is_closing():
-            self.transport.close()  # no request came complete in time: nothing to answer
+        if self.transport.is_closing():
+            return
+        # No request's headers in time, or headers but not yet the body they announced:
+        # nothing to answer yet, so nothing is lost by closing.
+        if self.cycle is cycle_then or self.conn.their_state is h11.SEND_BODY:
+            self.transport.close()
 
 
 def protocol_with(header_timeout_s: float) -> type[BoundedH11Protocol]:
