@@ -116,6 +116,17 @@ def test_a_request_whose_body_never_comes_is_closed() -> None:
             assert answer is not None and answer.startswith(b"HTTP/1.1 200") and b'"got":3' in answer
 
 
+def test_a_pipelined_long_answer_is_not_cut_by_the_header_deadline() -> None:
+    """A request pipelined behind another starts inside uvicorn's on_response_complete: the
+    deadline armed there watched that request's cycle and closed its answer (a followed log)
+    header_timeout_s into it (red-team pass 6)."""
+    with server(header_timeout_s=1.0) as port, socket.create_connection(("127.0.0.1", port)) as conn:
+        short = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        conn.sendall(short + b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = closed_within(conn, 10)
+        assert answer is not None and b"line 14\n" in answer
+
+
 def test_accept_failures_are_logged_once_a_minute_with_a_count() -> None:
     keep = AcceptErrorsOnce(every_s=60.0)
 

@@ -43,8 +43,12 @@ class BoundedH11Protocol(H11Protocol):
         self._arm()
 
     def on_response_complete(self) -> None:
+        finished = self.cycle
+        # uvicorn starts a pipelined request already received inside this call: its cycle is
+        # not the one that waits for headers, and must not be what the deadline watches (it
+        # closed a pipelined followed log 10 s into its answer).
         super().on_response_complete()
-        self._arm(self.cycle)  # a kept-alive connection has as long for the next request
+        self._arm(finished)  # a kept-alive connection has as long for the next request
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._header_deadline is not None:
