@@ -86,17 +86,25 @@ def _cell(value: Any) -> Text:
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
     """A kubectl-like table. Every column but the last (free text: reasons, messages) keeps
     its full width — ids and names are copied by users and must never be cut; the last one
-    wraps on a narrow terminal. Cells are plain text (`_cell`)."""
+    wraps on a narrow terminal. Cells are plain text (`_cell`). A table whose columns do not
+    fit the terminal even so is printed at the width it needs (the terminal wraps its lines):
+    Rich would otherwise shrink columns below their minimum, to nothing, and drop them
+    (`sluice net bench` lost its MTU and last columns at 80)."""
     t = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     cells = [[_cell(v) for v in row] for row in rows]
+    widths = []
     for i, name in enumerate(columns):
         if i < len(columns) - 1:
             width = max([len(name), *(r[i].cell_len for r in cells)])
             t.add_column(name, no_wrap=True, min_width=width)
         else:
-            t.add_column(name, overflow="fold", min_width=min(20, len(name)))
+            width = min(20, len(name))
+            t.add_column(name, overflow="fold", min_width=width)
+        widths.append(width)
     for row in cells:
         t.add_row(*row)
+    if _row_width(widths) > console.width:
+        t.width = _row_width(widths)  # Rich's own cap (the console's width), lifted for this table only
     console.print(t)
 
 
