@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from sluice.bench.scenario import mixed_workload
 from sluice.bench.simreal import example_of, sim_workload
 from sluice.cli.main import app
-from sluice.control.profile import ProfileRun, curve_points, fit_startup
+from sluice.control.profile import ProfileRun, curve_points, fit_startup, save_profile
 from sluice.control.simulate import SimConfig, WorkloadJob, run_simulation
 from sluice.model import Allocation, JobRecord
 from sluice.sim.cpu_profiles import load_curve
@@ -159,6 +159,19 @@ def test_saved_profile_round_trips_the_measured_start_up(tmp_path: Path) -> None
     d = _profiles(tmp_path)
     curve = load_curve(d / "mlp.profile.json")
     assert (curve.startup_cpu_s, curve.startup_wait_s) == (2.0, 0.5)
+
+
+def test_a_saved_profile_records_the_load_average_it_was_measured_under(tmp_path: Path) -> None:
+    # docs/simulator.md: the profile keeps "the load average at the time", for `sluice sim
+    # profile` as for `bench simreal`'s own profiles (only the latter used to write it).
+    runs = [ProfileRun(0.5, 100.0, cores_used=0.5, threads=1, total_steps=1000), ProfileRun(1.0, 190.0)]
+    curve = CpuCurve((0.5, 1.0), (100.0, 190.0))
+    save_profile(curve, runs, tmp_path / "a.profile.json", "examples/mlp.yaml", 3.0)
+    saved = json.loads((tmp_path / "a.profile.json").read_text())
+    assert isinstance(saved["load_average"], float) and saved["load_average"] >= 0
+    assert saved["total_steps"] == 1000 and saved["limits"] == [0.5, 1.0]
+    save_profile(curve, runs, tmp_path / "b.profile.json", "examples/mlp.yaml", 3.0, load_average=1.25)
+    assert json.loads((tmp_path / "b.profile.json").read_text())["load_average"] == 1.25
 
 
 def test_background_load_is_replayed_sample_by_sample_and_policies_see_the_full_node(tmp_path: Path) -> None:

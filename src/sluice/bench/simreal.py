@@ -70,7 +70,7 @@ def ensure_profiles(
             if console is not None:
                 console.print(f"profiling {ex} at {', '.join(f'{c:g}' for c in cores)} cores ({seconds:g} s each) ...")
             curve, runs = profile_example(EXAMPLES_DIR / f"{ex}.yaml", cores, seconds)
-            save_profile(curve, runs, dest, f"examples/{ex}.yaml", seconds, load_average=os.getloadavg()[0])
+            save_profile(curve, runs, dest, f"examples/{ex}.yaml", seconds)
         out[ex] = dest
     return out
 

@@ -306,10 +306,12 @@ def save_profile(
     curve: CpuCurve, runs: Sequence[ProfileRun], dest: Path, source: str, seconds: float, **extra: object
 ) -> None:
     """Save a measured profile with the raw numbers behind it (limits, cores used, start-ups,
-    threads, the job's declared length), so a later reader can judge the curve."""
+    threads, the job's declared length, the 1-minute load average at saving unless `extra`
+    gives `load_average`), so a later reader can judge the curve."""
     from sluice.sim.cpu_profiles import save_curve
 
     totals = [r.total_steps for r in runs if r.total_steps is not None]
+    extra.setdefault("load_average", round(os.getloadavg()[0], 2))
     save_curve(
         curve,
         dest,
