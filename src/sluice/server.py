@@ -234,7 +234,6 @@ def serve(settings: Settings) -> None:
             access_log=False,
             lifespan="off",
             http=protocol_with(settings.api_header_timeout_s),
-            limit_concurrency=settings.api_max_concurrency,
         )
         server = uvicorn.Server(config)
         info = {"pid": os.getpid(), "url": url, "port": port, "home": str(home)}

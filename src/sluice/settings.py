@@ -257,15 +257,6 @@ class Settings(BaseSettings):
             "descriptor. Default 10.",
         ),
     ] = 10.0
-    api_max_concurrency: Annotated[
-        int,
-        Field(
-            ge=16,
-            le=100_000,
-            description="Open API connections (or requests in flight) beyond which a new request gets a 503 at "
-            "once. Default 2048.",
-        ),
-    ] = 2048
     max_unfinished_jobs_per_tenant: Annotated[
         int,
         Field(

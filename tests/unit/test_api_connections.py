@@ -106,7 +106,7 @@ def test_a_kept_alive_connection_has_the_same_deadline_for_its_next_request() ->
 
 def test_a_request_whose_body_never_comes_is_closed() -> None:
     """Headers on time, then not the body they announce (no token needed): it held its
-    connection, and a place under limit_concurrency, for good (red-team pass 6)."""
+    connection for good (red-team pass 6)."""
     with server(header_timeout_s=1.0) as port, socket.create_connection(("127.0.0.1", port)) as conn:
         conn.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         assert closed_within(conn, 5) is not None
