@@ -839,9 +839,20 @@ def test_a_page_of_jobs_ends_early_rather_than_carry_too_many_bytes(env: Env, mo
     """A thousand 1 MiB specs made a 1 GB page, built in memory (red-team 5): a page now ends
     once it would pass MAX_PAGE_BYTES, with a cursor, and every job still comes exactly once."""
     import sluice.api.pagination as pagination
+    from sluice.api.routes import jobs as job_routes
 
     monkeypatch.setattr(pagination, "MAX_PAGE_BYTES", 20_000)
+    monkeypatch.setattr(job_routes, "JOB_BATCH", 1)
     ids = [submit(env, env.alice, {**GOOD, "command": ["python", "train.py", "x" * 5000]})["id"] for _ in range(9)]
+    fetched: list[int] = []
+    list_jobs = env.plane.list_jobs
+
+    def counted(*a: Any, **kw: Any) -> Any:
+        out = list_jobs(*a, **kw)
+        fetched.append(len(out))
+        return out
+
+    monkeypatch.setattr(env.plane, "list_jobs", counted)
     seen: list[str] = []
     cursor, pages = None, 0
     while True:
@@ -857,6 +868,8 @@ def test_a_page_of_jobs_ends_early_rather_than_carry_too_many_bytes(env: Env, mo
         if cursor is None:
             break
     assert sorted(seen) == sorted(ids) and len(set(seen)) == len(seen) and pages >= 3
+    # ... and no page read all nine to send a few (red-team 6): at most a few past the budget
+    assert sum(fetched) <= len(ids) + 2 * pages, fetched
 
 
 def test_a_tenant_may_have_at_most_max_unfinished_jobs(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BeforeValidator
 from starlette.types import Receive, Scope, Send
 
-from sluice.api import job_logs
+from sluice.api import job_logs, pagination
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.errors import error_body
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
@@ -83,9 +83,35 @@ def list_jobs(
 ) -> Page[JobOut]:
     """The caller's jobs (every tenant's for an admin), oldest first, a page at a time."""
     after = decode_cursor("jobs", cursor, (float, str))
-    jobs = plane.list_jobs(caller, phases=phase or None, after=after, limit=limit + 1)
+    jobs = _fetch_jobs(plane, caller, phase or None, after, limit + 1)
     page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id), _job_bytes)
     return Page[JobOut](items=[JobOut.of(j, caller.name) for j in page], next_cursor=nxt)
+
+
+JOB_BATCH = 50
+"""Jobs read from the plane at a time while a page is filled."""
+
+
+def _fetch_jobs(plane: ControlPlane, caller: Any, phases: Any, after: Any, want: int) -> list[Any]:
+    """Up to `want` jobs after `after`, read JOB_BATCH at a time and no more once they pass
+    the page's byte budget (a page of a thousand 1 MiB specs read them all, 1 GB, to send a
+    few: red-team pass 6). Past the budget it keeps at least two, so `page_of` can tell that
+    more follow."""
+    out: list[Any] = []
+    total = 0
+    while len(out) < want:
+        ask = min(JOB_BATCH, want - len(out))
+        if total > pagination.MAX_PAGE_BYTES:
+            ask = min(ask, 2 - len(out))
+            if ask <= 0:
+                break
+        batch = plane.list_jobs(caller, phases=phases, after=after, limit=ask)
+        out += batch
+        total += sum(_job_bytes(j) for j in batch)
+        if len(batch) < ask:
+            break
+        after = (batch[-1].submitted_at, batch[-1].id)
+    return out
 
 
 def _job_bytes(job: Any) -> int:
