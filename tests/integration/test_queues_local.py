@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app as cli
-from sluice.control.errors import Conflict, NotFound
+from sluice.control.errors import Conflict
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
@@ -177,7 +177,7 @@ def test_suspend_resume_and_resume_from_another_job_of_the_same_tenant(plane: Co
     assert last is not None and last >= at
 
     other = tenant(p, "mallory")
-    with pytest.raises(NotFound):  # another tenant's job reads as one that does not exist
+    with pytest.raises(SpecError, match="you have no job"):  # another tenant's job reads as one that does not exist
         p.submit(other, loop(resume_from=job.id))
 
     again = p.submit(caller, loop(resume_from=job.id))
