@@ -36,10 +36,10 @@ ACCEPT_ERROR_EVERY_S = 60.0
 
 
 class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request's headers."""
+    """uvicorn's h11 protocol with a deadline for each request (its headers and its body)."""
 
     header_timeout_s: float = 10.0
-    """Set by `protocol_with` for each server: seconds a connection has to send a request's headers."""
+    """Set by `protocol_with` for each server: seconds a connection has to send a request."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
