@@ -506,6 +506,11 @@ def test_gang_places_all_replicas_and_runs_ddp_over_gloo_across_nodes(
     assert all(r["world"] == 2 for r in ranks)
     assert ranks[0]["sum"] == pytest.approx(ranks[1]["sum"], abs=1e-6)  # all-reduced: same weights
     assert ctl.book.get(job).step == 30  # rank 0's reports reached the controller as the job's
+    # Each replica's log stays on its node; `job logs --replica K` reads it (rank 0's is the job's).
+    logs = [engine.replica_log(job, k) for k in (0, 1)]
+    assert logs[0] is not None and logs[1] is not None and logs[0] != logs[1]
+    assert f"/nodes/{nodes[1]}/{job}--r1of2/" in logs[1] and Path(logs[1]).read_text().strip(), logs
+    assert engine.replica_log(job, 2) is None
 
 
 def test_a_two_replica_job_resized_to_one_resumes_from_its_checkpoint(

@@ -56,5 +56,8 @@ class FakeEngine:
     def earlier_logs(self, job_id: str) -> list[str]:
         return []
 
+    def replica_log(self, job_id: str, rank: int) -> str | None:
+        return None
+
     def close(self) -> None:
         pass

@@ -293,6 +293,28 @@ def test_logs_of_a_moved_job_carry_every_attempt_oldest_first(env: Env) -> None:
         assert "".join(r.iter_text()) == "step 30\nattempt 3 on n0\nstep 40\n"
 
 
+def test_one_replicas_log_where_the_engine_keeps_one_per_replica(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Ray each replica of a gang logs on its node and `job logs` showed rank 0's only: a
+    crash on rank 1 was out of the user's reach (walk 6). `?replica=K` reads rank K's."""
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    url = f"/v1/jobs/{job['id']}/logs"
+    # The local engine (and this fake) writes every replica into the one log: refused, said why.
+    r = env.client.get(url, params={"replica": 1}, headers=env.alice)
+    assert r.status_code == 422 and r.json()["problems"][0]["field"] == "replica", r.text
+    assert "[rankK]" in r.text
+    rank1 = env.engine.log_dir / "rank1.log"
+    rank1.write_text("===== rank 1 =====\nTraceback: boom\n")
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: str(rank1) if k == 1 else None)
+    assert env.client.get(url, params={"replica": 1}, headers=env.alice).text.endswith("Traceback: boom\n")
+    assert env.client.get(url, params={"replica": 1, "tail": 1}, headers=env.alice).text == "Traceback: boom\n"
+    r = env.client.get(url, params={"replica": 2}, headers=env.alice)
+    assert r.status_code == 422 and "runs 2 replica(s)" in r.text
+    r = env.client.get(url, params={"replica": 2, "follow": "true"}, headers=env.alice)
+    assert r.status_code == 422  # judged before the stream starts
+    assert env.client.get(url, params={"replica": 1}, headers=env.bob).status_code == 404
+
+
 def test_progress_after_reports(env: Env) -> None:
     from sluice.model import JobProgress
 

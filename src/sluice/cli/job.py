@@ -193,6 +193,15 @@ def logs(
             "--raw", help="Write the log's bytes as they are, control sequences too (what a pipe always gets)."
         ),
     ] = False,
+    replica: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=1023,
+            help="Only this replica's output, of the newest attempt (Ray keeps one log per replica; the local "
+            "engine's one log prefixes each replica's lines with [rankK]).",
+        ),
+    ] = None,
 ) -> None:
     """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines.
     On a terminal, control sequences other than colours are shown as escapes (--raw: as they are)."""
@@ -200,11 +209,11 @@ def logs(
     show = (lambda s: s) if keep else shown_log
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         if follow:
-            for chunk in client.follow_logs(job_id, tail=tail, raw=True):
+            for chunk in client.follow_logs(job_id, tail=tail, raw=True, replica=replica):
                 sys.stdout.write(show(chunk))
                 sys.stdout.flush()
         else:
-            sys.stdout.write(show(client.logs(job_id, tail=tail)))
+            sys.stdout.write(show(client.logs(job_id, tail=tail, replica=replica)))
 
 
 def _on_terminal() -> bool:

@@ -254,15 +254,20 @@ class Client:
                 raise WaitTimeout(f"job {job_id} is still {job.phase} after {timeout_s:g}s", job)
             time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
 
-    def logs(self, job_id: str, tail: int | None = None) -> str:
-        """The job's output so far (its last 8 MiB), or its last `tail` lines."""
-        params = {} if tail is None else {"tail": tail}
+    def logs(self, job_id: str, tail: int | None = None, replica: int | None = None) -> str:
+        """The job's output so far (its last 8 MiB), or its last `tail` lines; `replica`: only
+        that replica's, on an engine that keeps a log per replica (Ray)."""
+        params = {k: v for k, v in (("tail", tail), ("replica", replica)) if v is not None}
         return str(self.request("GET", f"/v1/jobs/{_seg(job_id, _JOB)}/logs", params=params) or "")
 
-    def follow_logs(self, job_id: str, tail: int | None = None, *, raw: bool = False) -> Iterator[str]:
+    def follow_logs(
+        self, job_id: str, tail: int | None = None, *, raw: bool = False, replica: int | None = None
+    ) -> Iterator[str]:
         """The job's output as it writes it, until it ends: lines without their newline (raw:
-        text chunks as they arrive); with `tail`, starting from its last `tail` lines."""
-        params: dict[str, Any] = {"follow": "true", **({} if tail is None else {"tail": tail})}
+        text chunks as they arrive); with `tail`, starting from its last `tail` lines;
+        `replica` as for `logs`."""
+        params: dict[str, Any] = {"follow": "true"}
+        params |= {k: v for k, v in (("tail", tail), ("replica", replica)) if v is not None}
         return self._stream(f"/v1/jobs/{_seg(job_id, _JOB)}/logs", params, lines=not raw)
 
     def progress(self, job_id: str) -> Progress | None:

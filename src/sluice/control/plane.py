@@ -783,6 +783,29 @@ class ControlPlane:
         p = self.engine.log_path(job_id)
         return Path(p) if p else None
 
+    def replica_log(self, caller: TenantRecord, job_id: str, rank: int) -> Path | None:
+        """One replica's log of the job's newest attempt (Ray keeps one per replica); a 422
+        naming `replica` for a rank the job does not have, or on an engine whose one log
+        already holds every replica's lines."""
+        job = self.get_job(caller, job_id)
+        world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
+        if rank >= world:
+            raise SpecError([FieldProblem("replica", f"job {job_id} runs {world} replica(s): give 0 to {world - 1}")])
+        if not getattr(self.engine, "logs_per_replica", False):
+            if world == 1:  # one replica: its log is the job's
+                return self.log_path(caller, job_id)
+            raise SpecError(
+                [
+                    FieldProblem(
+                        "replica",
+                        "this engine writes every replica into the job's one log, each line prefixed [rankK]; "
+                        "leave replica out",
+                    )
+                ]
+            )
+        p = self.engine.replica_log(job_id, rank)
+        return Path(p) if p else None
+
     def earlier_logs(self, caller: TenantRecord, job_id: str) -> list[Path]:
         """Logs of the job's earlier attempts that `log_path` does not hold, oldest first
         (Ray: the nodes a moved job ran on before)."""

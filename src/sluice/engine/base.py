@@ -60,6 +60,12 @@ class Engine(Protocol):
         current (or newest) attempt writes."""
         ...
 
+    def replica_log(self, job_id: str, rank: int) -> str | None:
+        """The log of one replica of the job's newest attempt, on an engine that keeps one per
+        replica (Ray: each on its node); None on one that writes every replica into the job's
+        one log, each line prefixed `[rankK]` (local)."""
+        ...
+
     def earlier_logs(self, job_id: str) -> list[str]:
         """The logs of the job's earlier attempts that `log_path` does not hold, oldest first:
         an engine that writes one log per node (Ray) leaves a moved job's first attempts on

@@ -252,6 +252,9 @@ class LocalEngine:
     def earlier_logs(self, job_id: str) -> list[str]:
         return []  # every attempt appends to the one log, whichever virtual node runs it
 
+    def replica_log(self, job_id: str, rank: int) -> str | None:
+        return None  # every replica's lines are in the one log, prefixed [rankK]
+
     def warm_dataset(
         self,
         name: str,

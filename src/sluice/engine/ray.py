@@ -65,6 +65,8 @@ class RayEngine:
     """Engine over a Ray cluster. See the module docstring for the design."""
 
     name = "ray"
+    logs_per_replica = True
+    """Each replica of a gang logs on its own node (`replica_log`), not into one job log."""
     capabilities = EngineCapabilities(
         live_cpu_resize=True,  # each replica's agent changes its kernel CPU limit in place
         gang_launch=True,  # replicas start together on their nodes or not at all (ray_gang)
@@ -436,6 +438,19 @@ class RayEngine:
         its newest log in the shared runs folder, rank 0's for a gang."""
         found = self._logs_on_disk(job_id)
         return str(found[-1]) if found else None
+
+    def replica_log(self, job_id: str, rank: int) -> str | None:
+        """Replica `rank`'s log of the job's newest gang (`<job>--r<k>of<N>` on the node it ran
+        on); a job of one replica has only its own log, rank 0's. Read from the shared runs
+        folder, so a finished job's and a lost node's logs are found too."""
+        jid = glob.escape(job_id)
+        found = []
+        for p in self.runs_root.glob(f"nodes/*/{jid}--r{int(rank)}of*/job.log"):
+            with contextlib.suppress(OSError):
+                found.append((p.stat().st_mtime, str(p)))
+        if found:
+            return max(found)[1]
+        return self.log_path(job_id) if rank == 0 else None
 
     def earlier_logs(self, job_id: str) -> list[str]:
         """The logs a moved job's earlier attempts left on other nodes (`job logs` showed only

@@ -139,6 +139,9 @@ class SimEngine:
     def earlier_logs(self, job_id: str) -> list[str]:
         return []
 
+    def replica_log(self, job_id: str, rank: int) -> str | None:
+        return None
+
     def close(self) -> None:
         return None
 

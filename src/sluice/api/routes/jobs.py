@@ -235,13 +235,26 @@ async def logs(
             description=f"Only the last N lines (1 to {job_logs.MAX_TAIL_LINES}); with follow, then the new ones.",
         ),
     ] = None,
+    replica: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=1023,
+            description="Only this replica's output, of the newest attempt (engines that keep a log per "
+            "replica: Ray; the local engine's one log prefixes each replica's lines with [rankK]).",
+        ),
+    ] = None,
 ) -> Any:
-    """The job's output (stdout and stderr), every attempt's, oldest first. With follow=true
-    the response streams until the job ends."""
+    """The job's output (stdout and stderr), every attempt's, oldest first (a gang's: rank
+    0's, or `replica`'s). With follow=true the response streams until the job ends."""
     await to_thread.run_sync(_get, plane, caller, job_id)
-    earlier = await to_thread.run_sync(plane.earlier_logs, caller, job_id)
+
+    def newest() -> Any:
+        return plane.log_path(caller, job_id) if replica is None else plane.replica_log(caller, job_id, replica)
+
+    earlier = [] if replica is not None else await to_thread.run_sync(plane.earlier_logs, caller, job_id)
     if not follow:
-        path = await to_thread.run_sync(plane.log_path, caller, job_id)
+        path = await to_thread.run_sync(newest)
         parts = await to_thread.run_sync(job_logs.segments, [*earlier, *([path] if path else [])], tail)
         release = _log_slot(request, caller.name)
         if release is None:
@@ -256,6 +269,8 @@ async def logs(
 
         return _CountedStream(text(), release)
 
+    if replica is not None:
+        await to_thread.run_sync(newest)  # a replica the job does not have: the 422 before streaming
     release = _log_slot(request, caller.name)
     if release is None:
         return _too_many()
@@ -264,7 +279,7 @@ async def logs(
         pos, current, first = 0, None, True
         while True:
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
-            path = await to_thread.run_sync(plane.log_path, caller, job_id)
+            path = await to_thread.run_sync(newest)
             if first:  # what the earlier attempts wrote on other nodes (Ray), then this one's log
                 now = [*earlier, *([path] if path else [])]
                 if tail is not None:  # the tail of it all as it is now, then what follows
