@@ -21,6 +21,7 @@ import pytest
 
 from sluice.store.schema import SCHEMA_VERSION
 from sluice.store.sql import SqlStore
+from tests.integration.conftest import wait_for
 from tests.live_api import free_port
 
 pytestmark = pytest.mark.integration
@@ -166,6 +167,14 @@ def _end_session_of(pg_url: str, store: SqlStore) -> None:
     try:
         with other._engine.begin() as conn:
             assert conn.exec_driver_sql(f"SELECT pg_terminate_backend({pid})").scalar()
+        # pg_terminate_backend only signals: the session (and its lock) ends a moment later.
+        gone = f"SELECT count(*) FROM pg_stat_activity WHERE pid = {int(pid)}"
+
+        def ended() -> bool:
+            with other._engine.connect() as conn:
+                return conn.exec_driver_sql(gone).scalar() == 0
+
+        assert wait_for(ended, 10), "the terminated session did not end"
     finally:
         other.close()
 
