@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sluice.agent.isolation import IsolationUnavailable, detect_isolation
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
 from sluice.spec import DatasetSpec, SpecError, parse_job_spec
+from tests.isolating import needs_root
 
 pytestmark = pytest.mark.integration
 
@@ -83,13 +83,6 @@ def test_job_reads_its_dataset_and_the_cache_state_reaches_the_view(tmp_path: Pa
         plane.stop()
 
 
-def _isolating() -> bool:
-    try:
-        return detect_isolation("auto").enabled
-    except IsolationUnavailable:
-        return False
-
-
 def _write_items(src: Path, extra: int) -> int:
     """20 items whose sizes depend on `extra`; their total size."""
     src.mkdir(exist_ok=True)
@@ -117,7 +110,7 @@ def _run_reader(plane: ControlPlane, caller: Any, expect: int) -> JobRecord:
     return done
 
 
-@pytest.mark.skipif(not _isolating(), reason="needs a plane that may run jobs as tenant uids (root)")
+@needs_root
 def test_under_isolation_warm_fills_what_the_job_reads_and_rm_purges_it(tmp_path: Path) -> None:
     """The tenant's jobs run as its uid and read a cache of that uid's own: `warm` (through the
     local engine's agent) fills that one, `get` reports it, the job hits it; `rm` empties it and

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.agent.isolation import IsolationUnavailable, UnsafeFolder, confined_dir, detect_isolation
+from sluice.agent.isolation import UnsafeFolder, confined_dir
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent
 from sluice.control.confine import checkpoint_dir, confine_checkpoint
@@ -22,19 +22,10 @@ from sluice.model import Allocation, JobUser, LaunchRequest
 from sluice.settings import Settings
 from sluice.spec import JobSpec
 from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.isolating import needs_root
 
 ALICE = JobUser(231_011, 231_011)
 BOB = JobUser(231_012, 231_012)
-
-
-def _isolating() -> bool:
-    try:
-        return detect_isolation("auto").enabled
-    except IsolationUnavailable:
-        return False
-
-
-needs_root = pytest.mark.skipif(not _isolating(), reason="needs a plane that may switch users (root)")
 
 
 @pytest.fixture

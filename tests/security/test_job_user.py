@@ -32,6 +32,7 @@ from sluice.server import job_python_problem
 from sluice.settings import Settings
 from sluice.spec import JobSpec
 from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.isolating import needs_root
 
 USER = JobUser(231_001, 231_001)
 
@@ -46,16 +47,6 @@ print('PROBE ' + json.dumps({
     'umask': old, 'home': os.environ['HOME'], 'user': os.environ.get('USER'), 'cwd': os.getcwd(),
 }), flush=True)
 """
-
-
-def _isolating() -> bool:
-    try:
-        return detect_isolation("auto").enabled
-    except IsolationUnavailable:
-        return False
-
-
-needs_root = pytest.mark.skipif(not _isolating(), reason="needs a plane that may switch users (root)")
 
 
 @pytest.fixture

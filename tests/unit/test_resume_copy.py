@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from sluice.agent.isolation import detect_isolation
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
 from sluice.control.resume import copy_checkpoints
@@ -25,12 +24,9 @@ from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import TenantSpec
 from sluice.store.sql import SqlStore
+from tests.isolating import needs_root
 
 from .fake_engine import FakeEngine
-
-needs_root = pytest.mark.skipif(
-    not detect_isolation("auto").enabled, reason="needs a process that may switch users (root)"
-)
 
 
 @dataclass

@@ -26,7 +26,6 @@ import pytest
 
 from sluice.agent import tenant_cache
 from sluice.agent.cache_report import CacheReporter
-from sluice.agent.isolation import detect_isolation
 from sluice.agent.tenant_cache import (
     TenantCacheWatch,
     claim_tiers,
@@ -44,15 +43,13 @@ from sluice.policy.data_aware import DataAwarePolicy
 from sluice.spec import DatasetSpec
 from sluice.store.base import DatasetRecord
 from sluice.store.memory import MemoryStore
+from tests.isolating import needs_root
 
 ALICE = JobUser(231_101, 231_101)
 BOB = JobUser(231_102, 231_102)
 USERS = {"alice": ALICE, "bob": BOB, "admin": JobUser(231_100, 231_100)}
 ITEMS = 6
 
-needs_root = pytest.mark.skipif(
-    not detect_isolation("auto").enabled, reason="needs a process that may switch users (root)"
-)
 
 JOB = """
 import hashlib, json, os
