@@ -88,14 +88,29 @@ def test_eval_names_the_problem_with_a_bad_folder_or_file(tmp_path: Path) -> Non
     assert res.exit_code == 2 and "bad.npz" in res.output and "test_label" in res.output
 
 
-def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`sluice node why` renders the newest alarm's KPIs (a KPI a loaded model lacks the
-    healthy mean of is shown blank, not as an error)."""
+def answering(monkeypatch: pytest.MonkeyPatch, answers: list[dict[str, object]]) -> None:
+    """`sluice node why` talks to a stand-in client (a fake, no server) that gives `answers`
+    in turn, the last one again once they run out; a wide terminal."""
     import contextlib
     from collections.abc import Iterator
 
     import sluice.cli.node as node_cli
 
+    class Client:
+        def node_why(self, name: str) -> dict[str, object]:
+            return {**(answers.pop(0) if len(answers) > 1 else answers[0]), "node": name}
+
+    @contextlib.contextmanager
+    def connect(admin: bool = False) -> Iterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(node_cli, "connect", connect)
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sluice node why` renders the newest alarm's KPIs (a KPI a loaded model lacks the
+    healthy mean of is shown blank, not as an error)."""
     answer = {
         "node": "node-1",
         "health": "Cordoned",
@@ -116,16 +131,7 @@ def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.M
         },
     }
 
-    class Client:
-        def node_why(self, name: str) -> dict[str, object]:
-            return {**answer, "node": name}
-
-    @contextlib.contextmanager
-    def connect(admin: bool = False) -> Iterator[Client]:
-        yield Client()
-
-    monkeypatch.setattr(node_cli, "connect", connect)
-    monkeypatch.setenv("COLUMNS", "200")
+    answering(monkeypatch, [answer])
     r = CliRunner().invoke(app, ["node", "why", "node-1"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("node-1: Cordoned — 5 anomalies in 20s")
@@ -136,11 +142,7 @@ def test_node_why_prints_each_kpi_against_what_was_healthy(monkeypatch: pytest.M
 
 
 def test_node_why_says_the_model_is_learning_instead_of_a_blank_score(monkeypatch: pytest.MonkeyPatch) -> None:
-    import contextlib
     import time
-    from collections.abc import Iterator
-
-    import sluice.cli.node as node_cli
 
     answers = [
         {"health": "Healthy", "monitored": True, "state": "learning", "healthy_samples": 41, "train_samples": 60},
@@ -148,16 +150,7 @@ def test_node_why_says_the_model_is_learning_instead_of_a_blank_score(monkeypatc
          "scored_at": time.time() - 130, "alarms": 1},
     ]  # fmt: skip
 
-    class Client:
-        def node_why(self, name: str) -> dict[str, object]:
-            return {"node": name, **answers.pop(0)}
-
-    @contextlib.contextmanager
-    def connect(admin: bool = False) -> Iterator[Client]:
-        yield Client()
-
-    monkeypatch.setattr(node_cli, "connect", connect)
-    monkeypatch.setenv("COLUMNS", "200")
+    answering(monkeypatch, answers)
     r = CliRunner().invoke(app, ["node", "why", "node-1"])
     assert r.exit_code == 0, r.output
     assert "learning the node's model: 41/60 healthy samples" in r.output and "threshold" not in r.output
