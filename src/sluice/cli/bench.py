@@ -19,6 +19,18 @@ SCALES = (0.01, 10.0)
 """Scale of each example's length: 1 % (a few steps) to ten times the full length (tens of minutes a job)."""
 INTERVALS_S = (0.5, 3600.0)
 """A policy's control interval on a real plane: no shorter than its reconcile round (0.5 s), at most an hour."""
+StaggerOpt = Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")]
+ScaleOpt = Annotated[
+    float,
+    typer.Option(
+        help=f"Scale of each example's length ({SCALES[0]:g} to {SCALES[1]:g}; 1 = full, 1-3 min on one core)."
+    ),
+]
+IntervalOpt = Annotated[
+    float, typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g}).")
+]
+"""The mixed workload's flags, as `bench local`, `bench ray` and `sluice demo` take them (checked by
+`workload_flags`)."""
 MIN_CORES = 0.01
 """The smallest CPU limit a cgroup takes: 1 ms of quota per 100 ms period."""
 MAX_MEASURE_S = 3600.0
@@ -53,17 +65,9 @@ def local(
     policies: Annotated[
         str, typer.Option(help="Comma-separated policies (`sluice sim policies` names); the first is the baseline.")
     ] = "kube,flowcon",
-    stagger: Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")] = 10.0,
-    scale: Annotated[
-        float,
-        typer.Option(
-            help=f"Scale of each example's length ({SCALES[0]:g} to {SCALES[1]:g}; 1 = full, 1-3 min on one core)."
-        ),
-    ] = 1.0,
-    interval: Annotated[
-        float,
-        typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g})."),
-    ] = 10.0,
+    stagger: StaggerOpt = 10.0,
+    scale: ScaleOpt = 1.0,
+    interval: IntervalOpt = 10.0,
     out: Annotated[Path | None, typer.Option(help="Also write results as JSON here.")] = None,
 ) -> None:
     """The mixed example workload on the local engine under each policy, one after the other.
@@ -88,7 +92,7 @@ def simreal(
     policies: Annotated[str, typer.Option(help="Comma-separated policies, each run for real and simulated.")] = (
         "kube,sluice"
     ),
-    stagger: Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")] = 5.0,
+    stagger: StaggerOpt = 5.0,
     scale: Annotated[
         float,
         typer.Option(
@@ -334,10 +338,7 @@ def ray(
     move_scale: Annotated[
         float, typer.Option(help=f"Scale of the examples moved or lost ({SCALES[0]:g} to {SCALES[1]:g}).")
     ] = 0.5,
-    interval: Annotated[
-        float,
-        typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g})."),
-    ] = 10.0,
+    interval: IntervalOpt = 10.0,
     parts: Annotated[
         str, typer.Option(help="Which parts: migrate, loss, mixed (comma-separated).")
     ] = "migrate,loss,mixed",

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sluice.cli.bench import INTERVALS_S, MAX_STAGGER_S, SCALES, policy_list, workload_flags
+from sluice.cli.bench import IntervalOpt, ScaleOpt, StaggerOpt, policy_list, workload_flags
 from sluice.cli.output import bad_input
 
 if TYPE_CHECKING:  # the control plane is imported only when the demo runs: keeps `sluice --help` fast
@@ -41,14 +41,9 @@ def demo(
     policy: Annotated[
         str, typer.Option(help="Scheduling policy (flowcon, kube, ...: `sluice sim policies`).")
     ] = "flowcon",
-    stagger: Annotated[float, typer.Option(help=f"Seconds between job arrivals (0 to {MAX_STAGGER_S:g}).")] = 10.0,
-    scale: Annotated[
-        float,
-        typer.Option(help=f"Length of each example ({SCALES[0]:g} to {SCALES[1]:g}; 1 = full, 1-3 min on one core)."),
-    ] = 1.0,
-    interval: Annotated[
-        float, typer.Option(help=f"FlowCon's control interval Δ in seconds ({INTERVALS_S[0]:g} to {INTERVALS_S[1]:g}).")
-    ] = 10.0,
+    stagger: StaggerOpt = 10.0,
+    scale: ScaleOpt = 1.0,
+    interval: IntervalOpt = 10.0,
     home: Annotated[Path | None, typer.Option(help="State folder for the demo (default: a temporary one).")] = None,
 ) -> None:
     """Run six real PyTorch jobs on this machine and watch sluice share the CPU between them."""
