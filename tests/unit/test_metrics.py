@@ -106,7 +106,11 @@ def test_job_node_and_tenant_values_match_the_plane(env: Env) -> None:
         JobProgress(job, attempt, now + 1, step=10, loss=2.0),
         JobProgress(job, attempt, now + 3, step=30, loss=1.5),
         JobUsage(job, attempt, now + 3, cpu_cores=0.75),
-        NodeKPIs("n0", now + 3, {"cpu_busy_pct": 42.0, "mem_used_pct": 10.0, "cpu7_busy_pct": 1.0}),
+        NodeKPIs(
+            "n0",
+            now + 3,
+            {"cpu_busy_pct": 42.0, "mem_used_pct": 10.0, "cpu7_busy_pct": 1.0, "gpu1_util_pct": 97.0, "gpu_x": 1.0},
+        ),
     ]
     env.plane.step()
     m = scrape(env, env.admin)
@@ -125,11 +129,12 @@ def test_job_node_and_tenant_values_match_the_plane(env: Env) -> None:
     assert value(m, "sluice_tenant_running_jobs", tenant="bob") == 0
     assert value(m, "sluice_queue_admitted_jobs", queue="default") == 1
     assert value(m, "sluice_queue_usage", queue="default", resource="cores") == 1.0
-    # Nodes: one-hot health, and only the fixed KPI list (cpu7_busy_pct is not on it).
+    # Nodes: one-hot health, and only the fixed KPI list (cpu7_busy_pct is not on it) and the
+    # node's GPUs' (gpu_x is no GPU KPI).
     assert value(m, "sluice_node_health", node="n0", state="Healthy") == 1.0
     assert value(m, "sluice_node_health", node="n0", state="Cordoned") == 0.0
     assert value(m, "sluice_node_kpi", node="n0", kpi="cpu_busy_pct") == 42.0
-    assert {s["kpi"] for s in series(m, "sluice_node_kpi")} == {"cpu_busy_pct", "mem_used_pct"}
+    assert {s["kpi"] for s in series(m, "sluice_node_kpi")} == {"cpu_busy_pct", "mem_used_pct", "gpu1_util_pct"}
     assert value(m, "sluice_node_jobs", node="n0") == 1
     # Decisions by kind and fixed reason class.
     assert value(m, "sluice_decisions_by_reason_total", kind="Place", reason="policy") == 1

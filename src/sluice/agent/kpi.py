@@ -37,13 +37,18 @@ from sluice.model import Event, JobProgress
 _MB = 1024.0 * 1024.0
 
 
-def _gpu_reader() -> Callable[[], dict[str, float]] | None:
-    """NVML metrics where a GPU and the nvidia-ml bindings exist; None elsewhere."""
+def _gpu_reader(ids: Sequence[str] | None = None) -> Callable[[], dict[str, float]] | None:
+    """NVML metrics of the GPUs `ids` names (NVML indices; None: every GPU of the machine),
+    keyed `gpu<id>_*`, where a GPU and the nvidia-ml bindings exist; None elsewhere. A node
+    reads only its own GPUs: a busy GPU of another virtual node is not this one's. A MIG
+    instance (a `MIG-...` id) is not read."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        count = pynvml.nvmlDeviceGetCount()
+        wanted = [str(i) for i in range(count)] if ids is None else [g for g in ids if g.isdigit() and int(g) < count]
+        handles = [(g, pynvml.nvmlDeviceGetHandleByIndex(int(g))) for g in wanted]
     except Exception:  # no driver, no library, no device: no GPU KPIs
         return None
     if not handles:
@@ -51,7 +56,7 @@ def _gpu_reader() -> Callable[[], dict[str, float]] | None:
 
     def read() -> dict[str, float]:
         out: dict[str, float] = {}
-        for i, h in enumerate(handles):
+        for i, h in handles:
             with contextlib.suppress(Exception):
                 util = pynvml.nvmlDeviceGetUtilizationRates(h)
                 mem = pynvml.nvmlDeviceGetMemoryInfo(h)
@@ -173,7 +178,7 @@ class KpiSampler:
         self,
         cpus: Sequence[int] | None = None,
         window_size: int = 600,
-        gpus: bool = True,
+        gpus: bool | Sequence[str] = True,
         clock: Callable[[], float] = time.monotonic,
         groups: NodeGroups | None = None,
         memory_mb: float | None = None,
@@ -185,7 +190,10 @@ class KpiSampler:
         self.cpus = sorted(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
         self.window: deque[tuple[float, dict[str, float]]] = deque(maxlen=window_size)
         self._clock = clock
-        self._gpu = _gpu_reader() if gpus else None
+        if isinstance(gpus, bool):
+            self._gpu = _gpu_reader() if gpus else None
+        else:  # the node's own GPUs
+            self._gpu = _gpu_reader(list(gpus)) if gpus else None
         self._steps = 0
         self._last_step: dict[str, int] = {}
         self._prev_t = clock()

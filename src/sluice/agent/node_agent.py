@@ -623,7 +623,7 @@ class NodeAgent:
             if now >= self._next_kpi:
                 self._next_kpi = now + self.settings.kpi_sample_s
                 if self._kpis is None:
-                    self._kpis = KpiSampler(self.cpus, groups=self.groups, memory_mb=self.memory_mb)
+                    self._kpis = KpiSampler(self.cpus, gpus=self.gpus, groups=self.groups, memory_mb=self.memory_mb)
                 else:
                     self._kpis.observe(events)
                     values = self._kpis.sample(jobs=len(self._watched))

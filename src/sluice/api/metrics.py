@@ -22,6 +22,7 @@ series are limited to datasets a job actually mounts.
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -63,6 +64,10 @@ NODE_KPIS = (
     "node_psi_io_pct",
 )
 """The node KPIs exported (of the many the agents sample): a fixed list keeps the label bounded."""
+
+GPU_KPI = re.compile(r"gpu\d{1,2}_(util_pct|mem_pct|temp_c)")
+"""And each of the node's own GPUs' utilisation, memory used and temperature (NVML, where the
+node has GPUs): at most 64 GPUs a node (the spec's bound), three KPIs each."""
 
 DASH_KPIS = ("cpu_busy_pct", "mem_used_pct", "peer_excess_cpu_system_pct", "peer_excess_cpu_iowait_pct")
 """The KPIs kept as a short history per node for the dashboard's sparklines (the peer-excess
@@ -178,7 +183,9 @@ class PlaneMetrics:
             self._sample_allocation(view)
             for e in events:
                 if isinstance(e, NodeKPIs):
-                    self._kpis[e.node] = {k: float(e.values[k]) for k in NODE_KPIS if k in e.values}
+                    self._kpis[e.node] = {
+                        k: float(v) for k, v in e.values.items() if k in NODE_KPIS or GPU_KPI.fullmatch(k)
+                    }
                     ring = self._kpi_history.setdefault(e.node, deque(maxlen=KPI_HISTORY))
                     ring.append((e.time, {k: float(e.values[k]) for k in DASH_KPIS if k in e.values}))
                 elif isinstance(e, JobProgress) and any(k.startswith(CACHE_PREFIX) for k in e.metrics):

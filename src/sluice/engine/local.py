@@ -22,7 +22,6 @@ replica writes into the job's one log, each line prefixed with its rank.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from collections.abc import Mapping
@@ -32,6 +31,7 @@ from typing import Any
 
 from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
 from sluice.agent.faults import FaultReport
+from sluice.agent.gpus import discover_gpus
 from sluice.agent.launchenv import LaunchError, gang_env
 from sluice.agent.netif import interface_ipv4
 from sluice.agent.node_agent import NodeAgent, default_node_name
@@ -73,12 +73,6 @@ def _replica_event(e: Event) -> bool:
     return parse_replica(e.job_id)[2] > 1
 
 
-def visible_gpus(env: dict[str, str] | None = None) -> list[str]:
-    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES when set, none otherwise."""
-    raw = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES", "")
-    return [g.strip() for g in raw.split(",") if g.strip() and g.strip() != "-1"]
-
-
 class LocalEngine:
     name = "local"
     capabilities = EngineCapabilities(
@@ -108,7 +102,9 @@ class LocalEngine:
         # memory_mb is enforced only where this machine has a memory controller: say so, so
         # the plane refuses such jobs at submit instead of running them unlimited.
         self.capabilities = replace(LocalEngine.capabilities, memory_limits=layout.memory_kind is not None)
-        gpus = visible_gpus()
+        found = discover_gpus()
+        gpus = found.ids
+        log.info("GPUs to hand out: %s (%s)", ",".join(gpus) or "none", found.source)
         names = [f"node-{i}" for i in range(n)] if n > 1 else [default_node_name()]
         self.agents: dict[str, NodeAgent] = {}
         for i, (node, cores) in enumerate(zip(names, slices, strict=True)):

@@ -1,0 +1,117 @@
+"""Which GPUs the local engine hands out: CUDA_VISIBLE_DEVICES when set, else the machine's.
+
+This machine has no GPU, so the `nvidia-smi` here is a FAKE: a script printing what the real
+one prints on a GPU box (`nvidia-smi -L`, as read on an H100 machine and on a MIG-split A100's
+documented output). The real one ran on an H100 (docs/benchmarks.md, "GPU check").
+"""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sluice.agent.gpus import discover_gpus, from_env, parse_smi_list
+from sluice.agent.kpi import KpiSampler
+
+TWO_GPUS = (
+    "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-3f1c0d2e-0000-0000-0000-000000000000)\n"
+    "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-3f1c0d2e-0000-0000-0000-000000000001)\n"
+)
+MIG = (
+    "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-0000-0000-0000-000000000000)\n"
+    "  MIG 3g.20gb     Device  0: (UUID: MIG-1a2b3c4d-0000-5000-8000-000000000000)\n"
+    "  MIG 3g.20gb     Device  1: (UUID: MIG-1a2b3c4d-0000-5000-8000-000000000001)\n"
+    "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-0000-0000-0000-000000000001)\n"
+)
+
+
+def fake_smi(folder: Path, output: str, code: int = 0) -> Path:
+    """A stand-in `nvidia-smi` that prints `output` for `-L` and exits `code`."""
+    path = folder / "nvidia-smi"
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] || exit 9\ncat <<'EOF'\n{output}EOF\nexit {code}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_cuda_visible_devices_decides_when_set_even_empty(tmp_path: Path) -> None:
+    smi = str(fake_smi(tmp_path, TWO_GPUS))
+    assert discover_gpus({"CUDA_VISIBLE_DEVICES": "1"}, smi=smi).ids == ["1"]
+    assert discover_gpus({"CUDA_VISIBLE_DEVICES": ""}, smi=smi).ids == []  # the operator's "none"
+    assert discover_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, smi=smi).ids == []
+
+
+def test_unset_finds_the_machines_gpus(tmp_path: Path) -> None:
+    found = discover_gpus({}, smi=str(fake_smi(tmp_path, TWO_GPUS)))
+    assert found.ids == ["0", "1"] and found.source == "nvidia-smi -L"
+
+
+def test_no_driver_or_a_failing_smi_means_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no bindings either (a GPU machine has them)
+    assert discover_gpus({}, smi=str(tmp_path / "missing")).ids == []
+    broken = fake_smi(tmp_path, "NVIDIA-SMI has failed because it couldn't communicate with the driver\n", code=9)
+    assert discover_gpus({}, smi=str(broken)).ids == []
+
+
+def test_without_nvidia_smi_nvml_counts_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    found = discover_gpus({}, smi=str(tmp_path / "missing"))
+    assert found.ids == ["0", "1"] and found.source == "NVML"
+
+
+def test_cuda_stops_at_the_first_invalid_entry() -> None:
+    assert from_env({"CUDA_VISIBLE_DEVICES": "0,-1,1"}) == ["0"]
+    assert from_env({"CUDA_VISIBLE_DEVICES": " 2 , 3 "}) == ["2", "3"]
+    assert from_env({}) is None
+
+
+def test_mig_instances_are_handed_out_one_by_one() -> None:
+    assert parse_smi_list(MIG) == [
+        "MIG-1a2b3c4d-0000-5000-8000-000000000000",
+        "MIG-1a2b3c4d-0000-5000-8000-000000000001",
+        "1",
+    ]
+
+
+class FakeNvml:
+    """A FAKE `pynvml` (no GPU here) for two GPUs: GPU i is 10·(i+1) % busy. The real bindings
+    were read on an H100 (docs/benchmarks.md, "GPU check")."""
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=10 * (h + 1))
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(used=1, total=4)
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
+        return 40
+
+
+def test_a_node_reads_only_its_own_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A virtual node holding GPU 1 reports gpu1_*, not GPU 0 (another node's); before, every
+    node reported every GPU of the machine."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    values = KpiSampler([0], gpus=["1"]).sample()
+    assert {k: v for k, v in values.items() if k.startswith("gpu")} == {
+        "gpu1_util_pct": 20.0,
+        "gpu1_mem_pct": 25.0,
+        "gpu1_temp_c": 40.0,
+    }
+    assert not any(k.startswith("gpu") for k in KpiSampler([0], gpus=[]).sample())
+    assert {k for k in KpiSampler([0], gpus=True).sample() if k.endswith("util_pct")} == {
+        "gpu0_util_pct",
+        "gpu1_util_pct",
+    }
