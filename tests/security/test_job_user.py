@@ -37,7 +37,7 @@ from tests.isolating import needs_root
 USER = JobUser(231_001, 231_001)
 
 PROBE = """
-import json, os, resource
+import getpass, json, os, resource
 status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
 old = os.umask(0); os.umask(old)
 print('PROBE ' + json.dumps({
@@ -45,6 +45,7 @@ print('PROBE ' + json.dumps({
     'no_new_privs': status['NoNewPrivs'].strip(), 'nofile': resource.getrlimit(resource.RLIMIT_NOFILE),
     'nproc': resource.getrlimit(resource.RLIMIT_NPROC), 'core': resource.getrlimit(resource.RLIMIT_CORE),
     'umask': old, 'home': os.environ['HOME'], 'user': os.environ.get('USER'), 'cwd': os.getcwd(),
+    'getuser': getpass.getuser(),
 }), flush=True)
 """
 
@@ -84,7 +85,10 @@ def test_the_job_runs_as_its_tenant_uid_confined(agent: NodeAgent, tmp_path: Pat
     assert (got["uid"], got["euid"], got["gid"], got["groups"]) == (USER.uid, USER.uid, USER.gid, [])
     assert got["no_new_privs"] == "1" and got["umask"] == 0o077
     assert got["nofile"] == [1000, 1000] and got["nproc"] == [500, 500] and got["core"] == [0, 0]
-    assert got["home"] == str(work) == got["cwd"] and got["user"] is None
+    assert got["home"] == str(work) == got["cwd"]
+    # Not the plane's user, but a name: the uid has no passwd entry, and getpass.getuser()
+    # (PyTorch's DDP calls it) raised without one.
+    assert got["user"] == got["getuser"] == f"sluice-{USER.uid}"
     # The folders it may write are its own; the plane's around them are passable only.
     assert (work.stat().st_uid, stat.S_IMODE(work.stat().st_mode)) == (USER.uid, 0o700)
     adir = agent.attempt_dir("probe", 1)

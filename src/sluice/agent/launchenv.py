@@ -10,8 +10,11 @@ one settings.job_python names), so a spec written as ["python", "train.py"] gets
 Python (and the same installed sluice SDK) as the control plane, not whatever `python`
 happens to be first on PATH.
 
-Under tenant isolation the job's HOME is its own work folder, and USER/LOGNAME (the plane's
-user) are not passed: the job is not that user.
+Under tenant isolation the job's HOME is its own work folder, and USER/LOGNAME name its uid
+(`sluice-<uid>`), not the plane's user: the job is not that user. They must name something:
+the uid has no passwd entry, so `getpass.getuser()` without them raises — and PyTorch calls it
+when DDP imports its compiler (seen on an H100 machine: every DDP job of a tenant failed
+`KeyError: 'getpwuid(): uid not found'`).
 """
 
 from __future__ import annotations
@@ -108,8 +111,8 @@ def build_env(
     env = {k: v for k, v in src.items() if k in PASS_THROUGH or k.startswith(PASS_PREFIXES)}
     if job_home is not None:
         env["HOME"] = str(job_home)
-        env.pop("USER", None)
-        env.pop("LOGNAME", None)
+        name = f"sluice-{req.run_as.uid}" if req.run_as is not None else "sluice-job"
+        env["USER"] = env["LOGNAME"] = name
     if home is not None:
         env["SLUICE_HOME"] = str(home)  # the node's dataset cache lives under it
     threads = str(job_cpu_max(req, node_cpus))
