@@ -5,7 +5,8 @@ What a sluice-friendly script does, in one place:
   job continues where it was instead of starting over;
 - `sdk.report(step, loss=..., total_steps=...)` every few steps, so the control plane sees
   how fast it still learns and can predict when it will finish;
-- save when `sdk.checkpoint.due()` and when `sdk.should_stop()` (SIGTERM), then exit 0.
+- save when `sdk.checkpoint.due()` and when `sdk.should_stop()` (SIGTERM), then exit 0;
+- train on the GPU sluice placed the job on (`resources.gpus`), else on the CPU.
 
 Batches are drawn from a generator seeded by the step, so a resumed run sees the same data
 stream it would have seen without the interruption.
@@ -41,6 +42,18 @@ def steps_from_cli(default: int) -> int:
     return max(1, math.ceil(default * scale))
 
 
+def pick_device() -> torch.device:
+    """The job's GPU when sluice gave it one, else the CPU. CUDA_VISIBLE_DEVICES shows a job
+    only the GPUs placed for it (none: an empty value), so the first visible one is `cuda:0`."""
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} thread(s))"
+
+
 def train(
     name: str,
     model: nn.Module,
@@ -59,6 +72,9 @@ def train(
     # (measured: an LSTM 200x slower with 2 threads per job, six jobs on two cores).
     torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
     torch.manual_seed(0)
+    device = pick_device()
+    print(f"{name}: training on {device_name(device)}", flush=True)
+    model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     start = 0
     state = sdk.checkpoint.load()
@@ -82,6 +98,7 @@ def train(
     for step in range(start, total):
         gen.manual_seed(1_000_003 * step + 17)
         x, y = batch(gen)
+        x, y = x.to(device), y.to(device)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()

@@ -1,4 +1,5 @@
-"""Data-parallel MLP on scikit-learn's digits: PyTorch DDP over gloo, one process per replica.
+"""Data-parallel MLP on scikit-learn's digits: PyTorch DDP, one process per replica — over
+NCCL on the replica's GPU when the spec asks for `resources.gpus`, else over gloo on the CPU.
 
 The engine (local or Ray, gang-launched) gives each replica MASTER_ADDR/MASTER_PORT, RANK,
 WORLD_SIZE and torchrun's other variables (so `torchrun --nproc-per-node 2 ddp.py` runs it
@@ -56,20 +57,25 @@ def main() -> int:
     p.add_argument("--gns-every", type=int, default=10, help="measure the gradient noise scale one step in N")
     a = p.parse_args()
     torch.set_num_threads(int(os.environ.get("EXAMPLE_THREADS", "1")))
+    # A replica given a GPU (`resources.gpus`) sees only its own, as cuda:0, and talks NCCL;
+    # without one it trains on the CPU over gloo.
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if "WORLD_SIZE" in os.environ:  # MASTER_ADDR/PORT, RANK, WORLD_SIZE from the engine (or the lab)
-        dist.init_process_group("gloo")
+        dist.init_process_group(backend)
     else:  # one process (by hand, or a job of one replica): a group of one needs no rendezvous
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
     el = sdk.elastic(global_batch=a.batch)  # this replica's batch and lr scale at this world size
     digits = load_digits()
-    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
-    y_all = torch.tensor(digits.target, dtype=torch.long)
+    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32, device=device)
+    y_all = torch.tensor(digits.target, dtype=torch.long, device=device)
     torch.manual_seed(0)  # identical initial weights on every rank
     net = nn.Sequential(
         nn.Linear(64, a.width), nn.ReLU(), nn.Linear(a.width, a.width), nn.ReLU(), nn.Linear(a.width, 10)
     )
-    model = nn.parallel.DistributedDataParallel(net)
+    net.to(device)
+    model = nn.parallel.DistributedDataParallel(net, device_ids=[0] if device.type == "cuda" else None)
     gns = sdk.GradientNoiseScale(model, batch=el.batch, global_batch=el.global_batch, every=a.gns_every)
     meter = sdk.ThroughputMeter(global_batch=el.global_batch, world_size=world)
     lr = 0.05 * el.lr_scale
@@ -83,7 +89,10 @@ def main() -> int:
             group["lr"] = lr
         start = int(state["step"]) + 1
     if rank == 0:
-        print(f"[ddp] world {world}, batch {el.batch}/replica ({el.global_batch} global), lr {lr:g}, from step {start}")
+        print(
+            f"[ddp] world {world} on {device} ({backend}), batch {el.batch}/replica ({el.global_batch} global), "
+            f"lr {lr:g}, from step {start}"
+        )
     metrics: dict[str, float] = {}
     first_loss: float | None = None  # where this attempt starts: near ln 10 only on a fresh start
     t_first = t_end = time.time()  # first step's start, last step's end: `sluice bench elastic`'s time lost
@@ -94,7 +103,7 @@ def main() -> int:
     step = start - 1
     for step in range(start, a.steps):
         gen.manual_seed(1_000_003 * step + 7919 * rank)
-        idx = torch.randint(0, len(x_all), (el.batch,), generator=gen)
+        idx = torch.randint(0, len(x_all), (el.batch,), generator=gen).to(device)
         t0 = time.perf_counter()
         loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
         opt.zero_grad(set_to_none=True)
@@ -112,7 +121,7 @@ def main() -> int:
             first_loss = loss.item()
         if a.step_sleep:
             time.sleep(a.step_sleep)
-        stop = torch.tensor([1.0 if sdk.should_stop() else 0.0])
+        stop = torch.tensor([1.0 if sdk.should_stop() else 0.0], device=device)
         dist.all_reduce(stop)  # every rank stops at the same step
         if rank == 0 and (step % 20 == 0 or step + 1 == a.steps):
             metrics = {"total_steps": a.steps, "step_s": step_s[-1], **meter.metrics(), **gns.metrics()}
@@ -123,7 +132,7 @@ def main() -> int:
             if stop.item() > 0:
                 break
     if a.stats:
-        digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in net.parameters())).hexdigest()
+        digest = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in net.parameters())).hexdigest()
         stats = {"rank": rank, "world": world, "start": start, "last": step, "params_sha256": digest}
         stats |= {"batch": el.batch, "lr": lr, "first_loss": first_loss, "t_first": t_first, "t_end": t_end}
         stats["marks"] = [*marks, (step, t_end)]
