@@ -8,7 +8,6 @@ the test's cgroups, so no test leaves processes or cgroups behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 
+from sluice.agent.cgroup import remove_root
 from sluice.settings import Settings
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -61,19 +61,10 @@ def kill_runs(runs_dir: Path) -> None:
 
 
 def remove_cgroups(name: str) -> None:
-    """rmdir the test's cgroup parent in every hierarchy, children first."""
-    for parent in SYSFS.glob(f"*/{name}"):
-        for d in sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)  # the last task is still leaving the group
-        with contextlib.suppress(OSError):
-            parent.rmdir()
+    """rmdir the test's cgroup root in every hierarchy (v1 `cpu/<name>`, ..., and v2's
+    `<name>` at the mount's top: a glob of `*/<name>` alone left those behind on a v2 host),
+    children first."""
+    remove_root(name, SYSFS)
 
 
 @pytest.fixture

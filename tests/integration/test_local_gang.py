@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -157,6 +158,15 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
     p.stop()
 
 
+def _story(plane: ControlPlane, caller: Any, job_id: str) -> str:
+    """What a failed wait shows: the job's phase, every event's reason and its log's end."""
+    rec = plane.get_job(caller, job_id)
+    why = "\n".join(f"  {e.kind}: {e.message}" for e in plane.why(caller, job_id))
+    log = plane.log_path(caller, job_id)
+    tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else "(no log)"
+    return f"{rec.phase} {rec.reason!r} requeues={rec.requeues}\n{why}\n--- log:\n{tail}"
+
+
 def test_killing_one_replica_restarts_the_gang_from_its_checkpoint(plane: ControlPlane, tmp_path: Path) -> None:
     caller = plane.store.get_tenant("default")
     steps = 800  # ~100 a second here: attempt 1 still runs at its first checkpoint
@@ -171,7 +181,7 @@ def test_killing_one_replica_restarts_the_gang_from_its_checkpoint(plane: Contro
     raw["command"] += ["--stats", str(tmp_path / "stats{rank}.json")]
     job = plane.submit(caller, parse_job_spec(raw))
     running = wait_for(lambda: (plane.get_job(caller, job.id).checkpoint_step or 0) > 0, timeout=60, every=0.2)
-    assert running, plane.get_job(caller, job.id)
+    assert running, _story(plane, caller, job.id)
     child = plane.settings.runs_dir / f"{job.id}--r1of2" / "attempt-1" / "child.json"
     os.kill(int(json.loads(child.read_text())["pid"]), signal.SIGKILL)
     assert wait_for(lambda: plane.get_job(caller, job.id).phase.terminal, timeout=90, every=0.2)
@@ -183,3 +193,32 @@ def test_killing_one_replica_restarts_the_gang_from_its_checkpoint(plane: Contro
     assert stats[0]["params_sha256"] == stats[1]["params_sha256"]
     reasons = " ".join(e.message for e in plane.why(caller, job.id))
     assert "killed by signal 9" in reasons, reasons
+
+
+def test_a_gpu_box_without_cuda_visible_devices_hands_out_its_gpus(
+    sluice_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plane's environment names no GPUs; the machine's `nvidia-smi -L` lists two (a FAKE
+    here, tests/unit/test_gpus.py; the real one ran on an H100). Each virtual node offers one,
+    and each replica sees only its node's. Before, no GPUs were offered at all."""
+    from tests.unit.test_gpus import TWO_GPUS, fake_smi
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_smi(bin_dir, TWO_GPUS)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if len(psutil.Process().cpu_affinity() or []) < 2:
+        pytest.skip("needs at least 2 cores to split into virtual nodes")
+    engine = LocalEngine(sluice_settings.model_copy(update={"virtual_nodes": 2}))
+    try:
+        assert {n.name: n.gpus for n in engine.nodes()} == {"node-0": 1, "node-1": 1}
+        code = "import os; print('gpus', os.environ['RANK'], repr(os.environ['CUDA_VISIBLE_DEVICES']))"
+        spec = JobSpec(command=["python", "-c", code], workdir=str(tmp_path))
+        engine.launch(LaunchRequest("g", 1, "t", spec, _gang(["node-0", "node-1"], gpus=(1, 1)), str(tmp_path / "c")))
+        events = _until_exit(engine, "g", timeout=60)
+        assert next(e for e in events if isinstance(e, JobExited)).exit_code == 0
+        log = Path(engine.log_path("g") or "").read_text()
+        assert "[rank0] gpus 0 '0'" in log and "[rank1] gpus 1 '1'" in log, log
+    finally:
+        engine.close()

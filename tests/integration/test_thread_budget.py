@@ -1,7 +1,8 @@
 """A live CPU cut resizes a real torch job's thread pool (the SDK follows its cgroup quota).
 
 One real job under the node agent's real cgroup limit: it starts at 2 cores, is cut to 1
-core live, then the limit is lifted; the thread count torch reports follows each change.
+core live, then the limit is lifted; the thread count torch reports follows each change, up
+to the count the job started with.
 The count is asserted, not the speed (docs/benchmarks.md has the speed).
 """
 
@@ -57,5 +58,8 @@ def test_a_live_cpu_cut_resizes_the_jobs_torch_thread_pool(agent: NodeAgent, tmp
     agent.resize("thr", 1, Allocation.single("n0", 1.0, 1.0))  # live: same process, new quota
     assert wait_for(lambda: threads_now(1), timeout=30), f"still {seen[-1].metrics} after a cut to 1 core"
     agent.resize("thr", 1, Allocation.single("n0", 1.0, None))  # limit lifted: the node's cores
-    assert wait_for(lambda: threads_now(cores), timeout=30), seen[-1].metrics
+    # ... but never more threads than the job started with (2, set at launch: the SDK's ceiling,
+    # sdk/_threads.py): on 2 cores that is the node's cores too; on 16 (an H100 machine), 2.
+    back = min(cores, 2)
+    assert wait_for(lambda: threads_now(back), timeout=30), seen[-1].metrics
     agent.stop("thr", 1, checkpoint=False)
