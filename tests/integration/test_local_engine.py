@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sluice.agent.cgroup import CgroupKind
 from sluice.engine.base import Engine
 from sluice.engine.local import LocalEngine
 from sluice.model import Allocation, Event, JobCheckpointed, JobExited, JobProgress, LaunchRequest
@@ -64,6 +65,26 @@ def test_virtual_nodes_split_the_cores_and_keep_jobs_on_theirs(engine2: LocalEng
     assert exit_event.exit_code == 0
     log = engine2.log_path("vn")
     assert log is not None and "on node-1" in Path(log).read_text()
+
+
+def test_a_job_cannot_widen_its_cpu_affinity_past_its_virtual_node(engine2: LocalEngine, tmp_path: Path) -> None:
+    """An attack: the job asks the kernel for every core. A node's cpuset (v1: the node's
+    group; v2: the job's own) keeps it on its node's; affinity alone (how v2 hosts ran virtual
+    nodes before) let it take the machine."""
+    agent = engine2.agents["node-0"]
+    if agent.layout.kind is CgroupKind.AFFINITY:
+        pytest.skip(f"no cgroup cpu controller here: {agent.layout.reason}")
+    if agent.cpuset is None and not agent.layout.cpuset_v2:
+        pytest.skip("no writable cpuset controller here")
+    code = "import os; os.sched_setaffinity(0, range(os.cpu_count())); print('cores', sorted(os.sched_getaffinity(0)))"
+    spec = JobSpec(command=["python", "-c", code], workdir=str(tmp_path))
+    engine2.launch(LaunchRequest("wide", 1, "t", spec, Allocation.single("node-0", 0.5, 0.5), str(tmp_path / "ck")))
+    exit_event = next(e for e in _drain_until_exit(engine2, "wide") if isinstance(e, JobExited))
+    log = Path(engine2.log_path("wide") or "").read_text()
+    assert exit_event.exit_code == 0, log
+    line = next(ln for ln in log.splitlines() if ln.startswith("cores "))
+    mine = sorted(agent.cpus)
+    assert line == f"cores {mine}", (line, mine)
 
 
 def test_bad_requests_come_back_as_exits_not_exceptions(engine2: LocalEngine, tmp_path: Path) -> None:

@@ -56,6 +56,17 @@ def test_v2_with_cpu_controller_is_preferred_and_delegated(tmp_path: Path) -> No
     assert (tmp_path / "sluice" / "cgroup.subtree_control").read_text() == "+cpu"
 
 
+def test_v2_delegates_cpuset_when_virtual_nodes_ask(tmp_path: Path) -> None:
+    fake_v2(tmp_path)
+    layout = detect_cgroups(tmp_path, "sluice", cpuset=True)
+    assert layout.kind is CgroupKind.V2 and layout.cpuset_v2
+    assert "cpuset" in (tmp_path / "sluice" / "cgroup.subtree_control").read_text()
+    # Not asked for (one node), or no cpuset controller: none.
+    assert not detect_cgroups(tmp_path, "other").cpuset_v2
+    fake_v2(tmp_path / "nocs", controllers="cpu memory")
+    assert not detect_cgroups(tmp_path / "nocs", "sluice", cpuset=True).cpuset_v2
+
+
 def test_hybrid_v2_without_cpu_falls_to_v1_with_separate_cpuacct(tmp_path: Path) -> None:
     fake_v2(tmp_path / "unified", controllers="")
     fake_v1(tmp_path)

@@ -74,6 +74,30 @@ def test_v2_faults_go_to_a_leaf_because_inner_groups_hold_no_processes(tmp_path:
     assert (node / "cgroup.subtree_control").read_text().startswith("+"), "controllers delegated below the node"
 
 
+def test_a_v2_virtual_nodes_group_holds_its_cores(tmp_path: Path) -> None:
+    """On a v2-only host a virtual node's jobs were kept to its cores by affinity alone, which a
+    job may reset (the attack: tests/integration/test_local_engine.py); the node's group now
+    holds them as a cpuset that its jobs and faults inherit. The first cut wrote each job's
+    own group and failed on a real v2 kernel (cpuset not delegated below the node: EACCES)."""
+    sysfs = fake_v2(tmp_path / "sysfs")
+    layout = detect_cgroups(sysfs, "sluice", cpuset=True)
+    block = fake_block(tmp_path)
+    g = node_groups(layout, "n0", sysfs, "sluice", block, cpus=[2, 3])
+    assert (sysfs / "sluice" / "n0" / "cpuset.cpus").read_text() == "2,3"
+    assert not any("cpuset" in m for m in g.missing)
+    whole = node_groups(layout, "n1", sysfs, "sluice", block)  # not a virtual node
+    assert not (sysfs / "sluice" / "n1" / "cpuset.cpus").exists() and whole.usage is not None
+
+
+def test_a_cpuset_that_cannot_be_written_is_named_not_raised(tmp_path: Path) -> None:
+    sysfs = fake_v2(tmp_path / "sysfs")
+    layout = detect_cgroups(sysfs, "sluice", cpuset=True)
+    (sysfs / "sluice" / "n0" / "cpuset.cpus").mkdir(parents=True)  # a write there fails
+    g = node_groups(layout, "n0", sysfs, "sluice", fake_block(tmp_path), cpus=[1])
+    assert any(m.startswith("node cpuset: cannot write") for m in g.missing), g.missing
+    assert g.usage is not None, "the rest of the node's groups stand"
+
+
 def test_no_cgroups_degrades_with_a_reason_per_kpi_family(tmp_path: Path) -> None:
     g = node_groups(CgroupLayout(CgroupKind.AFFINITY, reason="read-only"), "n0", tmp_path / "none", "sluice")
     assert g.usage is None and g.memory is None and g.blkio is None

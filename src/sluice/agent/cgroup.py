@@ -55,12 +55,16 @@ class CgroupLayout:
 
     cpuacct_parent: v1 only, when cpuacct is a separate hierarchy (usage counters).
     cpuset_parent:  v1 cpuset hierarchy parent for virtual nodes, when writable.
+    cpuset_v2:      v2 with the cpuset controller delegated below the root: a virtual
+                    node's group holds its cores in `cpuset.cpus` (node_cgroup.node_groups),
+                    and every job and fault below it inherits them.
     """
 
     kind: CgroupKind
     cpu_parent: Path | None = None
     cpuacct_parent: Path | None = None
     cpuset_parent: Path | None = None
+    cpuset_v2: bool = False
     reason: str = ""
     memory_kind: CgroupKind | None = None
     """V1 or V2 where a writable memory controller was found; None: memory_mb cannot be enforced."""
@@ -169,7 +173,10 @@ def _detect_cpu(sysfs: Path, root: str, cpuset: bool) -> CgroupLayout:
             continue
         parent = _parent_under(v2, root)
         if _ensure_dir(parent) and _enable_v2(v2, parent, "cpu"):
-            return CgroupLayout(CgroupKind.V2, cpu_parent=parent)
+            # Virtual nodes: without a cpuset a job could widen its own CPU affinity past
+            # its node's cores (seen on a v2-only host, where only affinity kept it there).
+            has_cpuset = cpuset and _v2_has(v2, "cpuset") and _enable_v2(v2, parent, "cpuset")
+            return CgroupLayout(CgroupKind.V2, cpu_parent=parent, cpuset_v2=has_cpuset)
         problems.append(f"cannot create or delegate {parent}")
     for name in ("cpu", "cpu,cpuacct"):
         v1 = sysfs / name
@@ -322,6 +329,10 @@ class CpuController:
             if d is not None:
                 d.mkdir(exist_ok=True)
 
+    def _virtual(self) -> bool:
+        """A virtual node: fewer cores than the machine's."""
+        return len(self.node_cpus) < (os.cpu_count() or 1)
+
     def apply(self, limit_cores: float | None, request_cores: float = 1.0) -> None:
         """Set the hard ceiling (None lifts it) and the share under contention."""
         d = self.cpu_dir
@@ -346,8 +357,10 @@ class CpuController:
             files.append(str(self.node_cpuset / "cgroup.procs"))
         cpus = self._pinned if self.layout.kind is CgroupKind.AFFINITY else None
         if cpus is None and self.node_cpuset is None and self.layout.kind is not CgroupKind.AFFINITY:
-            # A virtual node without a writable cpuset still keeps to its cores by affinity.
-            cpus = self.node_cpus if len(self.node_cpus) < (os.cpu_count() or 1) else None
+            # A virtual node without a v1 node cpuset keeps to its cores by affinity (on v2
+            # the node group's cpuset.cpus holds it there too; without either a job could
+            # widen it).
+            cpus = self.node_cpus if self._virtual() else None
         return JoinSpec(tuple(files), cpus)
 
     def attach(self, pid: int) -> None:

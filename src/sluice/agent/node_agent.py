@@ -228,8 +228,11 @@ class NodeAgent:
         real = any(p is not None and SYSFS_CGROUP in p.parents for p in parents)  # not a test's fake tree
         self.owners = NodeOwners() if real else None
         with self._claiming(name) as record:
-            self.cpuset = node_cpuset(self.layout, name, self.cpus) if len(self.cpus) < machine else None
-            self.groups = node_groups(self.layout, name, root=self.settings.cgroup_root)
+            virtual = len(self.cpus) < machine
+            self.cpuset = node_cpuset(self.layout, name, self.cpus) if virtual else None
+            self.groups = node_groups(
+                self.layout, name, root=self.settings.cgroup_root, cpus=self.cpus if virtual else None
+            )
             record(group_dirs(self.groups, self.layout, self.cpuset))
         warn_missing(self.groups)
         self.layout = self.groups.layout

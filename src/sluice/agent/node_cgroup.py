@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -145,18 +145,30 @@ def _root_of(layout: CgroupLayout, sysfs: Path, root: str | None) -> str:
     return "sluice"
 
 
+def _hold_cores(group: Path, cpus: Sequence[int], missing: list[str]) -> None:
+    """A v2 virtual node's group holds its cores (`cpuset.cpus`): its jobs and faults below
+    inherit them, and no job can widen its affinity past them (affinity alone, what v2 hosts
+    had, a job may reset). Where it cannot be written, affinity stays all there is."""
+    try:
+        (group / "cpuset.cpus").write_text(",".join(map(str, cpus)))
+    except OSError as err:
+        missing.append(f"node cpuset: cannot write {group / 'cpuset.cpus'} ({err.strerror}); jobs kept by affinity")
+
+
 def node_groups(
     layout: CgroupLayout,
     node: str,
     sysfs: Path = SYSFS_CGROUP,
     root: str | None = None,
     sys_block: Path = Path("/sys/block"),
+    cpus: Sequence[int] | None = None,
 ) -> NodeGroups:
     """Make (or find) the node's groups under `layout`'s parents and return where they are,
     with the job layout scoped to the node. Never raises: what cannot be made is listed in
     `missing`, and jobs then use `layout` as it was for that hierarchy. (`sysfs`, `sys_block`:
     where cgroups and block devices are listed; tests pass fake trees. `root`: the job
-    cgroups' root, default: where `layout` put them.)"""
+    cgroups' root, default: where `layout` put them. `cpus`: a virtual node's cores, which on
+    v2 its group holds as a cpuset; v1 has its own cpuset hierarchy, cgroup.node_cpuset.)"""
     root = _root_of(layout, sysfs, root)
     missing: list[str] = []
     scoped = layout
@@ -170,6 +182,8 @@ def node_groups(
         if mount is not None and _ensure_dir(d) and _enable_v2(mount, d, "cpu"):
             scoped = replace(scoped, cpu_parent=d)
             usage, usage_kind, unified = d, CgroupKind.V2, d
+            if cpus is not None and layout.cpuset_v2:
+                _hold_cores(d, cpus, missing)
             leaf = d / FAULT_LEAF
             fault_leaf = leaf if _ensure_dir(leaf) else None
         else:
