@@ -817,6 +817,53 @@ def test_a_log_is_sent_in_bounded_pieces(env: Env, follow: bool) -> None:
     assert max(pieces) <= piece, max(pieces)
 
 
+@pytest.mark.parametrize("follow", [False, True], ids=["plain", "followed"])
+def test_a_log_read_that_hangs_holds_up_only_its_own_response(
+    env: Env, follow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: log files were read on the event loop, so one log on a hung file system (a Ray
+    runs folder on NFS) stopped the API for every tenant until the read returned."""
+    import asyncio
+    import threading
+
+    from sluice.api import job_logs
+
+    mine, theirs = _running_job(env, env.alice), _running_job(env, env.bob)
+    (env.engine.log_dir / f"{mine}.log").write_text("hello\n")
+    gate, reading, waited_out = threading.Event(), threading.Event(), []
+    real = job_logs.read_from
+
+    def hung(path: Any, pos: int, size: int = job_logs.LOG_CHUNK) -> tuple[bytes, int]:
+        reading.set()
+        if not gate.wait(timeout=5):  # the hung read; 5 s so a regression fails, not hangs
+            waited_out.append(True)
+        return real(path, pos, size)
+
+    monkeypatch.setattr(job_logs, "read_from", hung)
+    app = create_app(env.plane)
+
+    async def run() -> None:
+        stuck: list[dict[str, Any]] = []
+        call = asyncio.create_task(
+            _log_call(app, f"/v1/jobs/{mine}/logs", "follow=true" if follow else "", env.alice, stuck)
+        )
+        while not reading.is_set():
+            await asyncio.sleep(0.01)
+        other: list[dict[str, Any]] = []
+        bob = asyncio.create_task(_log_call(app, f"/v1/jobs/{theirs}", "", env.bob, other))
+        for _ in range(300):
+            if any(m["type"] == "http.response.body" for m in other):
+                break
+            await asyncio.sleep(0.01)
+        assert other and other[0]["status"] == 200 and not waited_out, "bob waited for alice's read"
+        gate.set()
+        for t in (call, bob):
+            t.cancel()
+        await asyncio.gather(call, bob, return_exceptions=True)
+
+    asyncio.run(run())
+
+
 def test_a_tenant_may_hold_only_so_many_log_streams(env: Env) -> None:
     """Before: any number of followed logs, each polling its job every 0.25 s for as long as
     the client stayed: 3,000 idle followers of one tenant took another's request from 2 ms to

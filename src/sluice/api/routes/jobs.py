@@ -186,6 +186,15 @@ class _CountedStream(StreamingResponse):
             self._release()
 
 
+async def _read_in_thread(parts: list[job_logs.Segment]) -> AsyncIterator[bytes]:
+    """The pieces of `parts`, each read in a worker thread: a log on a slow or hung file
+    system (a Ray runs folder on NFS) then holds up its own response, not the event loop that
+    serves every tenant's requests."""
+    it = job_logs.pieces(parts)
+    while (chunk := await to_thread.run_sync(next, it, None)) is not None:
+        yield chunk
+
+
 def _log_slot(request: Request, tenant: str) -> Callable[[], None] | None:
     """Take one of the tenant's MAX_LOG_STREAMS_PER_TENANT log slots; None when all are in use.
     Counted on the event loop's thread (this route is async), so no lock is needed."""
@@ -263,7 +272,7 @@ async def logs(
         async def text() -> AsyncIterator[bytes]:
             """UTF-8 text (invalid bytes replaced), a piece at a time."""
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            for chunk in job_logs.pieces(parts):
+            async for chunk in _read_in_thread(parts):
                 yield decoder.decode(chunk).encode()
             yield decoder.decode(b"", final=True).encode()
 
@@ -287,14 +296,14 @@ async def logs(
                     pos = parts[-1].end if parts and path and parts[-1].path == path else 0
                 else:
                     parts = await to_thread.run_sync(job_logs.whole, earlier)
-                for chunk in job_logs.pieces(parts):
+                async for chunk in _read_in_thread(parts):
                     yield chunk
                 current, first = path, False
             elif path != current:  # a new attempt may write elsewhere
                 current, pos = path, 0
             # Read after looking at the phase: a job that has ended has written all it will.
             while True:
-                chunk, pos = job_logs.read_from(current, pos)
+                chunk, pos = await to_thread.run_sync(job_logs.read_from, current, pos)
                 if chunk:
                     yield chunk
                 if len(chunk) < job_logs.LOG_CHUNK:
