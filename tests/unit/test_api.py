@@ -941,6 +941,23 @@ def test_a_page_of_jobs_ends_early_rather_than_carry_too_many_bytes(env: Env, mo
     assert sum(fetched) <= len(ids) + 2 * pages, fetched
 
 
+def test_a_page_is_measured_in_the_bytes_it_sends_not_characters(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A control character is one character and six bytes of JSON (\\u0001): counted in
+    characters, a page of such specs went out ~6x its byte budget (walkthrough of session 19)."""
+    import json
+
+    import sluice.api.pagination as pagination
+
+    monkeypatch.setattr(pagination, "MAX_PAGE_BYTES", 20_000)
+    for _ in range(6):
+        submit(env, env.alice, {**GOOD, "command": ["python", "train.py", "\x01" * 5000]})
+    r = env.client.get("/v1/jobs", params={"limit": 1000}, headers=env.alice)
+    assert r.status_code == 200, r.text
+    one = max(len(json.dumps(j, ensure_ascii=False).encode()) for j in r.json()["items"])
+    # the budget, plus the one item a page always holds (about 31 kB here)
+    assert len(r.content) <= 20_000 + one, (len(r.content), one, len(r.json()["items"]))
+
+
 def test_a_tenant_may_have_at_most_max_unfinished_jobs(tmp_path: Path) -> None:
     """Nothing bounded a tenant's queued jobs: each is held in memory and judged every round,
     so one tenant's flood slowed every tenant's scheduling (red-team 5)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
@@ -116,11 +117,19 @@ def _fetch_jobs(plane: ControlPlane, caller: Any, phases: Any, after: Any, want:
 
 def _job_bytes(job: Any) -> int:
     """A job's size in a page, about: its spec's free-form strings (argv, env, labels: up to
-    about 1 MiB in all) and a bound for the rest of the record."""
+    about 1 MiB in all) as the response encodes them, and a bound for the rest of the record.
+    Counted as encoded, not as characters: a control character is six bytes of JSON (`\\u0001`)
+    and a character up to four of UTF-8, so a page counted in characters could be ~6x the
+    budget."""
     spec = job.spec
-    text = sum(len(a) + 4 for a in spec.command)
-    text += sum(len(k) + len(v) + 6 for d in (spec.env, spec.labels) for k, v in d.items())
-    return 1024 + text + len(spec.workdir or "") + len(job.reason or "")
+    text = sum(_wire(a) + 1 for a in spec.command)
+    text += sum(_wire(k) + _wire(v) + 2 for d in (spec.env, spec.labels) for k, v in d.items())
+    return 1024 + text + _wire(spec.workdir or "") + _wire(job.reason or "")
+
+
+def _wire(s: str) -> int:
+    """Bytes of `s` in the JSON response (quotes and escapes included: Starlette's encoding)."""
+    return len(json.dumps(s, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS)
