@@ -7,6 +7,7 @@ installs Debian's `postgresql`).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import os
@@ -16,6 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,3 +201,104 @@ def test_a_plane_whose_session_ended_takes_its_database_again_or_learns_it_was_t
     finally:
         first.close()
         second.close()
+
+
+class CuttableLink:
+    """A TCP relay on loopback between a plane and PostgreSQL, to cut the network the way a
+    partition does: the plane's side of each connection fails at once, while the server's
+    side stays open and silent, so its session (and the lock it holds) lingers — as it would
+    until the server's TCP keepalives gave up, hours by default."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.cut_off = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.pairs.append((client, server))
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+                if not data or self.cut_off.is_set():
+                    return
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def cut(self) -> None:
+        """Every connection open now: the plane's end is closed, the server's left hanging."""
+        import socket
+
+        self.cut_off.set()
+        for client, _server in self.pairs:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)
+            client.close()
+        self.pairs = []
+        self.cut_off.clear()  # connections made after the cut work
+
+    def close(self) -> None:
+        self.listener.close()
+        for client, server in self.pairs:
+            client.close()
+            server.close()
+
+
+def test_after_a_network_cut_a_plane_ends_its_own_lingering_session_and_keeps_its_database(pg_url: str) -> None:
+    """A network cut left the plane's old session (and lock) alive at the server: the plane
+    read the lock as another plane's and stopped, until an operator restarted it. It now ends
+    its own session (tagged with its application_name) and goes on; a real other plane's
+    session is never ended."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from sluice.store import StoreInUse
+
+    real = make_url(pg_url)
+    assert real.port is not None
+    link = CuttableLink(real.port)
+    first = SqlStore(real.set(port=link.port).render_as_string(hide_password=False))
+    second = SqlStore(pg_url)
+    try:
+        first.claim()
+        link.cut()
+        first._engine.dispose()  # the pool's connections were cut too
+        lingering = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        with second._engine.connect() as conn:
+            assert conn.execute(text(lingering)).scalar() == 1, "the cut session lives on at the server"
+        with pytest.raises(StoreInUse):
+            second.claim()  # ... holding the lock
+        first.keep_claim()  # its own: ended and taken back (before: StoreInUse, and the plane stopped)
+        with pytest.raises(StoreInUse):
+            second.claim()
+        first.close()
+        second.claim()
+        third = SqlStore(real.set(port=link.port).render_as_string(hide_password=False))
+        try:
+            with pytest.raises(StoreInUse, match="one database serves one plane"):
+                third.claim()  # another plane's session is not its own: never ended
+        finally:
+            third.close()
+    finally:
+        first.close()
+        second.close()
+        link.close()

@@ -11,14 +11,31 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import logging
 import os
 import stat
+import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, and_, create_engine, delete, event, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.pool import StaticPool
@@ -210,6 +227,8 @@ def _pg_url(url: str) -> URL:
     return parsed
 
 
+log = logging.getLogger(__name__)
+
 PLANE_LOCK_KEY = 0x736C75696365
 """PostgreSQL advisory-lock key a control plane holds its database with ("sluice" in ASCII)."""
 
@@ -221,6 +240,10 @@ class SqlStore:
         self.url = url
         self._claim: int | Connection | None = None
         self._holds_pg = False  # claimed a PostgreSQL database: keep_claim checks the session
+        self._claim_tag = f"sluice-plane-{uuid.uuid4().hex[:16]}"
+        """This store's claim session's application_name: after a network cut the server may
+        keep the old session (and its lock) alive for hours, and only this tag tells this
+        plane's own lingering session from another plane's."""
         if make_url(url).drivername.startswith("sqlite"):
             self._engine = _sqlite_engine(url)
         else:
@@ -668,8 +691,12 @@ class SqlStore:
             return
         self._holds_pg = True
         conn = self._engine.connect()
+        conn.execute(text("SELECT set_config('application_name', :tag, false)"), {"tag": self._claim_tag})
+        conn.commit()  # a session setting made in a transaction that rolls back is undone
         got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PLANE_LOCK_KEY})").scalar()
         conn.rollback()  # no transaction left open; a session-level lock outlives it
+        if not got:
+            got = self._take_from_own_orphan(conn)
         if not got:
             conn.close()
             raise StoreInUse(
@@ -678,12 +705,48 @@ class SqlStore:
             )
         self._claim = conn
 
+    def _take_from_own_orphan(self, conn: Connection, wait_s: float = 10.0) -> bool:
+        """Where the lock's holder is this store's own earlier claim session — cut off from
+        this process (a network cut: the client saw its connection fail, the server did not)
+        and lingering until the server's keepalives give up — end that session and take the
+        lock. Another plane's session never carries this store's tag."""
+        hi, lo = PLANE_LOCK_KEY >> 32, PLANE_LOCK_KEY & 0xFFFFFFFF
+        pid = conn.execute(
+            text(
+                "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = :hi AND l.objid = :lo "
+                "AND l.objsubid = 1 AND a.application_name = :tag AND a.pid <> pg_backend_pid()"
+            ),
+            {"hi": hi, "lo": lo, "tag": self._claim_tag},
+        ).scalar()
+        conn.rollback()
+        if pid is None:
+            return False
+        log.warning(
+            "the database lock is held by this plane's own earlier session (pid %s), cut off from it; "
+            "ending that session and taking the lock back",
+            pid,
+        )
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        conn.rollback()
+        deadline = time.monotonic() + wait_s  # terminating only signals: the lock goes a moment later
+        while time.monotonic() < deadline:
+            if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PLANE_LOCK_KEY})").scalar():
+                conn.rollback()
+                return True
+            conn.rollback()
+            time.sleep(0.1)
+        return False
+
     def keep_claim(self) -> None:
         """Check that this plane still holds its database, and take it again where a
         PostgreSQL restart (or a dropped connection) ended the session and the advisory lock
         with it — before, a second plane could then claim the database while the first went
-        on running its jobs. StoreInUse: another plane took it meanwhile (this one must stop
-        acting on the jobs); StoreUnavailable: the server is still gone (try again later).
+        on running its jobs. After a network cut the old session may live on at the server,
+        holding the lock: being this plane's own (its application_name), it is ended and the
+        lock taken back, where before the plane read the lock as taken and stopped.
+        StoreInUse: another plane took it meanwhile (this one must stop acting on the jobs);
+        StoreUnavailable: the server is still gone (try again later).
         SQLite's flock lasts as long as the process: nothing to check."""
         if not self._holds_pg:
             return
