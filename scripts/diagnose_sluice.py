@@ -67,7 +67,7 @@ class CurveCheck(SluicePolicy):
             if isinstance(d, Place | Resize):
                 pr = view.jobs[d.job_id].progress
                 noise = pr.noise_scale if self.carry_noise else None  # the curve the policy drew
-                curve = LearnedCurve(pr.rates, noise_now=noise, ref_batch=pr.ref_batch)
+                curve = LearnedCurve(pr.rates, noise_now=noise, ref_batch=pr.ref_batch, total_steps=pr.total_steps)
                 k = d.allocation.total_gpus
                 pred = curve.rate(k) or 0.0
                 pts = curve.points

@@ -29,7 +29,14 @@ from sluice.model.progress import NOISE_WEIGHT
 from sluice.policy.parts import speedup
 from sluice.policy.parts.elastic import DEFAULT_REMAINING_S, DEFAULT_RESTART_S, Speedups, restart_s
 from sluice.policy.parts.replicas import ReplicaSizer
-from sluice.policy.parts.speedup import EXPLORE_FACTOR, PRIOR_EXPONENT, STALE_S, LearnedCurve
+from sluice.policy.parts.speedup import (
+    EXPLORE_FACTOR,
+    PHASE_FRACTION,
+    PHASE_GROWTH,
+    PRIOR_EXPONENT,
+    STALE_S,
+    LearnedCurve,
+)
 from sluice.policy.registry import make_policy
 
 
@@ -180,6 +187,46 @@ def test_below_the_fewest_gpus_measured_the_prior_scales_the_rate_down(monkeypat
 def test_old_measurements_are_forgotten() -> None:
     c = LearnedCurve([sample(8, 80.0, at=0.0), sample(1, 10.0, at=STALE_S + 10.0)])
     assert [g for g, _ in c.points] == [1]
+
+
+def test_the_tracker_keeps_the_step_each_rate_was_measured_at() -> None:
+    tr = ProgressTracker()
+    for t in range(0, 301, 60):
+        tr.report(float(t), 10 * t, None, shape=(1, 1, 1), attempt=1)
+    (r,) = tr.snapshot().rates
+    assert (r.at, r.step) == (300.0, 3000)
+
+
+def test_a_measurement_from_an_earlier_phase_of_training_is_forgotten() -> None:
+    """deepspeech2 measured on 12 GPUs in its first epoch runs no faster than on 1 (1.40 vs
+    1.47 steps/s), and 6x faster a few epochs on; its 1-GPU rate never moves. Once the job is
+    well past the step the 12-GPU point was made at, that point goes, well within STALE_S."""
+    total = 28_536
+    at = 100 + int(PHASE_FRACTION * total) + 10  # past both the growth and the fraction
+    assert at > PHASE_GROWTH * 100
+    early = RateSample(12, 3, 12, 1.40, 120.0, 1000.0, step=100)
+    now = RateSample(1, 1, 1, 1.47, 120.0, 1400.0, step=at)
+    assert [g for g, _ in LearnedCurve([early, now], total_steps=total).points] == [1]
+    # not yet far enough on, or no declared total: kept (only STALE_S applies)
+    soon = replace(now, step=100 + int(PHASE_FRACTION * total) - 10)
+    assert [g for g, _ in LearnedCurve([early, soon], total_steps=total).points] == [1, 12]
+    assert [g for g, _ in LearnedCurve([early, now]).points] == [1, 12]
+    # a job's newest measurement is never from an earlier phase than itself
+    assert [g for g, _ in LearnedCurve([replace(now, gpus=12, replicas=12)], total_steps=total).points] == [12]
+
+
+def test_sluice_regrows_a_job_shrunk_on_a_measurement_from_its_first_epoch() -> None:
+    """Without the phase rule the job stays on 1 GPU of an idle cluster for STALE_S: its curve
+    says 12 GPUs are no faster than 1."""
+    early = RateSample(12, 1, 12, 1.40, 120.0, 60.0, step=100)
+    now = RateSample(1, 1, 1, 1.47, 120.0, 100.0, step=1000)
+    job = replace(
+        _running("a", 1, (early, now)),
+        gpus=4,
+        progress=ProgressSignals(step=1000, total_steps=28_536, throughput=1.47, rates=(early, now)),
+    )
+    d = {x.job_id: x for x in make_policy("sluice").decide(_view(job, gpus=16))}
+    assert isinstance(d.get("a"), Resize) and d["a"].allocation.total_gpus > 1
 
 
 @given(

@@ -71,6 +71,9 @@ class RateSample:
     """The job's gradient noise scale (samples) when the rate was measured, if it reports one."""
     batch: float | None = None
     """The global batch (samples) the job trained at when the rate was measured, if reported."""
+    step: int | None = None
+    """The step the job reported at `at` (how far training had got when the rate was measured:
+    `speedup.LearnedCurve` drops a measurement from an earlier phase of training)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +252,7 @@ class ProgressTracker:
         rate = max(0.0, (step - start[1]) / span)
         self._rates.pop(shape, None)
         phi, batch = self._noise if self._noise is not None else (None, None)
-        self._rates[shape] = RateSample(shape[0], shape[1], shape[2], rate, span, time, phi, batch)
+        self._rates[shape] = RateSample(shape[0], shape[1], shape[2], rate, span, time, phi, batch, step)
         while len(self._rates) > RATE_SHAPES:
             del self._rates[next(iter(self._rates))]
         if self._gap is not None and rate > 0 and span >= RESTART_RATE_SPAN_S:

@@ -68,6 +68,7 @@ class Speedups:
                 job.progress.rates if self.learn else (),
                 noise_now=job.progress.noise_scale if self.carry_noise else None,
                 ref_batch=job.progress.ref_batch,
+                total_steps=job.progress.total_steps,
             )
         return c
 

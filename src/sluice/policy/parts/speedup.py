@@ -35,7 +35,9 @@ Uncertainty is carried in what the model will let a policy try: never more than
 is more, so a wrong prior costs one restart at a bounded size, and its measurement then
 replaces the prior. Measurements older
 than `STALE_S` are dropped: goodput moves as training goes on (the gradient noise grows),
-and a curve measured hours ago would pin a job at its old size.
+and a curve measured hours ago would pin a job at its old size. Early in training goodput
+moves much faster than that (`PHASE_GROWTH`): a measurement is also dropped once the job has
+gone far enough past the step it was made at.
 """
 
 from __future__ import annotations
@@ -64,6 +66,30 @@ engine; a measurement there replaces the prior as anywhere else."""
 STALE_S = 900.0
 """Measurements older than this (seconds before the newest) are not used."""
 
+PHASE_GROWTH = 1.5
+"""A measurement made at step s is from an earlier phase of training, and not used, once the
+job's newest measurement was made past PHASE_GROWTH × s and at least PHASE_FRACTION of its
+declared total steps further on (jobs that declare no total: only `STALE_S`).
+
+Goodput moves with how far training has got, not with the clock, and fastest at the start,
+while the gradient noise scale is small and a large batch (many GPUs) buys little: yolov3 in
+its first epoch (2 % of its steps) runs slower on 4 GPUs than on 1, and 2.3× faster from the
+second; deepspeech2 on 12 GPUs goes from 0.95× to 6× its 1-GPU speed over its first few
+epochs. Its 1-GPU rate does not move, so a deepspeech2 job measured on its requested 12 GPUs
+in epoch 0, then shrunk to 1, kept the 12-GPU point, and 1 GPU, for the whole `STALE_S`
+(0.5× load, workload 5: 41 minutes where `pollux` took 24). Counted in progress, that point
+goes after a 2 % step (about 4 minutes on 1 GPU for deepspeech2, 11 for yolov3); a job
+measured late in training keeps `STALE_S`. `sluice` at 0.5× load: 0.354 -> 0.346 h (6 runs
+with a parameter nudged: 0.342-0.348 h against 0.354-0.357 h), restarts 1550 -> 1512; 1.0×
+and 1.5×: no change beyond the noise of a nudge (6 runs at 1.0×: 0.656 -> 0.654 h; 1.5×:
+0.864 -> 0.865 h). `pollux` draws the same curves: 0.410 -> 0.405 h at 0.5×, 0.822 -> 0.823 h
+at 1.0× (docs/policies.md, "Learned speed-up curves")."""
+
+PHASE_FRACTION = 0.02
+"""The least progress, as a share of the job's declared total steps, past the step a
+measurement was made at before `PHASE_GROWTH` drops it: a job's first measurement is made a
+few dozen steps in, and growth alone would drop it within a minute and explore again."""
+
 MEASURED_SLOPE_BELOW = False
 """Scale a job's rate below the fewest GPUs it was measured at with the slope of its two
 lowest measurements (True; the rule before 2026-11-26) instead of the prior exponent.
@@ -78,6 +104,17 @@ JCT 0.5× 0.367 → 0.354 h, 1.0× 0.665 → 0.658 h, 1.5× 0.878 → 0.864 h, 2
 restarts 4–8 % fewer; `pollux`, drawing the same curves, gained as much
 (docs/policies.md). GPU curves only: a CPU job's replica curve (`unit="replicas"`, one
 node's cores, no node boundary in it) keeps the measured slope — nothing was measured there."""
+
+
+def _earlier_phase(s: RateSample, step: int | None, total_steps: int | None) -> bool:
+    """Whether sample s was measured in an earlier phase of the job's training than the newest
+    measurement, made at `step` (`PHASE_GROWTH`, `PHASE_FRACTION`); False where a step or the
+    total is unknown. Relative to the newest measurement, as `STALE_S` is, so that one is
+    always kept: against the job's latest report, a fast job's only fresh measurement was
+    dropped as soon as it was made (0.5× load: mean 0.373 h, restarts 2106)."""
+    if s.step is None or step is None or not total_steps or total_steps <= 0:
+        return False
+    return step > PHASE_GROWTH * s.step and step - s.step > PHASE_FRACTION * total_steps
 
 
 def efficiency(batch: float, noise_scale: float, ref_batch: float) -> float:
@@ -106,6 +143,7 @@ class LearnedCurve:
         unit: str = "gpus",
         noise_now: float | None = None,
         ref_batch: float | None = None,
+        total_steps: int | None = None,
     ) -> None:
         if unit not in ("gpus", "replicas"):
             raise ValueError(f"unit must be 'gpus' or 'replicas', got {unit!r}")
@@ -113,9 +151,10 @@ class LearnedCurve:
         units = {s: s.gpus if unit == "gpus" else s.replicas for s in samples}
         usable = [s for s in units if units[s] > 0 and s.steps_per_s > 0]
         newest = max((s.at for s in usable), default=0.0)
+        newest_step = max((s.step for s in usable if s.step is not None), default=None)
         by_units: dict[int, RateSample] = {}
         for s in usable:
-            if s.at < newest - STALE_S:
+            if s.at < newest - STALE_S or _earlier_phase(s, newest_step, total_steps):
                 continue
             old = by_units.get(units[s])
             if old is None or s.at > old.at:
