@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python scripts/gpu_check.py [--steps 3000]
 
-Starts a throwaway plane (`sluice up`, policy `sluice`, a temporary SLUICE_HOME) and checks,
+Starts a throwaway plane (`sluice up`, policy `sluice` or --policy, a temporary SLUICE_HOME) and checks,
 each as a PASS/FAIL line, exiting 1 on any failure:
 - the plane finds the machine's GPUs with no CUDA_VISIBLE_DEVICES set, and the nodes offer them;
 - two `gpus: 1` example jobs (mlp, cnn) each train on `cuda:0` and succeed, and never hold
@@ -57,6 +57,7 @@ def job(name: str, command: list[str], gpus: int, **resources: Any) -> dict[str,
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--policy", default="sluice", help="the plane's policy (sluice up --policy)")
     a = p.parse_args()
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     from sluice.agent.gpus import discover_gpus
@@ -65,7 +66,7 @@ def main() -> int:
     check(bool(found.ids), "the machine's GPUs are found without CUDA_VISIBLE_DEVICES", found)
     check(discover_gpus({"CUDA_VISIBLE_DEVICES": ""}).ids == [], "CUDA_VISIBLE_DEVICES= (empty) hands out none")
     home = Path(tempfile.mkdtemp(prefix="sluice-gpu-check-"))
-    up = sluice("up", "--detach", "--policy", "sluice", "--port", "0", home=home)
+    up = sluice("up", "--detach", "--policy", a.policy, "--port", "0", home=home)
     if not check(up.returncode == 0, "sluice up", (up.stdout + up.stderr).strip()[-600:]):
         return 1
     try:
