@@ -88,6 +88,29 @@ def _exit(live: Live, job_id: str, code: int = 0) -> None:
     live.plane.step()
 
 
+def test_a_resume_waits_for_the_checkpoint_copy_past_the_usual_timeout(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server copies the old job's checkpoints before answering (up to 64 GiB by default);
+    the client gave up after its usual timeout while the server went on and made the job, so
+    the user's retry made a second one."""
+    import time
+
+    import sluice.control.plane as plane_module
+
+    def slow_copy(*args: object, **kwargs: object) -> tuple[str, int]:
+        time.sleep(1.5)  # a big checkpoint
+        return "/checkpoints/ckpt-5.pt", 5
+
+    monkeypatch.setattr(plane_module, "copy_checkpoints", slow_copy)
+    with Client(timeout_s=0.5) as c:
+        old = _started(live, c)
+        _exit(live, old.id)
+        new = c.submit(SPEC, resume_from=old.id)
+        assert sorted(j.id for j in c.jobs()) == sorted([old.id, new.id])  # one new job, no second
+        assert any("starts from job" in e.message for e in c.why(new.id))
+
+
 def test_defaults_are_the_clis_server_json_and_token_files(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     with Client() as c:
         assert c.url == live.url

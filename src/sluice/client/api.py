@@ -211,11 +211,17 @@ class Client:
 
     def submit(self, spec: SpecLike, *, resume_from: str | None = None) -> JobOut:
         """Submit a job: a JobSpec, a mapping of its fields, or a YAML/JSON spec file (whose
-        folder is the default workdir). `resume_from`: start from that job's newest checkpoint."""
+        folder is the default workdir). `resume_from`: start from that job's newest checkpoint
+        (the call then waits for the server's copy of it, however long)."""
         job = _spec(JobSpec, spec, "job spec")
         if resume_from is not None:
             job = _spec(JobSpec, {**_body(job), "resume_from": resume_from}, "job spec")
-        return self._one(JobOut, "POST", "/v1/jobs", json=_body(job))
+        if job.resume_from is None:
+            return self._one(JobOut, "POST", "/v1/jobs", json=_body(job))
+        # The server copies the old job's checkpoints before it answers (up to
+        # resume_max_copy_mb, 64 GiB by default): the usual timeout would give up on a big copy
+        # the server still finishes, and a retry would then make a second job.
+        return self._one(JobOut, "POST", "/v1/jobs", json=_body(job), timeout=LONG_TIMEOUT_S)
 
     def jobs(
         self,
