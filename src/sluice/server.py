@@ -250,6 +250,9 @@ def serve(settings: Settings) -> None:
         info |= {"isolation": plane.isolation.enabled, "isolation_reason": plane.isolation.reason}
         memory = plane.engine.capabilities.memory_limits
         info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}
+        found = getattr(plane.engine, "gpu_discovery", None)  # the local engine's; Ray counts its own
+        if found is not None and found.ids:
+            info["gpus"] = f"GPUs to hand out: {','.join(found.ids)} (found with {found.source})"
         python_problem = job_python_problem(settings, plane.isolation)
         if python_problem is not None:
             info["job_python_problem"] = python_problem

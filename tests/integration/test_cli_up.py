@@ -165,3 +165,23 @@ def test_a_server_killed_between_recording_a_launch_and_making_it_recovers_the_j
     logs = run(home, "job", "logs", job_id)
     assert logs.stdout.count("bye") == 1, "the job ran more than once"
     assert run(home, "down").returncode == 0
+
+
+def test_up_on_a_gpu_box_says_which_gpus_it_hands_out(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nvidia-smi -L` here is a FAKE listing one GPU (tests/unit/test_gpus.py; the real one
+    ran on an H100): `sluice up` names the GPUs and where it found them, and the node offers it."""
+    from tests.unit.test_gpus import TWO_GPUS, fake_smi
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_smi(bin_dir, TWO_GPUS.splitlines(keepends=True)[0])
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    up = run(home, "up", "--detach", "--port", "0", "--policy", "kube")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "GPUs to hand out: 0 (found with nvidia-smi -L)" in up.stdout, up.stdout
+    nodes = run(home, "node", "list", "-o", "json")
+    assert nodes.returncode == 0 and [n["gpus"] for n in json.loads(nodes.stdout)] == [1], nodes.stdout
+    assert run(home, "down").returncode == 0

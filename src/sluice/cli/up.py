@@ -232,6 +232,8 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
                 err_console.print(f"warning: {info.get('memory_reason', '')}", markup=False)
             if info.get("job_python_problem"):
                 err_console.print(f"warning: {info['job_python_problem']}", markup=False)
+            if info.get("gpus"):
+                console.print(str(info["gpus"]), markup=False)
             # The URL alone is the last line (for `$(sluice up -d | tail -1)`), and only there.
             console.print(f"sluice is up (pid {proc.pid}; log {log_path}) at", markup=False)
             typer.echo(info["url"])

@@ -102,7 +102,7 @@ class LocalEngine:
         # memory_mb is enforced only where this machine has a memory controller: say so, so
         # the plane refuses such jobs at submit instead of running them unlimited.
         self.capabilities = replace(LocalEngine.capabilities, memory_limits=layout.memory_kind is not None)
-        found = discover_gpus()
+        found = self.gpu_discovery = discover_gpus()
         gpus = found.ids
         log.info("GPUs to hand out: %s (%s)", ",".join(gpus) or "none", found.source)
         names = [f"node-{i}" for i in range(n)] if n > 1 else [default_node_name()]
