@@ -497,3 +497,24 @@ def test_sluice_looks_past_a_measured_dip_but_never_lands_in_it() -> None:
     assert after(5, "measured") == 4
     with pytest.raises(ValueError, match="lookahead must be one of"):
         make_policy("sluice", lookahead="everything")
+
+
+def test_the_newest_measurement_is_kept_when_a_job_starts_over_at_a_lower_step() -> None:
+    """The phase rule is relative to the newest measurement (by time), so that one is always
+    kept. It was measured against the highest step any kept sample was made at: a job that
+    went back in its steps — restarted without a checkpoint, or one that counts its steps
+    from 0 in each attempt — lost its fresh measurement on its new shape to the old attempt's
+    points, and the policy saw only the shapes measured before the restart."""
+    total = 10_000
+    old = RateSample(1, 1, 1, 2.0, 120.0, 1000.0, step=5000)  # attempt 1, far in
+    fresh = RateSample(4, 1, 4, 6.0, 120.0, 1300.0, step=300)  # attempt 2, from step 0, on 4 GPUs
+    assert [g for g, _ in LearnedCurve([old, fresh], total_steps=total).points] == [1, 4]
+    # through the tracker: the second attempt counts from 0 again
+    tr = ProgressTracker()
+    tr.total_steps = total
+    for t in range(0, 2501, 60):
+        tr.report(float(t), 2 * t, None, shape=(1, 1, 1), attempt=1)
+    for t in range(2600, 2801, 20):
+        tr.report(float(t), 6 * (t - 2600), None, shape=(4, 1, 4), attempt=2)
+    curve = LearnedCurve(tr.snapshot().rates, total_steps=total)
+    assert 4 in [g for g, _ in curve.points]

@@ -151,7 +151,11 @@ class LearnedCurve:
         units = {s: s.gpus if unit == "gpus" else s.replicas for s in samples}
         usable = [s for s in units if units[s] > 0 and s.steps_per_s > 0]
         newest = max((s.at for s in usable), default=0.0)
-        newest_step = max((s.step for s in usable if s.step is not None), default=None)
+        # The step of the newest measurement (by time), not the highest step of any: a job
+        # that went back in its steps (restarted without a checkpoint, or counting from 0 in
+        # each attempt) would otherwise lose its fresh measurement to the old attempt's.
+        latest = max(usable, key=lambda s: s.at, default=None)
+        newest_step = latest.step if latest is not None else None
         by_units: dict[int, RateSample] = {}
         for s in usable:
             if s.at < newest - STALE_S or _earlier_phase(s, newest_step, total_steps):
