@@ -115,3 +115,21 @@ def test_a_node_reads_only_its_own_gpus(monkeypatch: pytest.MonkeyPatch) -> None
         "gpu0_util_pct",
         "gpu1_util_pct",
     }
+
+
+def test_a_job_counts_its_gpu_index_as_nvidia_smi_and_nvml_do(tmp_path: Path) -> None:
+    """The ids handed out are nvidia-smi's (NVML's, PCI bus order) and a node reads NVML's
+    KPIs by them; CUDA counts its devices fastest first unless CUDA_DEVICE_ORDER says
+    PCI_BUS_ID. On a machine of mixed GPUs the job given "1" then ran on another GPU than the
+    one placement gave it (and the node's KPIs described): possibly one held by another job.
+    A spec cannot change the order either (it is set per attempt, refused at submit)."""
+    from sluice.agent.launchenv import build_env
+    from sluice.model import Allocation, LaunchRequest
+    from sluice.spec import JobSpec
+    from sluice.spec.job import SET_PER_ATTEMPT
+
+    spec = JobSpec(command=["python", "-c", "pass"], env={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    req = LaunchRequest("j", 1, "t1", spec, Allocation.single("n0"), "/tmp/ck")
+    env = build_env(req, run_dir=tmp_path, node="n0", node_cpus=1, gpus=["1"], base={})
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "CUDA_DEVICE_ORDER" in SET_PER_ATTEMPT

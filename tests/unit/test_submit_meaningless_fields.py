@@ -73,7 +73,9 @@ def test_a_dataset_access_hint_is_422_naming_it(env: Env, access: str) -> None:
     assert "datasets.0.access" in [p["field"] for p in r.json()["problems"]], r.text
 
 
-@pytest.mark.parametrize("key", ["CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "MASTER_ADDR", "LOCAL_RANK"])
+@pytest.mark.parametrize(
+    "key", ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE", "MASTER_ADDR", "LOCAL_RANK"]
+)
 def test_an_env_value_sluice_sets_for_each_attempt_is_422_naming_it(env: Env, key: str) -> None:
     """`env: {CUDA_VISIBLE_DEVICES: "0"}` was accepted and the job saw the GPUs placement gave
     it instead (a gang's RANK, WORLD_SIZE, MASTER_* likewise) (walk5 D11)."""

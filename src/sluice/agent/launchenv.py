@@ -121,6 +121,9 @@ def build_env(
     env.update(req.spec.env)
     env.update(req.env)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    # The ids are nvidia-smi's and NVML's (PCI bus order), as the node reads its GPUs' KPIs;
+    # CUDA's own default order is fastest first, another GPU on a machine of mixed models.
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     env.update(
         {
             "SLUICE_JOB_ID": req.job_id,

@@ -181,6 +181,7 @@ class DatasetMount(_Strict):
 SET_PER_ATTEMPT = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
         "MASTER_ADDR",
         "MASTER_PORT",
         "WORLD_SIZE",
@@ -193,9 +194,10 @@ SET_PER_ATTEMPT = frozenset(
         "ROLE_WORLD_SIZE",
     }
 )
-"""Variables sluice sets for each attempt after the spec's env: the GPUs placement gave it and
-a replica's place in its gang (torchrun's names). A spec's own value would be replaced, so a
-submit that gives one is refused (checked at submit: specs stored before still load)."""
+"""Variables sluice sets for each attempt after the spec's env: the GPUs placement gave it (and
+the order CUDA counts them in: nvidia-smi's) and a replica's place in its gang (torchrun's
+names). A spec's own value would be replaced, so a submit that gives one is refused (checked
+at submit: specs stored before still load)."""
 
 JOB_SDK_KNOBS = frozenset({"SLUICE_THREADS", "SLUICE_THREADS_CHECK_S"})
 """SLUICE_* variables a job may set itself: knobs the SDK reads inside the job (thread-pool
