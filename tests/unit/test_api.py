@@ -958,6 +958,24 @@ def test_a_page_is_measured_in_the_bytes_it_sends_not_characters(env: Env, monke
     assert len(r.content) <= 20_000 + one, (len(r.content), one, len(r.json()["items"]))
 
 
+def test_a_page_counts_every_free_form_string_of_the_spec(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page budget counted argv, env, labels and workdir as sent, and a flat 1 kB for the
+    rest: a checkpoint location of 1024 control characters is 6 kB of JSON, so a page of
+    small jobs with such a location went out ~5x its byte budget."""
+    import json
+
+    import sluice.api.pagination as pagination
+
+    monkeypatch.setattr(pagination, "MAX_PAGE_BYTES", 20_000)
+    location = "ck" + "\x01" * 1000
+    for _ in range(40):
+        submit(env, env.alice, {**GOOD, "checkpoint": {"location": location}})
+    r = env.client.get("/v1/jobs", params={"limit": 1000}, headers=env.alice)
+    assert r.status_code == 200, r.text
+    one = max(len(json.dumps(j, ensure_ascii=False).encode()) for j in r.json()["items"])
+    assert len(r.content) <= 20_000 + one, (len(r.content), one, len(r.json()["items"]))
+
+
 def test_a_tenant_may_have_at_most_max_unfinished_jobs(tmp_path: Path) -> None:
     """Nothing bounded a tenant's queued jobs: each is held in memory and judged every round,
     so one tenant's flood slowed every tenant's scheduling (red-team 5)."""

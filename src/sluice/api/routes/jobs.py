@@ -117,13 +117,15 @@ def _fetch_jobs(plane: ControlPlane, caller: Any, phases: Any, after: Any, want:
 
 def _job_bytes(job: Any) -> int:
     """A job's size in a page, about: its spec's free-form strings (argv, env, labels: up to
-    about 1 MiB in all) as the response encodes them, and a bound for the rest of the record.
+    about 1 MiB in all; workdir, checkpoint location and the checkpoint path) as the response
+    encodes them, and a bound for the rest of the record.
     Counted as encoded, not as characters: a control character is six bytes of JSON (`\\u0001`)
     and a character up to four of UTF-8, so a page counted in characters could be ~6x the
     budget."""
     spec = job.spec
     text = sum(_wire(a) + 1 for a in spec.command)
     text += sum(_wire(k) + _wire(v) + 2 for d in (spec.env, spec.labels) for k, v in d.items())
+    text += _wire(spec.checkpoint.location or "") + _wire(job.checkpoint or "")  # up to 1 kB each
     return 1024 + text + _wire(spec.workdir or "") + _wire(job.reason or "")
 
 
