@@ -311,3 +311,42 @@ def test_after_a_network_cut_a_plane_ends_its_own_lingering_session_and_keeps_it
         first.close()
         second.close()
         link.close()
+
+
+def test_a_lingering_session_the_server_will_not_let_the_plane_end_is_a_database_in_use(pg_url: str) -> None:
+    """PostgreSQL may refuse pg_terminate_backend (a superuser's session, a role the plane is no
+    member of): that is a database still held, StoreInUse, as a claim says, not a raw database
+    error out of `claim` (at start a traceback; in `keep_claim` a failed round, the reconcile
+    loop going on) with the claim's connection left checked out."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from sluice.store import StoreInUse
+    from sluice.store.sql import PLANE_LOCK_KEY, _pg_url
+
+    admin = create_engine(_pg_url(pg_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql("DROP DATABASE IF EXISTS plane_db")
+        conn.exec_driver_sql("DROP ROLE IF EXISTS plane")
+        conn.exec_driver_sql("CREATE ROLE plane LOGIN")
+        conn.exec_driver_sql("CREATE DATABASE plane_db OWNER plane")
+    base = make_url(pg_url)
+    store = SqlStore(base.set(username="plane", database="plane_db").render_as_string(hide_password=False))
+    su = create_engine(_pg_url(base.set(database="plane_db").render_as_string(hide_password=False)))
+    holder = su.connect()
+    try:
+        # a superuser's session carrying the plane's tag holds the lock
+        holder.execute(text("SELECT set_config('application_name', :tag, false)"), {"tag": store._claim_tag})
+        holder.exec_driver_sql(f"SELECT pg_advisory_lock({PLANE_LOCK_KEY})")
+        holder.commit()
+        with pytest.raises(StoreInUse):
+            store.claim()
+        assert store._engine.pool.checkedout() == 0, "the claim's connection was left checked out"
+    finally:
+        holder.close()
+        su.dispose()
+        store.close()
+        with admin.connect() as conn:
+            conn.exec_driver_sql("DROP DATABASE IF EXISTS plane_db WITH (FORCE)")
+            conn.exec_driver_sql("DROP ROLE IF EXISTS plane")
+        admin.dispose()

@@ -691,12 +691,18 @@ class SqlStore:
             return
         self._holds_pg = True
         conn = self._engine.connect()
-        conn.execute(text("SELECT set_config('application_name', :tag, false)"), {"tag": self._claim_tag})
-        conn.commit()  # a session setting made in a transaction that rolls back is undone
-        got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PLANE_LOCK_KEY})").scalar()
-        conn.rollback()  # no transaction left open; a session-level lock outlives it
-        if not got:
-            got = self._take_from_own_orphan(conn)
+        try:
+            conn.execute(text("SELECT set_config('application_name', :tag, false)"), {"tag": self._claim_tag})
+            conn.commit()  # a session setting made in a transaction that rolls back is undone
+            got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({PLANE_LOCK_KEY})").scalar()
+            conn.rollback()  # no transaction left open; a session-level lock outlives it
+            if not got:
+                got = self._take_from_own_orphan(conn)
+        except BaseException:
+            with contextlib.suppress(Exception):  # not back to the pool: its session may hold the lock
+                conn.invalidate()
+                conn.close()
+            raise
         if not got:
             conn.close()
             raise StoreInUse(
@@ -727,7 +733,16 @@ class SqlStore:
             "ending that session and taking the lock back",
             pid,
         )
-        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        try:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        except DBAPIError as err:
+            if err.connection_invalidated:
+                raise
+            # Refused (a superuser's session, a role this one is no member of): the database
+            # is still held, as by another plane.
+            conn.rollback()
+            log.warning("the database refused to end this plane's earlier session (pid %s): %s", pid, _reason(err))
+            return False
         conn.rollback()
         deadline = time.monotonic() + wait_s  # terminating only signals: the lock goes a moment later
         while time.monotonic() < deadline:
