@@ -65,6 +65,7 @@ def test_without_nvidia_smi_nvml_counts_them(tmp_path: Path, monkeypatch: pytest
 def test_cuda_stops_at_the_first_invalid_entry() -> None:
     assert from_env({"CUDA_VISIBLE_DEVICES": "0,-1,1"}) == ["0"]
     assert from_env({"CUDA_VISIBLE_DEVICES": " 2 , 3 "}) == ["2", "3"]
+    assert from_env({"CUDA_VISIBLE_DEVICES": "0,0,1"}) == ["0", "1"]  # one GPU is handed out once
     assert from_env({}) is None
 
 

@@ -51,7 +51,8 @@ def from_env(env: Mapping[str, str]) -> list[str] | None:
         part = part.strip()
         if not part or part == "-1":
             break  # CUDA stops at the first invalid entry: the ones after it are not visible
-        ids.append(part)
+        if part not in ids:  # "0,0" is one GPU: handed out twice, two jobs would share it
+            ids.append(part)
     return ids
 
 

@@ -734,7 +734,15 @@ class SqlStore:
             pid,
         )
         try:
-            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            # By the tag again in the same statement, not by the pid alone: a pid looked up a
+            # moment ago may by now be another plane's new session.
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid = :pid AND application_name = :tag AND pid <> pg_backend_pid()"
+                ),
+                {"pid": pid, "tag": self._claim_tag},
+            )
         except DBAPIError as err:
             if err.connection_invalidated:
                 raise
@@ -772,7 +780,8 @@ class SqlStore:
                 conn.rollback()
                 return
             except DBAPIError:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # not back to the pool: it may hold the lock
+                    conn.invalidate()
                     conn.close()
                 self._claim = None
         try:
