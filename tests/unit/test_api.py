@@ -864,6 +864,54 @@ def test_a_log_read_that_hangs_holds_up_only_its_own_response(
     asyncio.run(run())
 
 
+def test_reads_stuck_on_a_hung_file_system_count_against_the_tenants_log_slots(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain log read took its slot only after reading the files: on a hung file system each
+    request held a worker thread without one, so a tenant's requests could take every thread
+    (40) and stall every tenant's other routes (red team, session 20). The 17th is a 429 now."""
+    import asyncio
+    import threading
+
+    from sluice.api import job_logs
+    from sluice.api.routes import jobs as job_routes
+
+    cap = job_routes.MAX_LOG_STREAMS_PER_TENANT
+    mine = _running_job(env, env.alice)
+    gate, stuck = threading.Event(), threading.Semaphore(0)
+    real = job_logs.segments
+
+    def hung(paths: Any, lines: Any) -> Any:
+        stuck.release()
+        gate.wait(timeout=10)
+        return real(paths, lines)
+
+    monkeypatch.setattr(job_logs, "segments", hung)
+    app = create_app(env.plane)
+
+    async def run() -> None:
+        calls = []
+        for _ in range(cap):
+            sent: list[dict[str, Any]] = []
+            calls.append(asyncio.create_task(_log_call(app, f"/v1/jobs/{mine}/logs", "", env.alice, sent)))
+        for _ in range(cap):  # every one of them inside the hung read
+            while not stuck.acquire(blocking=False):
+                await asyncio.sleep(0.01)
+        extra: list[dict[str, Any]] = []
+        task = asyncio.create_task(_log_call(app, f"/v1/jobs/{mine}/logs", "", env.alice, extra))
+        for _ in range(300):
+            if extra or task.done():
+                break
+            await asyncio.sleep(0.01)
+        gate.set()
+        assert extra and extra[0]["status"] == 429, "a 17th stuck read was let in"
+        for t in [*calls, task]:
+            t.cancel()
+        await asyncio.gather(*calls, task, return_exceptions=True)
+
+    asyncio.run(run())
+
+
 def test_a_tenant_may_hold_only_so_many_log_streams(env: Env) -> None:
     """Before: any number of followed logs, each polling its job every 0.25 s for as long as
     the client stayed: 3,000 idle followers of one tenant took another's request from 2 ms to

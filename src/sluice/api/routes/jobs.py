@@ -275,10 +275,16 @@ async def logs(
     earlier = [] if replica is not None else await to_thread.run_sync(plane.earlier_logs, caller, job_id)
     if not follow:
         path = await to_thread.run_sync(newest)
-        parts = await to_thread.run_sync(job_logs.segments, [*earlier, *([path] if path else [])], tail)
+        # The slot before the first read of the files: a read on a hung file system holds a
+        # worker thread, and a tenant's 17th such request must be refused, not add another.
         release = _log_slot(request, caller.name)
         if release is None:
             return _too_many()
+        try:
+            parts = await to_thread.run_sync(job_logs.segments, [*earlier, *([path] if path else [])], tail)
+        except BaseException:
+            release()
+            raise
 
         async def text() -> AsyncIterator[bytes]:
             """UTF-8 text (invalid bytes replaced), a piece at a time."""
