@@ -350,3 +350,59 @@ def test_a_lingering_session_the_server_will_not_let_the_plane_end_is_a_database
             conn.exec_driver_sql("DROP DATABASE IF EXISTS plane_db WITH (FORCE)")
             conn.exec_driver_sql("DROP ROLE IF EXISTS plane")
         admin.dispose()
+
+
+def test_a_partition_that_drops_packets_ends_a_read_in_seconds_not_minutes(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition drops packets rather than resetting connections: a read on the plane's
+    claim session waited for the kernel's retransmissions (~15 min with the default
+    tcp_retries2), and the reconcile loop that checks the claim waited with it. With libpq's
+    keepalives and tcp_user_timeout (sql.PG_CONNECT_ARGS, shortened here) the check fails in
+    seconds; once the network is back the plane ends its own lingering session and goes on.
+    The partition is real: an nftables rule drops the relay port's packets on loopback."""
+    import secrets
+    import time
+
+    from sqlalchemy.engine import make_url
+
+    import sluice.store.sql as sql
+    from sluice.store import StoreUnavailable
+
+    nft = shutil.which("nft")
+    if nft is None or os.geteuid() != 0:
+        pytest.skip("needs root and nftables (nft) to drop packets")
+    monkeypatch.setattr(sql, "PG_CONNECT_ARGS", {**sql.PG_CONNECT_ARGS, "tcp_user_timeout": 2000, "connect_timeout": 2})
+    real = make_url(pg_url)
+    assert real.port is not None
+    link = CuttableLink(real.port)
+    first = SqlStore(real.set(port=link.port).render_as_string(hide_password=False))
+    table = f"sluice_test_{secrets.token_hex(4)}"
+    rules = [
+        [nft, "add", "table", "inet", table],
+        [nft, "add", "chain", "inet", table, "out", "{ type filter hook output priority 0; }"],
+        [nft, "add", "rule", "inet", table, "out", "tcp", "dport", str(link.port), "drop"],
+        [nft, "add", "rule", "inet", table, "out", "tcp", "sport", str(link.port), "drop"],
+    ]
+    try:
+        first.claim()
+        for argv in rules:
+            subprocess.run(argv, check=True, capture_output=True, timeout=30)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            first.keep_claim()  # the read times out; a new connection cannot be made either
+        assert time.monotonic() - started < 30, "the claim check waited on the partition"
+        subprocess.run([nft, "delete", "table", "inet", table], check=True, capture_output=True, timeout=30)
+        first.keep_claim()  # back: its own lingering session ended, the lock taken again
+        second = SqlStore(pg_url)
+        try:
+            from sluice.store import StoreInUse
+
+            with pytest.raises(StoreInUse):
+                second.claim()
+        finally:
+            second.close()
+    finally:
+        subprocess.run([nft, "delete", "table", "inet", table], capture_output=True, timeout=30)
+        first.close()
+        link.close()

@@ -229,6 +229,19 @@ def _pg_url(url: str) -> URL:
 
 log = logging.getLogger(__name__)
 
+PG_CONNECT_ARGS: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+"""libpq settings of every PostgreSQL connection (seconds; tcp_user_timeout in ms), unless the
+URL's query names them: a network that drops packets (a partition, not a reset) ends a read
+within about 30 s. Without them a read waited for the kernel's retransmissions, ~15 min, and
+the reconcile loop, which checks the plane's hold on the database every 5 s, stopped with it."""
+
 PLANE_LOCK_KEY = 0x736C75696365
 """PostgreSQL advisory-lock key a control plane holds its database with ("sluice" in ASCII)."""
 
@@ -247,7 +260,9 @@ class SqlStore:
         if make_url(url).drivername.startswith("sqlite"):
             self._engine = _sqlite_engine(url)
         else:
-            self._engine = create_engine(_pg_url(url), pool_pre_ping=True)
+            parsed = _pg_url(url)
+            args = {k: v for k, v in PG_CONNECT_ARGS.items() if k not in parsed.query}
+            self._engine = create_engine(parsed, pool_pre_ping=True, connect_args=args)
         with self._engine.begin() as conn:
             self.schema_version = schema.migrate(conn)
 
