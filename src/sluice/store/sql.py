@@ -56,6 +56,8 @@ from sluice.store.base import (
     TenantRecord,
 )
 
+log = logging.getLogger(__name__)
+
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 """How long a SQLite writer waits for another writer before giving up (ms)."""
 
@@ -226,8 +228,6 @@ def _pg_url(url: str) -> URL:
         parsed = parsed.set(drivername=f"postgresql+{driver}")
     return parsed
 
-
-log = logging.getLogger(__name__)
 
 PG_CONNECT_ARGS: dict[str, int] = {
     "connect_timeout": 10,
