@@ -69,6 +69,7 @@ def main() -> int:
     up = sluice("up", "--detach", "--policy", a.policy, "--port", "0", home=home)
     if not check(up.returncode == 0, "sluice up", (up.stdout + up.stderr).strip()[-600:]):
         return 1
+    check("GPU fence: each job is fenced" in up.stdout, "sluice up says the jobs are fenced from other GPUs", up.stdout)
     try:
         return run_checks(home, len(found.ids), a.steps)
     finally:
@@ -94,6 +95,15 @@ def run_checks(home: Path, n_gpus: int, steps: int) -> int:
             "print('visible', repr(os.environ.get('CUDA_VISIBLE_DEVICES')), 'cuda', torch.cuda.is_available())"
         )
         cpu = c.submit(job("no-gpu", [py, "-c", probe], 0)).id
+        # A job without GPUs that names one itself: the fence (agent/gpu_fence.py) refuses
+        # it the device in the kernel, whatever CUDA_VISIBLE_DEVICES says.
+        attack = (
+            "import errno, os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n"
+            "try:\n    os.close(os.open('/dev/nvidia0', os.O_RDWR)); got = 'open'\n"
+            "except OSError as e:\n    got = errno.errorcode[e.errno]\n"
+            "import torch\nprint('fenced', got, 'cuda', torch.cuda.is_available(), flush=True)\n"
+        )
+        fenced = c.submit(job("no-gpu-attack", [py, "-c", attack], 0)).id
         try:
             big = c.submit(job("too-many-gpus", [py, "-c", "pass"], n_gpus + 1))
             time.sleep(5)
@@ -105,7 +115,7 @@ def run_checks(home: Path, n_gpus: int, steps: int) -> int:
             check(True, "a job wanting more GPUs than a node has is refused at submit", err)
         peak: dict[str, float] = {}
         deadline = time.time() + 420
-        ids = {"mlp": mlp, "cnn": cnn, "ddp": ddp, "no-gpu": cpu}
+        ids = {"mlp": mlp, "cnn": cnn, "ddp": ddp, "no-gpu": cpu, "no-gpu-attack": fenced}
         while time.time() < deadline:
             states = {k: c.job(v) for k, v in ids.items()}
             for line in str(admin.request("GET", "/metrics")).splitlines():
@@ -127,6 +137,8 @@ def run_checks(home: Path, n_gpus: int, steps: int) -> int:
                 check("on cuda:0 (nccl)" in log, "ddp used NCCL on the GPU")
             if k == "no-gpu":
                 check("visible '' cuda False" in log, "a job without gpus sees none")
+            if k == "no-gpu-attack":
+                check("fenced EPERM cuda False" in log, "a job without gpus cannot open a GPU by naming it")
         if n_gpus == 1:
             spans = []
             for v in (mlp, cnn, ddp):

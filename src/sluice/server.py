@@ -253,6 +253,10 @@ def serve(settings: Settings) -> None:
         found = getattr(plane.engine, "gpu_discovery", None)  # the local engine's; Ray counts its own
         if found is not None and found.ids:
             info["gpus"] = f"GPUs to hand out: {','.join(found.ids)} (found with {found.source})"
+            agents = list(getattr(plane.engine, "agents", {}).values())
+            if agents:  # one machine: every virtual node fences the same way
+                info["gpu_fence"] = f"GPU fence: {agents[0].fence.describe()}"
+                info["gpu_fenced"] = agents[0].fence.enforced
         python_problem = job_python_problem(settings, plane.isolation)
         if python_problem is not None:
             info["job_python_problem"] = python_problem

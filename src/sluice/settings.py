@@ -146,6 +146,16 @@ class Settings(BaseSettings):
             "own user and a second tenant needs `sluice tenant create --force`. Default auto.",
         ),
     ] = "auto"
+    gpu_fence: Annotated[
+        Literal["auto", "off"],
+        Field(
+            description="Keep each job off the GPUs it was not given, in the kernel (docs/security.md): auto: "
+            "a device cgroup per job where the node has one (cgroup v1 devices, or a cgroup v2 device program); "
+            "a job with no GPU is refused every NVIDIA device, and a job's CUDA_VISIBLE_DEVICES then counts "
+            "its GPUs from 0 (SLUICE_GPUS names the machine's). off: no fence; any job can open any GPU of "
+            "its node. Default auto.",
+        ),
+    ] = "auto"
     job_uid_min: Annotated[
         int,
         Field(

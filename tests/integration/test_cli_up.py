@@ -184,4 +184,10 @@ def test_up_on_a_gpu_box_says_which_gpus_it_hands_out(
     assert "GPUs to hand out: 0 (found with nvidia-smi -L)" in up.stdout, up.stdout
     nodes = run(home, "node", "list", "-o", "json")
     assert nodes.returncode == 0 and [n["gpus"] for n in json.loads(nodes.stdout)] == [1], nodes.stdout
+    # And how the jobs are kept off the GPUs they were not given (docs/security.md), or,
+    # as a warning, why they are not.
+    fenced = "GPU fence: each job is fenced from the GPUs it was not given by" in up.stdout
+    assert fenced != ("warning: GPU fence: jobs are NOT fenced" in up.stderr), up.stdout + up.stderr
+    if os.geteuid() == 0 and Path("/sys/fs/cgroup/devices/devices.deny").exists():
+        assert "by the cgroup v1 devices controller" in up.stdout, up.stdout
     assert run(home, "down").returncode == 0

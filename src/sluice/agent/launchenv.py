@@ -105,8 +105,11 @@ def build_env(
     home: Path | None = None,
     job_home: Path | None = None,
     net_interface: str | None = None,
+    visible: Sequence[str] | None = None,
 ) -> dict[str, str]:
-    """`job_home`: the job's HOME when it runs as a tenant uid of its own (isolation)."""
+    """`job_home`: the job's HOME when it runs as a tenant uid of its own (isolation);
+    `visible`: the job's CUDA_VISIBLE_DEVICES where it differs from the node's ids `gpus`
+    (inside a GPU fence CUDA numbers the job's GPUs from 0: agent/gpu_fence.py)."""
     src = os.environ if base is None else base
     env = {k: v for k, v in src.items() if k in PASS_THROUGH or k.startswith(PASS_PREFIXES)}
     if job_home is not None:
@@ -120,7 +123,7 @@ def build_env(
     env.update(net_env(net_interface))  # before the spec's env: a job may name its own interface
     env.update(req.spec.env)
     env.update(req.env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus if visible is None else visible)
     # The ids are nvidia-smi's and NVML's (PCI bus order), as the node reads its GPUs' KPIs;
     # CUDA's own default order is fastest first, another GPU on a machine of mixed models.
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -135,6 +138,7 @@ def build_env(
             "SLUICE_CHECKPOINT_INTERVAL_S": repr(float(req.spec.checkpoint.interval_s)),
             "SLUICE_CHECKPOINT_KEEP": str(req.spec.checkpoint.keep),
             "SLUICE_CPU_MAX": threads,
+            "SLUICE_GPUS": ",".join(gpus),
             **elastic_env(req),
         }
     )

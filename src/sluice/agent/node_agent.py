@@ -54,6 +54,16 @@ from sluice.agent.cgroup import (
     warn_once,
 )
 from sluice.agent.faults import FaultBoard, FaultReport
+from sluice.agent.gpu_fence import (
+    DeviceFence,
+    FenceKind,
+    FencePlan,
+    FenceSupport,
+    GpuTable,
+    detect_fence,
+    plan_fence,
+    read_gpu_table,
+)
 from sluice.agent.isolation import (
     PLANE_DIR_MODE,
     PRIVATE_DIR_MODE,
@@ -113,6 +123,7 @@ class _Attempt:
     ctrl: CpuController
     tail: JsonlTail
     mem: MemoryController | None = None
+    fence: DeviceFence | None = None
     popen: subprocess.Popen[bytes] | None = None
     proc: psutil.Process | None = None
     child: psutil.Process | None = None
@@ -193,6 +204,7 @@ class NodeAgent:
         clock: Callable[[], float] = time.time,
         guard_pid: int | None = None,
         cache: CacheSettings | None = None,
+        gpu_table: GpuTable | None = None,
     ) -> None:
         """`cpus`: the cores this node's jobs may run on (default: all of this machine's);
         `cpu`: cores offered to the scheduler (default settings.node_cpus, else len(cpus));
@@ -201,7 +213,8 @@ class NodeAgent:
         shim kills its job when that process is gone (see sluice.agent.shim);
         `cache`: this node's dataset cache (default settings.cache, the home's): the folders
         `warm_dataset`, `drop_dataset` and the cache reports work on, and the ones every job
-        that reads datasets is pointed at (SLUICE_CACHE_DISK_DIR/MEMORY_DIR) at launch."""
+        that reads datasets is pointed at (SLUICE_CACHE_DISK_DIR/MEMORY_DIR) at launch;
+        `gpu_table`: the driver's GPUs (default: read from /proc; tests pass a fake one)."""
         self.settings = settings or Settings()
         self.cache_settings = cache or self.settings.cache
         self.name = name
@@ -236,6 +249,14 @@ class NodeAgent:
             record(group_dirs(self.groups, self.layout, self.cpuset))
         warn_missing(self.groups)
         self.layout = self.groups.layout
+        self.gpu_table = gpu_table or read_gpu_table(self.gpus)
+        self.fence = (
+            detect_fence(self.layout, self.settings.cgroup_root, enabled=self.settings.gpu_fence == "auto")
+            if real
+            else FenceSupport(FenceKind.NONE, reason="this node's jobs have no cgroups of their own")
+        )
+        if self.gpus:
+            (log.info if self.fence.kind is not FenceKind.NONE else log.warning)("%s: %s", name, self.fence.describe())
         self.ledger = CoreLedger(self.cpus)
         total_mb = psutil.virtual_memory().total // (1024 * 1024)
         self.memory_mb = memory_mb if memory_mb else int(total_mb * len(self.cpus) / max(machine, 1))
@@ -261,6 +282,7 @@ class NodeAgent:
         labels = {
             "cpu-limits": str(self.layout.kind),
             "memory-limits": str(self.layout.memory_kind or "none"),
+            "gpu-fence": "none" if self.fence.kind is FenceKind.NONE else self.fence.kind.name.lower(),
             "cores": ",".join(map(str, self.cpus)),
             **self.labels,
         }
@@ -310,6 +332,7 @@ class NodeAgent:
                 own_file(adir / PROGRESS_FILE, user)  # the one file of the attempt folder the job writes
                 cwd = resolve_workdir(req, own_dir(jdir / WORK_DIR, PRIVATE_DIR_MODE, user))
                 gpus = self._take_gpus(req)
+                plan = plan_fence(self.gpu_table, gpus) if self.fence.kind is not FenceKind.NONE else None
                 env = build_env(
                     req,
                     run_dir=adir,
@@ -319,6 +342,7 @@ class NodeAgent:
                     home=self.settings.home,
                     job_home=jdir / WORK_DIR if user is not None else None,
                     net_interface=self.settings.net_interface,
+                    visible=plan.visible if plan is not None else None,
                 )
                 self._node_cache_dirs(env)
                 python = self.settings.job_python or sys.executable
@@ -345,8 +369,10 @@ class NodeAgent:
             )
             ctrl.create()
             ctrl.apply(a.cpu_limit, a.cpu_request)
+            fence, fence_files = self._fence(req, adir, log_file, ctrl, mem, plan)
             net = self.groups.net.job_group(ctrl.name) if self.groups.net is not None else None
             join = _join_both(ctrl, mem, (*self.groups.job_join(mem is not None), *([net] if net else [])))
+            join = JoinSpec(tuple(f for f in join.procs_files if f not in fence_files), join.cpus)
             header = (
                 f"===== sluice: attempt {req.attempt} of {req.job_id} on {self.name} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
@@ -364,6 +390,7 @@ class NodeAgent:
                 "--header",
                 header,
                 *(["--prefix", prefix] if prefix else []),
+                *(arg for f in fence_files for arg in ("--fence", f)),
                 *join.to_argv(),
                 *(["--guard", f"{self.guard[0]}:{self.guard[1]}"] if self.guard else []),
                 *(["--uid", str(user.uid), "--gid", str(user.gid)] if user is not None else []),
@@ -387,12 +414,42 @@ class NodeAgent:
             att = _Attempt(
                 req.job_id, req.attempt, adir, popen.pid, proc.create_time(), ctrl, JsonlTail(adir / PROGRESS_FILE), mem
             )
-            att.popen, att.proc, att.log_job = popen, proc, log_job
+            att.popen, att.proc, att.log_job, att.fence = popen, proc, log_job, fence
             att.next_usage = now + self.settings.usage_sample_s
             memory = {"memory_mb": mem.limit_mb} if mem is not None else {}
             self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, log_job=log_job, **memory)
             self._watched[key] = att
             self._pending.append(JobStarted(req.job_id, req.attempt, self.name, now, pid=popen.pid))
+
+    def _fence(
+        self,
+        req: LaunchRequest,
+        adir: Path,
+        log_file: Path,
+        ctrl: CpuController,
+        mem: MemoryController | None,
+        plan: FencePlan | None,
+    ) -> tuple[DeviceFence | None, tuple[str, ...]]:
+        """The attempt's GPU fence, made (agent/gpu_fence.py), and the procs files the shim
+        must join. A fence the kernel refuses fails the launch, retryably: a job is never run
+        unfenced on a node that fences."""
+        if plan is None:
+            return None, ()
+        if plan.unfenced:
+            with open(log_file, "a") as f:
+                f.write(f"[sluice] warning: this job's GPUs are not fenced from the others: {plan.unfenced}\n")
+        fence = DeviceFence(self.fence, ctrl.name, plan, ctrl.cpu_dir)
+        try:
+            return fence, fence.create()
+        except OSError as err:
+            fence.cleanup()
+            ctrl.cleanup()
+            if mem is not None:
+                mem.cleanup()
+            self._release_gpus(req.job_id, req.attempt)
+            reason = f"GPU fence: {err.strerror or err}"
+            self._fail_launch(req, adir, log_file, reason, retryable=True)
+            raise LaunchError(reason) from None
 
     def _memory_limit(self, req: LaunchRequest) -> MemoryController | None:
         """The attempt's memory cgroup, made and limited, when the job sets memory_mb.
@@ -692,6 +749,8 @@ class NodeAgent:
         att.ctrl.cleanup()
         if att.mem is not None:
             att.mem.cleanup()
+        if att.fence is not None:
+            att.fence.cleanup()
         if self.groups.net is not None:
             self.groups.net.drop_job(att.ctrl.name)
         self._release_gpus(att.job_id, att.attempt)
@@ -735,6 +794,7 @@ class NodeAgent:
                 mem,
             )
             att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb", "log_job")}
+            att.fence = DeviceFence(self.fence, str(state["cgroup"]), FencePlan((), ()), None)  # to remove it
             att.log_job = str(state.get("log_job") or job_id)
             att.proc = _same_process(att.shim_pid, att.shim_create)
             if att.proc is None and not (adir / EXIT_FILE).exists():

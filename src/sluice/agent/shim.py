@@ -28,6 +28,10 @@ change clears the parent-death signal, so that comes after it), the job also get
 `PR_SET_NO_NEW_PRIVS` (no set-uid binary or file capability gives it back any privilege),
 its rlimits (`--rlimit`) and umask 077.
 
+The GPU fence (`--fence`, agent/gpu_fence.py): a device cgroup the shim must enter before the
+job starts. Where it cannot, the job does not start: its CUDA_VISIBLE_DEVICES counts only the
+GPUs inside the fence, and outside it those numbers name other GPUs.
+
 Gangs (`--prefix "[rank1] "`): every replica of a job appends to the job's one log, so
 `sluice job logs` shows all ranks, a crashing rank's traceback included. Then the job's
 output goes through a pipe and the shim writes it a whole line at a time (O_APPEND: lines of
@@ -150,6 +154,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--log", required=True, type=Path)
     p.add_argument("--cwd", required=True)
     p.add_argument("--join", action="append", default=[], help="cgroup.procs file to write our pid to")
+    p.add_argument(
+        "--fence", action="append", default=[], help="cgroup.procs file of the job's device fence: joined, or no job"
+    )
     p.add_argument("--cpus", default=None, help="comma-separated cores to pin to")
     p.add_argument("--header", default="", help="line written to the log before the job starts")
     p.add_argument("--prefix", default="", help="put this before every line of the job's output (a gang's rank)")
@@ -178,6 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     with open(log_fd, "ab", buffering=0) as log:
         if ns.header:
             log.write(tag + ns.header.encode() + b"\n")
+        fence_problems = _join(ns.fence, None)
+        if fence_problems:
+            # The job was told its GPUs by their numbers inside the fence: outside it, those
+            # numbers are other GPUs (maybe another tenant's). Never run it there.
+            reason = f"could not enter the job's GPU fence: {'; '.join(fence_problems)}"
+            log.write(tag + f"[sluice] {reason}\n".encode())
+            write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": 127, "time": time.time(), "reason": reason})
+            return 127
         for problem in _join(ns.join, ns.cpus):
             log.write(tag + f"[sluice] warning: {problem}\n".encode())
         if ns.guard is not None and process_start_ticks(ns.guard[0]) != ns.guard[1]:

@@ -37,7 +37,9 @@ Environment contract (set by the node agent for every attempt):
                                    Other frameworks: `on_cpu_threads(fn)`; `cpu_budget()` shows it
     SLUICE_THREADS_CHECK_S         seconds between those checks        (default 5)
     SLUICE_TENANT, SLUICE_NODE     for the job's own logging
-    CUDA_VISIBLE_DEVICES           the GPUs given to the job ("" when none)
+    CUDA_VISIBLE_DEVICES           the GPUs given to the job ("" when none), as CUDA numbers
+                                   them inside the job's GPU fence: from 0 (docs/security.md)
+    SLUICE_GPUS                    the same GPUs by the machine's numbers (nvidia-smi's)
     SLUICE_BATCH_MODE, SLUICE_REPLICAS_MIN, SLUICE_GLOBAL_BATCH
                                    the spec's `resources.replicas` batch semantics; with
                                    WORLD_SIZE and RANK (a gang's torchrun variables) they give
