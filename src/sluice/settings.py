@@ -213,6 +213,24 @@ class Settings(BaseSettings):
             "its size and this bound. Default 65536 (64 GiB); at most 1048576 (1 TiB).",
         ),
     ] = 65536
+    resume_copies_per_tenant: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=64,
+            description="`--resume-from` checkpoint copies one tenant may have under way at once; one more is a "
+            "429 (retry when one has finished). Each may copy resume_max_copy_mb. Default 2.",
+        ),
+    ] = 2
+    resume_copies: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=256,
+            description="`--resume-from` checkpoint copies under way at once on the whole plane, every tenant's; "
+            "one more is a 429. Each holds an API worker thread while it copies. Default 4.",
+        ),
+    ] = 4
 
     net_interface: Annotated[
         str | None,

@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,3 +215,61 @@ def test_resume_of_a_checkpoint_above_resume_max_copy_mb_is_a_409_naming_both(tm
         assert r.status_code == 409, r.text
         assert "1.0 GiB" in r.text and "1.0 MiB" in r.text and "resume_max_copy_mb" in r.text
         assert list((settings.home / "runs").glob("*/checkpoints/ckpt-5.pt")) == [rs.folder / "ckpt-5.pt"]
+
+
+def test_resume_copies_at_once_are_bounded_and_one_more_is_a_429(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new job does not exist while its checkpoints are copied, so the cap on a tenant's
+    unfinished jobs did not count copies: one tenant's parallel resumes each copied up to
+    resume_max_copy_mb, as root, and held an API thread each. Here the copy is held open
+    (a stand-in for a long one) to have several under way at once."""
+    import sluice.control.plane as plane_module
+
+    settings = Settings(home=tmp_path / "home", isolation="off", resume_copies_per_tenant=2, resume_copies=3)
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    admin = plane.authenticate(plane.bootstrap_tenants()["admin"])
+    auth, old = {}, {}
+    for name in ("carol", "dave"):
+        _, token = plane.create_tenant(admin, TenantSpec(name=name), force=True)
+        auth[name] = {"Authorization": f"Bearer {token}"}
+    release, started = threading.Event(), threading.Semaphore(0)
+    failing = threading.Event()
+
+    def held_copy(src: str, dst: str, *args: object, **kw: object) -> tuple[str, int]:
+        if failing.is_set():
+            raise OSError("disk full")
+        started.release()
+        assert release.wait(30)
+        return (f"{dst}/ckpt-3.pt", 3)
+
+    monkeypatch.setattr(plane_module, "copy_checkpoints", held_copy)
+    try:
+        with TestClient(create_app(plane)) as http, ThreadPoolExecutor(4) as pool:
+            for name in auth:
+                old[name] = http.post("/v1/jobs", json={"command": ["python", "t.py"]}, headers=auth[name]).json()["id"]
+                assert http.post(f"/v1/jobs/{old[name]}/cancel", headers=auth[name]).status_code == 200
+
+            def resume(name: str) -> Any:
+                body = {"command": ["python", "t.py"], "resume_from": old[name]}
+                return http.post("/v1/jobs", json=body, headers=auth[name])
+
+            under_way = [pool.submit(resume, "carol"), pool.submit(resume, "carol")]
+            assert started.acquire(timeout=30) and started.acquire(timeout=30)
+            third = resume("carol")
+            assert third.status_code == 429 and third.headers["retry-after"] == "5", third.text
+            assert "resume_copies_per_tenant" in third.json()["detail"]
+            under_way.append(pool.submit(resume, "dave"))  # another tenant's still runs...
+            assert started.acquire(timeout=30)
+            fourth = resume("dave")  # ...up to the plane's bound
+            assert fourth.status_code == 429 and "setting resume_copies)" in fourth.json()["detail"], fourth.text
+            release.set()
+            assert [f.result(timeout=30).status_code for f in under_way] == [201, 201, 201]
+            # Every slot is given back, by a copy that failed too.
+            failing.set()
+            assert [resume("carol").status_code for _ in range(3)] == [409, 409, 409]
+            failing.clear()
+            assert resume("carol").status_code == 201
+        assert len(plane.store.list_jobs()) == 2 + 4
+    finally:
+        plane.store.close()

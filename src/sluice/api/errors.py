@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sluice.control.errors import Conflict, ControlError, Forbidden, NotFound, Unauthorized, Unavailable
+from sluice.control.errors import Conflict, ControlError, Forbidden, NotFound, TooBusy, Unauthorized, Unavailable
 from sluice.spec import SpecError
 
 _STATUS: list[tuple[type[ControlError], int, str]] = [
@@ -23,6 +23,7 @@ _STATUS: list[tuple[type[ControlError], int, str]] = [
     (Forbidden, 403, "forbidden"),
     (NotFound, 404, "not found"),
     (Conflict, 409, "conflict"),
+    (TooBusy, 429, "too many requests"),
 ]
 
 # Where FastAPI puts the parameter; the client thinks in field names, not request parts.
@@ -76,6 +77,8 @@ def install(app: FastAPI) -> None:
         for cls, status, kind in _STATUS:
             if isinstance(exc, cls):
                 headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+                if status == 429:
+                    headers = {"Retry-After": "5"}
                 return JSONResponse(error_body(kind, str(exc) or kind), status_code=status, headers=headers)
         return JSONResponse(error_body("error", str(exc)), status_code=400)
 

@@ -25,6 +25,11 @@ class Conflict(ControlError):
     """The request clashes with the object's state (HTTP 409)."""
 
 
+class TooBusy(ControlError):
+    """The caller already has as many of this request under way as it may (HTTP 429); the
+    request changed nothing and may be retried once one of them has finished."""
+
+
 # The store's own error, named here so callers of the control plane (the API) need not reach
 # into the store: the state cannot be written now (disk full, read-only home). HTTP 503.
 Unavailable = StoreUnavailable

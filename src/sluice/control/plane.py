@@ -28,7 +28,7 @@ from sluice.control.failpoints import Failpoints
 from sluice.control.priorities import PriorityClassService
 from sluice.control.queues import QueueService, QueueStatus
 from sluice.control.recovery import RecoveryReport, recover
-from sluice.control.resume import copy_checkpoints
+from sluice.control.resume import CopySlots, copy_checkpoints
 from sluice.data.guard import guard_from
 from sluice.engine.base import Engine, FaultInjector
 from sluice.health.monitor import HealthMonitor, MonitorConfig
@@ -239,6 +239,7 @@ class ControlPlane:
         )
         self.queues = QueueService(store, self.controller)
         self.priorities = PriorityClassService(store, self.controller)
+        self._resume_slots = CopySlots(settings.resume_copies_per_tenant, settings.resume_copies)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -555,9 +556,10 @@ class ControlPlane:
             owner = self.job_user(tenant) if self.isolation.enabled else None
             if base == self.controller.checkpoint_root and "://" not in base:
                 os.makedirs(base, mode=PLANE_DIR_MODE, exist_ok=True)  # the plane's own folder
-            newest = copy_checkpoints(
-                src_dir, dst_dir, owner=owner, dst_base=base, max_bytes=self.settings.resume_max_copy_mb << 20
-            )
+            with self._resume_slots.slot(tenant):
+                newest = copy_checkpoints(
+                    src_dir, dst_dir, owner=owner, dst_base=base, max_bytes=self.settings.resume_max_copy_mb << 20
+                )
         except OSError as err:
             raise Conflict(f"resume_from: could not copy job {source_id}'s checkpoints: {err}") from None
         if newest is None:  # asked to resume: starting from step 0 instead would be a silent surprise

@@ -16,7 +16,10 @@ The copy is made as root inside the request, where the tenant's disk quota does 
 what one resume copies is bounded (settings resume_max_copy_mb): by the files' sizes before a
 byte is copied, and again while copying (a file another job of the tenant keeps growing). A
 sparse file is copied sparse (SEEK_DATA/SEEK_HOLE): its holes count against the bound but are
-never written out.
+never written out. And so is how many copies run at once (`CopySlots`): the new job does not
+exist while its checkpoints are copied, so the tenant's cap on unfinished jobs does not count
+them, and without a bound one tenant's parallel resumes multiplied the disk a resume may fill
+and held every API worker thread.
 """
 
 from __future__ import annotations
@@ -26,12 +29,50 @@ import errno
 import os
 import re
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import fsspec
 
 from sluice.agent.isolation import confined_dir
+from sluice.control.errors import TooBusy
 from sluice.model import JobUser
+
+
+class CopySlots:
+    """How many resume copies run at once: at most `per_tenant` of one tenant's and `total`
+    in all. A request over either bound is refused (TooBusy, a 429) before it copies a byte."""
+
+    def __init__(self, per_tenant: int, total: int) -> None:
+        self.per_tenant = per_tenant
+        self.total = total
+        self._held: dict[str, int] = {}
+        self._mu = threading.Lock()
+
+    @contextlib.contextmanager
+    def slot(self, tenant: str) -> Iterator[None]:
+        with self._mu:
+            mine, everyone = self._held.get(tenant, 0), sum(self._held.values())
+            if mine >= self.per_tenant:
+                raise TooBusy(
+                    f"resume_from: tenant {tenant!r} already has {mine} checkpoint copies under way, the most at "
+                    "once (setting resume_copies_per_tenant); retry when one has finished"
+                )
+            if everyone >= self.total:
+                raise TooBusy(
+                    f"resume_from: {everyone} checkpoint copies are under way on this plane, the most at once "
+                    "(setting resume_copies); retry later"
+                )
+            self._held[tenant] = mine + 1
+        try:
+            yield
+        finally:
+            with self._mu:
+                self._held[tenant] -= 1
+                if not self._held[tenant]:
+                    del self._held[tenant]
+
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.pt$")
 _CHUNK = 1 << 20
