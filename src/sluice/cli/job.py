@@ -199,7 +199,7 @@ def logs(
             min=0,
             max=1023,
             help="Only this replica's output, of the newest attempt (Ray keeps one log per replica; the local "
-            "engine's one log prefixes each replica's lines with [rankK]).",
+            "engine's one log prefixes each replica's lines with \\[rankK]).",
         ),
     ] = None,
 ) -> None:
