@@ -251,8 +251,8 @@ def serve(settings: Settings) -> None:
         memory = plane.engine.capabilities.memory_limits
         info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}
         found = getattr(plane.engine, "gpu_discovery", None)  # the local engine's; Ray counts its own
-        if found is not None and found.ids:
-            info["gpus"] = f"GPUs to hand out: {','.join(found.ids)} (found with {found.source})"
+        if found is not None and (found.ids or found.left_out):  # a box whose GPUs were all left out says why
+            info["gpus"] = found.summary()
             agents = list(getattr(plane.engine, "agents", {}).values())
             if agents:  # one machine: every virtual node fences the same way
                 info["gpu_fence"] = f"GPU fence: {agents[0].fence.describe()}"

@@ -167,23 +167,31 @@ def test_a_server_killed_between_recording_a_launch_and_making_it_recovers_the_j
     assert run(home, "down").returncode == 0
 
 
+@pytest.mark.parametrize("mig_mode", ["Disabled", "Enabled"])
 def test_up_on_a_gpu_box_says_which_gpus_it_hands_out(
-    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mig_mode: str
 ) -> None:
-    """`nvidia-smi -L` here is a FAKE listing one GPU (tests/unit/test_gpus.py; the real one
-    ran on an H100): `sluice up` names the GPUs and where it found them, and the node offers it."""
+    """`nvidia-smi` here is a FAKE listing one GPU (tests/unit/test_gpus.py; the real one ran on
+    an H100): `sluice up` names the GPUs and where it found them, and the node offers it. In MIG
+    mode without instances, the GPU is left out and `sluice up` says why (before, it was
+    handed out, and CUDA showed the job given it no device)."""
     from tests.unit.test_gpus import TWO_GPUS, fake_smi
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    fake_smi(bin_dir, TWO_GPUS.splitlines(keepends=True)[0])
+    fake_smi(bin_dir, TWO_GPUS.splitlines(keepends=True)[0], modes=f"0, {mig_mode}\n")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     up = run(home, "up", "--detach", "--port", "0", "--policy", "kube")
     assert up.returncode == 0, up.stdout + up.stderr
-    assert "GPUs to hand out: 0 (found with nvidia-smi -L)" in up.stdout, up.stdout
+    if mig_mode == "Disabled":
+        assert "GPUs to hand out: 0 (found with nvidia-smi -L)" in up.stdout, up.stdout
+    else:
+        said = "GPUs to hand out: none (found with nvidia-smi -L); left out: GPU 0 (MIG mode is on and it has no MIG"
+        assert said in up.stdout, up.stdout
     nodes = run(home, "node", "list", "-o", "json")
-    assert nodes.returncode == 0 and [n["gpus"] for n in json.loads(nodes.stdout)] == [1], nodes.stdout
+    offered = [1] if mig_mode == "Disabled" else [0]
+    assert nodes.returncode == 0 and [n["gpus"] for n in json.loads(nodes.stdout)] == offered, nodes.stdout
     # And how the jobs are kept off the GPUs they were not given (docs/security.md), or,
     # as a warning, why they are not.
     fenced = "GPU fence: each job is fenced from the GPUs it was not given by" in up.stdout

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sluice.agent.gpus import discover_gpus, from_env, parse_smi_list
+from sluice.agent import gpus
+from sluice.agent.gpus import discover_gpus, from_env, parse_mig_modes, parse_smi_list
 from sluice.agent.kpi import KpiSampler
 
 TWO_GPUS = (
@@ -29,10 +30,29 @@ MIG = (
 )
 
 
-def fake_smi(folder: Path, output: str, code: int = 0) -> Path:
-    """A stand-in `nvidia-smi` that prints `output` for `-L` and exits `code`."""
+MIG_EMPTY = (
+    "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-0000-0000-0000-000000000000)\n"
+    "  MIG 3g.20gb     Device  0: (UUID: MIG-1a2b3c4d-0000-5000-8000-000000000000)\n"
+    "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-0000-0000-0000-000000000001)\n"
+    "GPU 2: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-0000-0000-0000-000000000002)\n"
+)
+"""`-L` on a box whose GPU 1 is in MIG mode with no instances: listed exactly like GPU 2, which
+has no MIG mode on (nvidia-smi prints MIG lines only for instances that exist)."""
+MIG_EMPTY_MODES = "0, Enabled\n1, Enabled\n2, Disabled\n"
+"""`--query-gpu=index,mig.mode.current --format=csv,noheader` on that box."""
+
+
+def fake_smi(folder: Path, output: str, code: int = 0, modes: str | None = None, modes_sleep_s: float = 0) -> Path:
+    """A stand-in `nvidia-smi` that prints `output` for `-L` and exits `code`; for the MIG-mode
+    query it prints `modes` (after `modes_sleep_s`), or, where `modes` is None, exits 9 as an
+    nvidia-smi that cannot answer it would."""
     path = folder / "nvidia-smi"
-    path.write_text(f"#!/bin/sh\n[ \"$1\" = -L ] || exit 9\ncat <<'EOF'\n{output}EOF\nexit {code}\n")
+    query = "--query-gpu=index,mig.mode.current" if modes is not None else "never"
+    path.write_text(
+        "#!/bin/sh\n"
+        f"if [ \"$1\" = {query} ]; then sleep {modes_sleep_s}; cat <<'EOF'\n{modes or ''}EOF\nexit 0; fi\n"
+        f"[ \"$1\" = -L ] || exit 9\ncat <<'EOF'\n{output}EOF\nexit {code}\n"
+    )
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
 
@@ -75,6 +95,43 @@ def test_mig_instances_are_handed_out_one_by_one() -> None:
         "MIG-1a2b3c4d-0000-5000-8000-000000000001",
         "1",
     ]
+
+
+def test_a_gpu_in_mig_mode_without_instances_is_left_out_saying_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Handed out by index, such a GPU showed CUDA no device: a job given it found none. GPUs
+    with instances (per instance) and GPUs without MIG (by index) are handed out as before."""
+    smi = str(fake_smi(tmp_path, MIG_EMPTY, modes=MIG_EMPTY_MODES))
+    with caplog.at_level("WARNING", logger="sluice.agent.gpus"):
+        found = discover_gpus({}, smi=smi)
+    assert found.ids == ["MIG-1a2b3c4d-0000-5000-8000-000000000000", "2"]
+    assert found.left_out == (f"GPU 1 ({gpus.MIG_NO_INSTANCES})",)
+    assert found.summary() == (
+        "GPUs to hand out: MIG-1a2b3c4d-0000-5000-8000-000000000000,2 (found with nvidia-smi -L); "
+        "left out: GPU 1 (MIG mode is on and it has no MIG instances: CUDA would show a job given it no device)"
+    )
+    assert "not handing out GPU 1 (MIG mode is on" in caplog.text
+    assert parse_smi_list(MIG_EMPTY, mig_on={"1"}) == found.ids
+
+
+def test_mig_modes_as_nvidia_smi_prints_them() -> None:
+    assert parse_mig_modes("0, Enabled\n1, Disabled\n2, [N/A]\n3, enabled\n\nbad line\n") == {"0", "3"}
+
+
+@pytest.mark.parametrize("how", ["fails", "times out"])
+def test_mig_modes_that_cannot_be_read_cost_no_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """The MIG query failing (an nvidia-smi that does not know the field) or hanging: every GPU
+    `-L` listed is handed out, as before the query was asked, and the log says so."""
+    monkeypatch.setattr(gpus, "SMI_TIMEOUT_S", 1.0)
+    modes = None if how == "fails" else MIG_EMPTY_MODES
+    smi = str(fake_smi(tmp_path, MIG_EMPTY, modes=modes, modes_sleep_s=0 if how == "fails" else 5))
+    with caplog.at_level("WARNING", logger="sluice.agent.gpus"):
+        found = discover_gpus({}, smi=smi)
+    assert found.ids == ["MIG-1a2b3c4d-0000-5000-8000-000000000000", "1", "2"] and found.left_out == ()
+    assert "could not say which GPUs are in MIG mode" in caplog.text
 
 
 class FakeNvml:
@@ -134,3 +191,43 @@ def test_a_job_counts_its_gpu_index_as_nvidia_smi_and_nvml_do(tmp_path: Path) ->
     env = build_env(req, run_dir=tmp_path, node="n0", node_cpus=1, gpus=["1"], base={})
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "CUDA_DEVICE_ORDER" in SET_PER_ATTEMPT
+
+
+class FakeMigNvml(FakeNvml):
+    """A FAKE `pynvml` (no GPU here) for three GPUs as MIG_EMPTY: GPU 0 in MIG mode with one
+    instance, GPU 1 in MIG mode with none, GPU 2 without MIG (NVML raises NotSupported)."""
+
+    NVML_DEVICE_MIG_ENABLE = 1
+
+    class NVMLError(Exception): ...
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 3
+
+    def nvmlDeviceGetMigMode(self, h: int) -> tuple[int, int]:
+        if h == 2:
+            raise self.NVMLError("Not Supported")
+        return (1, 1)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, slot: int) -> str:
+        if h == 0 and slot == 0:
+            return "mig-0-0"
+        raise self.NVMLError("Not Found")
+
+    def nvmlDeviceGetUUID(self, h: str) -> bytes:
+        assert h == "mig-0-0"
+        return b"MIG-1a2b3c4d-0000-5000-8000-000000000000"
+
+
+def test_without_nvidia_smi_nvml_leaves_out_a_mig_gpu_without_instances_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML counted GPUs by index only: a MIG-mode GPU without instances was handed out (no
+    device for CUDA), one with instances showed a job only its first."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeMigNvml())
+    found = discover_gpus({}, smi=str(tmp_path / "missing"))
+    assert found.ids == ["MIG-1a2b3c4d-0000-5000-8000-000000000000", "2"] and found.source == "NVML"
+    assert [why.split(" (")[0] for why in found.left_out] == ["GPU 1"]

@@ -8,7 +8,9 @@ no GPUs at all, so on a GPU box every job asking for one was refused as one that
 ever hold.
 
 A GPU split into MIG instances is handed out per instance (its `MIG-...` UUID): CUDA shows a
-process only the first instance of a GPU named by index.
+process only the first instance of a GPU named by index. A GPU in MIG mode with no instances
+is left out, saying so: CUDA shows a job given it no device at all, and `nvidia-smi -L` lists
+it exactly like a GPU without MIG, so its mode is asked separately.
 """
 
 from __future__ import annotations
@@ -18,14 +20,22 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 SMI_TIMEOUT_S = 10.0
 """How long `nvidia-smi -L` may take (seconds) before the machine counts as having no GPUs:
 a wedged driver can hang it, and the plane must still start."""
+
+MIG_QUERY = ("--query-gpu=index,mig.mode.current", "--format=csv,noheader")
+"""nvidia-smi's arguments for each GPU's MIG mode now ("0, Enabled"; "[N/A]" where the GPU has
+no MIG): `-L` lists a MIG-mode GPU without instances like any other GPU."""
+
+MIG_NO_INSTANCES = "MIG mode is on and it has no MIG instances: CUDA would show a job given it no device"
+"""Why such a GPU is left out (the log line and what `sluice up` prints)."""
 
 _GPU_LINE = re.compile(r"^GPU (\d+):")
 _MIG_LINE = re.compile(r"^\s+MIG .*\(UUID: (MIG-[^)\s]+)\)")
@@ -34,10 +44,20 @@ _MIG_LINE = re.compile(r"^\s+MIG .*\(UUID: (MIG-[^)\s]+)\)")
 @dataclass(frozen=True)
 class GpuDiscovery:
     """The ids to put in a job's CUDA_VISIBLE_DEVICES, and where they came from (for the log
-    line that tells an operator why a GPU box offers none)."""
+    line that tells an operator why a GPU box offers none), and the GPUs found but not handed
+    out, each with why."""
 
     ids: list[str]
     source: str
+    left_out: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """The line `sluice up` prints and the plane logs: what is handed out, from where, and
+        what is not (a GPU box offering fewer GPUs than it has says why)."""
+        line = f"GPUs to hand out: {','.join(self.ids) or 'none'} (found with {self.source})"
+        if self.left_out:
+            line += "; left out: " + "; ".join(self.left_out)
+        return line
 
 
 def from_env(env: Mapping[str, str]) -> list[str] | None:
@@ -56,59 +76,136 @@ def from_env(env: Mapping[str, str]) -> list[str] | None:
     return ids
 
 
-def parse_smi_list(text: str) -> list[str]:
-    """GPU ids from `nvidia-smi -L`: a GPU's index, or its MIG instances' UUIDs when it has
-    any."""
-    ids: list[str] = []
-    current: str | None = None
-    migs: list[str] = []
-
-    def close() -> None:
-        if current is not None:
-            ids.extend(migs or [current])
-
+def _smi_gpus(text: str) -> list[tuple[str, list[str]]]:
+    """Each GPU `nvidia-smi -L` lists: its index and its MIG instances' UUIDs (none without)."""
+    gpus: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
         gpu = _GPU_LINE.match(line)
         if gpu:
-            close()
-            current, migs = gpu.group(1), []
+            gpus.append((gpu.group(1), []))
             continue
         mig = _MIG_LINE.match(line)
-        if mig and current is not None:
-            migs.append(mig.group(1))
-    close()
-    return ids
+        if mig and gpus:
+            gpus[-1][1].append(mig.group(1))
+    return gpus
 
 
-def _from_nvml() -> list[str] | None:
-    """GPU indices NVML counts (no MIG instances), or None where the bindings or the driver
-    are missing."""
+def hand_out(gpus: list[tuple[str, list[str]]], mig_on: Collection[str]) -> tuple[list[str], tuple[str, ...]]:
+    """The ids to hand out — a GPU's index, or its MIG instances' UUIDs when it has any — and
+    the GPUs left out with why: one whose MIG mode is on (its index in `mig_on`) without
+    instances."""
+    ids: list[str] = []
+    left_out: list[str] = []
+    for index, migs in gpus:
+        if migs:
+            ids.extend(migs)
+        elif index in mig_on:
+            left_out.append(f"GPU {index} ({MIG_NO_INSTANCES})")
+        else:
+            ids.append(index)
+    return ids, tuple(left_out)
+
+
+def parse_smi_list(text: str, mig_on: Collection[str] = ()) -> list[str]:
+    """GPU ids from `nvidia-smi -L`: a GPU's index, or its MIG instances' UUIDs when it has
+    any; a GPU whose index is in `mig_on` (MIG mode on) and that has none is left out."""
+    return hand_out(_smi_gpus(text), mig_on)[0]
+
+
+def parse_mig_modes(text: str) -> set[str]:
+    """Indices of the GPUs whose MIG mode is on now, from nvidia-smi's MIG_QUERY output
+    ("0, Enabled" per line). A line it cannot read counts as MIG off: the GPU stays handed out,
+    as before this was asked."""
+    on: set[str] = set()
+    for line in text.splitlines():
+        index, _, mode = line.partition(",")
+        if index.strip().isdigit() and mode.strip().lower() == "enabled":
+            on.add(index.strip())
+    return on
+
+
+def _nvml_migs(pynvml: Any, handle: Any) -> list[str] | None:
+    """The MIG instances' UUIDs of a GPU in MIG mode, or None where its MIG mode is off (or
+    not there to ask: a GPU without MIG, bindings without the call)."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except Exception:  # NVMLError_NotSupported on a GPU without MIG; older bindings lack the call
+        return None
+    if current != getattr(pynvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return None
+    try:
+        slots = int(pynvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except Exception:  # cannot tell its instances: handed out by index, as before MIG was asked
+        return None
+    uuids: list[str] = []
+    for slot in range(slots):
+        try:
+            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except Exception:  # NVMLError_NotFound: no instance in this slot
+            continue
+        uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+    return uuids
+
+
+def _from_nvml() -> GpuDiscovery | None:
+    """The GPUs NVML counts, handed out as `nvidia-smi -L` would be (MIG instances by UUID, a
+    MIG-mode GPU without instances left out), or None where the bindings or the driver are
+    missing."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            gpus: list[tuple[str, list[str]]] = []
+            mig_on: set[str] = set()
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                migs = _nvml_migs(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i))
+                if migs is not None:
+                    mig_on.add(str(i))
+                gpus.append((str(i), migs or []))
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # no bindings, no driver
         return None
+    ids, left_out = hand_out(gpus, mig_on)
+    return GpuDiscovery(ids, "NVML", left_out)
 
 
-def _from_smi(smi: str) -> list[str] | None:
-    """GPU ids from `nvidia-smi -L`, or None where it is missing or fails."""
+def _run_smi(path: str, *args: str) -> subprocess.CompletedProcess[str] | str:
+    """nvidia-smi's answer, or why there is none (it failed to start, timed out or exited
+    non-zero)."""
+    try:
+        out = subprocess.run([path, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    if out.returncode != 0:
+        return f"exited {out.returncode}: {out.stderr.strip() or out.stdout.strip()}"
+    return out
+
+
+def _from_smi(smi: str) -> GpuDiscovery | None:
+    """GPU ids from `nvidia-smi -L`, less the MIG-mode GPUs without instances, or None where it
+    is missing or fails. Where the MIG modes cannot be read, every GPU `-L` listed is handed
+    out, as before they were asked: a query that fails must not cost the machine its GPUs."""
     path = shutil.which(smi)
     if path is None:
         return None
-    try:
-        out = subprocess.run([path, "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        log.warning("nvidia-smi -L failed (%s): this machine offers no GPUs", err)
+    listed = _run_smi(path, "-L")
+    if isinstance(listed, str):
+        log.warning("nvidia-smi -L failed (%s): this machine offers no GPUs", listed)
         return None
-    if out.returncode != 0:
-        log.warning("nvidia-smi -L exited %d (%s): this machine offers no GPUs", out.returncode, out.stderr.strip())
-        return None
-    return parse_smi_list(out.stdout)
+    gpus = _smi_gpus(listed.stdout)
+    mig_on: set[str] = set()
+    if any(not migs for _, migs in gpus):  # only a GPU without instances can be one to leave out
+        modes = _run_smi(path, *MIG_QUERY)
+        if isinstance(modes, str):
+            log.warning("nvidia-smi could not say which GPUs are in MIG mode (%s): handing out all it listed", modes)
+        else:
+            mig_on = parse_mig_modes(modes.stdout)
+    ids, left_out = hand_out(gpus, mig_on)
+    for why in left_out:
+        log.warning("not handing out %s", why)
+    return GpuDiscovery(ids, "nvidia-smi -L", left_out)
 
 
 def discover_gpus(env: Mapping[str, str] | None = None, smi: str = "nvidia-smi") -> GpuDiscovery:
@@ -118,8 +215,10 @@ def discover_gpus(env: Mapping[str, str] | None = None, smi: str = "nvidia-smi")
         return GpuDiscovery(named, "CUDA_VISIBLE_DEVICES")
     listed = _from_smi(smi)
     if listed is not None:
-        return GpuDiscovery(listed, "nvidia-smi -L")
+        return listed
     counted = _from_nvml()
     if counted is not None:
-        return GpuDiscovery(counted, "NVML")
+        for why in counted.left_out:
+            log.warning("not handing out %s", why)
+        return counted
     return GpuDiscovery([], "none found (no nvidia-smi, no NVML)")

@@ -104,7 +104,7 @@ class LocalEngine:
         self.capabilities = replace(LocalEngine.capabilities, memory_limits=layout.memory_kind is not None)
         found = self.gpu_discovery = discover_gpus()
         gpus = found.ids
-        log.info("GPUs to hand out: %s (%s)", ",".join(gpus) or "none", found.source)
+        (log.warning if found.left_out else log.info)("%s", found.summary())
         names = [f"node-{i}" for i in range(n)] if n > 1 else [default_node_name()]
         self.agents: dict[str, NodeAgent] = {}
         for i, (node, cores) in enumerate(zip(names, slices, strict=True)):
