@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from sluice.agent import gpus
-from sluice.agent.gpus import discover_gpus, from_env, parse_mig_modes, parse_smi_list
+from sluice.agent.gpus import discover_gpus, from_env, parse_mig_modes, parse_smi_list, process_env, ray_node_gpus
 from sluice.agent.kpi import KpiSampler
 
 TWO_GPUS = (
@@ -231,3 +231,31 @@ def test_without_nvidia_smi_nvml_leaves_out_a_mig_gpu_without_instances_too(
     found = discover_gpus({}, smi=str(tmp_path / "missing"))
     assert found.ids == ["MIG-1a2b3c4d-0000-5000-8000-000000000000", "2"] and found.source == "NVML"
     assert [why.split(" (")[0] for why in found.left_out] == ["GPU 1"]
+
+
+def test_a_ray_node_hands_out_the_gpus_its_raylet_was_given() -> None:
+    """Ray's GPU slot i on a node is its raylet's CUDA_VISIBLE_DEVICES[i]: a raylet started
+    under CUDA_VISIBLE_DEVICES=2,3 gave its jobs GPUs 0 and 1 (an operator's, kept for other
+    work). The real multi-node case: tests/integration/test_ray_gpus.py."""
+    assert ray_node_gpus(2, {"CUDA_VISIBLE_DEVICES": "2,3"}).ids == ["2", "3"]
+    assert ray_node_gpus(1, {"CUDA_VISIBLE_DEVICES": "2,3"}).ids == ["2"]  # ray start --num-gpus 1
+    assert ray_node_gpus(2, {}).ids == ["0", "1"]  # unset: Ray's own 0..n-1
+    assert ray_node_gpus(0, {"CUDA_VISIBLE_DEVICES": "2,3"}).ids == []
+    short = ray_node_gpus(2, {"CUDA_VISIBLE_DEVICES": "2,-1,3"})  # CUDA stops at -1; Ray would not
+    assert short.ids == ["2"] and [w.split(" (")[0] for w in short.left_out] == ["Ray's GPU 1"]
+
+
+def test_process_env_reads_what_a_process_was_started_with() -> None:
+    import subprocess
+
+    env = {"CUDA_VISIBLE_DEVICES": "2,3", "PATH": "/usr/bin:/bin"}
+    script = "import time; print('up', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        # once it speaks it has exec'd (before, /proc shows this process's environment, or none)
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
+        assert process_env(child.pid) == {"CUDA_VISIBLE_DEVICES": "2,3", "PATH": "/usr/bin:/bin"}
+    finally:
+        child.kill()
+        child.wait()
+    assert process_env(child.pid) is None  # gone

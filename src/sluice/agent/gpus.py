@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -206,6 +207,37 @@ def _from_smi(smi: str) -> GpuDiscovery | None:
     for why in left_out:
         log.warning("not handing out %s", why)
     return GpuDiscovery(ids, "nvidia-smi -L", left_out)
+
+
+def process_env(pid: int) -> dict[str, str] | None:
+    """The environment process `pid` was started with (/proc/<pid>/environ), or None where it
+    cannot be read (gone, another user's, no /proc)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
+    return {k: v for k, _, v in pairs}
+
+
+def ray_node_gpus(count: int, raylet_env: Mapping[str, str]) -> GpuDiscovery:
+    """The ids of the `count` GPUs Ray counts on a node, as Ray itself maps them: its GPU slot i
+    is the raylet's CUDA_VISIBLE_DEVICES[i] where the raylet was started with one (`ray start`
+    under CUDA_VISIBLE_DEVICES=2,3: GPUs 2 and 3, what `ray.get_gpu_ids()` tells a Ray task
+    holding them), else i. `raylet_env` is the raylet's environment, not the agent's: Ray may
+    have emptied the agent actor's own CUDA_VISIBLE_DEVICES, since it holds no GPU of Ray's
+    (older Ray releases always did; newer ones where RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1)."""
+    if count <= 0:
+        return GpuDiscovery([], "Ray counts none on this node")
+    named = from_env(raylet_env)
+    if named is None:
+        return GpuDiscovery([str(i) for i in range(count)], "Ray's count, the raylet having no CUDA_VISIBLE_DEVICES")
+    # Ray refuses to start a raylet counting more GPUs than its CUDA_VISIBLE_DEVICES names; an
+    # entry CUDA cannot read ends the list as it ends CUDA's.
+    left_out = tuple(
+        f"Ray's GPU {i} (the raylet's CUDA_VISIBLE_DEVICES names no GPU for it)" for i in range(len(named), count)
+    )
+    return GpuDiscovery(named[:count], "the raylet's CUDA_VISIBLE_DEVICES", left_out)
 
 
 def discover_gpus(env: Mapping[str, str] | None = None, smi: str = "nvidia-smi") -> GpuDiscovery:

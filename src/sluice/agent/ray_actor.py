@@ -20,15 +20,18 @@ in the engine, so the agent layer never depends on Ray being installed.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.agent.faults import FaultReport
+from sluice.agent.gpus import process_env, ray_node_gpus
 from sluice.agent.netif import NET_IP_LABEL, interface_ipv4_or_none
 from sluice.data.settings import CacheSettings
 from sluice.data.warm import WarmReport
@@ -36,6 +39,8 @@ from sluice.model import Allocation, Event, JobUser, LaunchRequest, NodeInfo
 
 if TYPE_CHECKING:
     from sluice.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 class RayNodeAgent:
@@ -53,9 +58,11 @@ class RayNodeAgent:
         settings: dict[str, Any] | None = None,
         cache: dict[str, Any] | None = None,
     ) -> None:
-        """`cache`: the plane's node-cache settings (`Settings.cache`, folders derived from its
-        home); SLUICE_CACHE_* variables in this raylet's environment win over them, field by
-        field. Warm, rm, the cache reports and every job that reads datasets use the result."""
+        """`gpus`: how many GPUs Ray counts on the node; the ids handed out are the ones Ray maps
+        them to (`sluice.agent.gpus.ray_node_gpus`), not 0..gpus-1. `cache`: the plane's
+        node-cache settings (`Settings.cache`, folders derived from its home); SLUICE_CACHE_*
+        variables in this raylet's environment win over them, field by field. Warm, rm, the
+        cache reports and every job that reads datasets use the result."""
         from sluice.agent.node_agent import NodeAgent
         from sluice.settings import Settings
 
@@ -68,12 +75,14 @@ class RayNodeAgent:
         self._net_interface = conf.net_interface
         self._raylet_pid = os.getppid()
         """Ray starts workers from the raylet: a changed parent means the raylet died."""
+        found = self.gpu_discovery = ray_node_gpus(gpus, self._raylet_env() if gpus > 0 else {})
+        (log.warning if found.left_out else log.info)("node %s: %s", node_name, found.summary())
         self._agent = NodeAgent(
             node_name,
             Path(runs_dir),
             None,
             conf,
-            gpus=[str(i) for i in range(gpus)],
+            gpus=found.ids,
             memory_mb=memory_mb,
             guard_pid=self._raylet_pid,
             cache=node_cache(cache, conf),
@@ -81,6 +90,21 @@ class RayNodeAgent:
         self._warms: dict[str, Future[WarmReport]] = {}
         """Dataset warms under way on this node, by ticket (see warm_start)."""
         self._warm_pool: ThreadPoolExecutor | None = None
+
+    def _raylet_env(self) -> Mapping[str, str]:
+        """The raylet's environment, whose CUDA_VISIBLE_DEVICES maps Ray's GPUs of this node to
+        real ones. This actor holds no GPU of Ray's (num_gpus=0: Ray's other work may use the
+        node's GPUs it does not run), so its own CUDA_VISIBLE_DEVICES may have been emptied by
+        Ray; read from /proc, the raylet's is the one it was started with."""
+        env = process_env(self._raylet_pid)
+        if env is None:
+            log.warning(
+                "node %s: cannot read the raylet's environment (/proc/%d/environ); going by this "
+                "worker's CUDA_VISIBLE_DEVICES, which Ray may have emptied",
+                self.node_name, self._raylet_pid,
+            )  # fmt: skip
+            return os.environ
+        return env
 
     def _node_alive(self) -> bool:
         return os.getppid() == self._raylet_pid
