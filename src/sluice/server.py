@@ -16,13 +16,18 @@ $SLUICE_HOME/settings.yaml (sluice.settings), never from a shell.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import socket
+import stat
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,11 @@ log = logging.getLogger("sluice.server")
 SERVER_FILE = "server.json"
 ADMIN_TOKEN_FILE = "admin.token"
 TOKEN_FILE = "token"
+HOME_LOCK_FILE = "plane.lock"
+"""Held (flock) by the one plane serving the home, for as long as its process lives."""
+PLANE_TAG_FILE = "plane-tag"
+"""The home's plane's database session tag, kept across restarts (see plane_tag)."""
+_TAG = re.compile(r"^sluice-plane-[0-9a-f]{16}$")
 
 
 class AlreadyRunning(RuntimeError):
@@ -81,6 +91,88 @@ def make_home(home: Path) -> None:
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise HomeError(f"SLUICE_HOME {home} cannot be created: {err.strerror or err}") from None
+
+
+def _open_in_home(path: Path, flags: int, what: str) -> int:
+    """os.open of a file of the home, never through a symbolic link (one planted there would
+    have the plane write or trust a file elsewhere), and only a regular file: HomeError naming
+    the file and why otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        why = "is a symbolic link, which sluice does not follow" if err.errno == errno.ELOOP else err.strerror or err
+        raise HomeError(f"{path} ({what}) cannot be opened: {why}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise HomeError(f"{path} ({what}) is not a regular file")
+    return fd
+
+
+def lock_home(home: Path) -> int:
+    """Hold the home for this process until it closes the returned descriptor or ends (`kill
+    -9` and a host reboot included): an exclusive flock on `plane.lock`, the descriptor never
+    passed to a child. AlreadyRunning if another live process holds it. server.json alone let
+    two planes started at once on one home both pass (it is written only once a plane
+    serves); and holding this lock is what proves the home's previous plane dead, so that
+    its database session, if it lingers, may be ended (`plane_tag`)."""
+    path = home / HOME_LOCK_FILE
+    fd = _open_in_home(path, os.O_RDWR | os.O_CREAT, "the plane's lock of its home")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise AlreadyRunning(f"a sluice server (pid {holder}) is already running for {home}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def plane_tag(home: Path) -> str:
+    """This home's plane's database session tag (PostgreSQL's application_name of its claim
+    session, store/sql.py), the same across restarts of the plane: a plane killed (`kill -9`,
+    a crash, a host reboot) can leave its session, and the lock it holds, lingering at the
+    server until TCP gives up, and only the tag lets the restarted plane tell that session
+    for its predecessor's and end it. Call it only holding `lock_home`: that proves the
+    predecessor dead; a live plane's session is never a predecessor's.
+
+    The file (0600, `plane-tag`) names the machine and home it was made for: a copy of the
+    home (another plane on the same database) gets a tag of its own, or the two planes would
+    end each other's sessions. HomeError naming the file where it cannot be read or written."""
+    path = home / PLANE_TAG_FILE
+    owner = {"host": socket.gethostname(), "home": str(home.resolve())}
+    try:
+        fd = _open_in_home(path, os.O_RDONLY, "the plane's database session tag")
+    except HomeError:
+        if path.exists() or path.is_symlink():
+            raise
+    else:
+        try:
+            with os.fdopen(fd, "rb") as f:
+                raw = f.read(4096)
+            kept = json.loads(raw)
+            tag = kept["tag"]
+            if not isinstance(tag, str) or not _TAG.match(tag):
+                raise ValueError(f"{tag!r} is not a plane tag")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise HomeError(
+                f"{path} (the plane's database session tag) cannot be read: {err}; remove it and "
+                "the plane makes a new one (a lingering session of the previous plane then holds "
+                "the database until the server drops it)"
+            ) from None
+        if {k: kept.get(k) for k in owner} == owner:
+            return tag
+        log.info("%s was made for %s, not this home: this plane gets a tag of its own", path, kept)
+    tag = f"sluice-plane-{uuid.uuid4().hex[:16]}"
+    fresh = path.with_name(f".{PLANE_TAG_FILE}.{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    fd = _open_in_home(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "the plane's database session tag")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"tag": tag, **owner}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(fresh, path)  # a rename replaces a link planted at path, never follows it
+    return tag
 
 
 class _Terminated(Exception):
@@ -184,6 +276,20 @@ def engine_record(settings: Settings, engine: object) -> EngineRecord:
 
 def serve(settings: Settings) -> None:
     """Run the control plane until SIGTERM/SIGINT. Blocks."""
+    home = settings.home
+    make_home(home)
+    running = read_server_file(home)
+    if running is not None:
+        raise AlreadyRunning(f"a sluice server is already running for {home} at {running.get('url')}")
+    home_lock = lock_home(home)  # held until this process ends: see serve's `finally`
+    try:
+        _serve_locked(settings, home)
+    finally:
+        os.close(home_lock)
+
+
+def _serve_locked(settings: Settings, home: Path) -> None:
+    """`serve`, once this process holds its home (lock_home)."""
     # Imported here so `sluice down` and the CLI's server lookup do not load the web stack.
     import uvicorn
 
@@ -191,11 +297,6 @@ def serve(settings: Settings) -> None:
     from sluice.api.connections import AcceptErrorsOnce, protocol_with, raise_descriptor_limit
     from sluice.control.plane import ControlPlane
 
-    home = settings.home
-    make_home(home)
-    running = read_server_file(home)
-    if running is not None:
-        raise AlreadyRunning(f"a sluice server is already running for {home} at {running.get('url')}")
     check_engine(settings)  # before connecting to any engine: jobs of another one must not run twice
     sock = _bind(settings.host, settings.port)
     port = int(sock.getsockname()[1])
@@ -208,7 +309,10 @@ def serve(settings: Settings) -> None:
     claim = getattr(plane.store, "claim", None)
     if claim is not None:
         try:
-            claim()  # before recovery: one database, one plane (store/sql.py SqlStore.claim)
+            # Before recovery: one database, one plane (store/sql.py SqlStore.claim). The tag
+            # is the home's, this process holding the home: a session of it holding the
+            # database is its dead predecessor's, which the claim ends.
+            claim(tag=plane_tag(home))
         except BaseException:
             plane.engine.close()
             plane.store.close()

@@ -313,6 +313,146 @@ def test_after_a_network_cut_a_plane_ends_its_own_lingering_session_and_keeps_it
         link.close()
 
 
+class PlaneProcess:
+    """A real control plane (`python -m sluice.server`, local engine) on a home and database."""
+
+    def __init__(self, home: Path, db_url: str, cgroup_root: str | None = None) -> None:
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+        env |= {
+            "SLUICE_HOME": str(home),
+            "SLUICE_DATABASE_URL": db_url,
+            "SLUICE_PORT": "0",
+            "SLUICE_HOST": "127.0.0.1",
+            # the session's own cgroup root (tests/conftest.py), and the job interpreter a tenant uid can run
+            **{k: os.environ[k] for k in ("SLUICE_CGROUP_ROOT", "SLUICE_JOB_PYTHON") if k in os.environ},
+            "PYTHONPATH": os.pathsep.join(sys.path),  # this checkout's sluice
+        }
+        if cgroup_root is not None:
+            env["SLUICE_CGROUP_ROOT"] = cgroup_root
+        self.home = home
+        self.log = home.parent / f"plane-{len(list(home.parent.glob('plane-*.log')))}.log"
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sluice.server"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def serving(self) -> bool:
+        """server.json names this process: it claimed the database and serves."""
+        import json
+
+        try:
+            return int(json.loads((self.home / "server.json").read_text())["pid"]) == self.proc.pid
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def wait_serving(self) -> None:
+        assert wait_for(lambda: self.serving() or self.proc.poll() is not None, 90), self.log.read_text()
+        assert self.serving(), f"the plane exited {self.proc.returncode}: {self.log.read_text()}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _lock_holders(pg_url: str) -> list[tuple[int, str]]:
+    """(backend pid, application_name) of each session holding a plane's lock."""
+    from sqlalchemy import create_engine
+
+    from sluice.store.sql import PLANE_LOCK_KEY, _pg_url
+
+    engine = create_engine(_pg_url(pg_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                f"WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {PLANE_LOCK_KEY >> 32} "
+                f"AND l.objid = {PLANE_LOCK_KEY & 0xFFFFFFFF}"
+            ).all()
+        return [(int(pid), str(name)) for pid, name in rows]
+    finally:
+        engine.dispose()
+
+
+def test_a_restarted_plane_ends_its_dead_predecessors_lingering_session(pg_url: str, tmp_path: Path) -> None:
+    """A plane killed (kill -9 here; a crash, a host reboot) while the network did not tell
+    the server: its session lingers there, holding the lock. The restarted plane got a new
+    random tag, so it was refused as another plane's until the server dropped the session
+    (hours, by TCP keepalives). The tag now lives in the home: the new plane knows the session
+    for its predecessor's, ends it and serves."""
+    import json
+
+    from sqlalchemy.engine import make_url
+
+    real = make_url(pg_url)
+    assert real.port is not None
+    link = CuttableLink(real.port)  # a killed plane's connections end at the relay, not at the server
+    home = tmp_path / "home"
+    first = PlaneProcess(home, real.set(port=link.port).render_as_string(hide_password=False))
+    second: PlaneProcess | None = None
+    try:
+        first.wait_serving()
+        tag = json.loads((home / "plane-tag").read_text())["tag"]
+        [(old_pid, held_by)] = _lock_holders(pg_url)
+        assert held_by == tag
+        first.proc.kill()
+        first.proc.wait()
+        assert _lock_holders(pg_url) == [(old_pid, tag)], "the dead plane's session lingers, holding the lock"
+        second = PlaneProcess(home, pg_url)
+        second.wait_serving()  # before: "another control plane is connected to the database"
+        assert "left by this plane before a restart" in second.log.read_text()
+        [(new_pid, held_by)] = _lock_holders(pg_url)
+        assert held_by == tag and new_pid != old_pid
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        link.close()
+
+
+def test_a_second_plane_on_the_same_home_is_refused_and_never_ends_the_live_ones_session(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Both planes of one home have its tag: the second must not take the first's live
+    session for a dead predecessor's and end it. The home's lock refuses it first — also
+    when it starts before the first has written its server.json (started at once; moved
+    aside here to make that moment last). The second has a cgroup root of its own, as the
+    local engine's refusal of shared node cgroups tells an operator to do (and as on Ray,
+    which has none): before the lock, it then went on to the database."""
+    from uuid import uuid4
+
+    home = tmp_path / "home"
+    first = PlaneProcess(home, pg_url)
+    try:
+        first.wait_serving()
+        [holder] = _lock_holders(pg_url)
+        (home / "server.json").rename(home / "server.json.aside")
+        own_root = f"{os.environ.get('SLUICE_CGROUP_ROOT', 'sluice-tests')}-second-{uuid4().hex[:6]}"
+        second = PlaneProcess(home, pg_url, cgroup_root=own_root)
+        try:
+            assert wait_for(lambda: second.proc.poll() is not None or second.serving(), 90), second.log.read_text()
+            assert second.proc.poll() == 1, second.log.read_text()  # not serving: refused
+        finally:
+            second.stop()
+        said = second.log.read_text()
+        assert f"error: a sluice server (pid {first.proc.pid}) is already running for {home}" in said, said
+        assert _lock_holders(pg_url) == [holder], "the live plane's session was ended"
+        assert first.proc.poll() is None
+        (home / "server.json.aside").rename(home / "server.json")
+    finally:
+        first.stop()
+        if "own_root" in locals():
+            from sluice.agent.cgroup import remove_root
+
+            remove_root(own_root, Path("/sys/fs/cgroup"))
+
+
 def test_a_lingering_session_the_server_will_not_let_the_plane_end_is_a_database_in_use(pg_url: str) -> None:
     """PostgreSQL may refuse pg_terminate_backend (a superuser's session, a role the plane is no
     member of): that is a database still held, StoreInUse, as a claim says, not a raw database

@@ -256,7 +256,8 @@ class SqlStore:
         self._claim_tag = f"sluice-plane-{uuid.uuid4().hex[:16]}"
         """This store's claim session's application_name: after a network cut the server may
         keep the old session (and its lock) alive for hours, and only this tag tells this
-        plane's own lingering session from another plane's."""
+        plane's own lingering session from another plane's. Random unless `claim` is given
+        the plane's lasting one (its home's), which its dead predecessor's session carries."""
         if make_url(url).drivername.startswith("sqlite"):
             self._engine = _sqlite_engine(url)
         else:
@@ -679,12 +680,21 @@ class SqlStore:
         with self._read() as conn:
             return {r.name: r.tenant for r in conn.execute(select(t.c.name, t.c.tenant))}
 
-    def claim(self) -> None:
+    def claim(self, tag: str | None = None) -> None:
         """Hold the database for this control plane until `close` (or the process ends, `kill
         -9` included): StoreInUse if another plane holds it. Two planes on one database — a
         second `sluice up` with another home but the same `db_url` — would each recover the
         other's running jobs as gone and run them again. PostgreSQL: a session-level advisory
-        lock on a connection kept open; SQLite: an exclusive `flock` on `<database>.plane-lock`."""
+        lock on a connection kept open; SQLite: an exclusive `flock` on `<database>.plane-lock`.
+
+        `tag`: the plane's lasting PostgreSQL session tag (server.py `plane_tag`), kept by its
+        home across restarts. A session carrying it that holds the lock is then ended as this
+        plane's own — a restarted plane's dead predecessor's, lingering at the server after a
+        crash or reboot, which refused the restarted plane until the server dropped it. Only a
+        caller that proves no other live process has the tag (the home's lock) may give it:
+        a live plane's session ended, the two would end each other's in turn."""
+        if tag is not None and self._claim is None:
+            self._claim_tag = tag
         if self._claim is not None:
             return
         url = make_url(self.url)
@@ -729,8 +739,9 @@ class SqlStore:
     def _take_from_own_orphan(self, conn: Connection, wait_s: float = 10.0) -> bool:
         """Where the lock's holder is this store's own earlier claim session — cut off from
         this process (a network cut: the client saw its connection fail, the server did not)
-        and lingering until the server's keepalives give up — end that session and take the
-        lock. Another plane's session never carries this store's tag."""
+        or its dead predecessor's (the tag given to `claim`), lingering until the server's
+        keepalives give up — end that session and take the lock. Another plane's session never
+        carries this store's tag."""
         hi, lo = PLANE_LOCK_KEY >> 32, PLANE_LOCK_KEY & 0xFFFFFFFF
         pid = conn.execute(
             text(
@@ -744,9 +755,10 @@ class SqlStore:
         if pid is None:
             return False
         log.warning(
-            "the database lock is held by this plane's own earlier session (pid %s), cut off from it; "
-            "ending that session and taking the lock back",
+            "the database lock is held by this plane's own earlier session (pid %s, %s), cut off from it "
+            "or left by this plane before a restart; ending that session and taking the lock back",
             pid,
+            self._claim_tag,
         )
         try:
             # By the tag again in the same statement, not by the pid alone: a pid looked up a
