@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -257,3 +258,83 @@ def test_the_shim_does_not_start_a_job_outside_its_fence(tmp_path: Path) -> None
     assert record["exit_code"] == 127 and "GPU fence" in record["reason"]
     assert not marker.exists()
     assert "could not enter the job's GPU fence" in (tmp_path / "log").read_text()
+
+
+LEFTOVER = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()  # out of the attempt's process group: the killpg at its end misses it
+    if os.fork() == 0:
+        with open(sys.argv[1], 'w') as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)  # would keep the fence of a GPU that goes to the next job
+    os._exit(0)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+"""
+
+
+@needs_root
+def test_a_job_s_leftover_that_left_its_process_group_dies_with_the_attempt(agent: NodeAgent, tmp_path: Path) -> None:
+    """Red team (s21): a process of the job that called setsid() outlived the attempt, kept
+    the attempt's fence (so it could open the GPU handed next to another tenant's job) and
+    kept its device group from being removed. Everything in the attempt's groups is killed."""
+    if agent.fence.kind is FenceKind.NONE:
+        pytest.skip(f"no device fence on this host: {agent.fence.reason}")
+    out = Path(tempfile.mkdtemp(prefix="sluice-leftover-", dir="/tmp"))
+    out.chmod(0o777)
+    try:
+        pid_file = out / "pid"
+        spec = JobSpec(command=["python", "-c", LEFTOVER, str(pid_file)])
+        agent.launch(LaunchRequest("left", 1, "t", spec, Allocation.single("n0", gpus=1), "", run_as=USER))
+        assert _exit(agent, "left").exit_code == 0
+        pid = int(pid_file.read_text())
+        alive = Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+        if alive:
+            os.kill(pid, 9)
+        assert not alive, "a process of the ended attempt still runs, inside its GPU fence"
+        assert agent.fence.parent is not None and not (agent.fence.parent / "left.1").exists()
+    finally:
+        shutil.rmtree(out)
+
+
+@needs_root
+def test_the_largest_device_program_loads() -> None:
+    """Red team (s21): the verifier's log of a program of a few hundred rules outgrew its
+    buffer and the kernel refused the load (ENOSPC), well under MAX_RULES."""
+    if bpf_device.unavailable() is not None:
+        pytest.skip("the kernel refuses device programs")
+    for rules in ([(195, m) for m in range(bpf_device.MAX_RULES)], [(m, None) for m in range(bpf_device.MAX_RULES)]):
+        os.close(bpf_device.load(rules))
+
+
+@needs_root
+def test_no_fence_replaces_a_device_policy_attached_above_it(tmp_path: Path) -> None:
+    """Red team (s21): under a group whose device program was attached with
+    BPF_F_ALLOW_OVERRIDE, the fence's program ran *instead of* it, and a job could open a
+    device the host's own policy refused (here /dev/zero). Under one attached with no flag
+    the attach failed at every launch while the node said its jobs were fenced."""
+    mount = _unified()
+    if mount is None or bpf_device.unavailable() is not None:
+        pytest.skip("no cgroup v2 tree, or the kernel refuses device programs")
+    root = mount / f"sluice-test-{uuid.uuid4().hex[:8]}"
+    job = root / "job"
+    job.mkdir(parents=True)
+    try:
+        for flags in (1, 0):  # BPF_F_ALLOW_OVERRIDE, then none
+            policy = bpf_device.load([(1, 5)])  # the host refuses /dev/zero
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                bpf_device._bpf(8, struct.pack("<IIIII", fd, policy, 6, flags, 0))
+                assert bpf_device.unavailable(root) is not None
+                with pytest.raises(bpf_device.BpfUnavailable, match="ALLOW_MULTI"):
+                    bpf_device.attach(job, [(195, None)])
+            finally:
+                bpf_device._bpf(9, struct.pack("<IIIII", fd, policy, 6, 0, 0))  # detach
+                os.close(fd)
+                os.close(policy)
+        assert bpf_device.unavailable(root) is None
+        bpf_device.attach(job, [(195, None)])  # with nothing above, it attaches
+    finally:
+        job.rmdir()
+        root.rmdir()

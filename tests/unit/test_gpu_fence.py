@@ -61,7 +61,24 @@ def test_the_table_lists_gpus_in_pci_bus_order_with_their_minors(tmp_path: Path)
         GpuDevice(1, "0000:41:00.0", "GPU-bbbb", 1),
         GpuDevice(2, "0000:c1:00.0", "GPU-cccc", 0),
     )
-    assert table.majors == (195, 235, 510, 511)
+    assert table.majors == (195, 235, 510, 511) and table.unreadable == 1
+
+
+def test_a_gpu_whose_minor_cannot_be_read_does_not_renumber_the_others(tmp_path: Path) -> None:
+    """Red team (s21): the GPUs after an unreadable one were given the index before theirs,
+    so a job given GPU 2 was fenced to GPU 3's file (another tenant's) and refused its own."""
+    _gpu(tmp_path, "0000:17:00.0", 3, "GPU-aaaa")
+    _gpu(tmp_path, "0000:41:00.0", "garbled", "GPU-bbbb")
+    _gpu(tmp_path, "0000:81:00.0", 1, "GPU-cccc")
+    _gpu(tmp_path, "0000:c1:00.0", 0, "GPU-dddd")
+    table = read_gpu_table(proc=tmp_path)
+    assert [(g.index, g.minor) for g in table.gpus] == [(0, 3), (2, 1), (3, 0)]
+    plan = plan_fence(table, ["2"])
+    # Its own file (nvidia1) is let through; every other GPU file is refused, the unread
+    # GPU's (whichever it is) included, so CUDA sees the job's one GPU and counts it as 0.
+    assert (NVIDIA_MAJOR, 1) not in plan.deny and (NVIDIA_MAJOR, 0) in plan.deny and (NVIDIA_MAJOR, 2) in plan.deny
+    assert {m for _, m in plan.deny} == set(range(254)) - {1} and plan.visible == ("0",)
+    assert plan_fence(table, ["1"]).unfenced  # the unread GPU itself: not fenced, and said
 
 
 def test_a_machine_without_the_driver_has_no_gpus_and_still_the_nvidia_major(tmp_path: Path) -> None:
@@ -86,9 +103,20 @@ def test_a_job_without_gpus_is_refused_every_nvidia_device() -> None:
 
 
 def test_a_job_is_refused_the_other_gpus_and_counts_its_own_from_zero() -> None:
-    plan = plan_fence(TABLE, ["2", "0"])
+    plan = plan_fence(TABLE, ["0", "2"])
     assert plan.deny == ((195, 1),)  # GPU 1 is /dev/nvidia1; GPUs 0 and 2 are nvidia2, nvidia0
     assert plan.visible == ("0", "1")
+    # Inside the fence CUDA counts in PCI bus order: ids in another order keep their place,
+    # so CUDA_VISIBLE_DEVICES[k] and SLUICE_GPUS[k] name the same GPU.
+    assert plan_fence(TABLE, ["2", "0"]).visible == ("1", "0")
+
+
+def test_a_mix_of_mig_instances_and_indices_counts_the_indices_inside_the_fence() -> None:
+    """Red team (s21): a job given GPU 1's MIG instance and GPU 2 kept "2" in its
+    CUDA_VISIBLE_DEVICES, but inside the fence CUDA sees two GPUs (1 and 2) as 0 and 1:
+    "2" named none, and CUDA stops at it (the job lost its GPU)."""
+    plan = plan_fence(TABLE, ["MIG-1111", "2"])
+    assert plan.deny == ((195, 2),) and plan.visible == ("MIG-1111", "1")
 
 
 def test_uuids_and_mig_instances_keep_their_names_and_fence_by_their_gpu() -> None:

@@ -9,12 +9,16 @@ here and loaded with the bpf(2) system call through ctypes: no compiler, no bcc,
 Its lifetime is its cgroup's: once attached, the file descriptor is closed and the kernel
 keeps the program until the cgroup is removed with the attempt. It is attached with
 `BPF_F_ALLOW_MULTI`, beside whatever systemd or a container runtime attached above: every
-program on the path must allow an access.
+program on the path must allow an access. That holds only where those above were attached with
+`BPF_F_ALLOW_MULTI` too: below one attached with `BPF_F_ALLOW_OVERRIDE` the kernel would run
+ours instead of it, and below one attached with neither it refuses ours, so no fence is made
+there (check_ancestors).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import struct
@@ -27,6 +31,7 @@ DenyRule = tuple[int, int | None]
 _SYS_BPF = {"x86_64": 321, "aarch64": 280, "ppc64le": 361, "s390x": 351}
 _BPF_PROG_LOAD = 5
 _BPF_PROG_ATTACH = 8
+_BPF_PROG_QUERY = 16
 _BPF_PROG_TYPE_CGROUP_DEVICE = 15
 _BPF_CGROUP_DEVICE = 6
 _BPF_F_ALLOW_MULTI = 2
@@ -85,12 +90,12 @@ def deny_program(rules: Sequence[DenyRule]) -> bytes:
     return b"".join(code)
 
 
-def _bpf(cmd: int, attr: bytes) -> int:
+def _bpf(cmd: int, attr: bytes | ctypes.Array[ctypes.c_char]) -> int:
     number = _SYS_BPF.get(platform.machine())
     if number is None:
         raise BpfUnavailable(0, f"no bpf(2) system call number known for {platform.machine()}")
     libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(attr, _ATTR_SIZE)
+    buf = ctypes.create_string_buffer(attr, _ATTR_SIZE) if isinstance(attr, bytes) else attr
     ret = int(libc.syscall(number, cmd, buf, _ATTR_SIZE))
     if ret < 0:
         err = ctypes.get_errno()
@@ -98,21 +103,19 @@ def _bpf(cmd: int, attr: bytes) -> int:
     return ret
 
 
-def load(rules: Sequence[DenyRule]) -> int:
-    """Load the program; returns its file descriptor (the caller closes it)."""
-    program = deny_program(rules)
+def _load(program: bytes, log_size: int) -> int:
     insns = ctypes.create_string_buffer(program, len(program))
     license_ = ctypes.create_string_buffer(b"GPL")
-    verifier_log = ctypes.create_string_buffer(_LOG_SIZE)
+    verifier_log = ctypes.create_string_buffer(max(log_size, 1))
     attr = struct.pack(
         "<IIQQIIQII16sII",
         _BPF_PROG_TYPE_CGROUP_DEVICE,
         len(program) // 8,
         ctypes.addressof(insns),
         ctypes.addressof(license_),
-        1,  # log level: the verifier says why, should it ever refuse
-        _LOG_SIZE,
-        ctypes.addressof(verifier_log),
+        1 if log_size else 0,  # log level
+        log_size,
+        ctypes.addressof(verifier_log) if log_size else 0,
         0,
         0,
         b"sluice_devices",
@@ -127,9 +130,50 @@ def load(rules: Sequence[DenyRule]) -> int:
         raise BpfUnavailable(err.errno, f"could not load the device program: {err.strerror}{detail}") from None
 
 
+def load(rules: Sequence[DenyRule]) -> int:
+    """Load the program; returns its file descriptor (the caller closes it).
+
+    Without a verifier log first: a log that does not fit its buffer fails the load itself
+    (ENOSPC), and the log of a program of a few hundred rules did not fit 64 KiB (red team
+    s21). Only a refused program is loaded again with the log, for the verifier's reason."""
+    program = deny_program(rules)
+    try:
+        return _load(program, 0)
+    except BpfUnavailable:
+        return _load(program, _LOG_SIZE)
+
+
+def _attach_flags(cgroup_dir: Path) -> tuple[int, int]:
+    """(flags, number) of the device programs attached to `cgroup_dir` itself."""
+    group = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        buf = ctypes.create_string_buffer(struct.pack("<IIIIQI", group, _BPF_CGROUP_DEVICE, 0, 0, 0, 0), _ATTR_SIZE)
+        _bpf(_BPF_PROG_QUERY, buf)
+        _, _, _, flags, _, count = struct.unpack_from("<IIIIQI", buf.raw)
+        return flags, count
+    finally:
+        os.close(group)
+
+
+def check_ancestors(cgroup_dir: Path) -> None:
+    """Raise where a program attached above `cgroup_dir` without BPF_F_ALLOW_MULTI: the kernel
+    then refuses ours (no override allowed), or runs ours *instead of* it (BPF_F_ALLOW_OVERRIDE),
+    so that the job would be let open what the host's own device policy refuses (red team s21)."""
+    for parent in cgroup_dir.parents:
+        if not (parent / "cgroup.procs").exists():
+            break
+        flags, count = _attach_flags(parent)
+        if count and not flags & _BPF_F_ALLOW_MULTI:
+            how = "override" if flags & 1 else "exclusive"
+            raise BpfUnavailable(
+                errno.EPERM, f"{parent} has a device program attached without BPF_F_ALLOW_MULTI ({how})"
+            )
+
+
 def attach(cgroup_dir: Path, rules: Sequence[DenyRule]) -> None:
     """Refuse the matching devices to every process in `cgroup_dir` (a cgroup v2 directory)
     and its descendants, from now until the cgroup is removed."""
+    check_ancestors(cgroup_dir)
     prog = load(rules)
     try:
         group = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -144,10 +188,13 @@ def attach(cgroup_dir: Path, rules: Sequence[DenyRule]) -> None:
         os.close(prog)
 
 
-def unavailable() -> str | None:
-    """Why device programs cannot be used here (None when one loads): checked once at start,
-    so a host that cannot fence says so at `sluice up`, not at every launch."""
+def unavailable(parent: Path | None = None) -> str | None:
+    """Why device programs cannot be used here (None when one loads, and none attached above
+    `parent`, the jobs' groups' parent, stands in the way): checked once at start, so a host
+    that cannot fence says so at `sluice up`, not at every launch."""
     try:
+        if parent is not None:
+            check_ancestors(parent / "job")
         os.close(load([(0, 0)]))
     except BpfUnavailable as err:
         return str(err.strerror or err)

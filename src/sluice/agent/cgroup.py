@@ -20,12 +20,13 @@ such jobs at submit (and an agent refuses to launch one) instead of running them
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -103,6 +104,49 @@ def _ensure_dir(path: Path) -> bool:
     except OSError:
         return False
     return _writable_dir(path)
+
+
+def _members(d: Path) -> set[int]:
+    try:
+        return {int(p) for p in (d / "cgroup.procs").read_text().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def kill_members(dirs: Iterable[Path | None], rounds: int = 100, sysfs: Path = SYSFS_CGROUP) -> int:
+    """SIGKILL every process still in these cgroups (an ended attempt's own groups) and wait,
+    briefly, until they are empty; returns how many processes were signalled.
+
+    A job's processes cannot leave its groups (the files are root's), but they can leave its
+    process group (`setsid`), so the killpg of the attempt misses them: a daemon left that way
+    kept running, and kept the GPU fence of an attempt whose GPU was handed to someone else.
+    Membership is checked through a pidfd, so a pid recycled meanwhile is never signalled.
+    Only groups under `sysfs` are read (a fake tree of a test holds no one to kill)."""
+    groups = [d for d in dict.fromkeys(dirs) if d is not None and d.is_relative_to(sysfs)]
+    signalled = 0
+    for _ in range(rounds):
+        pids = set().union(*(_members(d) for d in groups)) if groups else set()
+        if not pids:
+            break
+        for d in groups:
+            if (d / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    (d / "cgroup.kill").write_text("1")  # v2 (5.14+): the kernel kills them all, forks included
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            try:
+                if any(pid in _members(d) for d in groups):  # still ours, the pidfd pins it
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    signalled += 1
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        time.sleep(0.02)
+    return signalled
 
 
 def _words(path: Path) -> list[str]:

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 NVIDIA_MAJOR = 195
 """The NVIDIA driver's fixed character major: /dev/nvidiaN (minor N), nvidia-modeset (254),
 nvidiactl (255)."""
+GPU_MINORS = 254
+"""The minors a GPU's /dev/nvidiaN can have: 254 and 255 are nvidia-modeset and nvidiactl."""
 PROC = Path("/proc")
 _GPU_SMI_LINE = re.compile(r"^GPU (\d+):")
 _MIG_SMI_LINE = re.compile(r"^\s+MIG .*\(UUID: (MIG-[^)\s]+)\)")
@@ -76,6 +78,9 @@ class GpuTable:
     """Every character major the NVIDIA driver registered (195 always; UVM, caps, ... when loaded)."""
     mig_parents: Mapping[str, int] = field(default_factory=dict)
     """A MIG instance's UUID → the index of the GPU it is a part of."""
+    unreadable: int = 0
+    """GPUs the driver lists whose device minor could not be read: not in `gpus`, and the
+    files they may be cannot be told from the others'."""
 
 
 def _information(text: str) -> dict[str, str]:
@@ -137,20 +142,27 @@ def read_gpu_table(ids: Sequence[str] = (), proc: Path = PROC, smi: str = "nvidi
         buses = sorted(p for p in root.iterdir() if p.is_dir())
     except OSError:
         buses = []
-    for bus in buses:
+    unreadable = 0
+    for index, bus in enumerate(buses):  # its place among all of them: one unread must not renumber the rest
         try:
             info = _information((bus / "information").read_text())
             minor = int(info["Device Minor"])
         except (OSError, KeyError, ValueError) as err:
-            log.warning("GPU %s: cannot read its device minor (%s); it is left out of the GPU fence", bus.name, err)
+            log.warning(
+                "GPU %s: cannot read its device minor (%s); a job given it is not fenced, and the jobs "
+                "given other GPUs are refused every other /dev/nvidiaN",
+                bus.name,
+                err,
+            )
+            unreadable += 1
             continue
-        gpus.append(GpuDevice(len(gpus), bus.name, info.get("GPU UUID", ""), minor))
+        gpus.append(GpuDevice(index, bus.name, info.get("GPU UUID", ""), minor))
     try:
         majors = nvidia_majors((proc / "devices").read_text())
     except OSError:
         majors = (NVIDIA_MAJOR,)
     migs = parse_mig_parents(_smi_list(smi)) if any(i.startswith("MIG-") for i in ids) else {}
-    return GpuTable(tuple(gpus), majors, migs)
+    return GpuTable(tuple(gpus), majors, migs, unreadable)
 
 
 @dataclass(frozen=True)
@@ -170,23 +182,30 @@ def _resolve(table: GpuTable, gpu_id: str) -> GpuDevice | None:
         index = table.mig_parents[gpu_id]
     else:
         return next((g for g in table.gpus if g.uuid and g.uuid == gpu_id), None)
-    return table.gpus[index] if index < len(table.gpus) else None
+    return next((g for g in table.gpus if g.index == index), None)
 
 
 def plan_fence(table: GpuTable, ids: Sequence[str]) -> FencePlan:
     """The fence for a job given GPUs `ids` (the node's ids; empty: none)."""
     if not ids:
         return FencePlan(tuple((major, None) for major in table.majors), ())
-    mine: set[int] = set()
+    devices: dict[str, GpuDevice] = {}
     for gpu_id in ids:
         device = _resolve(table, gpu_id)
         if device is None:
             why = f"GPU {gpu_id} is not in the driver's list (/proc/driver/nvidia/gpus)"
             return FencePlan((), tuple(ids), unfenced=why)
-        mine.add(device.minor)
-    deny = tuple((NVIDIA_MAJOR, g.minor) for g in table.gpus if g.minor not in mine)
-    numbered = all(i.isdigit() for i in ids)
-    visible = tuple(str(k) for k in range(len(ids))) if numbered and deny else tuple(ids)
+        devices[gpu_id] = device
+    mine = {d.minor for d in devices.values()}
+    # A GPU whose minor is unknown could be any /dev/nvidiaN: then every other one is refused.
+    others = range(GPU_MINORS) if table.unreadable else [g.minor for g in table.gpus]
+    deny = tuple((NVIDIA_MAJOR, m) for m in others if m not in mine)
+    if not deny:
+        return FencePlan((), tuple(ids))
+    # Inside the fence CUDA counts the job's GPUs (each MIG instance's GPU once) from 0 in PCI
+    # bus order: an index becomes its place there; a UUID names its device wherever it is.
+    inside = sorted({d.index for d in devices.values()})
+    visible = tuple(str(inside.index(devices[i].index)) if i.isdigit() else i for i in ids)
     return FencePlan(deny, visible)
 
 
@@ -228,7 +247,7 @@ def detect_fence(
         if _ensure_dir(parent):
             return FenceSupport(FenceKind.V1, parent)
     if layout.kind is CgroupKind.V2 and layout.cpu_parent is not None:
-        why = bpf_device.unavailable()
+        why = bpf_device.unavailable(layout.cpu_parent)
         if why is None:
             return FenceSupport(FenceKind.BPF)
         return FenceSupport(FenceKind.NONE, reason=f"the kernel refused a cgroup v2 device program ({why})")

@@ -50,6 +50,7 @@ from sluice.agent.cgroup import (
     MemoryController,
     cgroup_name,
     detect_cgroups,
+    kill_members,
     node_cpuset,
     warn_once,
 )
@@ -729,6 +730,16 @@ class NodeAgent:
             # so its id cannot have been recycled since we saw it alive: safe to kill. An attempt
             # that ended long before we looked is left alone — its pid may be anyone's by now.
             self._signal(att, signal.SIGKILL)
+        # What left the process group (setsid) is still in the attempt's cgroups: killed too,
+        # before its GPU goes to another job (its fence would still let it open that GPU).
+        kill_members(
+            (
+                att.ctrl.cpu_dir,
+                att.ctrl.acct_dir,
+                att.mem.dir if att.mem is not None else None,
+                att.fence.dir if att.fence is not None else None,
+            )
+        )
         rec = _read_json(att.dir / EXIT_FILE)
         stop = _read_json(att.dir / STOP_FILE)
         stop_sig = att.stop_signal or (stop or {}).get("signal")
