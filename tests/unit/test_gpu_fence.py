@@ -21,6 +21,7 @@ from sluice.agent.gpu_fence import (
     parse_mig_parents,
     plan_fence,
     read_gpu_table,
+    with_current_majors,
 )
 from tests.unit.test_gpus import fake_smi
 
@@ -181,3 +182,14 @@ def test_a_node_fences_with_v1_devices_when_it_has_them_and_says_why_not_otherwi
     bare.mkdir()
     none = detect_fence(CgroupLayout(CgroupKind.AFFINITY), "sluice", sysfs=bare)
     assert none.kind is FenceKind.NONE and "NOT fenced" in none.describe() and "devices controller" in none.reason
+
+
+def test_a_driver_module_loaded_after_the_node_started_is_refused_from_then_on(tmp_path: Path) -> None:
+    """UVM is often loaded by the first CUDA program, after the node read its table."""
+    (tmp_path / "devices").write_text("Character devices:\n195 nvidia-frontend\n")
+    table = read_gpu_table(proc=tmp_path)
+    assert table.majors == (195,)
+    (tmp_path / "devices").write_text(DEVICES)
+    now = with_current_majors(table, proc=tmp_path)
+    assert plan_fence(now, []).deny == ((195, None), (235, None), (510, None), (511, None))
+    assert with_current_majors(now, proc=tmp_path) is now

@@ -38,7 +38,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -163,6 +163,18 @@ def read_gpu_table(ids: Sequence[str] = (), proc: Path = PROC, smi: str = "nvidi
         majors = (NVIDIA_MAJOR,)
     migs = parse_mig_parents(_smi_list(smi)) if any(i.startswith("MIG-") for i in ids) else {}
     return GpuTable(tuple(gpus), majors, migs, unreadable)
+
+
+def with_current_majors(table: GpuTable, proc: Path = PROC) -> GpuTable:
+    """The table with the majors the driver has registered by now added: UVM is often loaded
+    by the first CUDA program, after the node started, and a job without GPUs must be
+    refused it too. Read at every launch (one small file)."""
+    try:
+        now = nvidia_majors((proc / "devices").read_text())
+    except OSError:
+        return table
+    merged = tuple(sorted(set(table.majors) | set(now)))
+    return table if merged == table.majors else replace(table, majors=merged)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from sluice.agent.gpu_fence import (
     detect_fence,
     plan_fence,
     read_gpu_table,
+    with_current_majors,
 )
 from sluice.agent.isolation import (
     PLANE_DIR_MODE,
@@ -333,7 +334,10 @@ class NodeAgent:
                 own_file(adir / PROGRESS_FILE, user)  # the one file of the attempt folder the job writes
                 cwd = resolve_workdir(req, own_dir(jdir / WORK_DIR, PRIVATE_DIR_MODE, user))
                 gpus = self._take_gpus(req)
-                plan = plan_fence(self.gpu_table, gpus) if self.fence.kind is not FenceKind.NONE else None
+                plan = None
+                if self.fence.kind is not FenceKind.NONE:
+                    self.gpu_table = with_current_majors(self.gpu_table)
+                    plan = plan_fence(self.gpu_table, gpus)
                 env = build_env(
                     req,
                     run_dir=adir,
