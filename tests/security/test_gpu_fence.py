@@ -338,3 +338,32 @@ def test_no_fence_replaces_a_device_policy_attached_above_it(tmp_path: Path) -> 
     finally:
         job.rmdir()
         root.rmdir()
+
+
+@needs_root
+def test_a_restarted_agent_removes_the_fence_of_an_attempt_it_adopted(tmp_path: Path) -> None:
+    """The fence group is removed by whichever agent sees the attempt end, also one started
+    with the fence turned off meanwhile (red team s21: it read its own setting and left the
+    group behind)."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    first = NodeAgent("n0", settings.runs_dir, settings=settings, gpus=["0", "1"], gpu_table=TABLE)
+    second = None
+    try:
+        if first.fence.kind is not FenceKind.V1:
+            pytest.skip(f"no v1 devices controller here: {first.fence.describe()}")
+        spec = JobSpec(command=["python", "-c", "import time; time.sleep(3)"])
+        first.launch(LaunchRequest("slow", 1, "t", spec, Allocation.single("n0"), "", run_as=USER))
+        group = first._watched[("slow", 1)].fence.dir  # type: ignore[union-attr]
+        assert group is not None and group.is_dir()
+        first.close()  # the job keeps running; a new agent adopts it
+        off = settings.model_copy(update={"gpu_fence": "off"})
+        second = NodeAgent("n0", settings.runs_dir, settings=off, gpus=["0", "1"], gpu_table=TABLE)
+        assert second.fence.kind is FenceKind.NONE
+        assert _exit(second, "slow").exit_code == 0
+        assert not group.exists()
+    finally:
+        (second or first).close()
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)

@@ -421,8 +421,10 @@ class NodeAgent:
             )
             att.popen, att.proc, att.log_job, att.fence = popen, proc, log_job, fence
             att.next_usage = now + self.settings.usage_sample_s
-            memory = {"memory_mb": mem.limit_mb} if mem is not None else {}
-            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, log_job=log_job, **memory)
+            kept: dict[str, Any] = {"memory_mb": mem.limit_mb} if mem is not None else {}
+            if fence is not None and fence.active and fence.support.kind is FenceKind.V1:
+                kept["fence_dir"] = str(fence.dir)  # removed by whichever agent sees the end
+            self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, log_job=log_job, **kept)
             self._watched[key] = att
             self._pending.append(JobStarted(req.job_id, req.attempt, self.name, now, pid=popen.pid))
 
@@ -808,8 +810,8 @@ class NodeAgent:
                 JsonlTail(adir / PROGRESS_FILE),
                 mem,
             )
-            att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb", "log_job")}
-            att.fence = DeviceFence(self.fence, str(state["cgroup"]), FencePlan((), ()), None)  # to remove it
+            att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb", "log_job", "fence_dir")}
+            att.fence = self._adopted_fence(state)
             att.log_job = str(state.get("log_job") or job_id)
             att.proc = _same_process(att.shim_pid, att.shim_create)
             if att.proc is None and not (adir / EXIT_FILE).exists():
@@ -827,6 +829,19 @@ class NodeAgent:
             log.info(
                 "adopted attempt %d of %s (%s)", attempt, job_id, "running" if att.alive() else "ended while unwatched"
             )
+
+    def _adopted_fence(self, state: dict[str, Any]) -> DeviceFence:
+        """The fence of an attempt made before this agent started, to empty and remove when it
+        ends: where its state names a v1 fence group, that one (this agent may have started
+        with another gpu_fence setting), else the one this agent would make."""
+        name = str(state["cgroup"])
+        support = self.fence
+        named = state.get("fence_dir")
+        if isinstance(named, str):
+            d = Path(named)
+            if d.name == name and d.is_relative_to(SYSFS_CGROUP / "devices") and ".." not in d.parts:
+                support = FenceSupport(FenceKind.V1, d.parent)
+        return DeviceFence(support, name, FencePlan((), ()), None)
 
     def _plane_attempt_dir(self, adir: Path, job_id: str, attempt: int) -> bool:
         """Whether `adir` is the attempt folder the agent made for (job_id, attempt): at that
