@@ -361,6 +361,10 @@ def _serve_locked(settings: Settings, home: Path) -> None:
             if agents:  # one machine: every virtual node fences the same way
                 info["gpu_fence"] = f"GPU fence: {agents[0].fence.describe()}"
                 info["gpu_fenced"] = agents[0].fence.enforced
+        agents = list(getattr(plane.engine, "agents", {}).values())
+        if plane.isolation.enabled and agents:  # without isolation every job is one uid: nothing to fence
+            info["net_fence"] = f"network fence: {agents[0].net_fence.describe}"
+            info["net_fenced"] = agents[0].net_fence.available
         python_problem = job_python_problem(settings, plane.isolation)
         if python_problem is not None:
             info["job_python_problem"] = python_problem

@@ -156,6 +156,15 @@ class Settings(BaseSettings):
             "its node. Default auto.",
         ),
     ] = "auto"
+    net_fence: Annotated[
+        Literal["auto", "off"],
+        Field(
+            description="Keep one tenant's jobs from connecting to another tenant's jobs' sockets on the same "
+            "machine (docs/security.md): auto: nftables rules per job where jobs have cgroup v2 groups and nft is "
+            "installed (isolation on only: without it every job is one uid). off: any job can connect to any "
+            "job's sockets. Default auto.",
+        ),
+    ] = "auto"
     job_uid_min: Annotated[
         int,
         Field(

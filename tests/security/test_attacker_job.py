@@ -81,6 +81,9 @@ def live(tmp_path: Path) -> Iterator[Live]:
     up = subprocess.run([SLUICE, "up", "--detach"], env=env, capture_output=True, text=True, timeout=WAIT_S)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "isolation is on" in up.stdout, up.stdout + up.stderr
+    # And whether one tenant's jobs can connect to another's sockets (agent/net_fence.py).
+    said = "network fence: jobs of different tenants cannot connect to each other's sockets"
+    assert said in up.stdout or "warning: network fence: jobs of different tenants are NOT fenced" in up.stderr
     info = json.loads((home / "server.json").read_text())
     try:
         yield Live(home, info["url"], (home / "admin.token").read_text().strip())

@@ -79,7 +79,9 @@ from sluice.agent.isolation import (
 )
 from sluice.agent.kpi import KpiSampler
 from sluice.agent.launchenv import LaunchError, build_env, resolve_argv, resolve_workdir
+from sluice.agent.net_fence import NetFence, net_fence
 from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, warn_missing
+from sluice.agent.node_net import NodeNetV2
 from sluice.agent.node_owners import NodeOwners
 from sluice.agent.progress_record import progress_event, thin
 from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
@@ -259,6 +261,12 @@ class NodeAgent:
         )
         if self.gpus:
             (log.info if self.fence.kind is not FenceKind.NONE else log.warning)("%s: %s", name, self.fence.describe())
+        v2net = self.groups.net if isinstance(self.groups.net, NodeNetV2) and not self.groups.net.missing else None
+        self.net_fence: NetFence = net_fence(
+            v2net.group if v2net is not None else None,
+            v2net.mount if v2net is not None else None,
+            enabled=self.settings.net_fence == "auto",
+        )
         self.ledger = CoreLedger(self.cpus)
         total_mb = psutil.virtual_memory().total // (1024 * 1024)
         self.memory_mb = memory_mb if memory_mb else int(total_mb * len(self.cpus) / max(machine, 1))
@@ -376,6 +384,8 @@ class NodeAgent:
             ctrl.apply(a.cpu_limit, a.cpu_request)
             fence, fence_files = self._fence(req, adir, log_file, ctrl, mem, plan)
             net = self.groups.net.job_group(ctrl.name) if self.groups.net is not None else None
+            if user is not None:
+                self._net_fence(req, adir, log_file, ctrl, mem, fence, user)
             join = _join_both(ctrl, mem, (*self.groups.job_join(mem is not None), *([net] if net else [])))
             join = JoinSpec(tuple(f for f in join.procs_files if f not in fence_files), join.cpus)
             header = (
@@ -424,6 +434,8 @@ class NodeAgent:
             kept: dict[str, Any] = {"memory_mb": mem.limit_mb} if mem is not None else {}
             if fence is not None and fence.active and fence.support.kind is FenceKind.V1:
                 kept["fence_dir"] = str(fence.dir)  # removed by whichever agent sees the end
+            if user is not None and self.net_fence.available:
+                kept["net_fence_uid"] = user.uid  # the next agent keeps its rules
             self._write_state(att, a.cpu_limit, a.cpu_request, launched_at=now, log_job=log_job, **kept)
             self._watched[key] = att
             self._pending.append(JobStarted(req.job_id, req.attempt, self.name, now, pid=popen.pid))
@@ -455,6 +467,37 @@ class NodeAgent:
                 mem.cleanup()
             self._release_gpus(req.job_id, req.attempt)
             reason = f"GPU fence: {err.strerror or err}"
+            self._fail_launch(req, adir, log_file, reason, retryable=True)
+            raise LaunchError(reason) from None
+
+    def _net_fence(
+        self,
+        req: LaunchRequest,
+        adir: Path,
+        log_file: Path,
+        ctrl: CpuController,
+        mem: MemoryController | None,
+        fence: DeviceFence | None,
+        user: JobUser,
+    ) -> None:
+        """Fence the tenant's job from other tenants' sockets (agent/net_fence.py); rules nft
+        refuses fail the launch, retryably, as the GPU fence does."""
+        if not self.net_fence.available or not isinstance(self.groups.net, NodeNetV2):
+            return
+        group = self.groups.net.group
+        try:
+            if group is None:
+                raise OSError("network fence: the node has no cgroup v2 group")
+            self.net_fence.add(ctrl.name, group / ctrl.name, user.uid)
+        except OSError as err:
+            self.groups.net.drop_job(ctrl.name)
+            if fence is not None:
+                fence.cleanup()
+            ctrl.cleanup()
+            if mem is not None:
+                mem.cleanup()
+            self._release_gpus(req.job_id, req.attempt)
+            reason = str(err)
             self._fail_launch(req, adir, log_file, reason, retryable=True)
             raise LaunchError(reason) from None
 
@@ -770,6 +813,8 @@ class NodeAgent:
             att.fence.cleanup()
         if self.groups.net is not None:
             self.groups.net.drop_job(att.ctrl.name)
+        if "net_fence_uid" in att.extra:
+            self.net_fence.remove(att.ctrl.name)
         self._release_gpus(att.job_id, att.attempt)
         own_file(att.dir / REPORTED_FILE, None)
         return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom)
@@ -810,7 +855,8 @@ class NodeAgent:
                 JsonlTail(adir / PROGRESS_FILE),
                 mem,
             )
-            att.extra = {k: v for k, v in state.items() if k in ("launched_at", "memory_mb", "log_job", "fence_dir")}
+            kept = ("launched_at", "memory_mb", "log_job", "fence_dir", "net_fence_uid")
+            att.extra = {k: v for k, v in state.items() if k in kept}
             att.fence = self._adopted_fence(state)
             att.log_job = str(state.get("log_job") or job_id)
             att.proc = _same_process(att.shim_pid, att.shim_create)
@@ -828,6 +874,16 @@ class NodeAgent:
             self._watched[(job_id, attempt)] = att
             log.info(
                 "adopted attempt %d of %s (%s)", attempt, job_id, "running" if att.alive() else "ended while unwatched"
+            )
+        # The network fence's table outlived the last agent: keep the adopted attempts' rules.
+        net_group = self.groups.net.group if isinstance(self.groups.net, NodeNetV2) else None
+        if net_group is not None:
+            self.net_fence.adopt(
+                {
+                    a.ctrl.name: (net_group / a.ctrl.name, int(a.extra["net_fence_uid"]))
+                    for a in self._watched.values()
+                    if isinstance(a.extra.get("net_fence_uid"), int)
+                }
             )
 
     def _adopted_fence(self, state: dict[str, Any]) -> DeviceFence:
@@ -925,7 +981,9 @@ class NodeAgent:
             for att in self._watched.values():
                 if att.popen is not None and att.popen.poll() is not None:
                     att.popen.wait()
+            running = any(att.alive() for att in self._watched.values())
             self._watched.clear()
+        self.net_fence.close(jobs_running=running)
         remove_groups(self.groups, self.cpuset)
         if self.owners is not None:
             self.owners.release(self.settings.cgroup_root or "", self.name)

@@ -234,6 +234,11 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
                 err_console.print(f"warning: {info['job_python_problem']}", markup=False)
             if info.get("gpus"):
                 console.print(str(info["gpus"]), markup=False)
+            if info.get("net_fence"):
+                fenced = info.get("net_fenced") is True
+                (console if fenced else err_console).print(
+                    ("" if fenced else "warning: ") + str(info["net_fence"]), markup=False
+                )
             if info.get("gpu_fence"):
                 fenced = info.get("gpu_fenced") is True
                 (console if fenced else err_console).print(

@@ -1,0 +1,145 @@
+"""The network fence in the real kernel (agent/net_fence.py): one tenant's job cannot connect
+to a socket another tenant's job listens on, on the same machine; the same tenant's jobs and
+processes that are not jobs still can; the fence holds across an agent restart. Real jobs
+under real uids, real nftables rules, real TCP over loopback."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.agent.net_fence import TABLE_PREFIX, _nft
+from sluice.agent.node_agent import NodeAgent
+from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.settings import Settings
+from sluice.spec import JobSpec
+from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.isolating import needs_root
+
+ALICE = JobUser(231_201, 231_201)
+BOB = JobUser(231_202, 231_202)
+
+SERVER = """
+import os, socket, sys, time
+s = socket.socket()
+s.bind(('127.0.0.1', 0))
+s.listen(16)
+s.settimeout(0.5)
+tmp = os.path.join(sys.argv[1], 'port.tmp')
+with open(tmp, 'w') as f:
+    f.write(str(s.getsockname()[1]))
+os.chmod(tmp, 0o644)
+os.rename(tmp, os.path.join(sys.argv[1], 'port'))
+end = time.time() + 60
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+        c.sendall(b'hi')
+        c.close()
+    except OSError:
+        pass
+"""
+
+CLIENT = """
+import socket, sys
+port = int(open(sys.argv[1] + '/port').read())
+try:
+    c = socket.create_connection(('127.0.0.1', port), timeout=2)
+    print('CONNECT', c.recv(2).decode() or 'closed', flush=True)
+except OSError as e:
+    print('CONNECT', type(e).__name__, flush=True)
+"""
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="sluice-netfence-", dir="/tmp"))
+    d.chmod(0o777)
+    yield d
+    shutil.rmtree(d)
+
+
+def _agent(settings: Settings) -> NodeAgent:
+    a = NodeAgent("n0", settings.runs_dir, settings=settings)
+    if not a.net_fence.available:
+        a.close()
+        pytest.skip(f"no network fence here: {a.net_fence.missing}")
+    return a
+
+
+def _exit(agent: NodeAgent, job_id: str) -> JobExited:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for e in agent.poll():
+            if isinstance(e, JobExited) and e.job_id == job_id:
+                return e
+        time.sleep(0.05)
+    pytest.fail(f"{job_id} did not end")
+
+
+def _connect(agent: NodeAgent, job_id: str, user: JobUser, shared: Path) -> str:
+    spec = JobSpec(command=["python", "-c", CLIENT, str(shared)])
+    agent.launch(LaunchRequest(job_id, 1, "t", spec, Allocation.single("n0"), "", run_as=user))
+    assert _exit(agent, job_id).exit_code == 0
+    log = Path(agent.log_path(job_id)).read_text()
+    return next(ln for ln in log.splitlines() if ln.startswith("CONNECT ")).removeprefix("CONNECT ")
+
+
+def _fence_rules(agent: NodeAgent) -> str:
+    return _nft(agent.net_fence.nft, "list", "table", "inet", agent.net_fence.table).stdout
+
+
+@needs_root
+def test_a_tenant_s_job_cannot_connect_to_another_tenant_s_job(tmp_path: Path, shared: Path) -> None:
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    second = None
+    try:
+        server = JobSpec(command=["python", "-c", SERVER, str(shared)])
+        agent.launch(LaunchRequest("server", 1, "t", server, Allocation.single("n0"), "", run_as=ALICE))
+        deadline = time.monotonic() + 30
+        while not (shared / "port").exists():
+            assert time.monotonic() < deadline, Path(agent.log_path("server")).read_text()
+            time.sleep(0.1)
+        port = int((shared / "port").read_text())
+        assert _connect(agent, "bob", BOB, shared) == "TimeoutError"  # the SYN is dropped
+        assert _connect(agent, "alice", ALICE, shared) == "hi"  # her own jobs reach it
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:  # not a job: passes
+            assert c.recv(2) == b"hi"
+        # An agent restart (the plane's) keeps the rules of the job that runs on.
+        agent.close()
+        assert "fence:server.1" in _fence_rules(agent)
+        second = agent = _agent(settings)
+        assert _connect(agent, "bob2", BOB, shared) == "TimeoutError"
+        rules = _fence_rules(agent)
+        assert "fence:server.1" in rules and "fence:bob" not in rules, rules  # an ended attempt's went
+    finally:
+        agent.stop("server", 1, checkpoint=False)
+        _exit(agent, "server")
+        assert "fence:" not in _fence_rules(agent)
+        table = agent.net_fence.table
+        agent.close()
+        listed = _nft(agent.net_fence.nft, "list", "tables", "inet").stdout
+        assert table not in listed  # closed with no job running: the table goes
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)
+        del second
+
+
+def test_fence_tables_are_named_for_their_node() -> None:
+    from sluice.agent.net_fence import table_name, tenant_mark
+
+    a, b = table_name(Path("/sys/fs/cgroup/unified/sluice/n0")), table_name(Path("/sys/fs/cgroup/unified/sluice/n1"))
+    assert a != b and a.startswith(TABLE_PREFIX) and a == table_name(Path("/sys/fs/cgroup/unified/sluice/n0"))
+    assert tenant_mark(200_001) == 0x80000000 | 200_001
+    with pytest.raises(ValueError, match="uid 0"):
+        tenant_mark(0)
