@@ -175,3 +175,23 @@ def test_without_an_oracle_speedup_is_the_default_sublinear_model() -> None:
     sp = Speedups(per_node=4)
     assert sp(j, 1) == pytest.approx(1.0) and sp(j, 4) == pytest.approx(4**SCALING_EXPONENT)
     assert restart_s(j) == DEFAULT_RESTART_S and remaining_ref_s(j) == DEFAULT_REMAINING_S
+
+
+def test_sluice_can_weigh_a_running_job_at_the_gpus_it_holds() -> None:
+    """`weight_at_held`: a running job's GPUs below what it holds are weighed by its time at
+    what it holds, not at the smaller count judged, so a long job is not taken down to one GPU
+    just because it would look even longer there (docs/policies.md)."""
+
+    def concave(a: Allocation) -> float:
+        return float(a.total_gpus) ** 0.7
+
+    long = job("long", 4, 0.0, on={"n0": 4}, rem=4 * 3600.0, speedup=concave)
+    short = job("short", 4, 50.0, on={"n1": 4}, rem=1800.0, speedup=concave)
+    new = job("new", 4, 90.0, rem=1800.0, speedup=concave)
+
+    def gpus_left(**options: Any) -> int:
+        d = by_job(make_policy("sluice", **options).decide(view(nodes(3), long, short, new)))
+        return d["long"].allocation.total_gpus if "long" in d else 4
+
+    assert gpus_left() == 1  # the default: at 1 GPU it looks 2.6x longer, so it gives up 3
+    assert gpus_left(weight_at_held=True) == 2
