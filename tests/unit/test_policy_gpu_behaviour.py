@@ -193,5 +193,5 @@ def test_sluice_can_weigh_a_running_job_at_the_gpus_it_holds() -> None:
         d = by_job(make_policy("sluice", **options).decide(view(nodes(3), long, short, new)))
         return d["long"].allocation.total_gpus if "long" in d else 4
 
-    assert gpus_left() == 1  # the default: at 1 GPU it looks 2.6x longer, so it gives up 3
-    assert gpus_left(weight_at_held=True) == 2
+    assert gpus_left(weight_at_held=False) == 1  # at 1 GPU it looks 2.6x longer, so it gave up 3
+    assert gpus_left() == gpus_left(weight_at_held=True) == 2  # the default since 2026-11-26

@@ -50,7 +50,7 @@ class SluicePolicy:
         learn_speedup: bool = True,
         carry_noise: bool = False,
         lookahead: str = "measured",
-        weight_at_held: bool = False,
+        weight_at_held: bool = True,
     ) -> None:
         if not 0.0 <= busy_fraction <= 1.0:
             raise ValueError(f"busy_fraction must be within [0, 1], got {busy_fraction}")
@@ -84,8 +84,9 @@ class SluicePolicy:
         """Weigh a running job's GPUs below what it holds by its time at what it holds (its
         size this round), not by its time at the smaller count being judged: without it a job
         looks longer the more of its GPUs are taken, so a long job, once shrunk, loses the rest
-        (w3 at 1.5x: 0.939 -> 0.890 of pollux, restarts -10 to -16 %; off by default: at 0.5x
-        it costs w5 2-3 %; docs/policies.md, "Weighing a running job at what it holds")."""
+        (w3 at 1.5x: 0.939 -> 0.890 of pollux, restarts -8 to -16 % at every load; on by
+        default since 2026-11-26; at 0.5x it costs w5 2-3 %: docs/policies.md, "Weighing a
+        running job at what it holds")."""
         self.preempt_ratio = preempt_ratio
         self.deadline_slack = deadline_slack
         self.queue_price = queue_price
