@@ -5,8 +5,11 @@ under real uids, real nftables rules, real TCP over loopback."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -92,6 +95,17 @@ def _connect(agent: NodeAgent, job_id: str, user: JobUser, shared: Path) -> str:
     return next(ln for ln in log.splitlines() if ln.startswith("CONNECT ")).removeprefix("CONNECT ")
 
 
+def _connect_outside(user: JobUser, shared: Path) -> str:
+    """CLIENT in a process of `user`'s uid that is in no job group (the tenant's dataset cache
+    helper is one: its jobs may ptrace it, and a warm fetches a URL the tenant chose)."""
+    python = os.environ.get("SLUICE_JOB_PYTHON") or sys.executable
+    done = subprocess.run(
+        [python, "-c", CLIENT, str(shared)], user=user.uid, group=user.gid, extra_groups=[], cwd="/",
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    return next(ln for ln in done.stdout.splitlines() if ln.startswith("CONNECT ")).removeprefix("CONNECT ")
+
+
 def _fence_rules(agent: NodeAgent) -> str:
     return _nft(agent.net_fence.nft, "list", "table", "inet", agent.net_fence.table).stdout
 
@@ -113,6 +127,9 @@ def test_a_tenant_s_job_cannot_connect_to_another_tenant_s_job(tmp_path: Path, s
         port = int((shared / "port").read_text())
         assert _connect(agent, "bob", BOB, shared) == "TimeoutError"  # the SYN is dropped
         assert _connect(agent, "alice", ALICE, shared) == "hi"  # her own jobs reach it
+        # Bob's processes that are not jobs (his cache helper, which his jobs can ptrace) too.
+        assert _connect_outside(BOB, shared) == "TimeoutError"
+        assert _connect_outside(ALICE, shared) == "hi"
         with socket.create_connection(("127.0.0.1", port), timeout=5) as c:  # not a job: passes
             assert c.recv(2) == b"hi"
         # An agent restart (the plane's) keeps the rules of the job that runs on.
@@ -143,3 +160,121 @@ def test_fence_tables_are_named_for_their_node() -> None:
     assert tenant_mark(200_001) == 0x80000000 | 200_001
     with pytest.raises(ValueError, match="uid 0"):
         tenant_mark(0)
+
+
+@needs_root
+def test_a_tenant_s_dataset_warm_is_fenced_too(tmp_path: Path, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm runs a helper of the tenant's uid in no job group, fetching a URL the tenant
+    chose (the node's own address, where an admin allowed its network): it is marked as the
+    tenant's before it starts, though the tenant has no job on the node."""
+    from sluice.agent import node_agent
+    from sluice.data.warm import WarmReport
+
+    carol = JobUser(231_203, 231_203)
+    warmed: list[int] = []
+
+    def fake_warm(settings: object, user: JobUser, node: str, *args: object, **kwargs: object) -> WarmReport:
+        warmed.append(user.uid)  # the helper itself is tested elsewhere (tests of tenant_cache)
+        return WarmReport(node, 0, 0, 0, 0.0, 1.0)
+
+    monkeypatch.setattr(node_agent, "warm_as", fake_warm)
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    try:
+        server = JobSpec(command=["python", "-c", SERVER, str(shared)])
+        agent.launch(LaunchRequest("server", 1, "t", server, Allocation.single("n0"), "", run_as=ALICE))
+        deadline = time.monotonic() + 30
+        while not (shared / "port").exists():
+            assert time.monotonic() < deadline, Path(agent.log_path("server")).read_text()
+            time.sleep(0.1)
+        assert agent.warm_dataset("ds", "file:///nowhere", run_as=carol).error is None
+        assert warmed == [carol.uid]
+        assert _connect_outside(carol, shared) == "TimeoutError"
+    finally:
+        agent.stop("server", 1, checkpoint=False)
+        _exit(agent, "server")
+        agent.close()
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_a_job_that_cannot_enter_its_fenced_group_does_not_run(
+    tmp_path: Path, shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rules match the job's v2 group; outside it the job would be unmarked and its
+    sockets open to every tenant. The shim joins it or runs nothing (as for the GPU fence)."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    add = agent.net_fence.add
+
+    def add_then_lose_group(name: str, group: Path, uid: int) -> None:
+        add(name, group, uid)
+        group.rmdir()  # the shim's write to its cgroup.procs fails
+
+    monkeypatch.setattr(agent.net_fence, "add", add_then_lose_group)
+    try:
+        spec = JobSpec(command=["python", "-c", "print('RAN', flush=True)"])
+        agent.launch(LaunchRequest("j", 1, "t", spec, Allocation.single("n0"), "", run_as=BOB))
+        ended = _exit(agent, "j")
+        log = Path(agent.log_path("j")).read_text()
+        assert ended.exit_code == 127 and "RAN" not in log, log
+        assert "could not enter the job's GPU fence or network fence" in log, log
+    finally:
+        agent.close()
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_the_table_goes_when_only_unfenced_jobs_outlive_the_agent(tmp_path: Path) -> None:
+    """Without isolation no job is fenced: a job running on at close keeps nothing in the
+    table, which would stay for good where this node does not come back (a test's root)."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    table = agent.net_fence.table
+    try:
+        spec = JobSpec(command=["python", "-c", "import time; time.sleep(60)"])
+        agent.launch(LaunchRequest("j", 1, "t", spec, Allocation.single("n0"), ""))
+        time.sleep(0.5)
+        agent.close()
+        assert table not in _nft(agent.net_fence.nft, "list", "tables", "inet").stdout
+    finally:
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_an_agent_closed_right_after_a_launch_leaves_the_job_fenced(tmp_path: Path, shared: Path) -> None:
+    """An agent that closes (a plane restart) while a job's shim is still starting must not
+    remove the job's v2 group under it: the job would run outside the group its rules match."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    try:
+        server = JobSpec(command=["python", "-c", SERVER, str(shared)])
+        agent.launch(LaunchRequest("server", 1, "t", server, Allocation.single("n0"), "", run_as=ALICE))
+        deadline = time.monotonic() + 30
+        while not (shared / "port").exists():
+            assert time.monotonic() < deadline, Path(agent.log_path("server")).read_text()
+            time.sleep(0.1)
+        spec = JobSpec(command=["python", "-c", CLIENT, str(shared)])
+        agent.launch(LaunchRequest("bob", 1, "t", spec, Allocation.single("n0"), "", run_as=BOB))
+        agent.close()  # before bob's shim has entered its groups
+        agent = _agent(settings)
+        _exit(agent, "bob")
+        log = Path(agent.log_path("bob")).read_text()
+        assert "CONNECT hi" not in log, log
+    finally:
+        agent.stop("server", 1, checkpoint=False)
+        _exit(agent, "server")
+        agent.close()
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)

@@ -10,6 +10,12 @@ cgroup v2 group (agent/node_net.py counts traffic the same way). So:
 
 - output: a packet sent by a socket of job J marks its connection (`ct mark`) with J's
   tenant: MARK_BIT | uid;
+- output, too: a packet sent by *any* socket of a tenant's uid whose tenant the node has seen
+  (a job launched, a dataset warmed for it: the `tenants` map) marks its connection the same
+  way. The tenant's processes that are not in a job group — the dataset cache helper
+  (`sluice.data.cache_ops`, started as the tenant's uid in the plane's own group), which the
+  tenant's jobs may ptrace, and whose warm fetches a URL the tenant chose — would otherwise
+  connect unmarked, and pass;
 - input: a packet delivered to a socket of job J whose connection carries another tenant's
   mark is dropped.
 
@@ -47,6 +53,9 @@ MARK_BIT = 0x80000000
 TABLE_PREFIX = "sluice_fence_"
 _NFT_TIMEOUT_S = 5.0
 _COMMENT = "fence:"
+TENANTS_MAP = "tenants"
+"""uid → its tenant's mark, of every tenant the node has run a job or a cache helper for."""
+UIDS_CHAIN = "uids"
 
 
 def _nft(nft: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -79,10 +88,26 @@ class NetFence:
     def available(self) -> bool:
         return not self.missing
 
+    def mark_tenant(self, uid: int) -> None:
+        """Mark every connection a socket of uid `uid` opens (the `tenants` map), in a job group
+        or not; kept while the table lives (a tenant's uid is never another's). Raises OSError
+        when nft refuses."""
+        if self.missing:
+            return
+        element = f"{{ {uid} : {tenant_mark(uid):#x} }}"
+        try:
+            _nft(self.nft, "add", "element", "inet", self.table, TENANTS_MAP, element)
+        except (OSError, subprocess.SubprocessError) as err:
+            detail = str(getattr(err, "stderr", "") or err).strip()
+            raise OSError(f"network fence: nft refused to mark uid {uid}'s connections: {detail}") from None
+
     def add(self, name: str, group: Path, uid: int) -> None:
         """Fence the job whose sockets are in the v2 group `group` as tenant uid `uid`.
         Raises OSError when nft refuses: the launch fails rather than run the job unfenced."""
-        if self.missing or name in self._rules:
+        if self.missing:
+            return
+        self.mark_tenant(uid)  # again: the table may have been made anew since
+        if name in self._rules:
             return
         assert self.mount is not None
         level = len(group.relative_to(self.mount).parts)
@@ -154,7 +179,6 @@ class NetFence:
         for name, (group, uid) in jobs.items():
             if name in present:
                 self._rules.add(name)
-                continue
             try:
                 self.add(name, group, uid)
             except OSError as err:
@@ -191,6 +215,10 @@ def net_fence(node_group: Path | None, mount: Path | None, enabled: bool = True)
         f"add table inet {table}\n"
         f"add chain inet {table} out {{ type filter hook output priority 0; }}\n"
         f"add chain inet {table} in {{ type filter hook input priority 0; }}\n"
+        f"add map inet {table} {TENANTS_MAP} {{ type uid : mark; }}\n"
+        f"add chain inet {table} {UIDS_CHAIN} {{ type filter hook output priority 0; }}\n"
+        f"flush chain inet {table} {UIDS_CHAIN}\n"
+        f"add rule inet {table} {UIDS_CHAIN} ct mark set meta skuid map @{TENANTS_MAP}\n"
     )
     try:
         _nft(nft, "-f", "-", stdin=script)

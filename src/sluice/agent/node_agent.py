@@ -384,8 +384,11 @@ class NodeAgent:
             ctrl.apply(a.cpu_limit, a.cpu_request)
             fence, fence_files = self._fence(req, adir, log_file, ctrl, mem, plan)
             net = self.groups.net.job_group(ctrl.name) if self.groups.net is not None else None
-            if user is not None:
-                self._net_fence(req, adir, log_file, ctrl, mem, fence, user)
+            fenced = self._net_fence(req, adir, log_file, ctrl, mem, fence, user) if user is not None else None
+            if fenced is not None and fenced not in fence_files:
+                # Its rules match the job's v2 group: a job that could not enter it would run
+                # unfenced (unmarked, and its sockets open to every tenant). Joined, or no job.
+                fence_files = (*fence_files, fenced)
             join = _join_both(ctrl, mem, (*self.groups.job_join(mem is not None), *([net] if net else [])))
             join = JoinSpec(tuple(f for f in join.procs_files if f not in fence_files), join.cpus)
             header = (
@@ -479,11 +482,12 @@ class NodeAgent:
         mem: MemoryController | None,
         fence: DeviceFence | None,
         user: JobUser,
-    ) -> None:
+    ) -> str | None:
         """Fence the tenant's job from other tenants' sockets (agent/net_fence.py); rules nft
-        refuses fail the launch, retryably, as the GPU fence does."""
+        refuses fail the launch, retryably, as the GPU fence does. The procs file of the v2
+        group the rules match (the shim must join it), None where nothing is fenced."""
         if not self.net_fence.available or not isinstance(self.groups.net, NodeNetV2):
-            return
+            return None
         group = self.groups.net.group
         try:
             if group is None:
@@ -500,6 +504,8 @@ class NodeAgent:
             reason = str(err)
             self._fail_launch(req, adir, log_file, reason, retryable=True)
             raise LaunchError(reason) from None
+        assert group is not None
+        return str(group / ctrl.name / "cgroup.procs")
 
     def _memory_limit(self, req: LaunchRequest) -> MemoryController | None:
         """The attempt's memory cgroup, made and limited, when the job sets memory_mb.
@@ -936,6 +942,13 @@ class NodeAgent:
         isolation. `generation`: which registration of the dataset, as its jobs open it."""
         guard = guard_from(self.settings)
         if run_as is not None:
+            try:
+                # The helper runs as the tenant's uid outside any job group, where its jobs may
+                # ptrace it, and fetches a URL the tenant chose: its connections are the
+                # tenant's too (agent/net_fence.py).
+                self.net_fence.mark_tenant(run_as.uid)
+            except OSError as err:
+                return WarmReport(self.name, 0, 0, 0, 0.0, 0.0, error=str(err))
             s = self._cache.settings
             python = self.settings.job_python
             return warm_as(s, run_as, self.name, name, source, storage_options, workers, guard, generation, python)
@@ -981,9 +994,12 @@ class NodeAgent:
             for att in self._watched.values():
                 if att.popen is not None and att.popen.poll() is not None:
                     att.popen.wait()
-            running = any(att.alive() for att in self._watched.values())
+            # The table stays for fenced attempts only: one an unfenced job (no isolation)
+            # outlives would be left behind for good when this node does not come back.
+            running = any(att.alive() and "net_fence_uid" in att.extra for att in self._watched.values())
+            alive = {att.ctrl.name for att in self._watched.values() if att.alive()}
             self._watched.clear()
         self.net_fence.close(jobs_running=running)
-        remove_groups(self.groups, self.cpuset)
+        remove_groups(self.groups, self.cpuset, keep=alive)
         if self.owners is not None:
             self.owners.release(self.settings.cgroup_root or "", self.name)

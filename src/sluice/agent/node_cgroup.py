@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -452,12 +452,12 @@ def group_dirs(groups: NodeGroups, unscoped: CgroupLayout, cpuset: Path | None =
     return list(dict.fromkeys(d for d in dirs if d is not None and d not in shared))
 
 
-def remove_groups(groups: NodeGroups, cpuset: Path | None = None) -> None:
+def remove_groups(groups: NodeGroups, cpuset: Path | None = None, keep: Collection[str] = ()) -> None:
     """Remove the node's groups that are empty (best effort, when its agent closes), and its
     cpuset (`cgroup.node_cpuset`) when given: a group that still holds a job (left running
-    for the next agent to adopt) stays."""
+    for the next agent to adopt) stays, and so do the job groups named in `keep`."""
     if groups.net is not None:
-        groups.net.close()
+        groups.net.close(keep)
     dirs = [groups.fault_leaf, groups.layout.cpu_parent, groups.usage, groups.memory, groups.blkio, groups.unified]
     dirs.append(cpuset)
     for d in dict.fromkeys(x for x in dirs if x is not None):

@@ -46,6 +46,7 @@ import re
 import shutil
 import subprocess
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,11 +304,12 @@ class NodeNet(_RuleBook):
                 self._retire(comment, handle, b, p)
         return out
 
-    def close(self) -> None:
-        """Delete the table and the empty groups (a group still holding a job stays)."""
+    def close(self, keep: Collection[str] = ()) -> None:
+        """Delete the table and the empty groups (a group still holding a job stays, and so do
+        the groups named in `keep`: attempts that run on, whose shim may not have joined yet)."""
         self._drop_table()
         if self.group is not None:
-            for d in [*_children(self.group), self.group]:
+            for d in [*(c for c in _children(self.group) if c.name not in keep), self.group]:
                 try:
                     d.rmdir()
                 except OSError:
@@ -477,12 +479,14 @@ class NodeNetV2(_RuleBook):
             out[f"net_other_{way}_packets"] = max(0.0, total[at + 1] - jobs[at + 1])
         return out
 
-    def close(self) -> None:
-        """Delete the table (and the empty job groups this made; the node's group is
+    def close(self, keep: Collection[str] = ()) -> None:
+        """Delete the table (and the empty job groups this made, but those named in `keep`:
+        attempts that run on, whose shim may not have entered its group yet — without it the
+        job would run outside the group its network fence matches; the node's group is
         node_cgroup's)."""
         self._drop_table()
         if self.owns_jobs and self.group is not None:
-            for d in _children(self.group):
+            for d in (c for c in _children(self.group) if c.name not in keep):
                 with contextlib.suppress(OSError):
                     d.rmdir()
 

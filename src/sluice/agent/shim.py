@@ -185,16 +185,19 @@ def main(argv: list[str] | None = None) -> int:
     with open(log_fd, "ab", buffering=0) as log:
         if ns.header:
             log.write(tag + ns.header.encode() + b"\n")
+        # The fences last: a later write to a parent's cgroup.procs in the same hierarchy (the
+        # node's unified group) would move the job out of its fenced v2 group again.
+        for problem in _join(ns.join, ns.cpus):
+            log.write(tag + f"[sluice] warning: {problem}\n".encode())
         fence_problems = _join(ns.fence, None)
         if fence_problems:
             # The job was told its GPUs by their numbers inside the fence: outside it, those
-            # numbers are other GPUs (maybe another tenant's). Never run it there.
-            reason = f"could not enter the job's GPU fence: {'; '.join(fence_problems)}"
+            # numbers are other GPUs (maybe another tenant's). Never run it there. Nor outside
+            # the v2 group its network fence matches (unmarked, its sockets open to all).
+            reason = f"could not enter the job's GPU fence or network fence: {'; '.join(fence_problems)}"
             log.write(tag + f"[sluice] {reason}\n".encode())
             write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": 127, "time": time.time(), "reason": reason})
             return 127
-        for problem in _join(ns.join, ns.cpus):
-            log.write(tag + f"[sluice] warning: {problem}\n".encode())
         if ns.guard is not None and process_start_ticks(ns.guard[0]) != ns.guard[1]:
             _node_lost(attempt_dir, log, ns.guard[0], started=False)
         me, libc = os.getpid(), ctypes.CDLL(None, use_errno=True)
