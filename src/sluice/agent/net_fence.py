@@ -200,6 +200,26 @@ class NetFence:
             log.debug("network fence: table %s not deleted: %s", self.table, err)
 
 
+def drop_tables_under(root: str, sysfs: Path = SYSFS_CGROUP) -> list[str]:
+    """Delete the fence tables of the nodes whose v2 groups sit under the cgroup root `root`
+    (for runs that made a root of their own, as tests do: their nodes never come back to
+    reconcile the tables). Returns the tables deleted."""
+    nft = shutil.which("nft")
+    if nft is None:
+        return []
+    dropped = []
+    for mount in (sysfs, sysfs / "unified"):
+        top = mount / root
+        nodes = [d for d in top.iterdir() if d.is_dir()] if top.is_dir() else []
+        for node in nodes:
+            try:
+                _nft(nft, "delete", "table", "inet", table_name(node))
+                dropped.append(table_name(node))
+            except (OSError, subprocess.SubprocessError):
+                continue
+    return dropped
+
+
 def net_fence(node_group: Path | None, mount: Path | None, enabled: bool = True) -> NetFence:
     """The node's fence table, made or taken over from an earlier agent (never raises: what
     cannot be done is said in `missing`)."""
