@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.agent.net_fence import TABLE_PREFIX, _nft
+from sluice.agent.net_fence import TABLE_PREFIX, _nft, net_fence
 from sluice.agent.node_agent import NodeAgent
 from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
 from sluice.settings import Settings
@@ -275,6 +275,93 @@ def test_an_agent_closed_right_after_a_launch_leaves_the_job_fenced(tmp_path: Pa
     finally:
         agent.stop("server", 1, checkpoint=False)
         _exit(agent, "server")
+        agent.close()
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)
+
+
+UDPLITE_SERVER = """
+import os, socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
+s.bind(('127.0.0.1', 0))
+s.settimeout(0.5)
+tmp = os.path.join(sys.argv[1], 'port.tmp')
+with open(tmp, 'w') as f:
+    f.write(str(s.getsockname()[1]))
+os.chmod(tmp, 0o644)
+os.rename(tmp, os.path.join(sys.argv[1], 'port'))
+end = time.time() + 60
+while time.time() < end:
+    try:
+        data, peer = s.recvfrom(100)
+        s.sendto(b'hi', peer)
+    except OSError:
+        pass
+"""
+
+UDPLITE_CLIENT = """
+import socket, sys
+port = int(open(sys.argv[1] + '/port').read())
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136)
+s.settimeout(2)
+s.sendto(b'x', ('127.0.0.1', port))
+try:
+    print('CONNECT', s.recvfrom(100)[0].decode(), flush=True)
+except OSError as e:
+    print('CONNECT', type(e).__name__, flush=True)
+"""
+
+
+@needs_root
+def test_a_protocol_nft_cannot_judge_by_socket_is_dropped_between_tenants(tmp_path: Path, shared: Path) -> None:
+    """nft's socket lookup knows TCP and UDP only: another tenant's UDP-Lite reached a job's
+    UDP-Lite socket (red team s21). A tenant's packets of such protocols delivered on the
+    machine are dropped; TCP and UDP are judged as above."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    try:
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM, 136).close()
+        except OSError:
+            pytest.skip("no UDP-Lite in this kernel")
+        server = JobSpec(command=["python", "-c", UDPLITE_SERVER, str(shared)])
+        agent.launch(LaunchRequest("server", 1, "t", server, Allocation.single("n0"), "", run_as=ALICE))
+        deadline = time.monotonic() + 30
+        while not (shared / "port").exists():
+            assert time.monotonic() < deadline, Path(agent.log_path("server")).read_text()
+            time.sleep(0.1)
+        spec = JobSpec(command=["python", "-c", UDPLITE_CLIENT, str(shared)])
+        agent.launch(LaunchRequest("bob", 1, "t", spec, Allocation.single("n0"), "", run_as=BOB))
+        assert _exit(agent, "bob").exit_code == 0
+        log = Path(agent.log_path("bob")).read_text()
+        assert "CONNECT TimeoutError" in log, log
+    finally:
+        agent.stop("server", 1, checkpoint=False)
+        _exit(agent, "server")
+        agent.close()
+        kill_runs(settings.runs_dir)
+        remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_turning_the_fence_off_deletes_the_table_it_left(tmp_path: Path) -> None:
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = _agent(settings)
+    table, nft = agent.net_fence.table, agent.net_fence.nft
+    group, mount = agent.groups.net.group, agent.groups.net.mount  # type: ignore[union-attr]
+    try:
+        agent.close()
+        # The table as an agent that left a fenced job running keeps it.
+        assert net_fence(group, mount).available
+        assert table in _nft(nft, "list", "tables", "inet").stdout
+        agent = NodeAgent("n0", settings.runs_dir, settings=settings.model_copy(update={"net_fence": "off"}))
+        assert not agent.net_fence.available and "net_fence=off" in agent.net_fence.missing
+        assert table not in _nft(nft, "list", "tables", "inet").stdout
+    finally:
         agent.close()
         kill_runs(settings.runs_dir)
         remove_cgroups(cgroup_root)

@@ -35,6 +35,7 @@ covered; without isolation every job is one uid and nothing is fenced.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -56,6 +57,7 @@ _COMMENT = "fence:"
 TENANTS_MAP = "tenants"
 """uid → its tenant's mark, of every tenant the node has run a job or a cache helper for."""
 UIDS_CHAIN = "uids"
+PROTOS_CHAIN = "protos"
 
 
 def _nft(nft: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -223,11 +225,15 @@ def drop_tables_under(root: str, sysfs: Path = SYSFS_CGROUP) -> list[str]:
 def net_fence(node_group: Path | None, mount: Path | None, enabled: bool = True) -> NetFence:
     """The node's fence table, made or taken over from an earlier agent (never raises: what
     cannot be done is said in `missing`)."""
+    nft = shutil.which("nft")
     if not enabled:
+        if nft is not None and node_group is not None:  # turned off after it was on: its table goes
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                _nft(nft, "delete", "table", "inet", table_name(node_group))
+                log.warning("network fence turned off: table %s deleted", table_name(node_group))
         return NetFence(missing="turned off (setting net_fence=off)")
     if node_group is None or mount is None:
         return NetFence(missing="jobs have no cgroup v2 group of their own (no v2 tree, or no nft)")
-    nft = shutil.which("nft")
     if nft is None:
         return NetFence(missing="no nft command (apt-get install nftables)")
     table = table_name(node_group)
@@ -239,6 +245,13 @@ def net_fence(node_group: Path | None, mount: Path | None, enabled: bool = True)
         f"add chain inet {table} {UIDS_CHAIN} {{ type filter hook output priority 0; }}\n"
         f"flush chain inet {table} {UIDS_CHAIN}\n"
         f"add rule inet {table} {UIDS_CHAIN} ct mark set meta skuid map @{TENANTS_MAP}\n"
+        # nft's socket lookup knows TCP and UDP only: a tenant's packet of any other protocol
+        # (UDP-Lite, SCTP) delivered here could reach another tenant's socket unjudged. ICMP
+        # passes (errors of a marked flow carry its mark; path MTU discovery needs them).
+        f"add chain inet {table} {PROTOS_CHAIN} {{ type filter hook input priority 0; }}\n"
+        f"flush chain inet {table} {PROTOS_CHAIN}\n"
+        f"add rule inet {table} {PROTOS_CHAIN} meta l4proto != {{ tcp, udp, icmp, ipv6-icmp }} "
+        f"ct mark and {MARK_BIT:#x} == {MARK_BIT:#x} counter drop\n"
     )
     try:
         _nft(nft, "-f", "-", stdin=script)
