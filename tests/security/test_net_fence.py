@@ -365,3 +365,24 @@ def test_turning_the_fence_off_deletes_the_table_it_left(tmp_path: Path) -> None
         agent.close()
         kill_runs(settings.runs_dir)
         remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_a_run_s_tables_are_found_by_its_cgroup_root_when_its_node_groups_are_gone() -> None:
+    """Tests (and embedded benchmark planes) use a cgroup root of their own; a table kept for a
+    job that ran on was left on the machine when the node's groups were already gone."""
+    from sluice.agent.cgroup import SYSFS_CGROUP
+    from sluice.agent.net_fence import drop_tables_under
+
+    root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    mount = SYSFS_CGROUP / "unified"
+    fence = net_fence(mount / root / "n0", mount)  # no such folder: the table is all there is
+    if not fence.available:
+        pytest.skip(fence.missing)
+    other = net_fence(mount / f"{root}-other" / "n0", mount)
+    try:
+        assert drop_tables_under(root) == [fence.table]
+        listed = _nft(fence.nft, "list", "tables", "inet").stdout
+        assert fence.table not in listed and other.table in listed
+    finally:
+        other.close(jobs_running=False)

@@ -64,9 +64,15 @@ def _nft(nft: str, *args: str, stdin: str | None = None) -> subprocess.Completed
     return subprocess.run([nft, *args], input=stdin, capture_output=True, text=True, timeout=_NFT_TIMEOUT_S, check=True)
 
 
+def _root_prefix(root_dir: Path) -> str:
+    return f"{TABLE_PREFIX}{zlib.crc32(str(root_dir).encode()):08x}_"
+
+
 def table_name(node_group: Path) -> str:
-    """The node's table: one per node group, the same for every agent of that node."""
-    return f"{TABLE_PREFIX}{zlib.crc32(str(node_group).encode()):08x}"
+    """The node's table: one per node group, the same for every agent of that node; named
+    after its cgroup root too, so that a run with a root of its own can find its tables when
+    the node groups are gone (drop_tables_under)."""
+    return f"{_root_prefix(node_group.parent)}{zlib.crc32(str(node_group).encode()):08x}"
 
 
 def tenant_mark(uid: int) -> int:
@@ -209,16 +215,21 @@ def drop_tables_under(root: str, sysfs: Path = SYSFS_CGROUP) -> list[str]:
     nft = shutil.which("nft")
     if nft is None:
         return []
+    prefixes = tuple(_root_prefix(mount / root) for mount in (sysfs, sysfs / "unified"))
+    try:
+        listed = json.loads(_nft(nft, "-j", "list", "tables", "inet").stdout or "{}")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
     dropped = []
-    for mount in (sysfs, sysfs / "unified"):
-        top = mount / root
-        nodes = [d for d in top.iterdir() if d.is_dir()] if top.is_dir() else []
-        for node in nodes:
-            try:
-                _nft(nft, "delete", "table", "inet", table_name(node))
-                dropped.append(table_name(node))
-            except (OSError, subprocess.SubprocessError):
-                continue
+    for item in listed.get("nftables", []):
+        name = str(item.get("table", {}).get("name", ""))
+        if not name.startswith(prefixes):
+            continue
+        try:
+            _nft(nft, "delete", "table", "inet", name)
+            dropped.append(name)
+        except (OSError, subprocess.SubprocessError):
+            continue
     return dropped
 
 
