@@ -355,13 +355,12 @@ def _serve_locked(settings: Settings, home: Path) -> None:
         memory = plane.engine.capabilities.memory_limits
         info |= {"memory_limits": memory, "memory_reason": MEMORY_SAYS[memory]}
         found = getattr(plane.engine, "gpu_discovery", None)  # the local engine's; Ray counts its own
+        agents = list(getattr(plane.engine, "agents", {}).values())  # the local engine's node agents
         if found is not None and (found.ids or found.left_out):  # a box whose GPUs were all left out says why
             info["gpus"] = found.summary()
-            agents = list(getattr(plane.engine, "agents", {}).values())
             if agents:  # one machine: every virtual node fences the same way
                 info["gpu_fence"] = f"GPU fence: {agents[0].fence.describe()}"
                 info["gpu_fenced"] = agents[0].fence.enforced
-        agents = list(getattr(plane.engine, "agents", {}).values())
         if plane.isolation.enabled and agents:  # without isolation every job is one uid: nothing to fence
             info["net_fence"] = f"network fence: {agents[0].net_fence.describe}"
             info["net_fenced"] = agents[0].net_fence.available

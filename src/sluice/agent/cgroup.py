@@ -571,17 +571,23 @@ class MemoryController:
     def cleanup(self) -> None:
         """Remove the cgroup (shared with the CPU one on v2, where whichever goes second finds
         it gone)."""
-        for attempt in range(20):
-            try:
-                self.dir.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError as err:
-                if attempt == 19:
-                    log.debug("cgroup %s not removed: %s", self.dir, err)
-                else:
-                    time.sleep(0.05)
+        rmdir_group(self.dir)
+
+
+def rmdir_group(d: Path, tries: int = 20) -> None:
+    """Remove an ended attempt's cgroup: the kernel may take a moment to let it go after its
+    last process exits, so each rmdir is retried (50 ms apart); one already gone is fine."""
+    for attempt in range(tries):
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            if attempt == tries - 1:
+                log.debug("cgroup %s not removed: %s", d, err)
+            else:
+                time.sleep(0.05)
 
 
 def node_cpuset(layout: CgroupLayout, node: str, cpus: Sequence[int]) -> Path | None:

@@ -36,7 +36,6 @@ import logging
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -44,7 +43,7 @@ from pathlib import Path
 
 from sluice.agent import bpf_device
 from sluice.agent.bpf_device import BpfUnavailable, DenyRule
-from sluice.agent.cgroup import SYSFS_CGROUP, CgroupKind, CgroupLayout, _ensure_dir, _parent_under
+from sluice.agent.cgroup import SYSFS_CGROUP, CgroupKind, CgroupLayout, _ensure_dir, _parent_under, rmdir_group
 from sluice.agent.gpus import SMI_TIMEOUT_S
 
 log = logging.getLogger(__name__)
@@ -305,16 +304,5 @@ class DeviceFence:
         return (str(self.dir / "cgroup.procs"),)
 
     def cleanup(self) -> None:
-        if self.support.kind is not FenceKind.V1 or self.dir is None:
-            return
-        for attempt in range(20):
-            try:
-                self.dir.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError as err:
-                if attempt == 19:
-                    log.debug("device cgroup %s not removed: %s", self.dir, err)
-                else:
-                    time.sleep(0.05)
+        if self.support.kind is FenceKind.V1 and self.dir is not None:
+            rmdir_group(self.dir)

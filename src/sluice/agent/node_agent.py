@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -464,14 +464,7 @@ class NodeAgent:
         try:
             return fence, fence.create()
         except OSError as err:
-            fence.cleanup()
-            ctrl.cleanup()
-            if mem is not None:
-                mem.cleanup()
-            self._release_gpus(req.job_id, req.attempt)
-            reason = f"GPU fence: {err.strerror or err}"
-            self._fail_launch(req, adir, log_file, reason, retryable=True)
-            raise LaunchError(reason) from None
+            self._undo_launch(req, adir, log_file, ctrl, mem, fence, f"GPU fence: {err.strerror or err}")
 
     def _net_fence(
         self,
@@ -495,17 +488,30 @@ class NodeAgent:
             self.net_fence.add(ctrl.name, group / ctrl.name, user.uid)
         except OSError as err:
             self.groups.net.drop_job(ctrl.name)
-            if fence is not None:
-                fence.cleanup()
-            ctrl.cleanup()
-            if mem is not None:
-                mem.cleanup()
-            self._release_gpus(req.job_id, req.attempt)
-            reason = str(err)
-            self._fail_launch(req, adir, log_file, reason, retryable=True)
-            raise LaunchError(reason) from None
+            self._undo_launch(req, adir, log_file, ctrl, mem, fence, str(err))
         assert group is not None
         return str(group / ctrl.name / "cgroup.procs")
+
+    def _undo_launch(
+        self,
+        req: LaunchRequest,
+        adir: Path,
+        log_file: Path,
+        ctrl: CpuController,
+        mem: MemoryController | None,
+        fence: DeviceFence | None,
+        reason: str,
+    ) -> NoReturn:
+        """A launch that failed once its groups were made: remove them, give its GPUs back,
+        record the failure (retryable: the kernel or nft may take it next time) and raise."""
+        if fence is not None:
+            fence.cleanup()
+        ctrl.cleanup()
+        if mem is not None:
+            mem.cleanup()
+        self._release_gpus(req.job_id, req.attempt)
+        self._fail_launch(req, adir, log_file, reason, retryable=True)
+        raise LaunchError(reason)
 
     def _memory_limit(self, req: LaunchRequest) -> MemoryController | None:
         """The attempt's memory cgroup, made and limited, when the job sets memory_mb.
