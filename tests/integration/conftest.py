@@ -63,10 +63,7 @@ def kill_runs(runs_dir: Path) -> None:
 def remove_cgroups(name: str) -> None:
     """rmdir the test's cgroup root in every hierarchy (v1 `cpu/<name>`, ..., and v2's
     `<name>` at the mount's top: a glob of `*/<name>` alone left those behind on a v2 host),
-    children first."""
-    from sluice.agent.net_fence import drop_tables_under
-
-    drop_tables_under(name, SYSFS)  # the network fence keeps a node's table while jobs run
+    children first, and the root's network-fence tables once its groups are gone."""
     remove_root(name, SYSFS)
 
 

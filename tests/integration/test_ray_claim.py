@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from sluice.engine.ray import RayEngine  # noqa: E402
 from sluice.engine.ray_claim import NamespaceInUse, plane_id  # noqa: E402
 from sluice.settings import Settings  # noqa: E402
+from tests.integration.conftest import remove_cgroups  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -37,7 +39,15 @@ def test_a_second_plane_is_refused_the_namespace_and_the_same_plane_takes_it_ove
 ) -> None:
     home_a, home_b = tmp_path / "a", tmp_path / "b"
     shared = tmp_path / "shared"
-    a = RayEngine(Settings(home=home_a, cgroup_root="sluice-claim-a"), shared_root=shared, address=cluster.address)
+    root_a = f"sluice-claim-{uuid.uuid4().hex[:8]}"  # a's node names would clash with b's under one root
+    try:
+        _claims(home_a, home_b, root_a, shared, cluster, tmp_path)
+    finally:
+        remove_cgroups(root_a)
+
+
+def _claims(home_a: Path, home_b: Path, root_a: str, shared: Path, cluster: Cluster, tmp_path: Path) -> None:
+    a = RayEngine(Settings(home=home_a, cgroup_root=root_a), shared_root=shared, address=cluster.address)
     assert plane_id(home_a) == plane_id(home_a) != plane_id(home_b)
     owner = ray.get(ray.get_actor("sluice-plane", namespace="sluice").get.remote())
     assert owner["plane_id"] == plane_id(home_a) and owner["home"] == str(home_a.resolve())
@@ -46,7 +56,7 @@ def test_a_second_plane_is_refused_the_namespace_and_the_same_plane_takes_it_ove
     a.close()  # the refusal disconnected this process (one plane, one engine); a's run is over
 
     # The same plane again (sluice down / up, or a restart after kill -9): it takes over.
-    a2 = RayEngine(Settings(home=home_a, cgroup_root="sluice-claim-a"), shared_root=shared, address=cluster.address)
+    a2 = RayEngine(Settings(home=home_a, cgroup_root=root_a), shared_root=shared, address=cluster.address)
     assert [n.name for n in a2.nodes()]
     a2.close()  # releases the namespace
 

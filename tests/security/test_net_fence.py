@@ -386,3 +386,33 @@ def test_a_run_s_tables_are_found_by_its_cgroup_root_when_its_node_groups_are_go
         assert fence.table not in listed and other.table in listed
     finally:
         other.close(jobs_running=False)
+
+
+@needs_root
+def test_removing_a_root_drops_its_tables_only_once_no_job_is_left_in_it() -> None:
+    """Test sessions and embedded planes end with `remove_root`; it left their tables (and
+    the uid maps in them) on the machine. A group still holding a process keeps its fence."""
+    from sluice.agent.cgroup import SYSFS_CGROUP, remove_root
+
+    root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    mount = SYSFS_CGROUP / "unified"
+    if not (mount / "cgroup.procs").exists():
+        pytest.skip("no cgroup v2 tree at /sys/fs/cgroup/unified")
+    group = mount / root / "n0" / "job"
+    group.mkdir(parents=True)
+    fence = net_fence(group.parent, mount)
+    if not fence.available:
+        remove_root(root)
+        pytest.skip(fence.missing)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (group / "cgroup.procs").write_text(str(proc.pid))
+        remove_root(root, wait_s=0.2)
+        assert group.is_dir(), "a group with a process in it was removed"
+        assert fence.table in _nft(fence.nft, "list", "tables", "inet").stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    remove_root(root)
+    assert not (mount / root).exists()
+    assert fence.table not in _nft(fence.nft, "list", "tables", "inet").stdout

@@ -627,13 +627,13 @@ def remove_root(root: str, sysfs: Path = SYSFS_CGROUP, wait_s: float = 2.5) -> N
     For roots a run made for itself (an embedded benchmark plane, a test): once its agents
     have closed, the groups are empty but the kernel may take a moment to let a group go
     after its last process exits, so each rmdir is retried for up to `wait_s`. A group that
-    still holds processes is left where it is.
+    still holds processes is left where it is, and so are the root's network-fence tables;
+    once every group is gone, the tables go too.
     """
     if not root or root.startswith("/") or ".." in Path(root).parts:
         raise ValueError(f"cgroup root {root!r}: must be a relative name inside the cgroup mount")
-    for top in [sysfs / root, *sysfs.glob(f"*/{root}")]:
-        if not top.is_dir() or top == sysfs:
-            continue
+    tops = [top for top in [sysfs / root, *sysfs.glob(f"*/{root}")] if top.is_dir() and top != sysfs]
+    for top in tops:
         for d in [*sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), top]:
             deadline = time.monotonic() + wait_s
             while True:
@@ -646,3 +646,10 @@ def remove_root(root: str, sysfs: Path = SYSFS_CGROUP, wait_s: float = 2.5) -> N
                     if time.monotonic() >= deadline:
                         break
                     time.sleep(0.05)
+    if any(top.is_dir() for top in tops):
+        return  # a job still runs in there: its network fence stays with it
+    # The network fence keeps a node's nft table while jobs run, for the node's next agent to
+    # take over; a root that is gone has no next agent, so its tables go with it.
+    from sluice.agent.net_fence import drop_tables_under  # net_fence imports this module
+
+    drop_tables_under(root, sysfs)
