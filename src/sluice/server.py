@@ -364,6 +364,13 @@ def _serve_locked(settings: Settings, home: Path) -> None:
         if plane.isolation.enabled and agents:  # without isolation every job is one uid: nothing to fence
             info["net_fence"] = f"network fence: {agents[0].net_fence.describe}"
             info["net_fenced"] = agents[0].net_fence.available
+            missing = agents[0].unix_fence_missing
+            info["unix_fence"] = "Unix-socket fence: " + (
+                f"jobs are NOT fenced from other jobs' abstract Unix sockets: {missing}"
+                if missing
+                else "each job reaches only the abstract Unix sockets it made (Landlock)"
+            )
+            info["unix_fenced"] = not missing
         python_problem = job_python_problem(settings, plane.isolation)
         if python_problem is not None:
             info["job_python_problem"] = python_problem

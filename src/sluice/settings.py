@@ -165,6 +165,16 @@ class Settings(BaseSettings):
             "job's sockets. Default auto.",
         ),
     ] = "auto"
+    unix_fence: Annotated[
+        Literal["auto", "off"],
+        Field(
+            description="Keep a tenant's job from connecting to abstract Unix sockets it did not make, another "
+            "tenant's jobs' among them, and from ptracing processes outside it (docs/security.md): auto: a Landlock "
+            "domain per job where the kernel has Landlock scopes (Linux 6.12+; isolation on only). A job's own "
+            "children share its domain; two replicas of a gang do not (they meet over TCP). off: any job can "
+            "connect to any abstract Unix socket on its machine. Default auto.",
+        ),
+    ] = "auto"
     job_uid_min: Annotated[
         int,
         Field(

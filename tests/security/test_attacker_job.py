@@ -84,6 +84,8 @@ def live(tmp_path: Path) -> Iterator[Live]:
     # And whether one tenant's jobs can connect to another's sockets (agent/net_fence.py).
     said = "network fence: jobs of different tenants cannot connect to each other's sockets"
     assert said in up.stdout or "warning: network fence: jobs of different tenants are NOT fenced" in up.stderr
+    said = "Unix-socket fence: each job reaches only the abstract Unix sockets it made"
+    assert said in up.stdout or "warning: Unix-socket fence: jobs are NOT fenced" in up.stderr
     info = json.loads((home / "server.json").read_text())
     try:
         yield Live(home, info["url"], (home / "admin.token").read_text().strip())

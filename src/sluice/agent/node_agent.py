@@ -40,6 +40,7 @@ from typing import Any, NoReturn
 
 import psutil
 
+from sluice.agent import landlock
 from sluice.agent.cache_report import CacheReporter
 from sluice.agent.cgroup import (
     SYSFS_CGROUP,
@@ -267,6 +268,10 @@ class NodeAgent:
             v2net.mount if v2net is not None else None,
             enabled=self.settings.net_fence == "auto",
         )
+        self.unix_fence_missing = (
+            "turned off (setting unix_fence=off)" if self.settings.unix_fence == "off" else landlock.missing()
+        )
+        """Why this node's jobs are not in a Landlock domain of their own (agent/landlock.py), or ""."""
         self.ledger = CoreLedger(self.cpus)
         total_mb = psutil.virtual_memory().total // (1024 * 1024)
         self.memory_mb = memory_mb if memory_mb else int(total_mb * len(self.cpus) / max(machine, 1))
@@ -412,6 +417,7 @@ class NodeAgent:
                 *join.to_argv(),
                 *(["--guard", f"{self.guard[0]}:{self.guard[1]}"] if self.guard else []),
                 *(["--uid", str(user.uid), "--gid", str(user.gid)] if user is not None else []),
+                *(["--unix-fence"] if user is not None and not self.unix_fence_missing else []),
                 *(arg for name, value in self._rlimits(user).items() for arg in ("--rlimit", f"{name}={value}")),
                 "--",
                 *argv,

@@ -26,7 +26,9 @@ writes the plane's files and joins cgroups), and only the job drops to the tenan
 with no supplementary groups, between fork and exec. There, after the switch (a credential
 change clears the parent-death signal, so that comes after it), the job also gets
 `PR_SET_NO_NEW_PRIVS` (no set-uid binary or file capability gives it back any privilege),
-its rlimits (`--rlimit`) and umask 077.
+its rlimits (`--rlimit`) and umask 077, and with `--unix-fence` a Landlock domain of its own
+(agent/landlock.py: it reaches only the abstract Unix sockets it made, and ptraces nothing
+outside it); where that fails, the job does not start.
 
 The GPU fence (`--fence`, agent/gpu_fence.py): a device cgroup the shim must enter before the
 job starts. Where it cannot, the job does not start: its CUDA_VISIBLE_DEVICES counts only the
@@ -53,6 +55,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from sluice.agent import landlock
 
 EXIT_FILE = "exit_code"
 CHILD_FILE = "child.json"
@@ -96,8 +100,9 @@ def _die_with_parent(libc: ctypes.CDLL, parent: int) -> None:
         os._exit(137)
 
 
-def _confine(libc: ctypes.CDLL, limits: dict[str, int], no_new_privs: bool) -> None:
-    """In the job, between fork and exec (after the user switch): rlimits, then no_new_privs.
+def _confine(libc: ctypes.CDLL, limits: dict[str, int], no_new_privs: bool, unix_fence: bool = False) -> None:
+    """In the job, between fork and exec (after the user switch): rlimits, then no_new_privs,
+    then the Landlock domain of the Unix-socket fence (which needs no_new_privs).
     A limit above the current hard one is clamped to it (an unprivileged job cannot raise it)."""
     for name, value in limits.items():
         which = RLIMITS[name]
@@ -106,6 +111,12 @@ def _confine(libc: ctypes.CDLL, limits: dict[str, int], no_new_privs: bool) -> N
         resource.setrlimit(which, (cap, cap))
     if no_new_privs and libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         os._exit(126)
+    if unix_fence:
+        err = landlock.restrict_self(libc)
+        if err:  # the job was to be fenced: never run it unfenced
+            reason = f"[sluice] could not enter the job's Unix-socket fence (Landlock): {os.strerror(err)}\n"
+            os.write(2, reason.encode())
+            os._exit(126)
 
 
 def parse_rlimit(text: str) -> tuple[str, int]:
@@ -157,6 +168,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--fence", action="append", default=[], help="cgroup.procs file of the job's device fence: joined, or no job"
     )
+    p.add_argument(
+        "--unix-fence", action="store_true", help="a Landlock domain scoped to the job's own abstract Unix sockets"
+    )
     p.add_argument("--cpus", default=None, help="comma-separated cores to pin to")
     p.add_argument("--header", default="", help="line written to the log before the job starts")
     p.add_argument("--prefix", default="", help="put this before every line of the job's output (a gang's rank)")
@@ -205,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def in_child() -> None:  # the shim has one thread: running Python between fork and exec is safe
             _die_with_parent(libc, me)
-            _confine(libc, limits, no_new_privs=isolated)
+            _confine(libc, limits, no_new_privs=isolated, unix_fence=ns.unix_fence)
 
         user: dict[str, Any] = {"user": ns.uid, "group": ns.gid, "extra_groups": [], "umask": 0o077} if isolated else {}
         try:

@@ -239,6 +239,11 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
                 (console if fenced else err_console).print(
                     ("" if fenced else "warning: ") + str(info["net_fence"]), markup=False
                 )
+            if info.get("unix_fence"):
+                fenced = info.get("unix_fenced") is True
+                (console if fenced else err_console).print(
+                    ("" if fenced else "warning: ") + str(info["unix_fence"]), markup=False
+                )
             if info.get("gpu_fence"):
                 fenced = info.get("gpu_fenced") is True
                 (console if fenced else err_console).print(
