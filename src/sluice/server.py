@@ -36,6 +36,7 @@ import psutil
 from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation, interpreter_problem
 from sluice.agent.netif import NetInterfaceUnavailable
 from sluice.agent.node_owners import NodeInUse
+from sluice.agent.uid_ranges import UidRangeClaim, UidRangeInUse, claim_uid_range
 from sluice.control.engine_record import EngineMismatch, EngineRecord, check_engine, write_record
 from sluice.engine.ray_connect import RayUnreachable
 from sluice.model import JobUser
@@ -283,9 +284,24 @@ def serve(settings: Settings) -> None:
         raise AlreadyRunning(f"a sluice server is already running for {home} at {running.get('url')}")
     home_lock = lock_home(home)  # held until this process ends: see serve's `finally`
     try:
-        _serve_locked(settings, home)
+        uids = claim_tenant_uids(settings)
+        try:
+            _serve_locked(settings, home)
+        finally:
+            uids.release()
     finally:
         os.close(home_lock)
+
+
+def claim_tenant_uids(settings: Settings) -> UidRangeClaim:
+    """With isolation on, this plane's tenant uid range on the host (agent/uid_ranges.py):
+    UidRangeInUse where another live plane's overlaps it."""
+    if not isolation_status(settings).enabled:
+        return UidRangeClaim(None)
+    from sqlalchemy.engine import make_url
+
+    store = make_url(settings.db_url).render_as_string(hide_password=True)
+    return claim_uid_range(settings.home, store, settings.job_uid_min, settings.job_uid_max)
 
 
 def _serve_locked(settings: Settings, home: Path) -> None:
@@ -405,6 +421,7 @@ START_ERRORS = (
     EngineMismatch,
     RayUnreachable,
     StoreInUse,
+    UidRangeInUse,
 )
 """Why a server cannot start, each said in one line (by `main` and by a foreground `sluice up`)."""
 

@@ -182,7 +182,8 @@ class Settings(BaseSettings):
             le=2**31 - 2,
             description="First uid (and gid) sluice hands to a tenant's jobs; each tenant gets the next unused "
             "number, never reused. No /etc/passwd entry is made: a bare numeric id with no login shell. Pick a "
-            "range no host user, group or container subuid range uses. Default 200000.",
+            "range no host user, group or container subuid range uses, and another per plane on one host (a "
+            "second plane whose range overlaps a live one's is refused at start). Default 200000.",
         ),
     ] = 200_000
     job_uid_max: Annotated[
