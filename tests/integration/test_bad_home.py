@@ -20,7 +20,7 @@ SLUICE = str(Path(sys.executable).with_name("sluice"))
 
 
 def run(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_CGROUP_ROOT"}
     env.update(SLUICE_HOME=str(home), SLUICE_PORT="0")
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
 

@@ -21,6 +21,10 @@ import pytest
 pytestmark = pytest.mark.integration
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
+KEEP = ("SLUICE_JOB_PYTHON", "SLUICE_CGROUP_ROOT")
+"""What a test's `sluice` keeps of this environment: the interpreter a tenant uid can run and
+the session's own cgroup root (tests/conftest.py; under the default root its nodes' groups and
+network-fence tables outlived the session)."""
 WAIT_S = 90.0
 """Readiness deadline (a guard against hanging, not an assertion about speed)."""
 
@@ -59,8 +63,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def run(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    # SLUICE_JOB_PYTHON stays: the interpreter a tenant uid can run (tests/conftest.py).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
     env["SLUICE_HOME"] = str(home)
     return subprocess.run([SLUICE, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -135,7 +138,7 @@ def test_a_server_killed_between_recording_a_launch_and_making_it_recovers_the_j
     (tmp_path / "job.yaml").write_text(
         json.dumps({"name": "once", "command": ["python", "job.py", str(stop)], "resources": {"cpu": 0.5}})
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
     env |= {"SLUICE_HOME": str(home), "SLUICE_FAILPOINTS": "book.transition.after_write=exit@2"}
     up = subprocess.run(
         [SLUICE, "up", "--detach", "--port", "0", "--policy", "kube"],
