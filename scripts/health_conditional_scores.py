@@ -1,0 +1,244 @@
+"""Conditional-calibrated scores for the flow (issue 17): does scoring each step against the
+flow's own conditional samples put healthy scores on one scale across servers?
+
+    .venv/bin/python scripts/health_conditional_scores.py compute ../shared/data/anomaly/asd WORK [M]
+    .venv/bin/python scripts/health_conditional_scores.py protocol ../shared/data/anomaly/asd WORK [K]
+
+`compute`: per server, trains the flow exactly as `sluice health eval --protocol
+leave-servers-out` does (default `DetectorConfig`, seed 0; the model is kept in WORK so a
+re-run only samples), and for every calibration and test window draws M (64) samples from
+the flow's conditional distribution given that window's history. Kept per window
+(WORK/NAME.feat.npz): the observed NLL, the samples' NLL mean and std, how many samples have
+an NLL at least the observed one, and each KPI's distance of the observed value from its
+samples' mean in units of their spread (what `detector.attribute` computes for one window).
+
+`protocol`: every score built from those features goes through the protocol's own machinery
+(`protocol.leave_servers_out` over `protocol.grid()`: smoothing x SPOT/DSPOT settings chosen
+on the other folds' servers), next to the raw NLL from the same run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sluice.health.detector import DetectorConfig, FlowDetector, smooth_scores
+from sluice.health.evaluation import Entity, load_folder
+from sluice.health.features import per_step, windows
+from sluice.health.metrics import best_f1, f1_of
+from sluice.health.protocol import FLOW, RawScores, folds, grid, leave_servers_out, summary
+
+
+def calibration_windows(det: FlowDetector, train: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The windows `FlowDetector.fit` calibrates on (the newest `val_fraction` of train)."""
+    cfg = det.config
+    assert det.scaler is not None
+    hist, tgt = windows(det.scaler.transform(train), cfg.history, cfg.target)
+    n_val = int(len(hist) * cfg.val_fraction) if len(hist) >= 50 else 0
+    cut = len(hist) - n_val
+    if n_val == 0:
+        cut_tr = max(cut - cfg.history, 1)
+        return torch.from_numpy(hist[:cut_tr]), torch.from_numpy(tgt[:cut_tr])
+    return torch.from_numpy(hist[cut:]), torch.from_numpy(tgt[cut:])
+
+
+@torch.no_grad()
+def features(det: FlowDetector, hist: torch.Tensor, tgt: torch.Tensor, m: int, chunk: int = 256) -> dict[str, np.ndarray]:
+    assert det.net is not None
+    net = det.net
+    net.eval()
+    out: dict[str, list[np.ndarray]] = {"nll": [], "s_mean": [], "s_std": [], "n_ge": [], "kpi_z": []}
+    for i in range(0, len(hist), chunk):
+        h, t = hist[i : i + chunk], tgt[i : i + chunk]
+        dist = net.flow(net.context(h))
+        nll = -dist.log_prob(t)  # (B,)
+        draws = dist.sample((m,))  # (M, B, D)
+        s_nll = -dist.log_prob(draws)  # (M, B)
+        mu, sd = draws.mean(0), draws.std(0)
+        out["nll"].append(nll.numpy())
+        out["s_mean"].append(s_nll.mean(0).numpy())
+        out["s_std"].append(s_nll.std(0).numpy())
+        out["n_ge"].append((s_nll >= nll[None]).sum(0).numpy())
+        out["kpi_z"].append(((t - mu).abs() / (sd + 1e-3)).numpy())
+    return {k: np.concatenate(v).astype(np.float32) for k, v in out.items()}
+
+
+def compute(folder: Path, work: Path, m: int) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    for ent in load_folder(folder):
+        dest = work / f"{ent.name}.feat.npz"
+        if dest.exists():
+            print(f"{ent.name}: done before")
+            continue
+        model = work / f"{ent.name}.pt"
+        t0 = time.perf_counter()
+        if model.exists():
+            det = FlowDetector.load(model)
+        else:
+            det = FlowDetector(DetectorConfig())
+            det.fit(ent.train)
+            det.save(model)
+        t1 = time.perf_counter()
+        torch.manual_seed(1234)
+        ch, ct = calibration_windows(det, ent.train)
+        th, tt = det._windows(ent.test)
+        cal = features(det, ch, ct, m)
+        tes = features(det, th, tt, m)
+        np.savez(
+            dest,
+            m=np.int64(m),
+            **{f"calib_{k}": v for k, v in cal.items()},
+            **{f"test_{k}": v for k, v in tes.items()},
+        )
+        print(f"{ent.name}: fit/load {t1 - t0:.1f}s, sampling {time.perf_counter() - t1:.1f}s", flush=True)
+
+
+# --- scores built from the features -------------------------------------------------------
+
+Feat = dict[str, np.ndarray]
+
+
+def _topk_mean(z: np.ndarray, k: int) -> np.ndarray:
+    return np.sort(z, axis=1)[:, -k:].mean(axis=1)
+
+
+def _cal_scale(calib: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x - median) / (99th percentile - median) of the healthy calibration values."""
+    med, hi = float(np.median(calib)), float(np.quantile(calib, 0.99))
+    span = max(hi - med, 1e-9)
+    return (calib - med) / span, (test - med) / span
+
+
+def variants() -> dict[str, Callable[[Feat, str], np.ndarray]]:
+    """name -> f(features, 'calib'|'test') giving one score per window (higher = worse)."""
+
+    def nll(f: Feat, p: str) -> np.ndarray:
+        return f[f"{p}_nll"]
+
+    def excess(f: Feat, p: str) -> np.ndarray:
+        return f[f"{p}_nll"] - f[f"{p}_s_mean"]
+
+    def zscore(f: Feat, p: str) -> np.ndarray:
+        return (f[f"{p}_nll"] - f[f"{p}_s_mean"]) / (f[f"{p}_s_std"] + 1e-3)
+
+    def pval(f: Feat, p: str) -> np.ndarray:
+        m = float(f["m"])
+        return -np.log((1.0 + f[f"{p}_n_ge"]) / (m + 1.0))
+
+    def kmax(f: Feat, p: str) -> np.ndarray:
+        return f[f"{p}_kpi_z"].max(axis=1)
+
+    def ktop2(f: Feat, p: str) -> np.ndarray:
+        return _topk_mean(f[f"{p}_kpi_z"], 2)
+
+    def logkmax(f: Feat, p: str) -> np.ndarray:
+        return np.log1p(f[f"{p}_kpi_z"].max(axis=1))
+
+    def kcal(f: Feat, p: str) -> np.ndarray:
+        # each KPI's distance in units of its own healthy 99th percentile (calibration windows)
+        ref = np.quantile(f["calib_kpi_z"], 0.99, axis=0) + 1e-3
+        return f[f"{p}_kpi_z"] / ref
+
+    def kcal_max(f: Feat, p: str) -> np.ndarray:
+        return kcal(f, p).max(axis=1)
+
+    def kcal_top2(f: Feat, p: str) -> np.ndarray:
+        return _topk_mean(kcal(f, p), 2)
+
+    def gauss_p(f: Feat, p: str) -> np.ndarray:
+        # -log of the Gaussian upper tail of the z-score: an unsaturated p-value
+        from scipy.stats import norm
+
+        return -norm.logsf(zscore(f, p).astype(np.float64))
+
+    return {
+        "nll": nll,
+        "kcal_max": kcal_max,
+        "kcal_top2": kcal_top2,
+        "gauss_pvalue": gauss_p,
+        "excess": excess,
+        "zscore": zscore,
+        "pvalue": pval,
+        "kpi_max": kmax,
+        "kpi_top2": ktop2,
+        "log_kpi_max": logkmax,
+    }
+
+
+def raws_for(ents: list[Entity], feats: dict[str, Feat], score: str, combine: tuple[str, ...] = ()) -> dict[str, RawScores]:
+    fns = variants()
+    out: dict[str, RawScores] = {}
+    for e in ents:
+        f = feats[e.name]
+        if combine:
+            parts_c, parts_t = [], []
+            for name in combine:
+                c, t = _cal_scale(fns[name](f, "calib").astype(np.float64), fns[name](f, "test").astype(np.float64))
+                parts_c.append(c)
+                parts_t.append(t)
+            calib, test = np.max(parts_c, axis=0), np.max(parts_t, axis=0)
+        else:
+            calib, test = fns[score](f, "calib"), fns[score](f, "test")
+        out[e.name] = RawScores(e.name, FLOW, np.asarray(calib, np.float32), np.asarray(test, np.float32), e.label, 0.0)
+    return out
+
+
+def ceiling(raws: dict[str, RawScores], smooth: int = 5, decay: float = 0.0) -> str:
+    """The top-share ceiling of scripts/threshold_ceiling.py on these scores."""
+    best, by = [], {p: [] for p in (0.01, 0.02, 0.03, 0.05, 0.10)}
+    for r in raws.values():
+        t = np.nan_to_num(np.asarray(per_step(smooth_scores(r.test, smooth, decay), len(r.label)), float))
+        best.append(best_f1(t, r.label)[0])
+        for p in by:
+            by[p].append(f1_of(t > np.quantile(t, 1 - p), r.label))
+    mb = float(np.mean(best))
+    return " ".join(f"{p:.0%}:{np.mean(v) / mb:.2f}" for p, v in by.items())
+
+
+def protocol(folder: Path, work: Path, k: int, only: list[str] | None = None) -> None:
+    ents = list(load_folder(folder))
+    feats: Feat | dict[str, Feat] = {}
+    for e in ents:
+        with np.load(work / f"{e.name}.feat.npz") as d:
+            feats[e.name] = {key: d[key] for key in d.files}
+    names = only or list(variants())
+    combos: list[tuple[str, ...]] = [("zscore", "kpi_max"), ("nll", "kpi_max"), ("pvalue", "kpi_max")]
+    settings = grid()
+    jobs: list[tuple[str, dict[str, RawScores]]] = [(n, raws_for(ents, feats, n)) for n in names]
+    if only is None:
+        jobs += [("max(" + "+".join(c) + ")", raws_for(ents, feats, "", c)) for c in combos]
+    for label, raws in jobs:
+        res = leave_servers_out({label: raws}, {label: settings}, k)
+        for r in res:
+            print(
+                f"  {label:>22} fold {r.fold} ({r.held_out[0]}..{r.held_out[-1]}): {r.setting.label()}; "
+                f"chosen-on {r.chosen_on:.3f}; held-out best {r.mean('f1_best'):.3f} auto {r.mean('f1_auto'):.3f} "
+                f"ratio {r.mean('f1_auto') / r.mean('f1_best'):.2f}"
+            )
+        s = summary(res)[label]
+        print(
+            f"{label:>24} K={k}: F1 best {s['f1_best']:.3f} auto {s['f1_auto']:.3f} ratio {s['ratio']:.2f} "
+            f"P {s['precision']:.3f} R {s['recall']:.3f} | top-share ceiling {ceiling(raws)}",
+            flush=True,
+        )
+        if k == 3:
+            per = {n: o for r in res for n, o in r.per_server.items()}
+            print("    per server auto/best: " + " ".join(f"{n}:{per[n].f1_auto:.2f}/{per[n].f1_best:.2f}" for n in per))
+    _ = folds
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    cmd, folder, work = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    if cmd == "compute":
+        compute(folder, work, int(sys.argv[4]) if len(sys.argv) > 4 else 64)
+    elif cmd == "protocol":
+        protocol(folder, work, int(sys.argv[4]) if len(sys.argv) > 4 else 3, sys.argv[5].split(",") if len(sys.argv) > 5 else None)
+    else:
+        sys.exit(__doc__)
