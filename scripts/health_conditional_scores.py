@@ -1,8 +1,9 @@
 """Conditional-calibrated scores for the flow (issue 17): does scoring each step against the
 flow's own conditional samples put healthy scores on one scale across servers?
 
-    .venv/bin/python scripts/health_conditional_scores.py compute ../shared/data/anomaly/asd WORK [M]
-    .venv/bin/python scripts/health_conditional_scores.py protocol ../shared/data/anomaly/asd WORK [K]
+    .venv/bin/python scripts/health_conditional_scores.py compute ../shared/data/anomaly/asd WORK [M [SEED]]
+    .venv/bin/python scripts/health_conditional_scores.py noisy ../shared/data/anomaly/asd WORK
+    .venv/bin/python scripts/health_conditional_scores.py protocol ../shared/data/anomaly/asd WORK [K [SCORES]]
 
 `compute`: per server, trains the flow exactly as `sluice health eval --protocol
 leave-servers-out` does (default `DetectorConfig`, seed 0; the model is kept in WORK so a
@@ -11,6 +12,9 @@ the flow's conditional distribution given that window's history. Kept per window
 (WORK/NAME.feat.npz): the observed NLL, the samples' NLL mean and std, how many samples have
 an NLL at least the observed one, and each KPI's distance of the observed value from its
 samples' mean in units of their spread (what `detector.attribute` computes for one window).
+
+`noisy`: the observed windows' NLL averaged over 8 copies with the training's dequantisation
+noise added (WORK/NAME.noisy.npz; score `noisy_nll`).
 
 `protocol`: every score built from those features goes through the protocol's own machinery
 (`protocol.leave_servers_out` over `protocol.grid()`: smoothing x SPOT/DSPOT settings chosen
@@ -31,7 +35,7 @@ from sluice.health.detector import DetectorConfig, FlowDetector, smooth_scores
 from sluice.health.evaluation import Entity, load_folder
 from sluice.health.features import per_step, windows
 from sluice.health.metrics import best_f1, f1_of
-from sluice.health.protocol import FLOW, RawScores, folds, grid, leave_servers_out, summary
+from sluice.health.protocol import FLOW, RawScores, grid, leave_servers_out, summary
 
 
 def calibration_windows(det: FlowDetector, train: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,7 +52,9 @@ def calibration_windows(det: FlowDetector, train: np.ndarray) -> tuple[torch.Ten
 
 
 @torch.no_grad()
-def features(det: FlowDetector, hist: torch.Tensor, tgt: torch.Tensor, m: int, chunk: int = 256) -> dict[str, np.ndarray]:
+def features(
+    det: FlowDetector, hist: torch.Tensor, tgt: torch.Tensor, m: int, chunk: int = 256
+) -> dict[str, np.ndarray]:
     assert det.net is not None
     net = det.net
     net.eval()
@@ -68,7 +74,7 @@ def features(det: FlowDetector, hist: torch.Tensor, tgt: torch.Tensor, m: int, c
     return {k: np.concatenate(v).astype(np.float32) for k, v in out.items()}
 
 
-def compute(folder: Path, work: Path, m: int) -> None:
+def compute(folder: Path, work: Path, m: int, seed: int = 0) -> None:
     work.mkdir(parents=True, exist_ok=True)
     for ent in load_folder(folder):
         dest = work / f"{ent.name}.feat.npz"
@@ -80,7 +86,7 @@ def compute(folder: Path, work: Path, m: int) -> None:
         if model.exists():
             det = FlowDetector.load(model)
         else:
-            det = FlowDetector(DetectorConfig())
+            det = FlowDetector(DetectorConfig(seed=seed))
             det.fit(ent.train)
             det.save(model)
         t1 = time.perf_counter()
@@ -96,6 +102,33 @@ def compute(folder: Path, work: Path, m: int) -> None:
             **{f"test_{k}": v for k, v in tes.items()},
         )
         print(f"{ent.name}: fit/load {t1 - t0:.1f}s, sampling {time.perf_counter() - t1:.1f}s", flush=True)
+
+
+@torch.no_grad()
+def noisy_nll(det: FlowDetector, hist: torch.Tensor, tgt: torch.Tensor, copies: int = 8) -> np.ndarray:
+    """Mean NLL of `copies` copies of each window with the training's dequantisation noise
+    added to history and target: the observed value scored as the model was trained to see it."""
+    assert det.net is not None
+    det.net.eval()
+    sd = det.config.noise
+    total = np.zeros(len(hist), np.float64)
+    for _ in range(copies):
+        total += det._nll(hist + sd * torch.randn_like(hist), tgt + sd * torch.randn_like(tgt))
+    return (total / copies).astype(np.float32)
+
+
+def compute_noisy(folder: Path, work: Path) -> None:
+    for ent in load_folder(folder):
+        det = FlowDetector.load(work / f"{ent.name}.pt")
+        torch.manual_seed(4321)
+        ch, ct = calibration_windows(det, ent.train)
+        th, tt = det._windows(ent.test)
+        np.savez(
+            work / f"{ent.name}.noisy.npz",
+            calib_noisy_nll=noisy_nll(det, ch, ct),
+            test_noisy_nll=noisy_nll(det, th, tt),
+        )
+        print(f"{ent.name}: noisy NLL done", flush=True)
 
 
 # --- scores built from the features -------------------------------------------------------
@@ -156,7 +189,11 @@ def variants() -> dict[str, Callable[[Feat, str], np.ndarray]]:
 
         return -norm.logsf(zscore(f, p).astype(np.float64))
 
+    def noisy(f: Feat, p: str) -> np.ndarray:
+        return f[f"{p}_noisy_nll"]
+
     return {
+        "noisy_nll": noisy,
         "nll": nll,
         "kcal_max": kcal_max,
         "kcal_top2": kcal_top2,
@@ -170,18 +207,22 @@ def variants() -> dict[str, Callable[[Feat, str], np.ndarray]]:
     }
 
 
-def raws_for(ents: list[Entity], feats: dict[str, Feat], score: str, combine: tuple[str, ...] = ()) -> dict[str, RawScores]:
+def raws_for(ents: list[Entity], feats: dict[str, Feat], score: str) -> dict[str, RawScores]:
+    """`score`: a name of `variants()`, or `max:a+b` / `mean:a+b`: the named scores each put on
+    their healthy calibration scale (`_cal_scale`), then combined per window."""
     fns = variants()
     out: dict[str, RawScores] = {}
     for e in ents:
         f = feats[e.name]
-        if combine:
+        if ":" in score:
+            how, members = score.split(":")
             parts_c, parts_t = [], []
-            for name in combine:
+            for name in members.split("+"):
                 c, t = _cal_scale(fns[name](f, "calib").astype(np.float64), fns[name](f, "test").astype(np.float64))
                 parts_c.append(c)
                 parts_t.append(t)
-            calib, test = np.max(parts_c, axis=0), np.max(parts_t, axis=0)
+            pick = np.max if how == "max" else np.mean
+            calib, test = pick(parts_c, axis=0), pick(parts_t, axis=0)
         else:
             calib, test = fns[score](f, "calib"), fns[score](f, "test")
         out[e.name] = RawScores(e.name, FLOW, np.asarray(calib, np.float32), np.asarray(test, np.float32), e.label, 0.0)
@@ -202,17 +243,18 @@ def ceiling(raws: dict[str, RawScores], smooth: int = 5, decay: float = 0.0) -> 
 
 def protocol(folder: Path, work: Path, k: int, only: list[str] | None = None) -> None:
     ents = list(load_folder(folder))
-    feats: Feat | dict[str, Feat] = {}
+    feats: dict[str, Feat] = {}
     for e in ents:
         with np.load(work / f"{e.name}.feat.npz") as d:
             feats[e.name] = {key: d[key] for key in d.files}
-    names = only or list(variants())
-    combos: list[tuple[str, ...]] = [("zscore", "kpi_max"), ("nll", "kpi_max"), ("pvalue", "kpi_max")]
+        noisy_file = work / f"{e.name}.noisy.npz"
+        if noisy_file.exists():
+            with np.load(noisy_file) as d:
+                feats[e.name].update({key: d[key] for key in d.files})
+    names = only or [*variants(), "max:zscore+kpi_max", "max:nll+kpi_max", "max:pvalue+kpi_max"]
     settings = grid()
-    jobs: list[tuple[str, dict[str, RawScores]]] = [(n, raws_for(ents, feats, n)) for n in names]
-    if only is None:
-        jobs += [("max(" + "+".join(c) + ")", raws_for(ents, feats, "", c)) for c in combos]
-    for label, raws in jobs:
+    for label in names:
+        raws = raws_for(ents, feats, label)
         res = leave_servers_out({label: raws}, {label: settings}, k)
         for r in res:
             print(
@@ -228,8 +270,9 @@ def protocol(folder: Path, work: Path, k: int, only: list[str] | None = None) ->
         )
         if k == 3:
             per = {n: o for r in res for n, o in r.per_server.items()}
-            print("    per server auto/best: " + " ".join(f"{n}:{per[n].f1_auto:.2f}/{per[n].f1_best:.2f}" for n in per))
-    _ = folds
+            print(
+                "    per server auto/best: " + " ".join(f"{n}:{per[n].f1_auto:.2f}/{per[n].f1_best:.2f}" for n in per)
+            )
 
 
 if __name__ == "__main__":
@@ -237,8 +280,17 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     cmd, folder, work = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     if cmd == "compute":
-        compute(folder, work, int(sys.argv[4]) if len(sys.argv) > 4 else 64)
+        compute(
+            folder, work, int(sys.argv[4]) if len(sys.argv) > 4 else 64, int(sys.argv[5]) if len(sys.argv) > 5 else 0
+        )
+    elif cmd == "noisy":
+        compute_noisy(folder, work)
     elif cmd == "protocol":
-        protocol(folder, work, int(sys.argv[4]) if len(sys.argv) > 4 else 3, sys.argv[5].split(",") if len(sys.argv) > 5 else None)
+        protocol(
+            folder,
+            work,
+            int(sys.argv[4]) if len(sys.argv) > 4 else 3,
+            sys.argv[5].split(",") if len(sys.argv) > 5 else None,
+        )
     else:
         sys.exit(__doc__)
