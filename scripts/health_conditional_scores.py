@@ -3,6 +3,7 @@ flow's own conditional samples put healthy scores on one scale across servers?
 
     .venv/bin/python scripts/health_conditional_scores.py compute ../shared/data/anomaly/asd WORK [M [SEED]]
     .venv/bin/python scripts/health_conditional_scores.py noisy ../shared/data/anomaly/asd WORK
+    .venv/bin/python scripts/health_conditional_scores.py scale ../shared/data/anomaly/asd WORK [SCORES]
     .venv/bin/python scripts/health_conditional_scores.py protocol ../shared/data/anomaly/asd WORK [K [SCORES]]
 
 `compute`: per server, trains the flow exactly as `sluice health eval --protocol
@@ -15,6 +16,9 @@ samples' mean in units of their spread (what `detector.attribute` computes for o
 
 `noisy`: the observed windows' NLL averaged over 8 copies with the training's dequantisation
 noise added (WORK/NAME.noisy.npz; score `noisy_nll`).
+
+`scale`: per server, the share of healthy and of labelled test windows over the calibration
+windows' 99th percentile, for each score.
 
 `protocol`: every score built from those features goes through the protocol's own machinery
 (`protocol.leave_servers_out` over `protocol.grid()`: smoothing x SPOT/DSPOT settings chosen
@@ -241,16 +245,42 @@ def ceiling(raws: dict[str, RawScores], smooth: int = 5, decay: float = 0.0) -> 
     return " ".join(f"{p:.0%}:{np.mean(v) / mb:.2f}" for p, v in by.items())
 
 
+def load_feats(work: Path, name: str) -> Feat:
+    with np.load(work / f"{name}.feat.npz") as d:
+        f = {key: d[key] for key in d.files}
+    noisy_file = work / f"{name}.noisy.npz"
+    if noisy_file.exists():
+        with np.load(noisy_file) as d:
+            f.update({key: d[key] for key in d.files})
+    return f
+
+
+def scale(folder: Path, work: Path, names: list[str]) -> None:
+    """Does a score's healthy calibration carry over to the server's healthy test steps? Per
+    server: the share of healthy test windows over the calibration windows' 99th percentile
+    (1 % if the scale carries over) and of labelled windows over it (the recall it would buy),
+    unsmoothed."""
+    fns = variants()
+    for name in names:
+        fp, rc = [], []
+        for e in load_folder(folder):
+            f = load_feats(work, e.name)
+            c, t = fns[name](f, "calib"), fns[name](f, "test")
+            y = e.label[-len(t) :].astype(bool)
+            thr = np.quantile(c, 0.99)
+            fp.append(float(np.mean(t[~y] > thr)))
+            rc.append(float(np.mean(t[y] > thr)) if y.any() else float("nan"))
+        print(
+            f"{name:>12}: healthy test over calib q99 "
+            + " ".join(f"{v:.1%}" for v in fp)
+            + f" (median {np.median(fp):.1%}); labelled over it "
+            + " ".join(f"{v:.0%}" for v in rc)
+        )
+
+
 def protocol(folder: Path, work: Path, k: int, only: list[str] | None = None) -> None:
     ents = list(load_folder(folder))
-    feats: dict[str, Feat] = {}
-    for e in ents:
-        with np.load(work / f"{e.name}.feat.npz") as d:
-            feats[e.name] = {key: d[key] for key in d.files}
-        noisy_file = work / f"{e.name}.noisy.npz"
-        if noisy_file.exists():
-            with np.load(noisy_file) as d:
-                feats[e.name].update({key: d[key] for key in d.files})
+    feats = {e.name: load_feats(work, e.name) for e in ents}
     names = only or [*variants(), "max:zscore+kpi_max", "max:nll+kpi_max", "max:pvalue+kpi_max"]
     settings = grid()
     for label in names:
@@ -283,6 +313,8 @@ if __name__ == "__main__":
         compute(
             folder, work, int(sys.argv[4]) if len(sys.argv) > 4 else 64, int(sys.argv[5]) if len(sys.argv) > 5 else 0
         )
+    elif cmd == "scale":
+        scale(folder, work, sys.argv[4].split(",") if len(sys.argv) > 4 else ["nll", "excess", "zscore", "kpi_max"])
     elif cmd == "noisy":
         compute_noisy(folder, work)
     elif cmd == "protocol":
