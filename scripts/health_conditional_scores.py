@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.metrics import average_precision_score
 
 from sluice.health.detector import DetectorConfig, FlowDetector, smooth_scores
 from sluice.health.evaluation import Entity, load_folder
@@ -259,10 +260,10 @@ def scale(folder: Path, work: Path, names: list[str]) -> None:
     """Does a score's healthy calibration carry over to the server's healthy test steps? Per
     server: the share of healthy test windows over the calibration windows' 99th percentile
     (1 % if the scale carries over) and of labelled windows over it (the recall it would buy),
-    unsmoothed."""
+    unsmoothed; and the mean AUPRC of the per-step scores (smooth 5, decay 0): how well each orders."""
     fns = variants()
     for name in names:
-        fp, rc = [], []
+        fp, rc, ap = [], [], []
         for e in load_folder(folder):
             f = load_feats(work, e.name)
             c, t = fns[name](f, "calib"), fns[name](f, "test")
@@ -270,11 +271,14 @@ def scale(folder: Path, work: Path, names: list[str]) -> None:
             thr = np.quantile(c, 0.99)
             fp.append(float(np.mean(t[~y] > thr)))
             rc.append(float(np.mean(t[y] > thr)) if y.any() else float("nan"))
+            steps = np.nan_to_num(np.asarray(per_step(smooth_scores(t, 5, 0.0), len(e.label)), float))
+            ap.append(float(average_precision_score(e.label, steps)))
         print(
             f"{name:>12}: healthy test over calib q99 "
             + " ".join(f"{v:.1%}" for v in fp)
             + f" (median {np.median(fp):.1%}); labelled over it "
             + " ".join(f"{v:.0%}" for v in rc)
+            + f"; AUPRC (smooth 5) mean {np.mean(ap):.3f}"
         )
 
 
