@@ -315,6 +315,60 @@ def test_one_replicas_log_where_the_engine_keeps_one_per_replica(env: Env, monke
     assert env.client.get(url, params={"replica": 1}, headers=env.bob).status_code == 404
 
 
+def test_every_replicas_log_at_once_each_line_with_its_rank(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Ray a gang's plain log is rank 0's; a user had to ask for each rank in turn
+    (`--replica K`). `?all_replicas=true` gives every rank's lines, prefixed as the local
+    engine's one log has them; followed, the ranks' new lines as they come, whole."""
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    url = f"/v1/jobs/{job['id']}/logs"
+    one = env.engine.log_dir / f"{job['id']}.log"
+    one.write_text("[rank0] a\n[rank1] x\n")
+    # The local engine (and this fake) keeps one log with every replica in it: that log, as it is.
+    assert env.client.get(url, params={"all_replicas": "true"}, headers=env.alice).text == one.read_text()
+    ranks = [env.engine.log_dir / "r0.log", env.engine.log_dir / "r1.log"]
+    ranks[0].write_text("a\nb")  # rank 0 is mid-line
+    ranks[1].write_text("x\ny\n")
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: str(ranks[k]))
+    got = env.client.get(url, params={"all_replicas": "true"}, headers=env.alice).text
+    assert got == "[rank0] a\n[rank0] b\n[rank1] x\n[rank1] y\n"
+    got = env.client.get(url, params={"all_replicas": "true", "tail": 1}, headers=env.alice).text
+    assert got == "[rank0] b\n[rank1] y\n"
+    r = env.client.get(url, params={"all_replicas": "true", "replica": 1}, headers=env.alice)
+    assert r.status_code == 422 and r.json()["problems"][0]["field"] == "all_replicas", r.text
+    assert env.client.get(url, params={"all_replicas": "true"}, headers=env.bob).status_code == 404
+
+    env.plane.step()
+    attempt = env.plane.controller.book.get(job["id"]).attempt
+
+    def finish() -> None:
+        with ranks[0].open("a") as f:
+            f.write(" end\nc\n")  # rank 0's held line ends, whole
+        with ranks[1].open("a") as f:
+            f.write("z")  # rank 1 ends without a newline
+        env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, 0))
+        env.plane.step()
+
+    received = []
+    with env.client.stream("GET", url, params={"all_replicas": "true", "follow": "true"}, headers=env.alice) as r:
+        assert r.status_code == 200
+        finisher = None
+        for chunk in r.iter_text():
+            received.append(chunk)
+            if finisher is None:
+                finisher = threading.Thread(target=finish)
+                finisher.start()
+        assert finisher is not None
+        finisher.join()
+    lines = "".join(received).splitlines()
+    assert sorted(lines) == sorted(["[rank0] a", "[rank0] b end", "[rank0] c", "[rank1] x", "[rank1] y", "[rank1] z"])
+    assert lines.index("[rank0] a") < lines.index("[rank0] b end") < lines.index("[rank0] c")
+    with env.client.stream(
+        "GET", url, params={"all_replicas": "true", "follow": "true", "tail": 1}, headers=env.alice
+    ) as r:
+        assert "".join(r.iter_text()) == "[rank0] c\n[rank1] z\n"
+
+
 def test_progress_after_reports(env: Env) -> None:
     from sluice.model import JobProgress
 

@@ -81,11 +81,12 @@ def _scan_back(f: BinaryIO, lines: int, budget: int = MAX_LOG_BYTES) -> tuple[in
     return floor, seen + (1 if size > floor else 0)
 
 
-def segments(paths: list[Path], lines: int | None) -> list[Segment]:
+def segments(paths: list[Path], lines: int | None, budget: int = MAX_LOG_BYTES) -> list[Segment]:
     """What of a job's logs (oldest attempt's first, the current one last) a read returns:
-    the last `lines` lines of them all, or without `lines` their last MAX_LOG_BYTES."""
+    the last `lines` lines of them all, or without `lines` their last `budget` bytes (and
+    never more than that with them)."""
     out: list[Segment] = []
-    budget, need = MAX_LOG_BYTES, lines
+    need = lines
     for i, path in enumerate(reversed(paths)):
         try:
             with open(path, "rb") as f:
@@ -129,3 +130,48 @@ def pieces(parts: list[Segment]) -> Iterator[bytes]:
             yield chunk
         if s.newline:
             yield b"\n"
+
+
+LONGEST_LINE = 64 * 1024
+"""A replica's line longer than this (or one that never ends) is sent in prefixed pieces."""
+
+
+class LinePrefixer:
+    """Puts `prefix` before every line of one replica's output, fed in chunks as read.
+
+    For the all-replicas view of an engine that keeps a log per replica (Ray): each line goes
+    out whole, with its rank, so that lines of different replicas interleave without mixing,
+    as the local engine's shim writes them into its one log. A partial line is held until its
+    end arrives (at most LONGEST_LINE bytes, then it goes out in pieces)."""
+
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk
+        cut = data.rfind(b"\n") + 1
+        done, self._held = data[:cut], data[cut:]
+        out = [self.prefix + line + b"\n" for line in done[:-1].split(b"\n")] if done else []
+        while len(self._held) >= LONGEST_LINE:
+            out.append(self.prefix + self._held[:LONGEST_LINE] + b"\n")
+            self._held = self._held[LONGEST_LINE:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """The held partial line, ended (the replica's output is complete)."""
+        held, self._held = self._held, b""
+        return self.prefix + held + b"\n" if held else b""
+
+
+def prefixed(parts_by_rank: list[list[Segment]]) -> Iterator[bytes]:
+    """Each replica's segments (rank order), every line prefixed with `[rankK] `."""
+    for rank, parts in enumerate(parts_by_rank):
+        lines = LinePrefixer(f"[rank{rank}] ".encode())
+        for chunk in pieces(parts):
+            out = lines.feed(chunk)
+            if out:
+                yield out
+        tail = lines.flush()
+        if tail:
+            yield tail

@@ -202,6 +202,15 @@ def logs(
             "engine's one log prefixes each replica's lines with \\[rankK]).",
         ),
     ] = None,
+    all_replicas: Annotated[
+        bool,
+        typer.Option(
+            "--all-replicas",
+            help="Every replica's output of the newest attempt, each line prefixed \\[rankK] (on Ray, where "
+            "the plain view is rank 0's; with -f the ranks' lines as they come). The local engine's log "
+            "already is this view.",
+        ),
+    ] = False,
 ) -> None:
     """The job's output (stdout and stderr): all of it (its last 8 MiB), or the last --tail lines.
     On a terminal, control sequences other than colours are shown as escapes (--raw: as they are)."""
@@ -209,11 +218,12 @@ def logs(
     show = (lambda s: s) if keep else shown_log
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         if follow:
-            for chunk in client.follow_logs(job_id, tail=tail, raw=True, replica=replica):
+            chunks = client.follow_logs(job_id, tail=tail, raw=True, replica=replica, all_replicas=all_replicas)
+            for chunk in chunks:
                 sys.stdout.write(show(chunk))
                 sys.stdout.flush()
         else:
-            sys.stdout.write(show(client.logs(job_id, tail=tail, replica=replica)))
+            sys.stdout.write(show(client.logs(job_id, tail=tail, replica=replica, all_replicas=all_replicas)))
 
 
 def _on_terminal() -> bool:

@@ -260,20 +260,28 @@ class Client:
                 raise WaitTimeout(f"job {job_id} is still {job.phase} after {timeout_s:g}s", job)
             time.sleep(poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic())))
 
-    def logs(self, job_id: str, tail: int | None = None, replica: int | None = None) -> str:
+    def logs(
+        self, job_id: str, tail: int | None = None, replica: int | None = None, *, all_replicas: bool = False
+    ) -> str:
         """The job's output so far (its last 8 MiB), or its last `tail` lines; `replica`: only
-        that replica's, on an engine that keeps a log per replica (Ray)."""
-        params = {k: v for k, v in (("tail", tail), ("replica", replica)) if v is not None}
+        that replica's, on an engine that keeps a log per replica (Ray); `all_replicas`: every
+        replica's, each line prefixed [rankK]."""
+        params = _log_params(tail, replica, all_replicas)
         return str(self.request("GET", f"/v1/jobs/{_seg(job_id, _JOB)}/logs", params=params) or "")
 
     def follow_logs(
-        self, job_id: str, tail: int | None = None, *, raw: bool = False, replica: int | None = None
+        self,
+        job_id: str,
+        tail: int | None = None,
+        *,
+        raw: bool = False,
+        replica: int | None = None,
+        all_replicas: bool = False,
     ) -> Iterator[str]:
         """The job's output as it writes it, until it ends: lines without their newline (raw:
         text chunks as they arrive); with `tail`, starting from its last `tail` lines;
-        `replica` as for `logs`."""
-        params: dict[str, Any] = {"follow": "true"}
-        params |= {k: v for k, v in (("tail", tail), ("replica", replica)) if v is not None}
+        `replica` and `all_replicas` as for `logs`."""
+        params: dict[str, Any] = {"follow": "true", **_log_params(tail, replica, all_replicas)}
         return self._stream(f"/v1/jobs/{_seg(job_id, _JOB)}/logs", params, lines=not raw)
 
     def progress(self, job_id: str) -> Progress | None:
@@ -497,3 +505,10 @@ def _error(resp: httpx.Response) -> SluiceError:
     except ValueError:
         body = {"detail": resp.text.strip() or resp.reason_phrase}
     return from_response(resp.status_code, body, resp.reason_phrase)
+
+
+def _log_params(tail: int | None, replica: int | None, all_replicas: bool) -> dict[str, Any]:
+    params: dict[str, Any] = {k: v for k, v in (("tail", tail), ("replica", replica)) if v is not None}
+    if all_replicas:
+        params["all_replicas"] = "true"
+    return params

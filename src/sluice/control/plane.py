@@ -808,6 +808,17 @@ class ControlPlane:
         p = self.engine.replica_log(job_id, rank)
         return Path(p) if p else None
 
+    def replica_logs(self, caller: TenantRecord, job_id: str) -> list[Path | None] | None:
+        """Every replica's log of the job's newest attempt, rank order (None for a replica
+        that has none yet); None where the engine writes every replica into the job's one log
+        (the local engine: that log already is the all-replicas view)."""
+        job = self.get_job(caller, job_id)
+        if not getattr(self.engine, "logs_per_replica", False):
+            return None
+        world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
+        found = [self.engine.replica_log(job_id, rank) for rank in range(world)]
+        return [Path(p) if p else None for p in found]
+
     def earlier_logs(self, caller: TenantRecord, job_id: str) -> list[Path]:
         """Logs of the job's earlier attempts that `log_path` does not hold, oldest first
         (Ray: the nodes a moved job ran on before)."""

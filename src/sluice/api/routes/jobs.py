@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -23,6 +24,7 @@ from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
 from sluice.model import Phase
 from sluice.spec import JobSpec
+from sluice.spec.errors import FieldProblem, SpecError
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -201,9 +203,97 @@ async def _read_in_thread(parts: list[job_logs.Segment]) -> AsyncIterator[bytes]
     """The pieces of `parts`, each read in a worker thread: a log on a slow or hung file
     system (a Ray runs folder on NFS) then holds up its own response, not the event loop that
     serves every tenant's requests."""
-    it = job_logs.pieces(parts)
+    async for chunk in _next_in_thread(job_logs.pieces(parts)):
+        yield chunk
+
+
+async def _next_in_thread(it: Iterator[bytes]) -> AsyncIterator[bytes]:
     while (chunk := await to_thread.run_sync(next, it, None)) is not None:
         yield chunk
+
+
+def _as_text(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """UTF-8 text (invalid bytes replaced), a piece at a time."""
+
+    async def text() -> AsyncIterator[bytes]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        async for chunk in chunks:
+            yield decoder.decode(chunk).encode()
+        yield decoder.decode(b"", final=True).encode()
+
+    return text()
+
+
+def _all_replicas(
+    request: Request,
+    plane: ControlPlane,
+    caller: Any,
+    job_id: str,
+    logs: list[Path | None],
+    follow: bool,
+    tail: int | None,
+) -> Any:
+    """Every replica's log of the newest attempt, each line prefixed `[rankK] ` (engines with a
+    log per replica). Read: the replicas one after another, in rank order, each its share of
+    MAX_LOG_BYTES (or its last `tail` lines). Followed: then each replica's new lines as they
+    come, whole, so that ranks interleave as they write, until the job ends."""
+    release = _log_slot(request, caller.name)
+    if release is None:
+        return _too_many()
+    budget = max(job_logs.LOG_CHUNK, job_logs.MAX_LOG_BYTES // max(len(logs), 1))
+
+    def start() -> list[list[job_logs.Segment]]:
+        return [job_logs.segments([p], tail, budget) if p else [] for p in logs]
+
+    if not follow:
+
+        async def read() -> AsyncIterator[bytes]:
+            parts = await to_thread.run_sync(start)
+            async for chunk in _next_in_thread(job_logs.prefixed(parts)):
+                yield chunk
+
+        return _CountedStream(_as_text(read()), release)
+
+    async def stream() -> AsyncIterator[bytes]:
+        current = list(logs)
+        lines = [job_logs.LinePrefixer(f"[rank{k}] ".encode()) for k in range(len(current))]
+        pos = [0] * len(current)
+        if tail is not None:  # the tail of each as it is now, then what follows
+            for k, parts in enumerate(await to_thread.run_sync(start)):
+                pos[k] = parts[-1].end if parts else 0
+                async for chunk in _read_in_thread(parts):
+                    out = lines[k].feed(chunk)
+                    if out:
+                        yield out
+        attempt = None
+        while True:
+            job = await to_thread.run_sync(plane.get_job, caller, job_id)
+            # Where each replica logs is looked up again only when that can have changed (a
+            # new attempt, a replica not started yet): on Ray it is a search of the runs folder.
+            if job.attempt != attempt or None in current:
+                found = await to_thread.run_sync(plane.replica_logs, caller, job_id) or []
+                attempt = job.attempt
+            else:
+                found = current
+            for k, path in enumerate(found[: len(current)]):
+                if path != current[k]:  # a new attempt writes elsewhere: start that log
+                    current[k], pos[k] = path, 0
+                while current[k] is not None:
+                    chunk, pos[k] = await to_thread.run_sync(job_logs.read_from, current[k], pos[k])
+                    out = lines[k].feed(chunk)
+                    if out:
+                        yield out
+                    if len(chunk) < job_logs.LOG_CHUNK:
+                        break
+            if job.phase.terminal or await request.is_disconnected():
+                for held in lines:
+                    out = held.flush()
+                    if out:
+                        yield out
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
+
+    return _CountedStream(stream(), release)
 
 
 def _log_slot(request: Request, tenant: str) -> Callable[[], None] | None:
@@ -264,10 +354,25 @@ async def logs(
             "replica: Ray; the local engine's one log prefixes each replica's lines with [rankK]).",
         ),
     ] = None,
+    all_replicas: Annotated[
+        bool,
+        Query(
+            description="Every replica's output of the newest attempt, each line prefixed [rankK]: on engines "
+            "that keep a log per replica (Ray) the replicas in rank order, and followed, their lines as they "
+            "come. The local engine's one log already is that view and is returned as it is.",
+        ),
+    ] = False,
 ) -> Any:
     """The job's output (stdout and stderr), every attempt's, oldest first (a gang's: rank
-    0's, or `replica`'s). With follow=true the response streams until the job ends."""
+    0's, `replica`'s, or with `all_replicas` every rank's). With follow=true the response
+    streams until the job ends."""
     await to_thread.run_sync(_get, plane, caller, job_id)
+    if all_replicas:
+        if replica is not None:
+            raise SpecError([FieldProblem("all_replicas", "give replica or all_replicas, not both")])
+        per_rank = await to_thread.run_sync(plane.replica_logs, caller, job_id)
+        if per_rank is not None:
+            return _all_replicas(request, plane, caller, job_id, per_rank, follow, tail)
 
     def newest() -> Any:
         return plane.log_path(caller, job_id) if replica is None else plane.replica_log(caller, job_id, replica)
@@ -285,15 +390,7 @@ async def logs(
         except BaseException:
             release()
             raise
-
-        async def text() -> AsyncIterator[bytes]:
-            """UTF-8 text (invalid bytes replaced), a piece at a time."""
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            async for chunk in _read_in_thread(parts):
-                yield decoder.decode(chunk).encode()
-            yield decoder.decode(b"", final=True).encode()
-
-        return _CountedStream(text(), release)
+        return _CountedStream(_as_text(_read_in_thread(parts)), release)
 
     if replica is not None:
         await to_thread.run_sync(newest)  # a replica the job does not have: the 422 before streaming
