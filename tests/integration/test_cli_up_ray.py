@@ -126,6 +126,16 @@ def test_up_joins_a_ray_cluster_tracks_its_nodes_and_runs_a_job_there(
         eventually(lambda: phase(second) == "Succeeded", lambda: f"job {second}: {phase(second)}")
         assert phase(first) == "Succeeded"
 
+        # ... a gang's replicas each log on their node; --all-replicas reads them all, by rank
+        hi = {"name": "hi", "command": ["python", "-c", "import os; print('hi from', os.environ['RANK'])"]}
+        (tmp_path / "hi.json").write_text(json.dumps({**hi, "resources": {"cpu": 1, "replicas": {"min": 2}}}))
+        gang = sluice(home, "job", "submit", str(tmp_path / "hi.json")).stdout.strip()
+        eventually(lambda: phase(gang) == "Succeeded", lambda: f"job {gang}: {phase(gang)}")
+        every = sluice(home, "job", "logs", gang, "--all-replicas")
+        assert every.returncode == 0, every.stderr
+        assert "[rank0] hi from 0\n" in every.stdout and "[rank1] hi from 1\n" in every.stdout, every.stdout
+        assert "hi from 1" not in sluice(home, "job", "logs", gang).stdout  # the plain view is rank 0's
+
         # ... and a node that leaves is no longer usable
         cluster.remove_node(w2, allow_graceful=False)
         eventually(lambda: nodes(home).get("w2", {}).get("health") in (None, "Lost"), lambda: f"nodes: {nodes(home)}")
