@@ -369,6 +369,33 @@ def test_every_replicas_log_at_once_each_line_with_its_rank(env: Env, monkeypatc
         assert "".join(r.iter_text()) == "[rank0] c\n[rank1] z\n"
 
 
+def test_following_every_replica_picks_up_replicas_that_start_later(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica with no log yet (not started), and a gang resized to more replicas while
+    followed: their lines are followed too once their logs exist."""
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    env.plane.step()
+    attempt = env.plane.controller.book.get(job["id"]).attempt
+    logs = [env.engine.log_dir / f"r{k}.log" for k in range(3)]
+    logs[0].write_text("zero\n")
+    calls = []
+
+    def replica_logs(caller: object, job_id: str) -> list[Path | None]:
+        calls.append(job_id)
+        if len(calls) == 1:
+            return [logs[0], None]  # rank 1 has not started yet
+        for k in (1, 2):
+            logs[k].write_text(f"r{k}\n")
+        env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, 0))
+        env.plane.step()
+        return logs  # ... and the gang now runs three
+
+    monkeypatch.setattr(env.plane, "replica_logs", replica_logs)
+    url = f"/v1/jobs/{job['id']}/logs"
+    with env.client.stream("GET", url, params={"all_replicas": "true", "follow": "true"}, headers=env.alice) as r:
+        got = "".join(r.iter_text())
+    assert got == "[rank0] zero\n[rank1] r1\n[rank2] r2\n"
+
+
 def test_progress_after_reports(env: Env) -> None:
     from sluice.model import JobProgress
 

@@ -275,7 +275,11 @@ def _all_replicas(
                 attempt = job.attempt
             else:
                 found = current
-            for k, path in enumerate(found[: len(current)]):
+            for k in range(len(current), len(found)):  # resized to more replicas: follow theirs too
+                current.append(None)
+                lines.append(job_logs.LinePrefixer(f"[rank{k}] ".encode()))
+                pos.append(0)
+            for k, path in enumerate(found):
                 if path != current[k]:  # a new attempt writes elsewhere: start that log
                     current[k], pos[k] = path, 0
                 while current[k] is not None:
