@@ -85,7 +85,7 @@ from sluice.agent.node_cgroup import group_dirs, node_groups, remove_groups, war
 from sluice.agent.node_net import NodeNetV2
 from sluice.agent.node_owners import NodeOwners
 from sluice.agent.progress_record import progress_event, thin
-from sluice.agent.shim import CHILD_FILE, EXIT_FILE, process_start_ticks, write_json_atomic
+from sluice.agent.shim import CHILD_FILE, ENV_FILE, EXIT_FILE, process_start_ticks, shim_env, write_json_atomic
 from sluice.agent.tail import JsonlTail
 from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_dir, warm_as
 from sluice.data.cache import DatasetCache
@@ -400,10 +400,13 @@ class NodeAgent:
                 f"===== sluice: attempt {req.attempt} of {req.job_id} on {self.name} at "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
             )
+            write_json_atomic(adir / ENV_FILE, env)  # the job's, never the shim's own (shim.shim_env)
             shim_argv = [
                 sys.executable,
                 "-m",
                 "sluice.agent.shim",
+                "--env-file",
+                str(adir / ENV_FILE),
                 "--attempt-dir",
                 str(adir),
                 "--log",
@@ -424,8 +427,8 @@ class NodeAgent:
             ]
             popen = subprocess.Popen(
                 shim_argv,
-                env=env,
-                cwd=str(cwd),
+                env=shim_env(),
+                cwd="/",
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -60,6 +60,11 @@ from sluice.agent import landlock
 
 EXIT_FILE = "exit_code"
 CHILD_FILE = "child.json"
+ENV_FILE = "job-env.json"
+"""The job's environment, written by the agent into the attempt folder (the plane's, 0600) and
+removed by the shim once read: the shim itself runs as the plane's user in an environment of
+the plane's (`shim_env`), never the job's, whose PYTHONPATH, LD_PRELOAD, ... the tenant chose."""
+SHIM_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 GUARD_POLL_S = 0.2
 """How often the shim checks that its guard process is still there (seconds)."""
 LONGEST_LINE = 64 * 1024
@@ -159,6 +164,30 @@ def _join(procs_files: list[str], cpus: str | None) -> list[str]:
     return problems
 
 
+def shim_env() -> dict[str, str]:
+    """The environment the agent starts the shim in: the plane's own (a few variables of it),
+    with sluice importable by an absolute path, and no current folder on sys.path. The shim runs
+    as the plane's user (root under isolation) outside every fence, so nothing the tenant chose
+    may reach its interpreter: a spec's PYTHONPATH, or a workdir holding `sluice/` or
+    `argparse.py` (a `python -m` puts the current folder first on sys.path), or LD_PRELOAD, ran
+    the tenant's code as root (red team s22). The job's own environment goes by `--env-file`."""
+    env = {k: v for k, v in os.environ.items() if k in SHIM_ENV_KEEP}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent.parent)
+    env["PYTHONSAFEPATH"] = "1"
+    return env
+
+
+def read_job_env(path: Path) -> dict[str, str]:
+    """The job's environment from the agent's file (never a symlink), which is then removed."""
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)) as f:
+        data = json.load(f)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ValueError(f"{path}: not an environment")
+    return data
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="sluice-shim")
     p.add_argument("--attempt-dir", required=True, type=Path)
@@ -171,6 +200,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--unix-fence", action="store_true", help="a Landlock domain scoped to the job's own abstract Unix sockets"
     )
+    p.add_argument("--env-file", default=None, type=Path, help="the job's environment (JSON; removed once read)")
     p.add_argument("--cpus", default=None, help="comma-separated cores to pin to")
     p.add_argument("--header", default="", help="line written to the log before the job starts")
     p.add_argument("--prefix", default="", help="put this before every line of the job's output (a gang's rank)")
@@ -223,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
 
         user: dict[str, Any] = {"user": ns.uid, "group": ns.gid, "extra_groups": [], "umask": 0o077} if isolated else {}
         try:
+            env = read_job_env(ns.env_file) if ns.env_file is not None else None
+        except (OSError, ValueError) as err:
+            reason = f"could not read the job's environment: {err}"
+            log.write(tag + f"[sluice] {reason}\n".encode())
+            write_json_atomic(attempt_dir / EXIT_FILE, {"exit_code": 127, "time": time.time(), "reason": reason})
+            return 127
+        try:
             child = subprocess.Popen(
                 ns.command,
                 cwd=ns.cwd,
@@ -231,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 stderr=subprocess.STDOUT,
                 close_fds=True,
                 preexec_fn=in_child,
+                env=env,
                 **user,
             )
         except (OSError, subprocess.SubprocessError) as err:
