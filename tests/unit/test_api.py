@@ -1126,3 +1126,32 @@ def test_a_tenant_may_have_at_most_max_unfinished_jobs(tmp_path: Path) -> None:
             assert post(alice).status_code == 201  # an ended job makes room
     finally:
         plane.store.close()
+
+
+def test_all_replicas_of_a_gang_one_lookup_and_at_most_the_read_limit(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant may submit a gang of as many replicas as the engine allows (Ray: 256, at 0.01
+    CPU each): `?all_replicas=true` looks their logs up in one call to an engine that has
+    `replica_logs` (Ray: one listing of the runs folder, not one per rank), and one read of
+    them all returns at most MAX_LOG_BYTES of the logs (each rank had at least a LOG_CHUNK:
+    256 replicas read 16 MiB a request). Red team s22."""
+    from sluice.api import job_logs
+
+    monkeypatch.setattr(job_logs, "MAX_LOG_BYTES", 4 * job_logs.LOG_CHUNK)
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 0.1, "replicas": {"min": 8}}})
+    url = f"/v1/jobs/{job['id']}/logs"
+    paths = []
+    for k in range(8):
+        p = env.engine.log_dir / f"big-r{k}.log"
+        p.write_bytes((b"x" * 99 + b"\n") * 1024)  # 100 KiB a replica
+        paths.append(str(p))
+    one_by_one: list[int] = []
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: one_by_one.append(k))
+    monkeypatch.setattr(env.engine, "replica_logs", lambda jid, world: paths[:world], raising=False)
+    r = env.client.get(url, params={"all_replicas": "true"}, headers=env.alice)
+    assert r.status_code == 200 and one_by_one == []
+    ranks = {line.split(b"] ", 1)[0] for line in r.content.splitlines()}
+    sent = sum(len(line.split(b"] ", 1)[1]) + 1 for line in r.content.splitlines())  # without the prefixes
+    assert len(ranks) == 8 and 0 < sent <= job_logs.MAX_LOG_BYTES, sent

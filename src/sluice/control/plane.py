@@ -816,7 +816,8 @@ class ControlPlane:
         if not getattr(self.engine, "logs_per_replica", False):
             return None
         world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
-        found = [self.engine.replica_log(job_id, rank) for rank in range(world)]
+        many = getattr(self.engine, "replica_logs", None)  # one lookup for them all (Ray)
+        found = many(job_id, world) if many else [self.engine.replica_log(job_id, rank) for rank in range(world)]
         return [Path(p) if p else None for p in found]
 
     def earlier_logs(self, caller: TenantRecord, job_id: str) -> list[Path]:
