@@ -36,7 +36,7 @@ import psutil
 from sluice.agent.isolation import Isolation, IsolationUnavailable, detect_isolation, interpreter_problem
 from sluice.agent.netif import NetInterfaceUnavailable
 from sluice.agent.node_owners import NodeInUse
-from sluice.agent.uid_ranges import UidRangeClaim, UidRangeInUse, claim_uid_range
+from sluice.agent.uid_ranges import UidRangeClaim, UidRangeInUse, claim_uid_range, store_of
 from sluice.control.engine_record import EngineMismatch, EngineRecord, check_engine, write_record
 from sluice.engine.ray_connect import RayUnreachable
 from sluice.model import JobUser
@@ -298,10 +298,7 @@ def claim_tenant_uids(settings: Settings) -> UidRangeClaim:
     UidRangeInUse where another live plane's overlaps it."""
     if not isolation_status(settings).enabled:
         return UidRangeClaim(None)
-    from sqlalchemy.engine import make_url
-
-    store = make_url(settings.db_url).render_as_string(hide_password=True)
-    return claim_uid_range(settings.home, store, settings.job_uid_min, settings.job_uid_max)
+    return claim_uid_range(settings.home, store_of(settings.db_url), settings.job_uid_min, settings.job_uid_max)
 
 
 def _serve_locked(settings: Settings, home: Path) -> None:

@@ -64,6 +64,21 @@ def _alive(record: dict[str, object]) -> bool:
     return isinstance(pid, int) and isinstance(start, int) and process_start_ticks(pid) == start
 
 
+def store_of(db_url: str) -> str:
+    """The store a plane hands uids from, as records compare it: its URL without the password,
+    and an SQLite file by its absolute path. Two planes whose homes were given relative
+    (`SLUICE_HOME=h`) from different folders have URLs that read alike (`sqlite:///h/sluice.db`)
+    but two databases: compared as written, they passed as one store and so could share a range
+    (red team s22)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    path = url.database if url.get_backend_name() == "sqlite" else None
+    if path and path != ":memory:" and not path.startswith("file:"):
+        url = url.set(database=str(Path(path).resolve()))
+    return url.render_as_string(hide_password=True)
+
+
 def claim_uid_range(home: Path, store: str, lowest: int, highest: int, directory: Path = RANGES_DIR) -> UidRangeClaim:
     """Record that the plane of `home`, handing uids from `store`, uses `lowest..highest`;
     UidRangeInUse where a live plane of another store here overlaps it."""
