@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sluice.data.settings import CacheSettings
@@ -348,6 +348,14 @@ class Settings(BaseSettings):
             "(sluice/sim/models). Default: the shipped models.",
         ),
     ] = None
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _absolute_home(cls, home: Path) -> Path:
+        """A relative home (`SLUICE_HOME=h`) named different folders to the plane, its job
+        supervisors and its jobs, each resolving it against its own working folder: every job
+        failed to launch, and two planes started from different folders read as one store."""
+        return home.expanduser().absolute()
 
     @model_validator(mode="after")
     def _uid_range(self) -> Settings:

@@ -125,6 +125,30 @@ def test_up_submit_down_up_adopts_running_job(home: Path, tmp_path: Path) -> Non
     assert run(home, "down").returncode == 0
 
 
+def test_a_relative_home_runs_jobs(home: Path, tmp_path: Path) -> None:
+    """`SLUICE_HOME=home` from the folder that holds it: each process (the plane, the job's
+    supervisor, the job) resolved it against its own working folder, and every job failed to
+    launch with an empty log (red team s22)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
+    env["SLUICE_HOME"] = home.name
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([SLUICE, *args], env=env, cwd=home.parent, capture_output=True, text=True, timeout=120)
+
+    up = here("up", "--detach", "--port", "0", "--policy", "kube")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        spec = {"name": "rel", "command": ["python", "-c", "print('hello from a relative home')"]}
+        (tmp_path / "rel.json").write_text(json.dumps({**spec, "resources": {"cpu": 0.5}}))
+        sub = here("job", "submit", str(tmp_path / "rel.json"))
+        assert sub.returncode == 0, sub.stderr
+        job_id = sub.stdout.strip()
+        assert wait_for(home, job_id, {"Succeeded", "Failed"})["phase"] == "Succeeded", job(home, job_id)
+        assert "hello from a relative home" in here("job", "logs", job_id).stdout
+    finally:
+        assert here("down").returncode == 0
+
+
 def test_a_server_killed_between_recording_a_launch_and_making_it_recovers_the_job_once(
     home: Path, tmp_path: Path
 ) -> None:

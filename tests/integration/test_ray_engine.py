@@ -285,9 +285,15 @@ def cpu_limit_cores(pid: int) -> float | None:
 
 
 def cgroups_writable() -> bool:
-    from sluice.agent.cgroup import CgroupKind, detect_cgroups
+    """Asked at collection, under a probe root of its own, removed at once (with no root it made
+    the default root's groups, `sluice`, on the machine)."""
+    from sluice.agent.cgroup import CgroupKind, detect_cgroups, remove_root
 
-    return detect_cgroups().kind != CgroupKind.AFFINITY
+    root = f"sluice-probe-{os.getpid()}"
+    try:
+        return detect_cgroups(root=root).kind != CgroupKind.AFFINITY
+    finally:
+        remove_root(root)
 
 
 def node_of(ctl: Controller, job_id: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app
-from sluice.settings import SettingsError, load_settings
+from sluice.settings import Settings, SettingsError, load_settings
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,12 @@ def test_a_bad_key_in_settings_yaml_is_named_too(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("SLUICE_HOME", str(home))
     with pytest.raises(SettingsError, match=r"SLUICE_STOP_GRACE_S or `stop_grace_s` in .*settings.yaml: .*finite"):
         load_settings()
+
+
+def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SLUICE_HOME=h` named a different folder to each process that resolved it against its
+    own working folder (the plane, the job supervisors, the jobs): every job failed to launch."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SLUICE_HOME", "h")
+    assert Settings().home == tmp_path / "h"
+    assert Settings(home=Path("~/x")).home == Path.home() / "x"

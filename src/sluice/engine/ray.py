@@ -615,8 +615,12 @@ AGENT_SETTINGS = (
     "checkpoint_roots",
     "allow_source_hosts",
     "net_interface",
+    "gpu_fence",
+    "net_fence",
+    "unix_fence",
 )
-"""The settings fields that shape what a node agent does."""
+"""The settings fields that shape what a node agent does (the plane's win over a node's own
+SLUICE_* environment: without the fences here, a plane's `*_fence: off` was ignored on Ray)."""
 
 
 def agent_settings_from(settings: Settings) -> dict[str, Any]:
