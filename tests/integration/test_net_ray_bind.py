@@ -69,7 +69,8 @@ def veth() -> Iterator[str]:
 
 
 def _env(home: Path, iface: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "RAY_")) or k == "SLUICE_JOB_PYTHON"}
+    keep = ("SLUICE_JOB_PYTHON", "SLUICE_CGROUP_ROOT")  # the session's cgroup root (tests/conftest.py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "RAY_")) or k in keep}
     env |= {"SLUICE_HOME": str(home), "SLUICE_NET_INTERFACE": iface, "SLUICE_ENGINE": "ray"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH", "")) if p)
     return env
