@@ -60,6 +60,20 @@ def kill_runs(runs_dir: Path) -> None:
             continue
 
 
+def wait_exited(agent: Any, job_id: str, timeout_s: float = 60.0) -> Any:
+    """The JobExited of `job_id` from a NodeAgent's poll (a guard against hanging, not a timing
+    assertion)."""
+    from sluice.model import JobExited
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for e in agent.poll():
+            if isinstance(e, JobExited) and e.job_id == job_id:
+                return e
+        time.sleep(0.05)
+    pytest.fail(f"{job_id} did not end")
+
+
 def remove_cgroups(name: str) -> None:
     """rmdir the test's cgroup root in every hierarchy (v1 `cpu/<name>`, ..., and v2's
     `<name>` at the mount's top: a glob of `*/<name>` alone left those behind on a v2 host),

@@ -29,10 +29,10 @@ import pytest
 from sluice.agent import bpf_device
 from sluice.agent.gpu_fence import DeviceFence, FenceKind, FencePlan, FenceSupport, GpuDevice, GpuTable
 from sluice.agent.node_agent import NodeAgent
-from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.model import Allocation, JobUser, LaunchRequest
 from sluice.settings import Settings
 from sluice.spec import JobSpec
-from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.integration.conftest import kill_runs, remove_cgroups, wait_exited
 from tests.isolating import needs_root
 
 USER = JobUser(231_101, 231_101)
@@ -101,20 +101,10 @@ def agent(tmp_path: Path) -> Iterator[NodeAgent]:
     remove_cgroups(cgroup_root)
 
 
-def _exit(agent: NodeAgent, job_id: str) -> JobExited:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for e in agent.poll():
-            if isinstance(e, JobExited) and e.job_id == job_id:
-                return e
-        time.sleep(0.05)
-    pytest.fail(f"{job_id} did not end")
-
-
 def _probe(agent: NodeAgent, job_id: str, devices: Path, gpus: int) -> dict[str, Any]:
     spec = JobSpec(command=["python", "-c", PROBE, str(devices)])
     agent.launch(LaunchRequest(job_id, 1, "t", spec, Allocation.single("n0", gpus=gpus), "", run_as=USER))
-    ended = _exit(agent, job_id)
+    ended = wait_exited(agent, job_id)
     log = Path(agent.log_path(job_id)).read_text()
     assert ended.exit_code == 0, log
     line = next(ln for ln in log.splitlines() if ln.startswith("FENCE "))
@@ -287,7 +277,7 @@ def test_a_job_s_leftover_that_left_its_process_group_dies_with_the_attempt(agen
         pid_file = out / "pid"
         spec = JobSpec(command=["python", "-c", LEFTOVER, str(pid_file)])
         agent.launch(LaunchRequest("left", 1, "t", spec, Allocation.single("n0", gpus=1), "", run_as=USER))
-        assert _exit(agent, "left").exit_code == 0
+        assert wait_exited(agent, "left").exit_code == 0
         pid = int(pid_file.read_text())
         alive = Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
         if alive:
@@ -361,7 +351,7 @@ def test_a_restarted_agent_removes_the_fence_of_an_attempt_it_adopted(tmp_path: 
         off = settings.model_copy(update={"gpu_fence": "off"})
         second = NodeAgent("n0", settings.runs_dir, settings=off, gpus=["0", "1"], gpu_table=TABLE)
         assert second.fence.kind is FenceKind.NONE
-        assert _exit(second, "slow").exit_code == 0
+        assert wait_exited(second, "slow").exit_code == 0
         assert not group.exists()
     finally:
         (second or first).close()

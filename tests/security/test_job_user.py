@@ -9,7 +9,6 @@ import json
 import os
 import stat
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +26,11 @@ from sluice.agent.isolation import (
 )
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent
-from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.model import Allocation, JobUser, LaunchRequest
 from sluice.server import job_python_problem
 from sluice.settings import Settings
 from sluice.spec import JobSpec
-from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.integration.conftest import kill_runs, remove_cgroups, wait_exited
 from tests.isolating import needs_root
 
 USER = JobUser(231_001, 231_001)
@@ -62,23 +61,13 @@ def agent(tmp_path: Path) -> Iterator[NodeAgent]:
     remove_cgroups(cgroup_root)
 
 
-def _exit(agent: NodeAgent, job_id: str) -> JobExited:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for e in agent.poll():
-            if isinstance(e, JobExited) and e.job_id == job_id:
-                return e
-        time.sleep(0.05)
-    pytest.fail(f"{job_id} did not end")
-
-
 @needs_root
 def test_the_job_runs_as_its_tenant_uid_confined(agent: NodeAgent, tmp_path: Path) -> None:
     req = LaunchRequest(
         "probe", 1, "t", JobSpec(command=["python", "-c", PROBE]), Allocation.single("n0"), "", run_as=USER
     )
     agent.launch(req)
-    assert _exit(agent, "probe").exit_code == 0
+    assert wait_exited(agent, "probe").exit_code == 0
     log = Path(agent.log_path("probe")).read_text()
     got = json.loads(next(ln for ln in log.splitlines() if ln.startswith("PROBE ")).removeprefix("PROBE "))
     work = agent.job_dir("probe") / "work"
@@ -108,7 +97,7 @@ def test_a_program_the_job_uid_cannot_reach_is_refused_with_the_reason(agent: No
     req = LaunchRequest("hidden", 1, "t", JobSpec(command=[str(script)]), Allocation.single("n0"), "", run_as=USER)
     with pytest.raises(LaunchError, match=f"runs as uid {USER.uid} and cannot use"):
         agent.launch(req)
-    exited = _exit(agent, "hidden")
+    exited = wait_exited(agent, "hidden")
     assert exited.exit_code == 127 and str(private) in exited.reason
     assert exited.retryable is False  # the controller fails the job at once: a retry meets the same wall
 
@@ -192,7 +181,7 @@ def test_the_agent_never_hands_a_plane_folder_to_a_tenant_uid(agent: NodeAgent) 
         req = LaunchRequest("evil", k + 1, "t", spec, Allocation.single("n0"), folder, run_as=USER)
         with pytest.raises(LaunchError, match=r"checkpoint\.location: .*the plane never hands its own folders"):
             agent.launch(req)
-        exited = _exit(agent, "evil")
+        exited = wait_exited(agent, "evil")
         assert exited.retryable is False and "checkpoint.location" in exited.reason
     jdir = agent.job_dir("evil")
     for plane_dir in (agent.runs_dir, jdir, jdir / "attempt-1"):
@@ -204,7 +193,7 @@ def test_the_agent_never_hands_a_plane_folder_to_a_tenant_uid(agent: NodeAgent) 
     spec = JobSpec(command=["python", "-c", "pass"])
     ckpt = agent.job_dir("fine") / "ckpt"
     agent.launch(LaunchRequest("fine", 1, "t", spec, Allocation.single("n0"), str(ckpt), run_as=USER))
-    assert _exit(agent, "fine").exit_code == 0
+    assert wait_exited(agent, "fine").exit_code == 0
     assert (ckpt.stat().st_uid, stat.S_IMODE(ckpt.stat().st_mode)) == (USER.uid, 0o700)
     assert agent.job_dir("fine").stat().st_uid == os.geteuid()
 

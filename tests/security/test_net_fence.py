@@ -20,10 +20,10 @@ import pytest
 
 from sluice.agent.net_fence import TABLE_PREFIX, _nft, net_fence
 from sluice.agent.node_agent import NodeAgent
-from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.model import Allocation, JobUser, LaunchRequest
 from sluice.settings import Settings
 from sluice.spec import JobSpec
-from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.integration.conftest import kill_runs, remove_cgroups, wait_exited
 from tests.isolating import needs_root
 
 ALICE = JobUser(231_201, 231_201)
@@ -77,20 +77,10 @@ def _agent(settings: Settings) -> NodeAgent:
     return a
 
 
-def _exit(agent: NodeAgent, job_id: str) -> JobExited:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for e in agent.poll():
-            if isinstance(e, JobExited) and e.job_id == job_id:
-                return e
-        time.sleep(0.05)
-    pytest.fail(f"{job_id} did not end")
-
-
 def _connect(agent: NodeAgent, job_id: str, user: JobUser, shared: Path) -> str:
     spec = JobSpec(command=["python", "-c", CLIENT, str(shared)])
     agent.launch(LaunchRequest(job_id, 1, "t", spec, Allocation.single("n0"), "", run_as=user))
-    assert _exit(agent, job_id).exit_code == 0
+    assert wait_exited(agent, job_id).exit_code == 0
     log = Path(agent.log_path(job_id)).read_text()
     return next(ln for ln in log.splitlines() if ln.startswith("CONNECT ")).removeprefix("CONNECT ")
 
@@ -141,7 +131,7 @@ def test_a_tenant_s_job_cannot_connect_to_another_tenant_s_job(tmp_path: Path, s
         assert "fence:server.1" in rules and "fence:bob" not in rules, rules  # an ended attempt's went
     finally:
         agent.stop("server", 1, checkpoint=False)
-        _exit(agent, "server")
+        wait_exited(agent, "server")
         assert "fence:" not in _fence_rules(agent)
         table = agent.net_fence.table
         agent.close()
@@ -194,7 +184,7 @@ def test_a_tenant_s_dataset_warm_is_fenced_too(tmp_path: Path, shared: Path, mon
         assert _connect_outside(carol, shared) == "TimeoutError"
     finally:
         agent.stop("server", 1, checkpoint=False)
-        _exit(agent, "server")
+        wait_exited(agent, "server")
         agent.close()
         kill_runs(settings.runs_dir)
         remove_cgroups(cgroup_root)
@@ -220,7 +210,7 @@ def test_a_job_that_cannot_enter_its_fenced_group_does_not_run(
     try:
         spec = JobSpec(command=["python", "-c", "print('RAN', flush=True)"])
         agent.launch(LaunchRequest("j", 1, "t", spec, Allocation.single("n0"), "", run_as=BOB))
-        ended = _exit(agent, "j")
+        ended = wait_exited(agent, "j")
         log = Path(agent.log_path("j")).read_text()
         assert ended.exit_code == 127 and "RAN" not in log, log
         assert "could not enter the job's GPU fence or network fence" in log, log
@@ -269,12 +259,12 @@ def test_an_agent_closed_right_after_a_launch_leaves_the_job_fenced(tmp_path: Pa
         agent.launch(LaunchRequest("bob", 1, "t", spec, Allocation.single("n0"), "", run_as=BOB))
         agent.close()  # before bob's shim has entered its groups
         agent = _agent(settings)
-        _exit(agent, "bob")
+        wait_exited(agent, "bob")
         log = Path(agent.log_path("bob")).read_text()
         assert "CONNECT hi" not in log, log
     finally:
         agent.stop("server", 1, checkpoint=False)
-        _exit(agent, "server")
+        wait_exited(agent, "server")
         agent.close()
         kill_runs(settings.runs_dir)
         remove_cgroups(cgroup_root)
@@ -334,12 +324,12 @@ def test_a_protocol_nft_cannot_judge_by_socket_is_dropped_between_tenants(tmp_pa
             time.sleep(0.1)
         spec = JobSpec(command=["python", "-c", UDPLITE_CLIENT, str(shared)])
         agent.launch(LaunchRequest("bob", 1, "t", spec, Allocation.single("n0"), "", run_as=BOB))
-        assert _exit(agent, "bob").exit_code == 0
+        assert wait_exited(agent, "bob").exit_code == 0
         log = Path(agent.log_path("bob")).read_text()
         assert "CONNECT TimeoutError" in log, log
     finally:
         agent.stop("server", 1, checkpoint=False)
-        _exit(agent, "server")
+        wait_exited(agent, "server")
         agent.close()
         kill_runs(settings.runs_dir)
         remove_cgroups(cgroup_root)

@@ -21,10 +21,10 @@ import pytest
 
 from sluice.agent import landlock
 from sluice.agent.node_agent import NodeAgent
-from sluice.model import Allocation, JobExited, JobUser, LaunchRequest
+from sluice.model import Allocation, JobUser, LaunchRequest
 from sluice.settings import Settings
 from sluice.spec import JobSpec
-from tests.integration.conftest import kill_runs, remove_cgroups
+from tests.integration.conftest import kill_runs, remove_cgroups, wait_exited
 from tests.isolating import needs_root
 
 pytestmark = [
@@ -84,20 +84,10 @@ def settings(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Setting
     remove_cgroups(root)
 
 
-def _exit(agent: NodeAgent, job_id: str) -> JobExited:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for e in agent.poll():
-            if isinstance(e, JobExited) and e.job_id == job_id:
-                return e
-        time.sleep(0.05)
-    pytest.fail(f"{job_id} did not end")
-
-
 def _run(agent: NodeAgent, job_id: str, user: JobUser, script: str, arg: str, tag: str) -> str:
     agent.launch(LaunchRequest(job_id, 1, "t", JobSpec(command=["python", "-c", script, arg]),
                                Allocation.single("n0"), "", run_as=user))  # fmt: skip
-    assert _exit(agent, job_id).exit_code == 0, Path(agent.log_path(job_id)).read_text()
+    assert wait_exited(agent, job_id).exit_code == 0, Path(agent.log_path(job_id)).read_text()
     log = Path(agent.log_path(job_id)).read_text()
     return next(ln for ln in log.splitlines() if ln.startswith(f"{tag} ")).removeprefix(f"{tag} ")
 
@@ -129,7 +119,7 @@ def _attacks(settings: Settings) -> dict[str, str]:
         found["alice"] = _run(agent, "alice", ALICE, CLIENT, name, "CONNECT")
         found["snoop"] = _run(agent, "snoop", BOB, SNOOP, str(outside.pid), "SNOOP")
         agent.stop("server", 1, checkpoint=False)
-        _exit(agent, "server")
+        wait_exited(agent, "server")
         return found
     finally:
         outside.kill()

@@ -46,22 +46,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice.agent.cgroup import SYSFS_CGROUP
+from sluice.agent.node_net import _nft, delete_tables
 
 log = logging.getLogger(__name__)
 
 MARK_BIT = 0x80000000
 """The connection-mark bit that says "a sluice job's tenant is in the low bits"."""
 TABLE_PREFIX = "sluice_fence_"
-_NFT_TIMEOUT_S = 5.0
 _COMMENT = "fence:"
 TENANTS_MAP = "tenants"
 """uid → its tenant's mark, of every tenant the node has run a job or a cache helper for."""
 UIDS_CHAIN = "uids"
 PROTOS_CHAIN = "protos"
-
-
-def _nft(nft: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([nft, *args], input=stdin, capture_output=True, text=True, timeout=_NFT_TIMEOUT_S, check=True)
 
 
 def _root_prefix(root_dir: Path) -> str:
@@ -216,21 +212,7 @@ def drop_tables_under(root: str, sysfs: Path = SYSFS_CGROUP) -> list[str]:
     if nft is None:
         return []
     prefixes = tuple(_root_prefix(mount / root) for mount in (sysfs, sysfs / "unified"))
-    try:
-        listed = json.loads(_nft(nft, "-j", "list", "tables", "inet").stdout or "{}")
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return []
-    dropped = []
-    for item in listed.get("nftables", []):
-        name = str(item.get("table", {}).get("name", ""))
-        if not name.startswith(prefixes):
-            continue
-        try:
-            _nft(nft, "delete", "table", "inet", name)
-            dropped.append(name)
-        except (OSError, subprocess.SubprocessError):
-            continue
-    return dropped
+    return delete_tables(nft, lambda name: name.startswith(prefixes))
 
 
 def net_fence(node_group: Path | None, mount: Path | None, enabled: bool = True) -> NetFence:

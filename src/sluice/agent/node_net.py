@@ -46,7 +46,7 @@ import re
 import shutil
 import subprocess
 import zlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,17 +154,17 @@ def _delete_rule(nft: str, table: str, handle: int, chain: str = "out") -> bool:
     return True
 
 
-def clean_stale_tables(nft: str) -> list[str]:
-    """Delete `sluice_net_<pid>_*` tables whose agent process is gone (a killed run's)."""
+def delete_tables(nft: str, doomed: Callable[[str], bool]) -> list[str]:
+    """Delete the host's `inet` tables whose names `doomed` picks; the names deleted (a table
+    nft will not list or delete is skipped)."""
     try:
-        listed = _nft(nft, "-j", "list", "tables", "inet").stdout
-    except (OSError, subprocess.SubprocessError):
+        listed = json.loads(_nft(nft, "-j", "list", "tables", "inet").stdout or "{}")
+    except (OSError, subprocess.SubprocessError, ValueError):
         return []
     removed = []
-    for item in json.loads(listed or "{}").get("nftables", []):
-        name = item.get("table", {}).get("name", "")
-        m = re.fullmatch(rf"{TABLE_PREFIX}(\d+)_\d+", name)
-        if m is None or Path(f"/proc/{m.group(1)}").exists():
+    for item in listed.get("nftables", []):
+        name = str(item.get("table", {}).get("name", ""))
+        if not doomed(name):
             continue
         try:
             _nft(nft, "delete", "table", "inet", name)
@@ -172,6 +172,16 @@ def clean_stale_tables(nft: str) -> list[str]:
         except (OSError, subprocess.SubprocessError):
             continue
     return removed
+
+
+def clean_stale_tables(nft: str) -> list[str]:
+    """Delete `sluice_net_<pid>_*` tables whose agent process is gone (a killed run's)."""
+
+    def stale(name: str) -> bool:
+        m = re.fullmatch(rf"{TABLE_PREFIX}(\d+)_\d+", name)
+        return m is not None and not Path(f"/proc/{m.group(1)}").exists()
+
+    return delete_tables(nft, stale)
 
 
 def classid_major(node_dir: Path) -> int:
