@@ -100,7 +100,7 @@ def outside(devices: Path) -> dict[str, str]:
             os.close(os.open(devices / name, os.O_RDWR))
             got[name] = "open"
         except OSError as e:
-            got[name] = errno.errorcode[e.errno]
+            got[name] = errno.errorcode.get(e.errno or 0, str(e.errno))
     assert "EPERM" not in got.values(), got
     return got
 
@@ -230,7 +230,8 @@ def test_the_cgroup_v2_device_program_refuses_what_it_names(devices: Path) -> No
             check=True,
         ).stdout
         free = outside(devices)
-        assert dict(tuple(line.split()) for line in out.splitlines()) == {
+        seen = {name: answer for name, answer in (line.split() for line in out.splitlines())}
+        assert seen == {
             "nvidia-uvm": "EPERM",
             "nvidia0": free["nvidia0"],
             "nvidia1": "EPERM",
@@ -310,6 +311,7 @@ def test_a_job_s_leftover_that_left_its_process_group_dies_with_the_attempt(agen
             os.kill(pid, 9)
         assert not alive, "a process of the ended attempt still runs, inside its GPU fence"
         # v1: the attempt's devices group; v2: its own group, which holds the device program.
+        assert agent.settings.cgroup_root is not None
         assert _groups_named(agent.settings.cgroup_root, "left.1") == []
     finally:
         shutil.rmtree(out)
