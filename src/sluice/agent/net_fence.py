@@ -225,10 +225,15 @@ def net_fence(node_group: Path | None, mount: Path | None, enabled: bool = True)
                 _nft(nft, "delete", "table", "inet", table_name(node_group))
                 log.warning("network fence turned off: table %s deleted", table_name(node_group))
         return NetFence(missing="turned off (setting net_fence=off)")
-    if node_group is None or mount is None:
-        return NetFence(missing="jobs have no cgroup v2 group of their own (no v2 tree, or no nft)")
+    # nft first: without it the node's v2 network counters are not made either, and a v2-only
+    # host without nft read as "no v2 tree, or no nft" (session 23's GPU machine).
     if nft is None:
         return NetFence(missing="no nft command (apt-get install nftables)")
+    if node_group is None or mount is None:
+        return NetFence(
+            missing="jobs have no cgroup v2 group of their own (no v2 tree, or the node's v2 network "
+            "counters could not be made: the node's missing KPIs say why)"
+        )
     table = table_name(node_group)
     script = (
         f"add table inet {table}\n"
