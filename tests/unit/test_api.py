@@ -396,6 +396,43 @@ def test_following_every_replica_picks_up_replicas_that_start_later(env: Env, mo
     assert got == "[rank0] zero\n[rank1] r1\n[rank2] r2\n"
 
 
+def test_a_fast_replica_does_not_hold_the_others_lines_back(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team (s22): a followed all-replicas view read one replica's log until it had caught
+    up with it, so a replica that wrote faster than the server read kept the others' lines
+    waiting. Now each replica gets at most a round's share before the next one's turn."""
+    from sluice.api.job_logs import LOG_CHUNK
+    from sluice.api.routes.jobs import FOLLOW_CHUNKS_PER_ROUND
+
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    env.plane.step()
+    attempt = env.plane.controller.book.get(job["id"]).attempt
+    ranks = [env.engine.log_dir / "fast.log", env.engine.log_dir / "slow.log"]
+    share = FOLLOW_CHUNKS_PER_ROUND * LOG_CHUNK
+    ranks[0].write_bytes((b"x" * 1023 + b"\n") * (4 * share // 1024))
+    ranks[1].write_text("one\n")
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: str(ranks[k]))
+
+    def finish() -> None:
+        env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, 0))
+        env.plane.step()
+
+    url = f"/v1/jobs/{job['id']}/logs"
+    received, before, finisher = b"", None, None
+    with env.client.stream("GET", url, params={"all_replicas": "true", "follow": "true"}, headers=env.alice) as r:
+        for chunk in r.iter_bytes():
+            received += chunk
+            if before is None and b"[rank1] one\n" in received:
+                before = received.index(b"[rank1] one\n")
+                finisher = threading.Thread(target=finish)
+                finisher.start()
+    assert finisher is not None and before is not None
+    finisher.join()
+    # rank 1's line came after about one share of rank 0's (prefixes included), not all four
+    assert before < 2 * share, before
+    assert received.count(b"[rank0] ") == 4 * share // 1024  # and nothing of rank 0's was lost
+
+
 def test_progress_after_reports(env: Env) -> None:
     from sluice.model import JobProgress
 

@@ -30,6 +30,9 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 FOLLOW_POLL_S = 0.25
 """How often a followed log is checked for new bytes (s)."""
+FOLLOW_CHUNKS_PER_ROUND = 16
+"""A followed all-replicas view reads at most this many LOG_CHUNKs (1 MiB) of one replica's
+log before turning to the next replica's."""
 MAX_LOG_STREAMS_PER_TENANT = 16
 """Log responses (plain or followed) a tenant may have open at once; more is a 429. A followed
 log polls its job every FOLLOW_POLL_S for as long as the client stays, so without a bound one
@@ -281,23 +284,30 @@ def _all_replicas(
                 current.append(None)
                 lines.append(job_logs.LinePrefixer(f"[rank{k}] ".encode()))
                 pos.append(0)
+            behind = False  # a replica has more than one round's share unread: no pause
             for k, path in enumerate(found):
                 if path != current[k]:  # a new attempt writes elsewhere: start that log
                     current[k], pos[k] = path, 0
-                while current[k] is not None:
+                # At most FOLLOW_CHUNKS_PER_ROUND of one replica before the next one's turn: a
+                # replica that wrote faster than the server read held the loop on its rank, and
+                # the others' lines waited behind it (red team s22).
+                for _ in range(FOLLOW_CHUNKS_PER_ROUND if current[k] is not None else 0):
                     chunk, pos[k] = await to_thread.run_sync(job_logs.read_from, current[k], pos[k])
                     out = lines[k].feed(chunk)
                     if out:
                         yield out
                     if len(chunk) < job_logs.LOG_CHUNK:
                         break
-            if job.phase.terminal or await request.is_disconnected():
+                else:
+                    behind = behind or current[k] is not None
+            if await request.is_disconnected() or (job.phase.terminal and not behind):
                 for held in lines:
                     out = held.flush()
                     if out:
                         yield out
                 return
-            await asyncio.sleep(FOLLOW_POLL_S)
+            if not behind:
+                await asyncio.sleep(FOLLOW_POLL_S)
 
     return _CountedStream(stream(), release)
 
