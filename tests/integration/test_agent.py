@@ -20,7 +20,17 @@ import pytest
 from sluice.agent.cgroup import CgroupKind
 from sluice.agent.launchenv import LaunchError
 from sluice.agent.node_agent import NodeAgent
-from sluice.model import Allocation, Event, JobCheckpointed, JobExited, JobProgress, JobStarted, JobUsage, LaunchRequest
+from sluice.model import (
+    Allocation,
+    Event,
+    JobCheckpointed,
+    JobExited,
+    JobProgress,
+    JobStarted,
+    JobUsage,
+    LaunchRequest,
+    runfolder,
+)
 from sluice.settings import Settings
 from sluice.spec import JobSpec
 from tests.fake_clock import FakeClock
@@ -139,6 +149,12 @@ def test_stop_checkpoints_and_relaunch_resumes(agent: NodeAgent, tmp_path: Path)
     log = _log(agent, "ck")
     assert f"resumed at step {saved + 1}" in log
     assert "attempt 1 of ck" in log and "attempt 2 of ck" in log, "one log per job, a header per attempt"
+    # Where each attempt starts in the log, recorded before it wrote (api/job_logs.by_attempt
+    # puts a job that came back to a node in order by it): at its header.
+    index = (Path(agent.log_path("ck")).parent / runfolder.JOB_LOG_INDEX).read_text()
+    raw = Path(agent.log_path("ck")).read_bytes()
+    assert index == f"1 0\n2 {raw.index(b'===== sluice: attempt 2 of ck')}\n"
+    assert oct(os.stat(Path(agent.log_path("ck")).parent / runfolder.JOB_LOG_INDEX).st_mode & 0o777) == "0o600"
     last = [p for p in c.of(JobProgress, "ck") if p.attempt == 2][-1]
     assert last.metrics["total_steps"] == saved + 4 and last.loss == pytest.approx(1.0 / (saved + 4))
 
@@ -154,6 +170,7 @@ def test_nonzero_exit_and_bad_requests_are_reported(agent: NodeAgent, tmp_path: 
         agent.launch(LaunchRequest("missing", 1, "t1", spec, Allocation.single("n0"), str(tmp_path / "c")))
     gone = c.wait(JobExited, "missing")[0]
     assert gone.exit_code == 127 and "no-such-program-xyz" in gone.reason
+    assert (Path(agent.log_path("missing")).parent / runfolder.JOB_LOG_INDEX).read_text() == "1 0\n"
 
     spec = JobSpec(command=["python", LOOP], workdir=str(tmp_path / "nowhere"))
     with pytest.raises(LaunchError, match="workdir"):

@@ -28,6 +28,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from sluice.api import job_logs  # noqa: E402
 from sluice.control.controller import Controller  # noqa: E402
 from sluice.engine.ray import RayEngine  # noqa: E402
 from sluice.model import (  # noqa: E402
@@ -371,33 +372,43 @@ def test_migration_resumes_on_another_node_from_the_checkpoint(
     ray_cluster: RayTestCluster, plane: tuple[Controller, RayEngine, Scripted]
 ) -> None:
     ctl, engine, policy = plane
-    job = ctl.submit("t", toy(ray_cluster, 120, 0.05, interval_s=0.5, name="mover")).id
+    job = ctl.submit("t", toy(ray_cluster, 240, 0.05, interval_s=0.5, name="mover")).id
     run_until(ctl, lambda: ctl.book.get(job).phase == Phase.RUNNING and ctl.book.get(job).step >= 30, 60)
     src = node_of(ctl, job)
     dst = next(n for n in ("n1", "n2", "n3", "n0") if n != src)
     policy.moves[job] = dst
     run_until(ctl, lambda: ctl.book.get(job).attempt == 2 and ctl.book.get(job).phase == Phase.RUNNING, 60)
     assert node_of(ctl, job) == dst
-    run_until(ctl, lambda: ctl.book.get(job).phase.terminal, 60)
+    moved_at = ctl.book.get(job).step
+    # ... and back to the first node: its log then holds attempts 1 and 3, the other's 2.
+    run_until(ctl, lambda: ctl.book.get(job).step >= moved_at + 30, 60)
+    policy.moves[job] = src
+    run_until(ctl, lambda: ctl.book.get(job).attempt == 3 and ctl.book.get(job).phase == Phase.RUNNING, 60)
+    assert node_of(ctl, job) == src
+    run_until(ctl, lambda: ctl.book.get(job).phase.terminal, 90)
     assert ctl.book.get(job).phase == Phase.SUCCEEDED
 
     rows = steps_log(engine, job)
-    first = [s for a, s, _ in rows if a == 1]
-    second = [s for a, s, _ in rows if a == 2]
+    first, second, third = ([s for a, s, _ in rows if a == k] for k in (1, 2, 3))
     assert first[0] == 1 and first[-1] >= 30
-    # SIGTERM made attempt 1 checkpoint its last step; attempt 2 continues right after it
-    assert second[0] == first[-1] + 1
-    assert second[-1] == 120
+    # SIGTERM made each attempt checkpoint its last step; the next continues right after it
+    assert second[0] == first[-1] + 1 and third[0] == second[-1] + 1
+    assert third[-1] == 240
     assert max(t for a, _, t in rows if a == 1) < min(t for a, _, t in rows if a == 2)
     hints = engine.job_hints(job)
-    assert hints["ray_node"] == dst and hints["last_move_s"] > 0
-    # Attempt 1's log stays on its node's folder; `job logs` reads it before the newest one.
+    assert hints["ray_node"] == src and hints["last_move_s"] > 0
+    # Attempt 2's log stays on its node's folder; attempts 1 and 3 share the first node's.
     earlier = engine.earlier_logs(job)
-    assert len(earlier) == 1 and f"/nodes/{src}/" in earlier[0], earlier
+    assert len(earlier) == 1 and f"/nodes/{dst}/" in earlier[0], earlier
     current = engine.log_path(job)
-    assert current is not None and current not in earlier
-    text = "".join(Path(p).read_text() for p in [*earlier, current])
-    assert text.index(f"attempt 1 of {job}") < text.index(f"attempt 2 of {job}")
+    assert current is not None and current not in earlier and f"/nodes/{src}/" in current
+    # `job logs` reads them cut at each attempt's start (the agents' index), in attempt order:
+    # whole files, oldest write first, gave 2, then 1 and 3.
+    parts = job_logs.segments(job_logs.by_attempt([Path(p) for p in [*earlier, current]]), None)
+    text = b"".join(job_logs.pieces(parts)).decode()
+    heads = [text.index(f"attempt {k} of {job}") for k in (1, 2, 3)]
+    assert heads == sorted(heads), text[:2000]
+    assert text.count(f"attempt 1 of {job}") == 1
 
 
 def test_preempted_job_yields_its_node_and_resumes_from_its_checkpoint_on_another(

@@ -293,6 +293,36 @@ def test_logs_of_a_moved_job_carry_every_attempt_oldest_first(env: Env) -> None:
         assert "".join(r.iter_text()) == "step 30\nattempt 3 on n0\nstep 40\n"
 
 
+def test_a_job_back_on_a_node_it_ran_on_reads_in_attempt_order(env: Env) -> None:
+    """Node A ran attempts 1 and 3 of the job (one log), node B attempt 2: the agents' index
+    beside each log says where each attempt starts, and a read puts them in order (whole
+    files, oldest write first, gave 2 before 1 and 3)."""
+    from sluice.model.runfolder import JOB_LOG_INDEX
+
+    job = submit(env, env.alice)
+    env.plane.step()
+    attempt = env.plane.controller.book.get(job["id"]).attempt
+    a = env.engine.log_dir / f"{job['id']}.log"  # the newest attempt's node: A
+    a.write_text("attempt 1 on A\nstep 10\nattempt 3 on A\nstep 30\n")
+    third = len("attempt 1 on A\nstep 10\n")
+    (env.engine.log_dir / JOB_LOG_INDEX).write_text(f"1 0\n3 {third}\n")
+    (env.engine.log_dir / "b").mkdir()
+    b = env.engine.log_dir / "b" / "job.log"
+    b.write_text("attempt 2 on B\nstep 20\n")
+    (env.engine.log_dir / "b" / JOB_LOG_INDEX).write_text("2 0\n")
+    env.engine.earlier[job["id"]] = [str(b)]
+    url = f"/v1/jobs/{job['id']}/logs"
+    ordered = "attempt 1 on A\nstep 10\nattempt 2 on B\nstep 20\nattempt 3 on A\nstep 30\n"
+    assert env.client.get(url, headers=env.alice).text == ordered
+    assert env.client.get(url, params={"tail": 3}, headers=env.alice).text == "step 20\nattempt 3 on A\nstep 30\n"
+    env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, 0))
+    env.plane.step()
+    with env.client.stream("GET", url, params={"follow": "true"}, headers=env.alice) as r:
+        assert "".join(r.iter_text()) == ordered
+    with env.client.stream("GET", url, params={"follow": "true", "tail": 2}, headers=env.alice) as r:
+        assert "".join(r.iter_text()) == "attempt 3 on A\nstep 30\n"
+
+
 def test_one_replicas_log_where_the_engine_keeps_one_per_replica(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     """On Ray each replica of a gang logs on its node and `job logs` showed rank 0's only: a
     crash on rank 1 was out of the user's reach (walk 6). `?replica=K` reads rank K's."""

@@ -70,6 +70,7 @@ from sluice.agent.gpu_fence import (
 from sluice.agent.isolation import (
     PLANE_DIR_MODE,
     PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
     UnsafeFolder,
     confined_dir,
     launch_problem,
@@ -171,6 +172,26 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def note_attempt_start(log_file: Path, attempt: int) -> None:
+    """Record where `attempt`'s output starts in `log_file` (runfolder.JOB_LOG_INDEX beside it),
+    before anything of it is written: a read of a job that ran on a node twice, with another
+    node between, cuts that node's log there and puts its attempts in order. The plane's own
+    file (0600, never through a link); a record that cannot be written costs only the order."""
+    try:
+        offset = log_file.stat().st_size
+        fd = os.open(
+            log_file.with_name(runfolder.JOB_LOG_INDEX),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            PRIVATE_FILE_MODE,
+        )
+        try:
+            os.write(fd, f"{attempt} {offset}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as err:
+        log.warning("could not record where attempt %d starts in %s: %s", attempt, log_file, err)
 
 
 def _join_both(ctrl: CpuController, mem: MemoryController | None, node: tuple[str, ...] = ()) -> JoinSpec:
@@ -401,6 +422,7 @@ class NodeAgent:
                 f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({req.allocation.describe()}) ====="
             )
             write_json_atomic(adir / ENV_FILE, env)  # the job's, never the shim's own (shim.shim_env)
+            note_attempt_start(log_file, req.attempt)
             shim_argv = [
                 sys.executable,
                 "-m",
@@ -544,6 +566,7 @@ class NodeAgent:
         return mem
 
     def _fail_launch(self, req: LaunchRequest, adir: Path, log_file: Path, reason: str, retryable: bool) -> None:
+        note_attempt_start(log_file, req.attempt)
         with open(log_file, "a") as f:
             f.write(f"===== sluice: attempt {req.attempt} of {req.job_id} could not start: {reason}\n")
         write_json_atomic(adir / EXIT_FILE, {"exit_code": 127, "time": self.clock(), "reason": reason})

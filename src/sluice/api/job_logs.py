@@ -10,10 +10,12 @@ pass 5: 60 such clients took 700 MB).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from sluice.model.runfolder import JOB_LOG_INDEX
 
 MAX_LOG_BYTES = 8 * 1024 * 1024
 """A plain (not followed) log read returns at most this many trailing bytes."""
@@ -60,12 +62,15 @@ def tail_start(path: Path | str | None, lines: int) -> int:
         return 0
 
 
-def _scan_back(f: BinaryIO, lines: int, budget: int = MAX_LOG_BYTES) -> tuple[int, int]:
-    """tail_start on an open file, no further back than `budget` bytes from its end; and how
-    many lines lie from there to the end. Read backwards in blocks, so a long log costs only
-    what is returned. A final newline ends the last line; it starts none."""
-    size = f.seek(0, 2)
-    floor = max(0, size - budget)
+def _scan_back(
+    f: BinaryIO, lines: int, budget: int = MAX_LOG_BYTES, end: int | None = None, low: int = 0
+) -> tuple[int, int]:
+    """tail_start on an open file (or on its bytes [low, end)), no further back than `budget`
+    bytes from the end; and how many lines lie from there to the end. Read backwards in
+    blocks, so a long log costs only what is returned. A final newline ends the last line; it
+    starts none."""
+    size = f.seek(0, 2) if end is None else end
+    floor = max(low, size - budget)
     pos, seen = size, 0
     while pos > floor:
         step = min(_TAIL_BLOCK, pos - floor)
@@ -81,29 +86,97 @@ def _scan_back(f: BinaryIO, lines: int, budget: int = MAX_LOG_BYTES) -> tuple[in
     return floor, seen + (1 if size > floor else 0)
 
 
-def segments(paths: list[Path], lines: int | None, budget: int = MAX_LOG_BYTES) -> list[Segment]:
-    """What of a job's logs (oldest attempt's first, the current one last) a read returns:
-    the last `lines` lines of them all, or without `lines` their last `budget` bytes (and
-    never more than that with them)."""
+def segments(paths: Sequence[Path | Segment], lines: int | None, budget: int = MAX_LOG_BYTES) -> list[Segment]:
+    """What of a job's logs (oldest attempt's first, the current one last; whole files, or
+    the pieces of them `by_attempt` cut) a read returns: the last `lines` lines of them all,
+    or without `lines` their last `budget` bytes (and never more than that with them)."""
     out: list[Segment] = []
     need = lines
-    for i, path in enumerate(reversed(paths)):
+    for i, part in enumerate(reversed(paths)):
+        path = part.path if isinstance(part, Segment) else part
         try:
             with open(path, "rb") as f:
                 size = f.seek(0, 2)
-                start, found = (max(0, size - budget), 0) if need is None else _scan_back(f, need, budget)
+                low, end = (part.start, min(part.end, size)) if isinstance(part, Segment) else (0, size)
+                if end <= low:
+                    continue
+                start, found = (
+                    (max(low, end - budget), 0) if need is None else _scan_back(f, need, budget, end=end, low=low)
+                )
                 last = b""
-                if i > 0 and size > start:
-                    f.seek(size - 1)
+                if i > 0 and end > start:
+                    f.seek(end - 1)
                     last = f.read(1)
         except FileNotFoundError:
             continue
-        out.append(Segment(path, start, size, newline=i > 0 and size > start and last != b"\n"))
-        budget -= size - start
+        out.append(Segment(path, start, end, newline=i > 0 and end > start and last != b"\n"))
+        budget -= end - start
         need = None if need is None else need - found
         if budget <= 0 or (need is not None and need <= 0):
             break
     return out[::-1]
+
+
+MAX_INDEX_BYTES = 1 << 20
+"""Most of a log's attempt index read (a line per attempt: tens of thousands of attempts)."""
+
+
+def attempt_starts(path: Path) -> dict[int, int] | None:
+    """Where each attempt's output starts in the log at `path` (runfolder.JOB_LOG_INDEX, the
+    agent's record beside it; the first record of an attempt, as a gang's replicas each
+    add one), or None for a log with no index (written before there was one)."""
+    try:
+        with open(path.with_name(JOB_LOG_INDEX), "rb") as f:
+            text = f.read(MAX_INDEX_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    starts: dict[int, int] = {}
+    for line in text.splitlines():
+        attempt, _, offset = line.partition(b" ")
+        if attempt.isdigit() and offset.isdigit():
+            starts.setdefault(int(attempt), int(offset))
+    return starts
+
+
+def attempt_start(path: Path | None, attempt: int) -> int | None:
+    """Where `attempt` starts in the log at `path`: a followed job that moved on to a node it
+    ran on before is read from there, not from the start (which repeated the earlier
+    attempts' output). 0 for a log with no index; None while the attempt has no record there
+    yet (it has written nothing there: the record comes before its first byte)."""
+    if path is None:
+        return 0
+    starts = attempt_starts(path)
+    return 0 if starts is None else starts.get(attempt)
+
+
+def by_attempt(paths: list[Path]) -> list[Segment]:
+    """The job's logs (the nodes it ran on, oldest write first) cut where each attempt starts
+    and put in attempt order. A job that moved from node A to B and back to A has attempts 1
+    and 3 in A's log and 2 in B's: read whole, oldest file first, they came out 2, 1, 3. Logs
+    without an index (written before there was one) stay whole files, in the order given."""
+    index = [attempt_starts(p) for p in paths] if len(paths) > 1 else [None]
+    keyed: list[tuple[tuple[int, int, int], Segment]] = []
+    for order, path in enumerate(paths):
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            continue
+        starts = index[order] if None not in index else None
+        cuts = sorted((offset, attempt) for attempt, offset in (starts or {}).items() if offset < size)
+        if not cuts or cuts[0][0] > 0:  # no index, or output from before the first record
+            cuts.insert(0, (0, cuts[0][1] if cuts else 0))
+        for k, (offset, attempt) in enumerate(cuts):
+            end = cuts[k + 1][0] if k + 1 < len(cuts) else size
+            if end > offset:
+                keyed.append(((attempt, order, offset), Segment(path, offset, end)))
+    keyed.sort(key=lambda kv: kv[0])
+    parts = [s for _, s in keyed]
+    # A piece that does not end its last line (an attempt cut off mid-line) is owed a line
+    # break, so the next piece's header starts a line of its own; the last piece is not.
+    return [
+        Segment(s.path, s.start, s.end, newline=k + 1 < len(parts) and read_from(s.path, s.end - 1, 1)[0] != b"\n")
+        for k, s in enumerate(parts)
+    ]
 
 
 def whole(paths: list[Path]) -> list[Segment]:

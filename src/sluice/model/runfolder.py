@@ -11,6 +11,10 @@ from __future__ import annotations
 
 JOB_LOG = "job.log"
 """The job's log, appended by the plane across attempts (a file)."""
+JOB_LOG_INDEX = "job.log.attempts"
+"""Where each attempt's output starts in the log beside it: lines `<attempt> <byte offset>`,
+appended by the agent before the attempt writes. A job moved back to a node it ran on has
+attempts 1 and 3 in that node's log and 2 in another's; this is how a read puts them in order."""
 WORK_DIR = "work"
 """The job's default working folder and HOME: its uid's, so the plane makes nothing in it."""
 ATTEMPT_PREFIX = "attempt-"
@@ -28,6 +32,8 @@ def plane_name(name: str) -> str | None:
     job's checkpoints (the default `checkpoints` is the job's own)."""
     if name == JOB_LOG:
         return "the job's log, written by the plane"
+    if name == JOB_LOG_INDEX:
+        return "the plane's index of the job's log (where each attempt starts)"
     if name == WORK_DIR:
         return "the job's working folder (the plane makes nothing inside it)"
     if name.startswith(ATTEMPT_PREFIX):

@@ -401,8 +401,12 @@ async def logs(
         release = _log_slot(request, caller.name)
         if release is None:
             return _too_many()
+
+        def read_parts() -> list[job_logs.Segment]:
+            return job_logs.segments(job_logs.by_attempt([*earlier, *([path] if path else [])]), tail)
+
         try:
-            parts = await to_thread.run_sync(job_logs.segments, [*earlier, *([path] if path else [])], tail)
+            parts = await to_thread.run_sync(read_parts)
         except BaseException:
             release()
             raise
@@ -420,17 +424,20 @@ async def logs(
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
             path = await to_thread.run_sync(newest)
             if first:  # what the earlier attempts wrote on other nodes (Ray), then this one's log
-                now = [*earlier, *([path] if path else [])]
+                now = await to_thread.run_sync(job_logs.by_attempt, [*earlier, *([path] if path else [])])
+                # Followed from where the log stands now (the newest attempt is the last piece).
+                pos = max((s.end for s in now if s.path == path), default=0)
                 if tail is not None:  # the tail of it all as it is now, then what follows
                     parts = await to_thread.run_sync(job_logs.segments, now, tail)
-                    pos = parts[-1].end if parts and path and parts[-1].path == path else 0
                 else:
-                    parts = await to_thread.run_sync(job_logs.whole, earlier)
+                    parts = now
                 async for chunk in _read_in_thread(parts):
                     yield chunk
                 current, first = path, False
-            elif path != current:  # a new attempt may write elsewhere
-                current, pos = path, 0
+            elif path != current:  # a new attempt writes elsewhere: from where it starts there
+                start = await to_thread.run_sync(job_logs.attempt_start, path, job.attempt)
+                if start is not None:  # else it has written nothing there yet
+                    current, pos = path, start
             # Read after looking at the phase: a job that has ended has written all it will.
             while True:
                 chunk, pos = await to_thread.run_sync(job_logs.read_from, current, pos)
