@@ -7,7 +7,9 @@ each as a PASS/FAIL line, exiting 1 on any failure:
 - the plane finds the machine's GPUs with no CUDA_VISIBLE_DEVICES set, and the nodes offer them;
 - two `gpus: 1` example jobs (mlp, cnn) each train on `cuda:0` and succeed, and never hold
   the same GPU at once where the machine has only one;
-- the DDP example with one replica and one GPU talks NCCL and succeeds;
+- the DDP example with one replica and one GPU talks NCCL and succeeds; on a machine of two
+  GPUs or more, also a gang of two replicas, a GPU each (NCCL across two GPU fences and two
+  Landlock domains);
 - a job without `gpus` sees no GPU (`CUDA_VISIBLE_DEVICES` empty, torch finds none);
 - a job asking for more GPUs than any node has is refused or left queued, saying why;
 - the node's GPU utilisation reaches `/metrics` (`sluice_node_kpi{kpi="gpu0_util_pct"}`).
@@ -104,6 +106,13 @@ def run_checks(home: Path, n_gpus: int, steps: int) -> int:
             "import torch\nprint('fenced', got, 'cuda', torch.cuda.is_available(), flush=True)\n"
         )
         fenced = c.submit(job("no-gpu-attack", [py, "-c", attack], 0)).id
+        gang = None
+        if n_gpus >= 2:  # two replicas of one gang, a GPU each, NCCL between them, each in its own
+            # GPU fence and Landlock domain (the Unix-socket fence): NCCL's P2P transport passes
+            # handles over an abstract socket, so it should fall back to shared memory or sockets.
+            spec = job("ddp-gang", [py, "ddp.py", "--steps", "300", "--width", "256"], 1)
+            spec["resources"]["replicas"] = {"min": 2, "max": 2}
+            gang = c.submit(spec).id
         try:
             big = c.submit(job("too-many-gpus", [py, "-c", "pass"], n_gpus + 1))
             time.sleep(5)
@@ -116,6 +125,8 @@ def run_checks(home: Path, n_gpus: int, steps: int) -> int:
         peak: dict[str, float] = {}
         deadline = time.time() + 420
         ids = {"mlp": mlp, "cnn": cnn, "ddp": ddp, "no-gpu": cpu, "no-gpu-attack": fenced}
+        if gang is not None:
+            ids["ddp-gang"] = gang
         while time.time() < deadline:
             states = {k: c.job(v) for k, v in ids.items()}
             for line in str(admin.request("GET", "/metrics")).splitlines():
@@ -135,6 +146,8 @@ def run_checks(home: Path, n_gpus: int, steps: int) -> int:
                 check("training on cuda:0 (" in log, f"{k} trained on the GPU")
             if k == "ddp":
                 check("on cuda:0 (nccl)" in log, "ddp used NCCL on the GPU")
+            if k == "ddp-gang":
+                check("world 2 on cuda:0 (nccl)" in log, "a two-replica gang ran NCCL across its fences")
             if k == "no-gpu":
                 check("visible '' cuda False" in log, "a job without gpus sees none")
             if k == "no-gpu-attack":
