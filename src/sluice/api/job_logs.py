@@ -179,19 +179,6 @@ def by_attempt(paths: list[Path]) -> list[Segment]:
     ]
 
 
-def whole(paths: list[Path]) -> list[Segment]:
-    """Every byte of each file, as a follower that asked for no tail receives them."""
-    out = []
-    for p in paths:
-        try:
-            size = p.stat().st_size
-        except FileNotFoundError:
-            continue
-        if size:
-            out.append(Segment(p, 0, size, newline=not read_from(p, size - 1, 1)[0].endswith(b"\n")))
-    return out
-
-
 def pieces(parts: list[Segment]) -> Iterator[bytes]:
     """The segments' bytes, LOG_CHUNK at a time (a file that shrank ends its segment early)."""
     for s in parts:
