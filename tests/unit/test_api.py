@@ -867,7 +867,7 @@ def test_jobs_query_errors_are_invalid_request_and_spec_errors_invalid_spec(env:
         ("disk\nn0 -> Healthy: forged", "control characters"),
         ("\x1b[31mred\x1b[0m", "control characters"),
         ("a\u2028b", "control characters"),
-        (5, "string"),
+        (5, "expected text, got the number 5"),
     ],
 )
 def test_a_cordon_reason_is_one_line_of_text(env: Env, reason: Any, words: str) -> None:

@@ -205,3 +205,53 @@ def test_good_names_and_an_empty_cohort_still_read() -> None:
     assert parse_job_spec({"command": ["x"], "name": " a.b_c-9 "}).name == "a.b_c-9"
     assert parse_model(TenantSpec, {"name": "a" * 63}).name == "a" * 63
     assert parse_model(QueuePatch, {"cohort": ""}).cohort == ""
+
+
+# --------------------------------------------------------------------------- words a user reads
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        # pydantic said `Input should be a valid dictionary or instance of CpuRange`: a class name.
+        (
+            {"resources": {"cpu": "two"}},
+            "resources.cpu",
+            "expected a number of cores or {min, max}, got the text 'two'",
+        ),
+        (
+            {"resources": {"cpu": "500m"}},
+            "resources.cpu",
+            "Kubernetes quantity (millicores), which sluice does not read: write 0.5",
+        ),
+        (
+            {"resources": {"replicas": 2}},
+            "resources.replicas",
+            "expected a mapping (fields: min, max, batch, global_batch), got the number 2",
+        ),
+        (
+            {"checkpoint": 30},
+            "checkpoint",
+            "expected a mapping (fields: interval_s, keep, location), got the number 30",
+        ),
+        ({"datasets": ["digits"]}, "datasets.0", "expected a mapping (fields: name, access), got the text 'digits'"),
+        ({"env": {"LR": 0.01}}, "env.LR", 'expected text, got the number 0.01: quote it ("0.01")'),
+    ],
+)
+def test_type_errors_say_what_was_expected_and_what_was_given(data: dict, field: str, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_spec({"command": ["x"], **data})
+    assert any(p.field == field and words in p.problem for p in info.value.problems), info.value
+    assert "instance of" not in str(info.value)
+
+
+@pytest.mark.parametrize(("cpu", "cores"), [("2", 2.0), ("0.5", 0.5), (" 1.5 ", 1.5)])
+def test_cpu_shorthand_reads_a_number_written_as_text(cpu: str, cores: float) -> None:
+    # A spec reads "2" as 2 wherever a number goes; `cpu: "0.5"` was refused as not a mapping.
+    assert parse_job_spec({"command": ["x"], "resources": {"cpu": cpu}}).resources.cpu.min == cores
+
+
+def test_an_empty_spec_file_says_it_is_empty() -> None:
+    # It said `expected a mapping, got NoneType`.
+    with pytest.raises(SpecError, match="the spec is empty"):
+        parse_job_spec(load_yaml_text(""))

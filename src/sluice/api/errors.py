@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sluice.control.errors import Conflict, ControlError, Forbidden, NotFound, TooBusy, Unauthorized, Unavailable
 from sluice.spec import SpecError
+from sluice.spec.loading import problem_words
 
 _STATUS: list[tuple[type[ControlError], int, str]] = [
     (Unauthorized, 401, "unauthorized"),
@@ -39,16 +40,11 @@ def problem_list(errors: list[Any]) -> list[dict[str, str]]:
             where, loc = loc[0], loc[1:]
         else:
             where = "body"
-        kind = e.get("type", "")
-        msg = str(e.get("msg", "invalid"))
-        if kind == "extra_forbidden":
-            msg = "unknown field"
-        elif kind == "missing":
-            msg = "required field is missing"
-        elif kind == "json_invalid":
-            msg = f"not valid JSON: {e.get('ctx', {}).get('error', msg)}"
+        if e.get("type") == "json_invalid":
+            msg = f"not valid JSON: {e.get('ctx', {}).get('error', e.get('msg', 'invalid'))}"
             loc = []
-        msg = msg.removeprefix("Value error, ")
+        else:
+            msg = problem_words(e)
         out.append({"field": ".".join(loc) or f"({where})", "problem": msg})
     return out
 

@@ -35,6 +35,10 @@ class _Strict(SpecModel):
     """Every spec part: see SpecModel (unknown fields, finite floats, storable strings)."""
 
 
+_MILLICORES = re.compile(r"[0-9]+m")
+"""`500m`: Kubernetes' way of writing half a core."""
+
+
 class CpuRange(_Strict):
     """CPU cores a job may use. `min` is guaranteed (request); `max` is the ceiling (limit)."""
 
@@ -111,11 +115,24 @@ class Resources(_Strict):
     @field_validator("cpu", mode="before")
     @classmethod
     def _cpu_shorthand(cls, v: object) -> object:
-        # `cpu: 2` means a request of 2 cores with no explicit ceiling.
+        # `cpu: 2` means a request of 2 cores with no explicit ceiling; `cpu: "2"` too, as a
+        # spec reads "2" as 2 wherever a number goes.
         if isinstance(v, bool):
             raise ValueError(f"expected a number of cores or {{min, max}}, not {str(v).lower()}")
         if isinstance(v, int | float):
             return {"min": v}
+        if isinstance(v, str):
+            text = v.strip()
+            if _MILLICORES.fullmatch(text):
+                cores = int(text[:-1]) / 1000
+                raise ValueError(
+                    f"{v!r} is a Kubernetes quantity (millicores), which sluice does not read: write {cores:g}"
+                )
+            try:
+                float(text)
+            except ValueError:
+                raise ValueError(f"expected a number of cores or {{min, max}}, got the text {v[:40]!r}") from None
+            return {"min": text}
         return v
 
 

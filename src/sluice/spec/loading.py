@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sluice.spec.base import SpecModel
 from sluice.spec.dataset import DatasetSpec, local_path
 from sluice.spec.errors import FieldProblem, SpecError
 from sluice.spec.job import JobSpec
@@ -24,20 +26,62 @@ def _problems(err: ValidationError) -> list[FieldProblem]:
     out = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        msg = msg.removeprefix("Value error, ")
-        out.append(FieldProblem(loc or "(spec)", msg))
+        out.append(FieldProblem(loc or "(spec)", problem_words(e)))
     return out
+
+
+def _spec_models() -> dict[str, type[BaseModel]]:
+    """Every spec model by class name, to name a mapping's fields in an error."""
+    found: dict[str, type[BaseModel]] = {}
+    todo: list[type[BaseModel]] = [SpecModel]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            found.setdefault(sub.__name__, sub)
+            todo.append(sub)
+    return found
+
+
+def given(value: Any) -> str:
+    """What a user wrote, in words, for an error message (a long text is cut)."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the text {value!r}" if len(value) <= 40 else f"the text {value[:40]!r}..."
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def problem_words(e: Mapping[str, Any]) -> str:
+    """One pydantic error entry in a user's words: pydantic's own, except where they name our
+    classes (`Input should be a valid dictionary or instance of CpuRange`) or its internals."""
+    kind, msg = e.get("type", ""), str(e.get("msg", "invalid"))
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    if kind in ("model_type", "dict_type"):
+        model = _spec_models().get(str(e.get("ctx", {}).get("class_name", "")))
+        fields = f" (fields: {', '.join(model.model_fields)})" if model is not None else ""
+        return f"expected a mapping{fields}, got {given(e.get('input'))}"
+    if kind == "string_type" and isinstance(e.get("input"), bool | int | float):
+        value = e["input"]
+        written = str(value).lower() if isinstance(value, bool) else str(value)
+        return f'expected text, got {given(value)}: quote it ("{written}")'
+    return msg.removeprefix("Value error, ")
 
 
 def parse_model(model: type[M], data: Any) -> M:
     """Validate `data` as `model`, converting pydantic's errors into a SpecError."""
+    if data is None:
+        raise SpecError([FieldProblem("(spec)", "the spec is empty: expected a mapping of fields")])
     if not isinstance(data, dict):
-        raise SpecError([FieldProblem("(spec)", f"expected a mapping, got {type(data).__name__}")])
+        raise SpecError([FieldProblem("(spec)", f"expected a mapping of fields, got {given(data)}")])
     try:
         return model.model_validate(data)
     except ValidationError as err:
