@@ -30,6 +30,10 @@ class _NoTracebacks(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
+        except BrokenPipeError:
+            # The reader went away (`sluice ... --help | head`): click's own handling exits 1
+            # quietly, as a pipe's writer should, rather than "error: BrokenPipeError".
+            raise
         except CliError as err:
             fail(err)
         except SluiceError as err:
