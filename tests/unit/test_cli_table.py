@@ -35,3 +35,11 @@ def test_a_table_that_fits_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None
     out = _printed(monkeypatch, 80, ("NAME", "REASON"), ["node-0", "fine"])
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "node-0" in out and "fine" in out
+
+
+def test_the_last_column_does_not_cut_a_word_it_has_room_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `sluice queue list` at 80 columns printed its TENANTS cell `everyone` as `everyon` / `e`.
+    columns = ("NAME", "COHORT", "WEIGHT", "NOMINAL", "LIMITS", "USAGE", "BORROWED", "ADMITTED", "PENDING", "TENANTS")
+    row = ["research", "lab", "2", "cores=8 gpus=4", "borrow cores=4", "-", "-", "0", "0", "everyone"]
+    out = _printed(monkeypatch, 80, columns, row)
+    assert "everyone" in out.splitlines()[3], out

@@ -98,7 +98,10 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
             width = max([len(name), *(r[i].cell_len for r in cells)])
             t.add_column(name, no_wrap=True, min_width=width)
         else:
-            width = min(20, len(name))
+            # Wide enough for its longest word (up to LAST_WORD_MAX): a word is cut only where
+            # it could not fit anyway (`queue list` printed TENANTS `everyon` / `e`).
+            words = [len(w) for r in cells for w in r[i].plain.split()]
+            width = max(min(20, len(name)), min(LAST_WORD_MAX, max(words, default=0)))
             t.add_column(name, overflow="fold", min_width=width)
         widths.append(width)
     for row in cells:
@@ -107,6 +110,9 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
         t.width = _row_width(widths)  # Rich's own cap (the console's width), lifted for this table only
     console.print(t)
 
+
+LAST_WORD_MAX = 40
+"""A table's last column is at least as wide as its longest word, up to this many characters."""
 
 REASON_MIN_WIDTH = 24
 """Narrowest a list's free-text last column may get before optional columns are dropped."""
