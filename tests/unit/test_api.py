@@ -859,6 +859,20 @@ def test_jobs_query_errors_are_invalid_request_and_spec_errors_invalid_spec(env:
     assert r.status_code == 422 and r.json()["error"] == "invalid spec"
 
 
+def test_a_problem_found_by_the_plane_outside_a_job_spec_is_invalid_request(env: Env) -> None:
+    # The plane's own checks (a SpecError) said "invalid spec" on every endpoint: a queue body,
+    # or `logs?replica=1` on an engine with one log per job (the CLI printed "error: invalid
+    # spec" above a problem with its --replica option).
+    body = {"name": "q", "nominal": {"cores": 1}, "borrowing_limit": {"cores": 5}}
+    r = env.client.post("/v1/queues", json=body, headers=env.admin)
+    assert r.status_code == 422 and r.json()["error"] == "invalid request", r.text
+    assert [p["field"] for p in r.json()["problems"]] == ["borrowing_limit.cores"]
+    job = env.client.post("/v1/jobs", json={**GOOD, "resources": {"replicas": {"min": 2}}}, headers=env.alice).json()
+    r = env.client.get(f"/v1/jobs/{job['id']}/logs?replica=1", headers=env.alice)
+    assert r.status_code == 422 and r.json()["error"] == "invalid request", r.text
+    assert [p["field"] for p in r.json()["problems"]] == ["replica"]
+
+
 @pytest.mark.parametrize(
     ("reason", "words"),
     [

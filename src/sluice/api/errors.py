@@ -53,20 +53,25 @@ def error_body(kind: str, detail: str) -> dict[str, str]:
     return {"error": kind, "detail": detail}
 
 
+def _kind(request: Request) -> str:
+    """A job spec (the body of POST /v1/jobs) is "invalid spec"; any other body, and a bad query
+    or path parameter anywhere (GET /v1/jobs?limit=-1), is "invalid request"."""
+    spec_body = request.method == "POST" and request.url.path.rstrip("/").endswith("/jobs")
+    return "invalid spec" if spec_body else "invalid request"
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn exceptions into the shapes above."""
 
     @app.exception_handler(SpecError)
-    async def _spec(_: Request, exc: SpecError) -> JSONResponse:
-        return JSONResponse(exc.as_dict(), status_code=422)
+    async def _spec(request: Request, exc: SpecError) -> JSONResponse:
+        # The same kinds as below: `GET /v1/jobs/{id}/logs?replica=1` on the local engine said
+        # "invalid spec", which the CLI printed above a problem with its --replica option.
+        return JSONResponse({**exc.as_dict(), "error": _kind(request)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # A job spec (the body of POST /v1/jobs) is "invalid spec"; a bad query or path
-        # parameter anywhere (GET /v1/jobs?limit=-1) is "invalid request", as on every endpoint.
-        spec_body = request.method == "POST" and request.url.path.rstrip("/").endswith("/jobs")
-        kind = "invalid spec" if spec_body else "invalid request"
-        return JSONResponse({"error": kind, "problems": problem_list(list(exc.errors()))}, status_code=422)
+        return JSONResponse({"error": _kind(request), "problems": problem_list(list(exc.errors()))}, status_code=422)
 
     @app.exception_handler(ControlError)
     async def _control(_: Request, exc: ControlError) -> JSONResponse:

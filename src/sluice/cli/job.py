@@ -198,8 +198,8 @@ def logs(
         typer.Option(
             min=0,
             max=1023,
-            help="Only this replica's output, of the newest attempt (Ray keeps one log per replica; the local "
-            "engine's one log prefixes each replica's lines with \\[rankK]).",
+            help="Only this replica's log, of the newest attempt, on Ray (one log per replica). The local "
+            "engine keeps one log per job, each line prefixed \\[rankK], and refuses this for a gang.",
         ),
     ] = None,
     all_replicas: Annotated[
