@@ -365,6 +365,23 @@ def test_queue_create_states_its_quota_and_names_the_queue_once(live: Live, monk
     }
 
 
+def test_queue_set_says_what_a_replaced_quota_or_preemption_setting_dropped(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/queues.md's own example, `queue set research --cores 12` after `--cores 8 --gpus 4`,
+    # silently took the queue's GPU quota away.
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["admin"])
+    args = ["queue", "create", "research", "--cohort", "lab", "--cores", "8", "--gpus", "4", "--within-queue", "never"]
+    assert sluice(*args)[0] == 0
+    code, out, err = sluice("queue", "set", "research", "--cores", "12", "-o", "json")
+    assert code == 0 and json.loads(out)["nominal"] == {"cores": 12}
+    assert "nominal quota of gpus (4) is gone" in err and "add --gpus 4 to keep it" in err, err
+    code, _, err = sluice("queue", "set", "research", "--reclaim", "never")
+    assert code == 0 and "within_queue went back to lower_priority (was never)" in err, err
+    code, _, err = sluice("queue", "set", "research", "--cores", "12", "--weight", "2")
+    assert code == 0 and err == "", err  # nothing dropped: nothing said
+
+
 def test_the_default_queue_cannot_be_deleted_and_says_so(live: Live) -> None:
     import httpx
 

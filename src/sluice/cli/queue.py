@@ -8,7 +8,7 @@ import typer
 from pydantic import BaseModel
 
 from sluice.cli.client import EXIT_USAGE, CliError, connect
-from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table
+from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, table
 from sluice.spec import GrantSpec, QueuePatch, QueueSpec, SpecError
 from sluice.spec.loading import parse_model
 
@@ -162,8 +162,48 @@ def set_(
         )
         patch = _parsed(QueuePatch, raw, "invalid queue change")
         with connect(admin=True) as client:
+            before = next((q for q in client.queues() if q.name == name), None) if raw.keys() & _REPLACED else None
             q = client.update_queue(name, patch)
+    if before is not None:
+        for note in _dropped(before.model_dump(), q.model_dump(), raw):
+            err_console.print(f"note: queue {name}: {note}", markup=False)
     emit(q, output, _render_one)
+
+
+_REPLACED = {"nominal", "borrowing_limit", "lending_limit", "preemption"}
+"""Fields of a queue change that replace the whole setting: a part left out is dropped."""
+
+_FLAGS = {
+    "nominal": {"cores": "--cores", "memory_mb": "--memory-mb", "gpus": "--gpus", "jobs": "--jobs"},
+    "borrowing_limit": {"cores": "--borrow-cores", "gpus": "--borrow-gpus"},
+    "lending_limit": {"cores": "--lend-cores", "gpus": "--lend-gpus"},
+    "preemption": {"reclaim_within_cohort": "--reclaim", "within_queue": "--within-queue"},
+}
+_WORDS = {"nominal": "nominal quota", "borrowing_limit": "borrowing limit", "lending_limit": "lending limit"}
+
+
+def _dropped(before: dict[str, Any], after: dict[str, Any], raw: dict[str, Any]) -> list[str]:
+    """What a change took away without being asked to, each with the flag that keeps it: a
+    quota given replaces the old one (`--cores 12` drops `gpus=4`), and preemption settings
+    given replace both (`--reclaim never` puts within_queue back to its default)."""
+    notes = []
+    for field in ("nominal", "borrowing_limit", "lending_limit"):
+        if field not in raw:
+            continue
+        for key, old in before[field].items():
+            if key not in after[field]:
+                flag = _FLAGS[field].get(key, key)
+                notes.append(
+                    f"its {_WORDS[field]} of {key} ({old:g}) is gone: a quota given replaces the old one; "
+                    f"add {flag} {old:g} to keep it"
+                )
+    if "preemption" in raw:
+        for key, flag in _FLAGS["preemption"].items():
+            if key not in raw["preemption"] and before[key] != after[key]:
+                notes.append(
+                    f"{key} went back to {after[key]} (was {before[key]}); add {flag} {before[key]} to keep it"
+                )
+    return notes
 
 
 @app.command()
