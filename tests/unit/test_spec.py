@@ -1,3 +1,4 @@
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from sluice.spec import (
     parse_job_spec,
 )
 from sluice.spec.base import SpecModel
-from sluice.spec.loading import MAX_SPEC_BYTES, load_yaml_text, parse_model
+from sluice.spec.loading import MAX_SPEC_BYTES, load_job_spec, load_yaml_text, parse_model
 
 
 def fields(err: SpecError) -> set[str]:
@@ -255,3 +256,12 @@ def test_an_empty_spec_file_says_it_is_empty() -> None:
     # It said `expected a mapping, got NoneType`.
     with pytest.raises(SpecError, match="the spec is empty"):
         parse_job_spec(load_yaml_text(""))
+
+
+def test_a_workdir_starting_with_a_tilde_is_refused_not_taken_as_a_folder_named_tilde(tmp_path: Path) -> None:
+    # `workdir: ~/x` became <spec folder>/~/x and the job failed at launch.
+    spec = tmp_path / "job.yaml"
+    spec.write_text('command: ["python", "train.py"]\nworkdir: ~/x\n')
+    with pytest.raises(SpecError) as info:
+        load_job_spec(spec)
+    assert fields(info.value) == {"workdir"} and "does not expand '~'" in str(info.value)

@@ -183,6 +183,11 @@ def load_job_spec(path: str | Path) -> JobSpec:
     if isinstance(data, dict) and "workdir" not in data:
         data = {**data, "workdir": str(Path(path).resolve().parent)}
     elif isinstance(data, dict) and isinstance(data.get("workdir"), str):
+        if data["workdir"].startswith("~"):  # it became <spec folder>/~/x
+            problem = (
+                f"{data['workdir']!r}: sluice does not expand '~' (no shell reads a spec); write the absolute path"
+            )
+            raise SpecError([FieldProblem("workdir", problem)])
         wd = Path(data["workdir"])
         if not wd.is_absolute():
             data = {**data, "workdir": str((Path(path).resolve().parent / wd).resolve())}
