@@ -134,3 +134,23 @@ def test_a_non_preempting_class_does_not_preempt_lower_priority_jobs_of_its_quot
     assert evicts(decisions) == [] and "does not preempt" in decisions[0].reason
     preempting = [jobs[0], replace(jobs[1], may_preempt=True)]
     assert [e.job_id for e in evicts(admit(queues, preempting, capacity=CLUSTER, now=1000.0))] == ["low"]
+
+
+def test_a_job_held_back_only_by_the_rate_limit_says_so() -> None:
+    # docs/queues.md: "a job that waits because of it says so". In the default queue the
+    # high-priority job read only "insufficient resources ..." for its first minute.
+    jobs = [j("low", 8, since=990.0), j("high", 4, stage=Stage.QUEUED, priority=9)]
+    got = admit(DEFAULT, jobs, capacity=CLUSTER, now=1000.0, preempt_min_runtime_s=60.0)
+    assert got == [
+        Stall(
+            "high",
+            "1 lower-priority job(s) of queue default that would make room ran less than 60s (no thrashing): "
+            "it preempts them once they have",
+        )
+    ]
+    assert [e.job_id for e in evicts(admit(DEFAULT, jobs, capacity=CLUSTER, now=1051.0))] == ["low"]
+    # Nothing said when the young jobs would not make room either, or when an old one does.
+    big = [j("low", 4, since=990.0), j("high", 16, stage=Stage.QUEUED, priority=9)]
+    assert admit(DEFAULT, big, capacity=CLUSTER, now=1000.0) == []
+    mixed = [j("young", 4, since=990.0), j("old", 4, since=0.0), j("high", 4, stage=Stage.QUEUED, priority=9)]
+    assert [e.job_id for e in evicts(admit(DEFAULT, mixed, capacity=CLUSTER, now=1000.0))] == ["old"]

@@ -111,8 +111,8 @@ class Evict:
 @dataclass(frozen=True, slots=True)
 class Stall:
     """An admitted job that waits for room and could have it by preempting lower-priority jobs
-    of its queue, but may not (its priority class or its queue says never): why, to add to
-    the reason it waits with."""
+    of its queue, but may not (its priority class or its queue says never) or not yet (they
+    ran less than `preempt_min_runtime_s`): why, to add to the reason it waits with."""
 
     job_id: str
     reason: str
@@ -493,7 +493,8 @@ def _preempt_for_capacity(
     preempts placed jobs of its own queue with strictly lower priority — lowest priority and
     newest first, only as many as make it fit, never one placed less than `min_runtime_s` ago,
     and only if its queue's `within_queue` is `lower_priority` and its class may preempt (when
-    either says never and preempting would have made room, a `Stall` says so for its reason).
+    either says never and preempting would have made room, a `Stall` says so for its reason;
+    one too when only the rate limit keeps it waiting).
 
     Jobs are not held back (they stay Queued, so placement policies still see every one of
     them), and with equal priorities there is never a victim, so nothing changes for them.
@@ -527,16 +528,15 @@ def _preempt_for_capacity(
             blocked = "its priority class does not preempt (preemption: never)"
         elif queues[w.queue].within_queue == WithinQueue.NEVER:
             blocked = f"queue {w.queue} does not preempt for it (within_queue=never)"
+        lower = [
+            a
+            for a in placed
+            if a.stage == Stage.ACTIVE and a.queue == w.queue and a.priority < w.priority and a.id not in evicted
+        ]
+        young = [a for a in lower if a.running_since is not None and now - a.running_since < min_runtime_s]
+        young_ids = {a.id for a in young}
         cands = sorted(
-            (
-                a
-                for a in placed
-                if a.stage == Stage.ACTIVE
-                and a.queue == w.queue
-                and a.priority < w.priority
-                and a.id not in evicted
-                and not (a.running_since is not None and now - a.running_since < min_runtime_s)
-            ),
+            (a for a in lower if a.id not in young_ids),
             key=lambda a: (a.priority, -(a.running_since or 0.0), a.id),
         )
         trial, chosen = free, []
@@ -547,6 +547,15 @@ def _preempt_for_capacity(
                 trial = trial.plus(a.demand)
                 chosen.append(a)
         if not chosen or not _fits(w.demand, trial):
+            if blocked is None and young and _fits(w.demand, _sum_demand(young, trial)):
+                # The rate limit alone keeps it waiting: say so, as reclaim does (docs/queues.md).
+                out.append(
+                    Stall(
+                        w.id,
+                        f"{len(young)} lower-priority job(s) of queue {w.queue} that would make room ran less "
+                        f"than {fmt(min_runtime_s)}s (no thrashing): it preempts them once they have",
+                    )
+                )
             continue
         if blocked is not None:
             out.append(
@@ -571,6 +580,13 @@ def _preempt_for_capacity(
             out.append(Evict(a.id, why, w.id, f"preempted to place {w.id}: {detail}"))
         free = trial.minus(w.demand)
     return out
+
+
+def _sum_demand(jobs: Iterable[AdmissionJob], start: Amounts) -> Amounts:
+    total = start
+    for a in jobs:
+        total = total.plus(a.demand)
+    return total
 
 
 def _describe_free(free: Amounts, d: Amounts) -> str:
