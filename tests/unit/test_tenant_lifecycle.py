@@ -17,9 +17,10 @@ from fastapi.testclient import TestClient
 
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
+from sluice.control.priorities import PriorityClassService
 from sluice.policy import make_policy
 from sluice.settings import Settings
-from sluice.spec import DatasetSpec
+from sluice.spec import DatasetSpec, SpecError, parse_job_spec
 from sluice.store.base import DatasetRecord
 from sluice.store.sql import SqlStore
 
@@ -237,3 +238,13 @@ def test_the_cli_sets_shows_and_removes_the_cap(env: Env, monkeypatch: pytest.Mo
         assert code == 2 and "--max-priority" in out + err and "'lots'" in out + err
         code, out, err = run_cli("tenant", "create", "dave", "--max-priority", "5000")
         assert code == 2 and "max_priority" in out + err
+
+
+def test_the_cap_message_reads_as_a_sentence() -> None:
+    # It read "5 is above tenant 'alice''s max_priority 0; use one of 0 or lower, ...".
+    spec = parse_job_spec({"command": ["x"], "priority": 5})
+    with pytest.raises(SpecError) as info:
+        PriorityClassService.check_cap("alice", 0, spec, spec)
+    assert str(info.value) == (
+        "priority: 5 is above the max_priority 0 of tenant 'alice'; use 0 or lower, or ask an admin to raise the cap"
+    )

@@ -98,8 +98,8 @@ class PriorityClassService:
         integer, or the default class a job that set neither got)."""
         if cap is None or resolved.priority <= cap:
             return
-        limit = f"above tenant {tenant!r}'s max_priority {cap}"
-        fix = f"use one of {cap} or lower, or ask an admin to raise the cap"
+        limit = f"above the max_priority {cap} of tenant {tenant!r}"
+        fix = f"use {cap} or lower, or ask an admin to raise the cap"
         if asked.priority_class is not None:
             problem = FieldProblem(
                 "priority_class",
