@@ -182,6 +182,17 @@ def test_logs(live: Live, tmp_path: Path) -> None:
     assert code == 0 and out == "step 1 loss 2.0\nstep 2 loss 1.5\n"
 
 
+def test_logs_of_a_job_with_no_output_say_why(live: Live, tmp_path: Path) -> None:
+    # `sluice job logs` (and -f) of a job that never started printed nothing at all.
+    _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
+    job_id = out.strip()
+    code, out, err = sluice("job", "logs", job_id)
+    assert code == 0 and out == "" and f"no output: job {job_id} is Pending" in err, err
+    assert sluice("job", "cancel", job_id)[0] == 0
+    code, out, err = sluice("job", "logs", "-f", job_id)
+    assert code == 0 and out == "" and f"no output: job {job_id} is Cancelled — cancelled by default" in err, err
+
+
 def test_nodes(live: Live) -> None:
     code, out, _ = sluice("node", "list", "-o", "json")
     assert code == 0 and [n["name"] for n in json.loads(out)] == ["n0", "n1"]

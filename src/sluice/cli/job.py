@@ -17,6 +17,7 @@ from sluice.cli.output import (
     ago,
     console,
     emit,
+    err_console,
     errors_reported,
     in_range,
     list_table,
@@ -217,13 +218,20 @@ def logs(
     keep = raw or not _on_terminal()
     show = (lambda s: s) if keep else shown_log
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
+        wrote = False
         if follow:
             chunks = client.follow_logs(job_id, tail=tail, raw=True, replica=replica, all_replicas=all_replicas)
             for chunk in chunks:
                 sys.stdout.write(show(chunk))
                 sys.stdout.flush()
+                wrote = wrote or bool(chunk)
         else:
-            sys.stdout.write(show(client.logs(job_id, tail=tail, replica=replica, all_replicas=all_replicas)))
+            text = client.logs(job_id, tail=tail, replica=replica, all_replicas=all_replicas)
+            sys.stdout.write(show(text))
+            wrote = bool(text)
+        if not wrote:  # say why there is nothing, on stderr: a pipe still gets only the log
+            job = client.job(job_id)
+            err_console.print(f"no output: job {job.id} is {job.phase} — {local_times(job.reason)}", markup=False)
 
 
 def _on_terminal() -> bool:
