@@ -82,6 +82,11 @@ def test_only_one_default_class(env: Env) -> None:
     assert create(env, {"name": "normal", "value": 0, "default": True}).status_code == 201
     r = create(env, {"name": "other", "value": 1, "default": True})
     assert r.status_code == 409 and "normal" in r.json()["detail"]
+    # It ended "only one class can be", as if cut off; it now says what to do.
+    assert r.json()["detail"] == (
+        "priority class 'normal' is already the default, and only one class can be: "
+        "create 'other' without making it the default, or delete 'normal' first"
+    )
 
 
 def test_job_gets_its_priority_from_its_class_and_why_says_so(env: Env) -> None:

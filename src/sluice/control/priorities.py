@@ -42,7 +42,10 @@ class PriorityClassService:
         if spec.default:
             other = next((p for p in self.store.list_priority_classes() if p.default), None)
             if other is not None:
-                raise Conflict(f"priority class {other.name!r} is already the default; only one class can be")
+                raise Conflict(
+                    f"priority class {other.name!r} is already the default, and only one class can be: "
+                    f"create {spec.name!r} without making it the default, or delete {other.name!r} first"
+                )
         pc = class_of(spec)
         self.store.save_priority_class(pc)
         return pc
