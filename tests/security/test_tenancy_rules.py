@@ -57,6 +57,19 @@ def test_without_isolation_a_second_tenant_needs_force(tmp_path: Path) -> None:
     plane.store.close()
 
 
+def test_isolation_off_by_setting_says_to_change_the_setting_not_to_run_as_root(tmp_path: Path) -> None:
+    # A root plane with isolation=off told the admin to "Run the plane as root".
+    settings = Settings(home=tmp_path / "home", isolation="off")
+    off = Isolation(False, "isolation is off (settings: isolation=off): every job runs as the plane's own user")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"), off)
+    tokens = plane.bootstrap_tenants()
+    with TestClient(create_app(plane)) as client:
+        refused = client.post("/v1/tenants", json={"name": "alice"}, headers=_auth(tokens["admin"]))
+    assert refused.status_code == 409 and "--force" in refused.text
+    assert "isolation auto or on (SLUICE_ISOLATION" in refused.text and "as root" not in refused.text, refused.text
+    plane.store.close()
+
+
 def test_each_tenant_has_its_own_uid_for_good_and_launches_carry_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     engine = FakeEngine()

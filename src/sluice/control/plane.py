@@ -395,10 +395,16 @@ class ControlPlane:
         if not self.isolation.enabled and not spec.admin and not force:
             others = [t.name for t in self.store.list_tenants() if not t.admin]
             if others:
+                # Off by setting, root would not help: the setting is what to change.
+                fix = (
+                    "Start the plane with isolation auto or on (SLUICE_ISOLATION; it is off by setting)"
+                    if self.settings.isolation == "off"
+                    else "Run the plane as root (or with the capabilities in docs/security.md)"
+                )
                 raise Conflict(
                     f"tenant {spec.name!r} not created: {self.isolation.reason}; tenant {others[0]!r} exists. "
-                    "Run the plane as root (or with the capabilities in docs/security.md), or force it "
-                    "(`sluice tenant create --force`, API ?force=true) to accept that tenants are not isolated"
+                    f"{fix}, or force it (`sluice tenant create --force`, API ?force=true) to accept that tenants "
+                    "are not isolated"
                 )
         if self.isolation.enabled:
             try:
