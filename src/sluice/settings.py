@@ -7,6 +7,7 @@ which imports nothing of sluice), so every part may read it.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -399,6 +400,14 @@ def _settings_error(err: ValidationError, file: Path | None) -> SettingsError:
     return SettingsError("; ".join(lines))
 
 
+def _unknown_key(key: str, file: Path) -> str:
+    if key.startswith("cache_"):
+        return f"`{key}` in {file}: the cache's settings are read from the environment only (SLUICE_{key.upper()})"
+    near = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+    hint = f"; did you mean `{near[0]}`?" if near else " (src/sluice/settings.py lists every one)"
+    return f"`{key}` in {file} is not a setting{hint}"
+
+
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment, then `home/settings.yaml`, then explicit overrides.
     SettingsError, naming each bad setting's variable and key, when one cannot be taken."""
@@ -423,8 +432,12 @@ def _load_settings(overrides: dict[str, object]) -> Settings:
         import yaml
 
         loaded = yaml.safe_load(file.read_text()) or {}
-        if isinstance(loaded, dict):
-            data.update(loaded)
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"{file}: expected a mapping of settings (key: value), got {type(loaded).__name__}")
+        unknown = [str(k) for k in loaded if k not in Settings.model_fields]
+        if unknown:  # a typo (`polcy: kube`) was silently ignored
+            raise SettingsError("; ".join(_unknown_key(k, file) for k in unknown))
+        data.update(loaded)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return base.model_copy(update=Settings.model_validate({**base.model_dump(), **data}).model_dump()) if data else base
 

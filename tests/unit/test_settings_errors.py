@@ -49,3 +49,25 @@ def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("SLUICE_HOME", "h")
     assert Settings().home == tmp_path / "h"
     assert Settings(home=Path("~/x")).home == Path.home() / "x"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("polcy: kube\n", r"`polcy` in .*settings.yaml is not a setting; did you mean `policy`\?"),
+        ("cache_disk_bytes: 10\n", r"read from the environment only \(SLUICE_CACHE_DISK_BYTES\)"),
+        ("- policy: kube\n", r"settings.yaml: expected a mapping of settings \(key: value\), got list"),
+    ],
+)
+def test_settings_yaml_refuses_what_it_would_ignore(
+    text: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A typo in settings.yaml (`polcy: kube`) was silently ignored: the plane ran flowcon.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.yaml").write_text(text)
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    with pytest.raises(SettingsError, match=says):
+        load_settings()
+    r = CliRunner().invoke(app, ["up", "--port", "8799"])
+    assert r.exit_code == 2 and "settings.yaml" in r.output, r.output
