@@ -8,6 +8,7 @@ which imports nothing of sluice), so every part may read it.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -406,6 +407,35 @@ def _unknown_key(key: str, file: Path) -> str:
     near = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
     hint = f"; did you mean `{near[0]}`?" if near else " (src/sluice/settings.py lists every one)"
     return f"`{key}` in {file} is not a setting{hint}"
+
+
+NOT_SETTINGS = frozenset(
+    {
+        *("token", "url", "debug"),
+        *("attempt", "batch_mode", "checkpoint_dir", "checkpoint_interval_s", "checkpoint_keep", "cpu_max"),
+        *("global_batch", "gpus", "job_id", "node", "replicas_min", "run_dir", "tenant", "threads"),
+        "threads_check_s",
+    }
+)
+"""SLUICE_* variables that are not settings: the CLI's and the client's own, and those a job
+gets (sluice.sdk), which a plane started inside a job would see."""
+
+
+def misspelled_variables(environ: Mapping[str, str]) -> list[str]:
+    """`SLUICE_X is not a setting; did you mean SLUICE_Y?` for each SLUICE_* variable that is
+    close to a setting's name but is none (pydantic-settings ignores it: `SLUICE_POLCY=kube`
+    ran flowcon). Only near misses are named: jobs' and the cache's variables are left alone."""
+    out = []
+    for var in sorted(environ):
+        name = var.removeprefix("SLUICE_").lower()
+        if not var.startswith("SLUICE_") or name in Settings.model_fields or name in NOT_SETTINGS:
+            continue
+        if name.startswith("cache_"):
+            continue
+        near = difflib.get_close_matches(name, list(Settings.model_fields), n=1, cutoff=0.8)
+        if near:
+            out.append(f"{var} is not a setting, so it is ignored; did you mean SLUICE_{near[0].upper()}?")
+    return out
 
 
 def load_settings(**overrides: object) -> Settings:

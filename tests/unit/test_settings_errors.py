@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app
-from sluice.settings import Settings, SettingsError, load_settings
+from sluice.settings import Settings, SettingsError, load_settings, misspelled_variables
 
 
 @pytest.mark.parametrize(
@@ -71,3 +71,18 @@ def test_settings_yaml_refuses_what_it_would_ignore(
         load_settings()
     r = CliRunner().invoke(app, ["up", "--port", "8799"])
     assert r.exit_code == 2 and "settings.yaml" in r.output, r.output
+
+
+def test_up_warns_of_a_variable_that_is_a_near_miss_of_a_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `SLUICE_POLCY=kube sluice up` ran flowcon without a word: pydantic-settings ignores it.
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_POLCY", "kube")
+    r = CliRunner().invoke(app, ["up", "--policy", "bogus"])  # stops at the policy, after the warning
+    assert r.exit_code == 2
+    assert "warning: SLUICE_POLCY is not a setting, so it is ignored; did you mean SLUICE_POLICY?" in r.output
+    # Variables that are not settings and no near miss are left alone.
+    env = {"SLUICE_TOKEN": "x", "SLUICE_CACHE_DISK_BYTES": "1", "SLUICE_EXAMPLE_SCALE": "0.1", "SLUICE_PORT": "1"}
+    env["SLUICE_CHECKPOINT_DIR"] = "/x"  # a job's (sluice.sdk), near checkpoint_roots
+    assert misspelled_variables(env) == []

@@ -37,7 +37,7 @@ from sluice.server import (
     read_server_file,
     serve,
 )
-from sluice.settings import Settings, check_ray_address, load_settings
+from sluice.settings import Settings, check_ray_address, load_settings, misspelled_variables
 
 UP_TIMEOUT_S = 120.0
 """How long `up --detach` waits for /healthz (a Ray engine may take a while to start)."""
@@ -166,6 +166,8 @@ def _ray_address(settings: Settings, flag: str | None) -> str:
 
 def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int | None, address: str | None) -> None:
     settings, env = _settings(policy, engine, port, address)
+    for line in misspelled_variables(os.environ):
+        err_console.print(f"warning: {line}", markup=False)
     known = policy_names()
     if settings.policy not in known:
         err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
