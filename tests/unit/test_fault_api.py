@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from sluice.agent import faults
 from sluice.agent.faults import FaultReport
 from sluice.api.app import create_app
 from sluice.control.plane import ControlPlane
@@ -96,3 +97,22 @@ def test_a_tenant_is_refused_before_its_body_is_judged(tmp_path: Path) -> None:
                 assert r.status_code == 403, (path, r.text)
     finally:
         plane.store.close()
+
+
+@dataclass
+class _FakeFault:
+    kind: str = "cpu"
+    procs: list[Any] = field(default_factory=list)
+
+    def argvs(self) -> list[list[str]]:
+        return [["/usr/bin/stress-ng", "--cpu", "1", "--cpu-load", "100", "--taskset", "0,1", "--quiet"]]
+
+    def stop(self) -> None:
+        pass
+
+
+def test_the_fault_report_shows_the_whole_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It showed the first six words: `... --cpu-load 100 --taskset`, the cores cut off.
+    monkeypatch.setattr(faults, "inject", lambda *a, **k: _FakeFault())
+    report = faults.FaultBoard("vm", [0, 1]).inject("cpu", 0.1)
+    assert report.command == "/usr/bin/stress-ng --cpu 1 --cpu-load 100 --taskset 0,1 --quiet"

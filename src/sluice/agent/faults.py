@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -206,7 +207,7 @@ class FaultBoard:
         timer.start()
         argv = fault.argvs()[0]
         return FaultReport(
-            self.node, str(fault.kind), seconds, self.cores, [p.pid for p in fault.procs], " ".join(argv[:6])
+            self.node, str(fault.kind), seconds, self.cores, [p.pid for p in fault.procs], shlex.join(argv)
         )
 
     def _expire(self, fault: Fault) -> None:
