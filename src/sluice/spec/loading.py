@@ -69,6 +69,8 @@ def problem_words(e: Mapping[str, Any]) -> str:
         model = _spec_models().get(str(e.get("ctx", {}).get("class_name", "")))
         fields = f" (fields: {', '.join(model.model_fields)})" if model is not None else ""
         return f"expected a mapping{fields}, got {given(e.get('input'))}"
+    if kind == "string_pattern_mismatch" and tuple(e.get("loc", ()))[-1:] == ("resume_from",):
+        return f"{given(e.get('input'))} is not a job id (like j-1a2b3c4d5e, as `sluice job list` shows it)"
     if kind == "string_type" and isinstance(e.get("input"), bool | int | float):
         value = e["input"]
         written = str(value).lower() if isinstance(value, bool) else str(value)
