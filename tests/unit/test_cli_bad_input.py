@@ -190,3 +190,17 @@ def test_node_fault_refuses_flags_it_would_ignore(args: list[str], says: str) ->
     res = CliRunner().invoke(app, ["node", "fault", "node-0", *args])
     assert res.exit_code == 2, res.output
     assert says in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["job", "list", "--phase", "runing"], "'runing' is not one of 'pending'"),
+        (["up", "--engine", "k8s"], "'k8s' is not one of 'local', 'ray'"),
+    ],
+)
+def test_a_bad_choice_is_said_without_pydantics_prefix(args: list[str], says: str) -> None:
+    # It read "Invalid value for '--phase' / '-p': Value error, 'runing' is not one of ...".
+    result = CliRunner().invoke(app, args)
+    text = " ".join(((result.stdout or "") + (result.stderr or "")).split())
+    assert result.exit_code == 2 and says in text and "Value error" not in text, text

@@ -28,6 +28,10 @@ class _NoTracebacks(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except typer.BadParameter as err:
+            # typer hands on pydantic's words for a bad choice: "Value error, 'runing' is not one of ...".
+            err.message = err.message.removeprefix("Value error, ")
+            raise
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
         except BrokenPipeError:
