@@ -480,11 +480,20 @@ class RayEngine:
         return [str(p) for p in self._logs_on_disk(job_id) if p.resolve() != newest]
 
     def close(self) -> None:
-        """Disconnect; the detached agents and their jobs keep running."""
+        """Disconnect; the detached agents and their jobs keep running — except on a one-node
+        instance this process started (`owned`), which stops with it: its agents are closed
+        first, so that what they made on the host (the node's nft counter table, its empty
+        groups) goes with them rather than waiting for the next agent's sweep."""
         self._inflight.clear()
         claim, self._claim = getattr(self, "_claim", None), None
         if claim is not None and self._ray.is_initialized():
             claim.release()
+        if self.owned and self._ray.is_initialized():
+            refs = [agent.close.remote() for agent in dict(self._agents).values()]
+            try:
+                self._ray.get(refs, timeout=self.call_timeout_s)
+            except Exception as err:  # the instance stops anyway; the next agent sweeps what is left
+                log.warning("closing the node agents of the Ray instance this plane started: %s", err)
         if self._ray.is_initialized():
             self._ray.shutdown()
 
