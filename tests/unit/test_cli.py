@@ -182,6 +182,20 @@ def test_logs(live: Live, tmp_path: Path) -> None:
     assert code == 0 and out == "step 1 loss 2.0\nstep 2 loss 1.5\n"
 
 
+def test_job_list_filters_by_queue_and_tenant(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The client and the dashboard filter by queue and tenant; `job list` had only --phase.
+    _, mine, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    _, bobs, _ = sluice("job", "submit", str(write_spec(tmp_path / "bob.yaml", GOOD_SPEC)))
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["admin"])
+    code, out, _ = sluice("job", "list", "--tenant", "bob", "-o", "json")
+    assert code == 0 and [j["id"] for j in json.loads(out)] == [bobs.strip()]
+    code, out, _ = sluice("job", "list", "-q", "default", "-o", "json")
+    assert code == 0 and {j["id"] for j in json.loads(out)} == {mine.strip(), bobs.strip()}
+    code, out, _ = sluice("job", "list", "--queue", "research", "-o", "json")
+    assert code == 0 and json.loads(out) == []
+
+
 def test_logs_of_a_job_with_no_output_say_why(live: Live, tmp_path: Path) -> None:
     # `sluice job logs` (and -f) of a job that never started printed nothing at all.
     _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))

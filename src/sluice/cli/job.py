@@ -96,13 +96,17 @@ def list_(
         list[Phase] | None,
         typer.Option("--phase", "-p", case_sensitive=False, help="Only these phases (repeatable, any case)."),
     ] = None,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="Only the jobs of this queue.")] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's jobs (an admin token sees every tenant's).")
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Your jobs (every tenant's with an admin token), oldest first. On a narrow terminal the
     LOSS, STEP, CPU, NODE and TENANT columns are left out (in that order) so that REASON stays
     one line, cut with an ellipsis; -o json has every field, times as Unix seconds."""
     with errors_reported(), connect() as client:
-        jobs = client.jobs(phase=phase or None)
+        jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant)
 
     def render(rows: list[dict[str, Any]]) -> None:
         list_table(
