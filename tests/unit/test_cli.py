@@ -194,6 +194,8 @@ def test_job_list_filters_by_queue_and_tenant(live: Live, tmp_path: Path, monkey
     assert code == 0 and {j["id"] for j in json.loads(out)} == {mine.strip(), bobs.strip()}
     code, out, _ = sluice("job", "list", "--queue", "research", "-o", "json")
     assert code == 0 and json.loads(out) == []
+    code, out, err = sluice("job", "list", "--queue", "research", "-p", "running")  # a table: says so
+    assert code == 0 and out == "" and err.strip() == "no jobs of that phase and queue", (out, err)
 
 
 def test_logs_of_a_job_with_no_output_say_why(live: Live, tmp_path: Path) -> None:

@@ -109,6 +109,10 @@ def list_(
         jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant)
 
     def render(rows: list[dict[str, Any]]) -> None:
+        if not rows:  # an empty table's header alone read like a failure to load
+            filters = [f for f, given in (("phase", phase), ("queue", queue), ("tenant", tenant)) if given]
+            err_console.print(f"no jobs{' of that ' + ' and '.join(filters) if filters else ''}", markup=False)
+            return
         list_table(
             ["ID", "NAME", "TENANT", "PHASE", "NODE", "CPU req/lim", "STEP", "LOSS", "AGE", "REASON"],
             [
