@@ -58,7 +58,9 @@ def config(tmp_path: Path | None = None) -> MonitorConfig:
     return MonitorConfig(
         train_samples=240,
         rules=HealthRules(cordon_alarms=3, cordon_window_s=10, clear_s=10, readmit_s=30),
-        detector=DetectorConfig(history=6, hidden=24, transforms=2, epochs=15, max_train_s=30, smooth=1, threads=1),
+        detector=DetectorConfig(
+            history=6, target=1, hidden=24, transforms=2, epochs=15, max_train_s=30, smooth=1, threads=1
+        ),
         background=False,
         models_dir=tmp_path,
         # These tests judge one node: the default cap (half the nodes, rounded down) would

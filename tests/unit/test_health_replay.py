@@ -54,7 +54,9 @@ def quick() -> MonitorConfig:
         train_samples=150,
         retrain_growth=0,
         rules=HealthRules(cordon_alarms=3, cordon_window_s=10, clear_s=10, readmit_s=30),
-        detector=DetectorConfig(history=4, hidden=16, transforms=2, epochs=10, max_train_s=20, smooth=1, threads=1),
+        detector=DetectorConfig(
+            history=4, target=1, hidden=16, transforms=2, epochs=10, max_train_s=20, smooth=1, threads=1
+        ),
     )
 
 
