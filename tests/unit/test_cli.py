@@ -166,6 +166,29 @@ def test_bad_token_and_other_tenants_job(live: Live, tmp_path: Path, monkeypatch
     assert code == 1 and "not allowed" in err
 
 
+def test_cancel_several_goes_on_past_one_that_fails_and_reaches_no_other_tenants_job(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = str(write_spec(tmp_path / "job.yaml", GOOD_SPEC))
+    mine = [sluice("job", "submit", spec)[1].strip() for _ in range(2)]
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    bobs = sluice("job", "submit", spec)[1].strip()
+    # bob names the other tenant's job between two of his own: it is "not found" to him, stays
+    # queued, and his own job after it is still cancelled; the exit code is the failure's
+    code, out, err = sluice("job", "cancel", mine[0], bobs, bobs, "-o", "json")
+    assert code == 1 and f"job {mine[0]} not found" in err and err.count("error:") == 1, err
+    assert [j["id"] for j in json.loads(out)] == [bobs]  # named twice, cancelled once
+    assert live.plane.store.get_job(mine[0]).phase == Phase.PENDING  # type: ignore[union-attr]
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["default"])
+    code, out, err = sluice("job", "cancel", *mine)
+    assert code == 0 and err == "" and [line.split(":")[0] for line in out.splitlines()] == mine, out
+    assert {live.plane.store.get_job(j).phase for j in mine} == {Phase.CANCELLED}  # type: ignore[union-attr]
+    code, out, _ = sluice("job", "cancel", mine[0], "-o", "json")  # one id: one object, as before
+    assert code == 1 and out == ""
+    code, _, err = sluice("job", "cancel", *(["j-x"] * 1001))
+    assert code == 2 and "at most 1000" in err
+
+
 def test_logs(live: Live, tmp_path: Path) -> None:
     _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
     job_id = out.strip()

@@ -15,6 +15,8 @@ from sluice.cli.output import (
     Output,
     OutputOpt,
     ago,
+    as_cli_error,
+    bad_input,
     console,
     emit,
     err_console,
@@ -24,17 +26,21 @@ from sluice.cli.output import (
     local_times,
     number,
     plain,
+    report,
     shown_log,
     stamp,
     table,
     when,
 )
 from sluice.cli.plot import plot_job
-from sluice.client import BadRequestError, Client, JobOut
+from sluice.client import BadRequestError, Client, JobOut, SluiceError, UnreachableError
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
 
 app = typer.Typer(help="Submit, list, follow, cancel and explain training jobs.", no_args_is_help=True)
+
+MAX_IDS = 1000
+"""Most job ids one `job cancel` takes (each is one request)."""
 
 MAX_TAIL_LINES = 100_000
 """Largest --tail (the API's bound too: sluice.api.job_logs.MAX_TAIL_LINES)."""
@@ -247,11 +253,35 @@ def _on_terminal() -> bool:
 
 
 @app.command()
-def cancel(job_id: JobId, output: OutputOpt = Output.table) -> None:
-    """Cancel a job: a queued one ends now, a running one checkpoints and exits."""
-    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
-        job = client.cancel(job_id)
-    emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))
+def cancel(
+    job_ids: Annotated[list[str], typer.Argument(help="The ids of the jobs to cancel, one or several.")],
+    output: OutputOpt = Output.table,
+) -> None:
+    """Cancel jobs: a queued one ends now, a running one checkpoints and exits. With several ids,
+    each is cancelled in turn and one that fails (not found, already ended) does not stop the
+    others; the exit code is then the first failure's. -o json prints one job for one id, else a
+    list of the jobs cancelled."""
+    if len(job_ids) > MAX_IDS:
+        bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
+    done: list[Any] = []
+    code = 0
+    with errors_reported(), connect() as client:
+        for job_id in dict.fromkeys(job_ids):  # an id given twice is cancelled once
+            try:
+                done.append(client.cancel(job_id))
+            except SluiceError as err:
+                if isinstance(err, UnreachableError) or err.status == 401:
+                    raise  # the same for every id: said once
+                code = code or report(as_cli_error(err, missing=f"job {job_id!r}"))
+
+    def render(jobs: Any) -> None:
+        for j in jobs if isinstance(jobs, list) else [jobs]:
+            console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False)
+
+    if done:
+        emit(done[0] if len(job_ids) == 1 else done, output, render)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

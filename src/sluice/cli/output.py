@@ -151,13 +151,18 @@ def list_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, optiona
     console.print(t)
 
 
-def fail(err: CliError) -> NoReturn:
-    """Print the error (and each named field) and exit with its code. The words are the
+def report(err: CliError) -> int:
+    """Print the error (and each named field) and return its exit code. The words are the
     server's, which may quote other people's strings: printed as plain text (`shown`)."""
     err_console.print(Text.assemble(("error:", "bold red"), f" {shown(str(err))}"))
     for p in err.problems:
         err_console.print(f"  {shown(str(p.get('field', '?')))}: {shown(str(p.get('problem', '')))}", markup=False)
-    raise typer.Exit(err.code)
+    return err.code
+
+
+def fail(err: CliError) -> NoReturn:
+    """Print the error (`report`) and exit with its code."""
+    raise typer.Exit(report(err))
 
 
 def bad_input(where: str, problem: str) -> NoReturn:
@@ -258,6 +263,11 @@ def errors_reported(missing: str | None = None) -> Iterator[None]:
     except CliError as err:
         fail(err)
     except SluiceError as err:
-        if missing is not None and err.status == 404 and err.detail.strip().lower() in _BARE_404:
-            fail(CliError(f"{missing} not found"))
-        fail(cli_error(err))
+        fail(as_cli_error(err, missing))
+
+
+def as_cli_error(err: SluiceError, missing: str | None = None) -> CliError:
+    """`cli_error`, with a bare 404 named by `missing` (e.g. "job 'j-1'") as `errors_reported` does."""
+    if missing is not None and err.status == 404 and err.detail.strip().lower() in _BARE_404:
+        return CliError(f"{missing} not found")
+    return cli_error(err)
