@@ -222,8 +222,8 @@ def logs(
         typer.Option(
             "--all-replicas",
             help="Every replica's output of the newest attempt, each line prefixed \\[rankK] (on Ray, where "
-            "the plain view is rank 0's; with -f the ranks' lines as they come). The local engine's log "
-            "already is this view.",
+            "the plain view is rank 0's; with -f the ranks' lines as they come); --tail N is then the last N "
+            "lines of each replica. The local engine's log already is this view.",
         ),
     ] = False,
 ) -> None:
