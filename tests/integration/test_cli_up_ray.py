@@ -21,6 +21,8 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from tests.ray_timing import FAST_NODE_DEATH  # noqa: E402
+
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(300)]
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
@@ -42,6 +44,7 @@ def cluster() -> Iterator[Cluster]:
             "object_store_memory": OBJECT_STORE,
             "include_dashboard": False,
             "labels": {"sluice.node": "h0"},
+            "_system_config": FAST_NODE_DEATH,
         },
     )
     try:

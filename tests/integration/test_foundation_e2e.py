@@ -236,8 +236,9 @@ def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", headers={"Authorization": f"Bearer {token}"})
     files = {n: tmp_path / f"{n}.pids" for n in ("long", "short", "queued")}
     specs = {
-        # adopted: still running when the control plane comes back
-        "long": steady_spec("long", files["long"], cpu=1.0, STEPS="120", STEP_S="0.25"),
+        # adopted: still running when the control plane comes back (18 s; the restart comes
+        # about 7 s in: the short job's 3.5 s, then a server start)
+        "long": steady_spec("long", files["long"], cpu=1.0, STEPS="72", STEP_S="0.25"),
         # finishes while the control plane is down: its exit code is read back from disk
         "short": steady_spec("short", files["short"], cpu=1.0, STEPS="14", STEP_S="0.25"),
         # waits for room the whole time: must still be queued after the restart

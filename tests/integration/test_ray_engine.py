@@ -48,6 +48,7 @@ from sluice.spec import JobSpec  # noqa: E402
 from sluice.store.memory import MemoryStore  # noqa: E402
 from tests.conftest import passable  # noqa: E402
 from tests.integration.conftest import process_gone, wait_for  # noqa: E402
+from tests.ray_timing import FAST_NODE_DEATH  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(240)]
 
@@ -174,6 +175,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestClu
             "object_store_memory": OBJECT_STORE,
             "include_dashboard": False,
             "labels": {"sluice.node": "n0"},
+            "_system_config": FAST_NODE_DEATH,
         },
     )
     rc = RayTestCluster(cluster, shared, script)
