@@ -17,7 +17,9 @@ from sluice.data.guard import SourceGuard, SourceRefused, address_refusal
 from sluice.model.runfolder import plane_name
 from sluice.spec import SpecError
 
-segment = st.sampled_from(["..", ".", "a", "b", "escape", "", "ckpt", "attempt-1", "job.log", "work"])
+segment = st.sampled_from(
+    ["..", ".", "a", "b", "escape", "", "ckpt", "attempt-1", "job.log", "job.log.attempts", "work"]
+)
 paths = st.lists(segment, min_size=1, max_size=8).map("/".join)
 
 
@@ -80,13 +82,15 @@ def test_symlink_and_dotdot_examples(tree: Path) -> None:
         ("file://attempt-2", "attempt folder"),
         ("job.log", "job's log"),
         ("job.log/x", "job's log"),
+        ("job.log.attempts", "index of the job's log"),  # the agent writes it beside job.log
+        ("./job.log.attempts/x", "index of the job's log"),
         ("work", "working folder"),
         ("work/ckpt", "working folder"),
     ],
 )
 def test_a_relative_location_on_a_plane_folder_is_refused(location: str, why: str) -> None:
     """The checkpoint folder is handed to the job's uid: the run folder itself and the
-    plane's names in it (attempt-<n>, job.log, work) would hand it plane files."""
+    plane's names in it (attempt-<n>, job.log, job.log.attempts, work) would hand it plane files."""
     with pytest.raises(SpecError) as err:
         confine_checkpoint(location, [])
     (problem,) = err.value.problems
