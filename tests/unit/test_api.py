@@ -1236,3 +1236,10 @@ def test_all_replicas_of_a_gang_one_lookup_and_at_most_the_read_limit(
     ranks = {line.split(b"] ", 1)[0] for line in r.content.splitlines()}
     sent = sum(len(line.split(b"] ", 1)[1]) + 1 for line in r.content.splitlines())  # without the prefixes
     assert len(ranks) == 8 and 0 < sent <= job_logs.MAX_LOG_BYTES, sent
+
+
+def test_a_cpu_in_millicores_past_a_float_is_a_422_not_a_500(env: Env) -> None:
+    body = {**GOOD, "resources": {"cpu": "9" * 400 + "m"}}
+    r = env.client.post("/v1/jobs", json=body, headers=env.alice)
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"][0]["field"] == "resources.cpu"

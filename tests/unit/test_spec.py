@@ -267,3 +267,15 @@ def test_a_workdir_starting_with_a_tilde_is_refused_not_taken_as_a_folder_named_
     with pytest.raises(SpecError) as info:
         load_job_spec(spec)
     assert fields(info.value) == {"workdir"} and "does not expand '~'" in str(info.value)
+
+
+@pytest.mark.parametrize("cpu", ["9" * 400 + "m", "9" * 5000 + "m", " " * 50_000 + "500m"])
+def test_cpu_in_millicores_of_any_length_is_a_short_problem(cpu: str) -> None:
+    # 400 digits and an m raised OverflowError (an API 500), 5,000 quoted Python's integer
+    # conversion limit, and the millicores message quoted what was given whole (50 kB of spaces).
+    with pytest.raises(SpecError) as info:
+        parse_job_spec({"command": ["x"], "resources": {"cpu": cpu}})
+    [problem] = info.value.problems
+    assert problem.field == "resources.cpu"
+    assert len(problem.problem) < 200, problem.problem
+    assert "set_int_max_str_digits" not in problem.problem

@@ -35,8 +35,9 @@ class _Strict(SpecModel):
     """Every spec part: see SpecModel (unknown fields, finite floats, storable strings)."""
 
 
-_MILLICORES = re.compile(r"[0-9]+m")
-"""`500m`: Kubernetes' way of writing half a core."""
+_MILLICORES = re.compile(r"[0-9]{1,12}m")
+"""`500m`: Kubernetes' way of writing half a core. At most 12 digits (a billion cores): a longer
+one is no CPU count, and 400 digits divided by 1000 overflowed a float (an API 500)."""
 
 
 class CpuRange(_Strict):
@@ -125,8 +126,8 @@ class Resources(_Strict):
             text = v.strip()
             if _MILLICORES.fullmatch(text):
                 cores = int(text[:-1]) / 1000
-                raise ValueError(
-                    f"{v!r} is a Kubernetes quantity (millicores), which sluice does not read: write {cores:g}"
+                raise ValueError(  # `text`, not `v`: the spaces around it may be any length
+                    f"{text!r} is a Kubernetes quantity (millicores), which sluice does not read: write {cores:g}"
                 )
             try:
                 float(text)
