@@ -1243,3 +1243,53 @@ def test_a_cpu_in_millicores_past_a_float_is_a_422_not_a_500(env: Env) -> None:
     r = env.client.post("/v1/jobs", json=body, headers=env.alice)
     assert r.status_code == 422, r.text
     assert r.json()["problems"][0]["field"] == "resources.cpu"
+
+
+def test_every_replicas_log_is_of_the_newest_attempt_where_a_node_ran_an_earlier_one(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Ray a replica's log is `<job>--r<k>of<N>/job.log` on its node: a gang whose rank 0 ran
+    on node A in attempt 1 and again in attempt 2 has both attempts in that one file. The
+    all-replicas view ("every replica's output of the newest attempt") showed attempt 1's
+    lines among attempt 2's, and a follower whose rank 0 moved on to such a log read it from
+    its start; the agents' index beside the log says where attempt 2 starts."""
+    from sluice.model.runfolder import JOB_LOG_INDEX
+
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    env.plane.step()
+    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    env.engine.pending.append(JobExited(job["id"], 1, env.engine.now, 1, retryable=True))
+    env.plane.step()
+    env.engine.now += 3600
+    env.plane.step()
+    assert env.plane.controller.book.get(job["id"]).attempt == 2
+    folders = [env.engine.log_dir / "a", env.engine.log_dir / "r1"]
+    for f in folders:
+        f.mkdir()
+    ranks = [f / "job.log" for f in folders]
+    ranks[0].write_text("one\ntwo\n")  # attempt 1's line, then attempt 2's
+    (folders[0] / JOB_LOG_INDEX).write_text("1 0\n2 4\n")
+    ranks[1].write_text("x\n")
+    (folders[1] / JOB_LOG_INDEX).write_text("2 0\n")
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: str(ranks[k]))
+    url = f"/v1/jobs/{job['id']}/logs"
+    newest = "[rank0] two\n[rank1] x\n"
+    assert env.client.get(url, params={"all_replicas": "true"}, headers=env.alice).text == newest
+    assert env.client.get(url, params={"all_replicas": "true", "tail": 5}, headers=env.alice).text == newest
+
+    calls = []
+
+    def replica_logs(caller: object, job_id: str) -> list[Path | None]:
+        calls.append(job_id)
+        if len(calls) == 1:
+            return [None, ranks[1]]  # rank 0's log not found yet
+        env.engine.pending.append(JobExited(job["id"], 2, env.engine.now, 0))
+        env.plane.step()
+        return list(ranks)
+
+    monkeypatch.setattr(env.plane, "replica_logs", replica_logs)
+    with env.client.stream("GET", url, params={"all_replicas": "true", "follow": "true"}, headers=env.alice) as r:
+        got = "".join(r.iter_text())
+    assert sorted(got.splitlines()) == ["[rank0] two", "[rank1] x"], got

@@ -96,3 +96,14 @@ def test_every_byte_once_and_attempts_in_order(nodes: list[int]) -> None:
         paths = [_log(Path(d) / f"n{node}", runs) for node, runs in held.items()]
         lines = _read(job_logs.by_attempt(paths)).splitlines()
         assert [ln for ln in lines if ln.startswith("out")] == [f"out {k}" for k in range(1, len(nodes) + 1)]
+
+
+def test_one_attempts_part_of_a_log(tmp_path: Path) -> None:
+    """A Ray replica's log holds every attempt that ran its rank on that node: the newest
+    attempt's output is a part of it (all-replicas view)."""
+    a = _log(tmp_path / "a", [(1, "one\n"), (3, "three\n"), (4, "four\n")])
+    assert _read(job_logs.segments([job_logs.of_attempt(a, 3)], None)) == "===== sluice: attempt 3 =====\nthree\n"
+    assert _read(job_logs.segments([job_logs.of_attempt(a, 4)], 1)) == "four\n"
+    assert job_logs.of_attempt(a, 2) is None  # not run there: nothing of it
+    old = _log(tmp_path / "old", [(1, "x\n")], index=False)
+    assert _read(job_logs.segments([job_logs.of_attempt(old, 7)], None)) == old.read_text()  # no index: whole

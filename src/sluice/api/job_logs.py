@@ -149,6 +149,26 @@ def attempt_start(path: Path | None, attempt: int) -> int | None:
     return 0 if starts is None else starts.get(attempt)
 
 
+_TO_THE_END = 1 << 62
+"""A segment's end that is no bound: segments() and pieces() stop at the file's size."""
+
+
+def of_attempt(path: Path, attempt: int) -> Segment | None:
+    """What `attempt` wrote in the log at `path`: from its record in the index to the next
+    attempt's (or the end); the whole log when it has no index; None while the attempt has no
+    record there (it has written nothing there). On Ray a replica's log folder is the same
+    for every attempt that ran that rank on that node, so "the newest attempt's output of
+    rank K" is a part of that file, not all of it."""
+    starts = attempt_starts(path)
+    if starts is None:
+        return Segment(path, 0, _TO_THE_END)
+    start = starts.get(attempt)
+    if start is None:
+        return None
+    end = min((o for a, o in starts.items() if a > attempt and o >= start), default=_TO_THE_END)
+    return Segment(path, start, end)
+
+
 def by_attempt(paths: list[Path]) -> list[Segment]:
     """The job's logs (the nodes it ran on, oldest write first) cut where each attempt starts
     and put in attempt order. A job that moved from node A to B and back to A has attempts 1

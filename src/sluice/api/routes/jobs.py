@@ -247,13 +247,23 @@ def _all_replicas(
     # LOG_CHUNK each, 1,024 replicas read 64 MiB a request (red team s22).
     budget = job_logs.MAX_LOG_BYTES // max(sum(p is not None for p in logs), 1)
 
-    def start() -> list[list[job_logs.Segment]]:
-        return [job_logs.segments([p], tail, budget) if p else [] for p in logs]
+    def start(attempt: int) -> tuple[list[int | None], list[list[job_logs.Segment]]]:
+        """Where each replica's newest attempt starts in its log (None: it has no record
+        there yet), and what of it a read returns. A replica's log on Ray also holds the
+        earlier attempts that ran its rank on that node: those are not the newest attempt's."""
+        starts: list[int | None] = []
+        parts: list[list[job_logs.Segment]] = []
+        for p in logs:
+            mine = job_logs.of_attempt(p, attempt) if p else None
+            starts.append(None if mine is None else mine.start)
+            parts.append(job_logs.segments([mine], tail, budget) if mine else [])
+        return starts, parts
 
     if not follow:
 
         async def read() -> AsyncIterator[bytes]:
-            parts = await to_thread.run_sync(start)
+            job = await to_thread.run_sync(plane.get_job, caller, job_id)
+            _, parts = await to_thread.run_sync(start, job.attempt)
             async for chunk in _next_in_thread(job_logs.prefixed(parts)):
                 yield chunk
 
@@ -262,10 +272,13 @@ def _all_replicas(
     async def stream() -> AsyncIterator[bytes]:
         current = list(logs)
         lines = [job_logs.LinePrefixer(f"[rank{k}] ".encode()) for k in range(len(current))]
-        pos = [0] * len(current)
+        job = await to_thread.run_sync(plane.get_job, caller, job_id)
+        # Where each replica's log is read from next; None: its newest attempt has no record
+        # there yet (the log holds only earlier attempts' output).
+        pos, parts_now = await to_thread.run_sync(start, job.attempt)
         if tail is not None:  # the tail of each as it is now, then what follows
-            for k, parts in enumerate(await to_thread.run_sync(start)):
-                pos[k] = parts[-1].end if parts else 0
+            for k, parts in enumerate(parts_now):
+                pos[k] = parts[-1].end if parts else pos[k]
                 async for chunk in _read_in_thread(parts):
                     out = lines[k].feed(chunk)
                     if out:
@@ -283,23 +296,30 @@ def _all_replicas(
             for k in range(len(current), len(found)):  # resized to more replicas: follow theirs too
                 current.append(None)
                 lines.append(job_logs.LinePrefixer(f"[rank{k}] ".encode()))
-                pos.append(0)
+                pos.append(None)
             behind = False  # a replica has more than one round's share unread: no pause
             for k, path in enumerate(found):
-                if path != current[k]:  # a new attempt writes elsewhere: start that log
-                    current[k], pos[k] = path, 0
+                if path != current[k] or (path is not None and pos[k] is None):
+                    # A new attempt writes elsewhere, or has not started in this log yet: from
+                    # where it starts there, never from the log's start (earlier attempts').
+                    begin = await to_thread.run_sync(job_logs.attempt_start, path, job.attempt) if path else None
+                    current[k], pos[k] = path, begin
                 # At most FOLLOW_CHUNKS_PER_ROUND of one replica before the next one's turn: a
                 # replica that wrote faster than the server read held the loop on its rank, and
                 # the others' lines waited behind it (red team s22).
-                for _ in range(FOLLOW_CHUNKS_PER_ROUND if current[k] is not None else 0):
-                    chunk, pos[k] = await to_thread.run_sync(job_logs.read_from, current[k], pos[k])
+                here = pos[k]
+                if here is None:
+                    continue
+                for _ in range(FOLLOW_CHUNKS_PER_ROUND):
+                    chunk, after = await to_thread.run_sync(job_logs.read_from, current[k], here)
+                    pos[k] = here = after
                     out = lines[k].feed(chunk)
                     if out:
                         yield out
                     if len(chunk) < job_logs.LOG_CHUNK:
                         break
                 else:
-                    behind = behind or current[k] is not None
+                    behind = True
             if await request.is_disconnected() or (job.phase.terminal and not behind):
                 for held in lines:
                     out = held.flush()
