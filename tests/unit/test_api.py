@@ -1293,3 +1293,45 @@ def test_every_replicas_log_is_of_the_newest_attempt_where_a_node_ran_an_earlier
     with env.client.stream("GET", url, params={"all_replicas": "true", "follow": "true"}, headers=env.alice) as r:
         got = "".join(r.iter_text())
     assert sorted(got.splitlines()) == ["[rank0] two", "[rank1] x"], got
+
+
+def test_a_followed_view_of_many_replicas_holds_a_bounded_amount_of_their_partial_lines(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank's partial line is held until it ends, up to LONGEST_LINE (64 KiB) a rank: a
+    followed view of a 1,024-replica gang whose ranks each print 63 KiB without a newline
+    made the server hold 64 MiB for one request, 1 GiB for a tenant's 16. Now the ranks of
+    one followed view share FOLLOW_HELD_BYTES; a longer partial line goes out in pieces."""
+    from sluice.api import job_logs
+    from sluice.api.routes import jobs
+
+    world = 8  # what the fake engine runs; the bound made smaller to match
+    FOLLOW_HELD_BYTES = world * 16 * 1024
+    monkeypatch.setattr(jobs, "FOLLOW_HELD_BYTES", FOLLOW_HELD_BYTES)
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 0.5, "replicas": {"min": world}}})
+    env.plane.step()
+    attempt = env.plane.controller.book.get(job["id"]).attempt
+    env.engine.pending.append(JobExited(job["id"], attempt, env.engine.now, 0))
+    env.plane.step()
+    ranks = [env.engine.log_dir / f"r{k}.log" for k in range(world)]
+    line = 2 * FOLLOW_HELD_BYTES // world  # each rank's one unended line: twice its share
+    for r in ranks:
+        r.write_bytes(b"x" * line)
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: str(ranks[k]))
+    held: dict[int, int] = {}
+    most = [0]
+
+    class Counted(job_logs.LinePrefixer):
+        def feed(self, chunk: bytes) -> bytes:
+            out = super().feed(chunk)
+            held[id(self)] = len(self._held)
+            most[0] = max(most[0], sum(held.values()))
+            return out
+
+    monkeypatch.setattr(job_logs, "LinePrefixer", Counted)
+    url = f"/v1/jobs/{job['id']}/logs"
+    with env.client.stream("GET", url, params={"all_replicas": "true", "follow": "true"}, headers=env.alice) as r:
+        got = b"".join(r.iter_bytes())
+    assert got.count(b"x") == world * line  # every byte, in pieces
+    assert most[0] <= FOLLOW_HELD_BYTES, most[0]

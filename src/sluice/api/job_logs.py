@@ -222,10 +222,12 @@ class LinePrefixer:
     For the all-replicas view of an engine that keeps a log per replica (Ray): each line goes
     out whole, with its rank, so that lines of different replicas interleave without mixing,
     as the local engine's shim writes them into its one log. A partial line is held until its
-    end arrives (at most LONGEST_LINE bytes, then it goes out in pieces)."""
+    end arrives (at most `longest` bytes, LONGEST_LINE unless said, then it goes out in pieces;
+    a followed view of many ranks gives each a share of what it may hold)."""
 
-    def __init__(self, prefix: bytes) -> None:
+    def __init__(self, prefix: bytes, longest: int = LONGEST_LINE) -> None:
         self.prefix = prefix
+        self.longest = max(1, longest)
         self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -233,9 +235,9 @@ class LinePrefixer:
         cut = data.rfind(b"\n") + 1
         done, self._held = data[:cut], data[cut:]
         out = [self.prefix + line + b"\n" for line in done[:-1].split(b"\n")] if done else []
-        while len(self._held) >= LONGEST_LINE:
-            out.append(self.prefix + self._held[:LONGEST_LINE] + b"\n")
-            self._held = self._held[LONGEST_LINE:]
+        while len(self._held) >= self.longest:
+            out.append(self.prefix + self._held[: self.longest] + b"\n")
+            self._held = self._held[self.longest :]
         return b"".join(out)
 
     def flush(self) -> bytes:

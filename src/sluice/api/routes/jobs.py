@@ -33,6 +33,10 @@ FOLLOW_POLL_S = 0.25
 FOLLOW_CHUNKS_PER_ROUND = 16
 """A followed all-replicas view reads at most this many LOG_CHUNKs (1 MiB) of one replica's
 log before turning to the next replica's."""
+FOLLOW_HELD_BYTES = 1024 * 1024
+"""A followed all-replicas view holds at most this many bytes of its ranks' partial lines in
+all (each rank its share, at most job_logs.LONGEST_LINE): at 64 KiB a rank, a 1,024-replica
+gang's view held 64 MiB, and a tenant's 16 of them 1 GiB of the server's memory."""
 MAX_LOG_STREAMS_PER_TENANT = 16
 """Log responses (plain or followed) a tenant may have open at once; more is a 429. A followed
 log polls its job every FOLLOW_POLL_S for as long as the client stays, so without a bound one
@@ -271,7 +275,7 @@ def _all_replicas(
 
     async def stream() -> AsyncIterator[bytes]:
         current = list(logs)
-        lines = [job_logs.LinePrefixer(f"[rank{k}] ".encode()) for k in range(len(current))]
+        lines = [job_logs.LinePrefixer(f"[rank{k}] ".encode(), _held_share(len(current))) for k in range(len(current))]
         job = await to_thread.run_sync(plane.get_job, caller, job_id)
         # Where each replica's log is read from next; None: its newest attempt has no record
         # there yet (the log holds only earlier attempts' output).
@@ -297,6 +301,8 @@ def _all_replicas(
                 current.append(None)
                 lines.append(job_logs.LinePrefixer(f"[rank{k}] ".encode()))
                 pos.append(None)
+            for held in lines:  # the ranks share FOLLOW_HELD_BYTES, however many there are now
+                held.longest = min(held.longest, _held_share(len(lines)))
             behind = False  # a replica has more than one round's share unread: no pause
             for k, path in enumerate(found):
                 if path != current[k] or (path is not None and pos[k] is None):
@@ -330,6 +336,11 @@ def _all_replicas(
                 await asyncio.sleep(FOLLOW_POLL_S)
 
     return _CountedStream(stream(), release)
+
+
+def _held_share(ranks: int) -> int:
+    """How much of its partial line each of `ranks` replicas' followed view may hold."""
+    return min(job_logs.LONGEST_LINE, max(1, FOLLOW_HELD_BYTES // max(ranks, 1)))
 
 
 def _log_slot(request: Request, tenant: str) -> Callable[[], None] | None:
