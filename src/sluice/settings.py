@@ -401,6 +401,13 @@ def _settings_error(err: ValidationError, file: Path | None) -> SettingsError:
     return SettingsError("; ".join(lines))
 
 
+def _yaml_problem(err: Exception) -> str:
+    """A YAML error in one line: what is wrong and where (line and column, from 1)."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else str(problem)
+
+
 def _unknown_key(key: str, file: Path) -> str:
     if key.startswith("cache_"):
         return f"`{key}` in {file}: the cache's settings are read from the environment only (SLUICE_{key.upper()})"
@@ -461,7 +468,12 @@ def _load_settings(overrides: dict[str, object]) -> Settings:
     if file.exists():
         import yaml
 
-        loaded = yaml.safe_load(file.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as err:  # said `error: UnicodeDecodeError: ...`, naming no file
+            raise SettingsError(f"{file} is not UTF-8 text (byte {err.start})") from None
+        except yaml.YAMLError as err:  # said `error: ParserError: ... in "<unicode string>"`
+            raise SettingsError(f"{file} is not valid YAML: {_yaml_problem(err)}") from None
         if not isinstance(loaded, dict):
             raise SettingsError(f"{file}: expected a mapping of settings (key: value), got {type(loaded).__name__}")
         unknown = [str(k) for k in loaded if k not in Settings.model_fields]

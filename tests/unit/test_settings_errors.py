@@ -57,6 +57,8 @@ def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch: pytest.Mo
         ("polcy: kube\n", r"`polcy` in .*settings.yaml is not a setting; did you mean `policy`\?"),
         ("cache_disk_bytes: 10\n", r"read from the environment only \(SLUICE_CACHE_DISK_BYTES\)"),
         ("- policy: kube\n", r"settings.yaml: expected a mapping of settings \(key: value\), got list"),
+        # It said `error: ParserError: ... in "<unicode string>"`, naming no file.
+        ("policy: [kube\n", r"settings.yaml is not valid YAML: .*\(line 2, column 1\)"),
     ],
 )
 def test_settings_yaml_refuses_what_it_would_ignore(
@@ -86,3 +88,15 @@ def test_up_warns_of_a_variable_that_is_a_near_miss_of_a_setting(
     env = {"SLUICE_TOKEN": "x", "SLUICE_CACHE_DISK_BYTES": "1", "SLUICE_EXAMPLE_SCALE": "0.1", "SLUICE_PORT": "1"}
     env["SLUICE_CHECKPOINT_DIR"] = "/x"  # a job's (sluice.sdk), near checkpoint_roots
     assert misspelled_variables(env) == []
+
+
+def test_settings_yaml_that_is_not_text_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It said `error: UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff`, naming no file.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.yaml").write_bytes(b"\xff\xfe policy: kube\n")
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    with pytest.raises(SettingsError, match=r"settings.yaml is not UTF-8 text"):
+        load_settings()
+    r = CliRunner().invoke(app, ["up", "--port", "8799"])
+    assert r.exit_code == 2 and "settings.yaml" in r.output, r.output
