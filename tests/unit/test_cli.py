@@ -189,6 +189,34 @@ def test_cancel_several_goes_on_past_one_that_fails_and_reaches_no_other_tenants
     assert code == 2 and "at most 1000" in err
 
 
+def test_cancel_several_that_loses_the_server_says_which_were_cancelled(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server went away after the first of three ids: only 'cannot reach' was printed, so
+    the user could not tell that the first job had been cancelled and the others not."""
+    from sluice.client.api import Client, JobOut
+    from sluice.client.errors import UnreachableError
+
+    spec = str(write_spec(tmp_path / "job.yaml", GOOD_SPEC))
+    ids = [sluice("job", "submit", spec)[1].strip() for _ in range(3)]
+    real = Client.cancel
+    calls: list[str] = []
+
+    def cancel(self: Client, job_id: str) -> JobOut:
+        calls.append(job_id)
+        if len(calls) > 1:
+            raise UnreachableError("cannot reach the sluice server at http://127.0.0.1:1")
+        return real(self, job_id)
+
+    monkeypatch.setattr(Client, "cancel", cancel)
+    code, out, err = sluice("job", "cancel", *ids)
+    assert code != 0 and "cannot reach" in err, err
+    assert out.startswith(f"{ids[0]}: Cancelled"), out  # the one that was cancelled is said
+    assert f"not cancelled: {ids[1]}, {ids[2]}" in err, err
+    code, out, err = sluice("job", "cancel", *ids, "-o", "json")
+    assert code != 0 and out == "" and f"not cancelled: {ids[0]}, {ids[1]}, {ids[2]}" in err, (out, err)
+
+
 def test_logs(live: Live, tmp_path: Path) -> None:
     _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))
     job_id = out.strip()

@@ -265,13 +265,18 @@ def cancel(
         bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
     done: list[Any] = []
     code = 0
+    stop: SluiceError | None = None
+    todo = list(dict.fromkeys(job_ids))  # an id given twice is cancelled once
     with errors_reported(), connect() as client:
-        for job_id in dict.fromkeys(job_ids):  # an id given twice is cancelled once
+        for k, job_id in enumerate(todo):
             try:
                 done.append(client.cancel(job_id))
             except SluiceError as err:
                 if isinstance(err, UnreachableError) or err.status == 401:
-                    raise  # the same for every id: said once
+                    # The same for every id: said once, after the jobs already cancelled
+                    # (they went unsaid, as if none had been), naming those not reached.
+                    stop, todo = err, todo[k:]
+                    break
                 code = code or report(as_cli_error(err, missing=f"job {job_id!r}"))
 
     def render(jobs: Any) -> None:
@@ -280,6 +285,10 @@ def cancel(
 
     if done:
         emit(done[0] if len(job_ids) == 1 else done, output, render)
+    if stop is not None:
+        said = as_cli_error(stop)
+        rest = f"; not cancelled: {', '.join(todo)}" if len(job_ids) > 1 else ""
+        raise typer.Exit(report(CliError(f"{said}{rest}", said.code, said.problems)))
     if code:
         raise typer.Exit(code)
 
