@@ -1335,3 +1335,47 @@ def test_a_followed_view_of_many_replicas_holds_a_bounded_amount_of_their_partia
         got = b"".join(r.iter_bytes())
     assert got.count(b"x") == world * line  # every byte, in pieces
     assert most[0] <= FOLLOW_HELD_BYTES, most[0]
+
+
+def test_one_replicas_log_is_of_the_newest_attempt_where_its_node_ran_an_earlier_one(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`?replica=K` ("only this replica's output, of the newest attempt") read the rank's whole
+    log on its node, which also holds the earlier attempts that ran that rank there."""
+    from sluice.model.runfolder import JOB_LOG_INDEX
+
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    env.plane.step()
+    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    env.engine.pending.append(JobExited(job["id"], 1, env.engine.now, 1, retryable=True))
+    env.plane.step()
+    env.engine.now += 3600
+    env.plane.step()
+    assert env.plane.controller.book.get(job["id"]).attempt == 2
+    folder = env.engine.log_dir / "a"
+    folder.mkdir()
+    log = folder / "job.log"
+    log.write_text("one\ntwo\n")  # attempt 1's line, then attempt 2's
+    (folder / JOB_LOG_INDEX).write_text("1 0\n2 4\n")
+    monkeypatch.setattr(env.engine, "logs_per_replica", True, raising=False)
+    monkeypatch.setattr(env.engine, "replica_log", lambda jid, k: str(log))
+    url = f"/v1/jobs/{job['id']}/logs"
+    assert env.client.get(url, params={"replica": 1}, headers=env.alice).text == "two\n"
+    assert env.client.get(url, params={"replica": 1, "tail": 5}, headers=env.alice).text == "two\n"
+    (folder / JOB_LOG_INDEX).write_text("1 0\n")  # attempt 2 has no record there yet: nothing of it
+    assert env.client.get(url, params={"replica": 1}, headers=env.alice).text == ""
+
+    def finish() -> None:
+        with log.open("a") as f:
+            f.write("three\n")
+        (folder / JOB_LOG_INDEX).write_text("1 0\n2 8\n")
+        env.engine.pending.append(JobExited(job["id"], 2, env.engine.now, 0))
+        env.plane.step()
+
+    with env.client.stream("GET", url, params={"replica": 1, "follow": "true"}, headers=env.alice) as r:
+        finisher = threading.Thread(target=finish)
+        finisher.start()
+        got = "".join(r.iter_text())
+    finisher.join()
+    assert got == "three\n", got

@@ -149,24 +149,24 @@ def attempt_start(path: Path | None, attempt: int) -> int | None:
     return 0 if starts is None else starts.get(attempt)
 
 
-_TO_THE_END = 1 << 62
-"""A segment's end that is no bound: segments() and pieces() stop at the file's size."""
-
-
 def of_attempt(path: Path, attempt: int) -> Segment | None:
-    """What `attempt` wrote in the log at `path`: from its record in the index to the next
-    attempt's (or the end); the whole log when it has no index; None while the attempt has no
-    record there (it has written nothing there). On Ray a replica's log folder is the same
-    for every attempt that ran that rank on that node, so "the newest attempt's output of
-    rank K" is a part of that file, not all of it."""
+    """What `attempt` has written in the log at `path` so far: from its record in the index to
+    the next attempt's (or the log's end now); the whole log when it has no index; None while
+    the attempt has no record there (it has written nothing there), or there is no log. On
+    Ray a replica's log folder is the same for every attempt that ran that rank on that node,
+    so "the newest attempt's output of rank K" is a part of that file, not all of it."""
     starts = attempt_starts(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
     if starts is None:
-        return Segment(path, 0, _TO_THE_END)
+        return Segment(path, 0, size)
     start = starts.get(attempt)
     if start is None:
         return None
-    end = min((o for a, o in starts.items() if a > attempt and o >= start), default=_TO_THE_END)
-    return Segment(path, start, end)
+    end = min((o for a, o in starts.items() if a > attempt and o >= start), default=size)
+    return Segment(path, min(start, size), min(end, size))
 
 
 def by_attempt(paths: list[Path]) -> list[Segment]:

@@ -413,7 +413,7 @@ async def logs(
     """The job's output (stdout and stderr), every attempt's, oldest first (a gang's: rank
     0's, `replica`'s, or with `all_replicas` every rank's). With follow=true the response
     streams until the job ends."""
-    await to_thread.run_sync(_get, plane, caller, job_id)
+    job = await to_thread.run_sync(_get, plane, caller, job_id)
     if all_replicas:
         if replica is not None:
             raise SpecError([FieldProblem("all_replicas", "give replica or all_replicas, not both")])
@@ -434,6 +434,9 @@ async def logs(
             return _too_many()
 
         def read_parts() -> list[job_logs.Segment]:
+            if replica is not None:  # of the newest attempt (the rank's log may hold earlier ones)
+                mine = job_logs.of_attempt(path, job.attempt) if path else None
+                return job_logs.segments([mine], tail) if mine else []
             return job_logs.segments(job_logs.by_attempt([*earlier, *([path] if path else [])]), tail)
 
         try:
@@ -454,8 +457,12 @@ async def logs(
         while True:
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
             path = await to_thread.run_sync(newest)
-            if first:  # what the earlier attempts wrote on other nodes (Ray), then this one's log
+            if first and replica is not None:  # one replica's: of the newest attempt only
+                mine = await to_thread.run_sync(job_logs.of_attempt, path, job.attempt) if path else None
+                now = [mine] if mine else []
+            elif first:  # what the earlier attempts wrote on other nodes (Ray), then this one's log
                 now = await to_thread.run_sync(job_logs.by_attempt, [*earlier, *([path] if path else [])])
+            if first:
                 # Followed from where the log stands now (the newest attempt is the last piece).
                 pos = max((s.end for s in now if s.path == path), default=0)
                 if tail is not None:  # the tail of it all as it is now, then what follows
@@ -464,7 +471,9 @@ async def logs(
                     parts = now
                 async for chunk in _read_in_thread(parts):
                     yield chunk
-                current, first = path, False
+                # A replica's newest attempt with no record in its log yet: looked for from the
+                # next round on (below), never read from the log's start.
+                current, first = (path if replica is None or now else None), False
             elif path != current:  # a new attempt writes elsewhere: from where it starts there
                 start = await to_thread.run_sync(job_logs.attempt_start, path, job.attempt)
                 if start is not None:  # else it has written nothing there yet
