@@ -279,3 +279,19 @@ def test_cpu_in_millicores_of_any_length_is_a_short_problem(cpu: str) -> None:
     assert problem.field == "resources.cpu"
     assert len(problem.problem) < 200, problem.problem
     assert "set_int_max_str_digits" not in problem.problem
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"env": {"BAD-" + "x" * 100_000: "1"}},
+        {"env": {"SLUICE_" + "X" * 120: "1"}},
+        {"resources": {"replicas": {"batch": "y" * 100_000}}},
+        {"resources": {"replicas": {"batch": ["z" * 1000] * 90}}},
+    ],
+)
+def test_a_refused_env_name_or_batch_mode_is_quoted_cut(data: dict) -> None:
+    # They were quoted whole: a 100,000-character env name came back in the 422 whole.
+    with pytest.raises(SpecError) as info:
+        parse_job_spec({"command": ["x"], **data})
+    assert all(len(p.problem) < 400 for p in info.value.problems), info.value

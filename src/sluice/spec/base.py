@@ -91,7 +91,9 @@ def _bool_fields(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(name for name, f in model.model_fields.items() if _is_bool_type(f.annotation))
 
 
-def _shown(v: Any) -> str:
+def shown(v: Any) -> str:
+    """`v` quoted for a refusal, cut after _SHOWN_CHARS characters (a refused env name or batch
+    mode came back whole in the 422, however long)."""
     text = repr(v)
     return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}..."
 
@@ -136,7 +138,7 @@ class RequestModel(SpecModel):
         if v is None:
             return v
         if name in _bool_fields(cls) and not isinstance(v, bool):
-            raise ValueError(f"expected true or false, not {_shown(v)}")
+            raise ValueError(f"expected true or false, not {shown(v)}")
         if name in _number_fields(cls) and not isinstance(v, int | float):
-            raise ValueError(f"expected a number, not {_shown(v)}")
+            raise ValueError(f"expected a number, not {shown(v)}")
         return v

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from sluice.spec.base import Name, SpecModel
+from sluice.spec.base import Name, SpecModel, shown
 
 MAX_ARGV_ITEMS = 256
 MAX_ARG_LENGTH = 8192
@@ -82,7 +82,7 @@ class ReplicaRange(_Strict):
     def _batch_mode(cls, v: object) -> object:
         if v not in ("keep_global", "scale"):
             raise ValueError(
-                f"{v!r} is not a batch mode: keep_global (the global batch stays, split over the replicas) "
+                f"{shown(v)} is not a batch mode: keep_global (the global batch stays, split over the replicas) "
                 "or scale (each replica keeps its batch, the global batch grows with the replicas)"
             )
         return v
@@ -297,7 +297,7 @@ class JobSpec(_Strict):
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
+                raise ValueError(f"{shown(key)} is not a valid environment variable name")
             if key.startswith("SLUICE_") and key not in JOB_SDK_KNOBS:
                 raise ValueError(
                     f"{key!r}: SLUICE_* variables are set by sluice itself "
