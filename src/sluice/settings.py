@@ -468,14 +468,20 @@ def _load_settings(overrides: dict[str, object]) -> Settings:
     if file.exists():
         import yaml
 
+        from sluice.spec.loading import safe_load_unique
+
         try:
-            loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+            # A repeated key (`policy: kube` ... `policy: sluice`) kept the last one silently.
+            loaded = safe_load_unique(file.read_text(encoding="utf-8")) or {}
         except UnicodeDecodeError as err:  # said `error: UnicodeDecodeError: ...`, naming no file
             raise SettingsError(f"{file} is not UTF-8 text (byte {err.start})") from None
         except yaml.YAMLError as err:  # said `error: ParserError: ... in "<unicode string>"`
             raise SettingsError(f"{file} is not valid YAML: {_yaml_problem(err)}") from None
         if not isinstance(loaded, dict):
             raise SettingsError(f"{file}: expected a mapping of settings (key: value), got {type(loaded).__name__}")
+        if "home" in loaded:  # the file is read from the home: a home it named would be another
+            # folder, whose own settings.yaml nobody reads; the state silently moved there
+            raise SettingsError(f"`home` in {file}: the home is where this file is read from; set SLUICE_HOME instead")
         unknown = [str(k) for k in loaded if k not in Settings.model_fields]
         if unknown:  # a typo (`polcy: kube`) was silently ignored
             raise SettingsError("; ".join(_unknown_key(k, file) for k in unknown))

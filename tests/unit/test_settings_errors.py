@@ -59,6 +59,9 @@ def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch: pytest.Mo
         ("- policy: kube\n", r"settings.yaml: expected a mapping of settings \(key: value\), got list"),
         # It said `error: ParserError: ... in "<unicode string>"`, naming no file.
         ("policy: [kube\n", r"settings.yaml is not valid YAML: .*\(line 2, column 1\)"),
+        # Both were taken silently: the last of two values, and a home that moved the state.
+        ("policy: kube\npolicy: sluice\n", r"settings.yaml is not valid YAML: duplicate key 'policy' \(first at"),
+        ("home: /tmp/elsewhere\n", r"`home` in .*settings.yaml: .*set SLUICE_HOME instead"),
     ],
 )
 def test_settings_yaml_refuses_what_it_would_ignore(

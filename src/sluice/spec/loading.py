@@ -128,11 +128,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def safe_load_unique(text: str | bytes) -> Any:
+    """yaml.safe_load that refuses a key repeated in one mapping (yaml.YAMLError saying
+    `duplicate key ...`): for every YAML file a user writes, specs and settings.yaml alike."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+
+
 def load_yaml_text(text: str | bytes) -> Any:
     if len(text) > MAX_SPEC_BYTES:
         raise SpecError([FieldProblem("(spec)", f"larger than {MAX_SPEC_BYTES // 1024} KiB")])
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        return safe_load_unique(text)
     except yaml.YAMLError as err:
         raise SpecError([FieldProblem("(spec)", _yaml_problem(err))]) from None
     except RecursionError:
