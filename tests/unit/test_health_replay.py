@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from sluice.bench.health_replay import replay, result_path
@@ -118,3 +119,28 @@ def test_health_threshold_setting_is_validated() -> None:
     with pytest.raises(ValidationError, match="health_dspot_depth"):
         Settings(health_dspot_depth=0)
     assert Settings().health_threshold == "dspot"
+
+
+def test_replay_judges_with_the_window_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--window-steps replaces the node models' modelled window (the live 1, the offline 4):
+    the replayed monitor is built with it, and it still catches the hog and nothing else."""
+    import sluice.bench.health_replay as health_replay
+
+    built: list[MonitorConfig] = []
+    real = health_replay.HealthMonitor
+
+    def spy(cfg: MonitorConfig) -> object:
+        built.append(cfg)
+        return real(cfg)
+
+    monkeypatch.setattr(health_replay, "HealthMonitor", spy)
+    trace = write_trace(tmp_path)
+    r = replay(trace, config=quick(), window_steps=4)
+    assert [c.detector.target for c in built] == [4]
+    assert r.caught == 1 and r.false_cordons == []
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "health", "--window-steps", "4"])
+    assert res.exit_code == 2 and "--window-steps: only used with --replay" in res.output
+    for bad in ("0", "17"):
+        res = runner.invoke(app, ["bench", "health", "--replay", str(trace), "--window-steps", bad])
+        assert res.exit_code == 2, res.output

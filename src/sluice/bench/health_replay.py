@@ -116,16 +116,23 @@ def _faults(rows: list[dict[str, Any]], result: Path | None) -> list[ReplayedFau
 
 
 def replay(
-    trace: Path, result: Path | None = None, config: MonitorConfig | None = None, threshold: str | None = None
+    trace: Path,
+    result: Path | None = None,
+    config: MonitorConfig | None = None,
+    threshold: str | None = None,
+    window_steps: int | None = None,
 ) -> ReplayResult:
     """Replay `trace` (a campaign's `.trace.jsonl`) through a new monitor with `config`
     (default: the campaign's, virtual nodes judged on their own KPIs), its threshold rule
-    replaced by `threshold` if given. `result` (the campaign's `.json`, default the one
+    replaced by `threshold` and its node models' modelled window (`DetectorConfig.target`,
+    the live default 1, the offline one 4) by `window_steps` if given. `result` (the campaign's `.json`, default the one
     beside the trace) names each fault's node and kind and the live cordon delay; without it
     a fault's node is the first the live monitor took out of Healthy during the fault."""
     base = config or MonitorConfig(ignore=("jobs", *MACHINE_WIDE))
     if threshold is not None:
         base = replace(base, threshold=threshold)
+    if window_steps is not None:
+        base = replace(base, detector=replace(base.detector, target=window_steps))
     mon = HealthMonitor(replace(base, background=False, models_dir=None))
     rows = list(ticks(trace))  # read once: the fault windows come from the same ticks
     faults = _faults(rows, result_path(trace) if result is None else result)

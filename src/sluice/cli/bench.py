@@ -392,6 +392,10 @@ def agent(
 HEALTH_MAX_MINUTES = 1440.0
 """Longest live health run (fault-free or campaign): a day."""
 
+MAX_WINDOW_STEPS = 16
+"""Largest --window-steps: a node model's input is history + window steps of every KPI, and
+the replayed monitor fits one per node on the learning period's few hundred samples."""
+
 
 @app.command("health")
 def health(
@@ -453,6 +457,15 @@ def health(
             "to compare the two on one recording."
         ),
     ] = None,
+    window_steps: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_WINDOW_STEPS,
+            help="With --replay: the steps each node model judges jointly (the live monitor's 1, the offline "
+            "detector's 4), to compare them on one recording.",
+        ),
+    ] = None,
 ) -> None:
     """Flow detector vs PCA, Isolation Forest and an autoencoder, averaged, with ratios.
     Every flag is checked before anything runs: bad input exits 2."""
@@ -476,6 +489,9 @@ def health(
     if threshold is not None and threshold not in ("spot", "dspot"):
         typer.echo(f"error: --threshold: {threshold!r} is not 'spot' or 'dspot'", err=True)
         raise typer.Exit(2)
+    if window_steps is not None and replay is None:
+        typer.echo("error: --window-steps: only used with --replay", err=True)
+        raise typer.Exit(2)
     if replay is not None:
         if campaign or record is not None:
             typer.echo("error: --replay: replays a recorded campaign; not with --campaign or --record", err=True)
@@ -486,7 +502,7 @@ def health(
         from sluice.bench.health_replay import report as replay_report
 
         try:
-            replayed = run_replay(replay, threshold=threshold)
+            replayed = run_replay(replay, threshold=threshold, window_steps=window_steps)
         except (ValueError, KeyError, TypeError) as err:
             typer.echo(f"error: --replay: {replay} is not a campaign trace ({type(err).__name__}: {err})", err=True)
             raise typer.Exit(2) from err
