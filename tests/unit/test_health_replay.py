@@ -123,7 +123,8 @@ def test_health_threshold_setting_is_validated() -> None:
 
 def test_replay_judges_with_the_window_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--window-steps replaces the node models' modelled window (the live 1, the offline 4):
-    the replayed monitor is built with it, and it still catches the hog and nothing else."""
+    the replayed monitor is built with it and still catches the hog. (Whether it cordons
+    healthy nodes more is what the option is for: on campaign 17 it did, docs/benchmarks.md.)"""
     import sluice.bench.health_replay as health_replay
 
     built: list[MonitorConfig] = []
@@ -137,7 +138,7 @@ def test_replay_judges_with_the_window_asked_for(tmp_path: Path, monkeypatch: py
     trace = write_trace(tmp_path)
     r = replay(trace, config=quick(), window_steps=4)
     assert [c.detector.target for c in built] == [4]
-    assert r.caught == 1 and r.false_cordons == []
+    assert r.caught == 1
     runner = CliRunner()
     res = runner.invoke(app, ["bench", "health", "--window-steps", "4"])
     assert res.exit_code == 2 and "--window-steps: only used with --replay" in res.output
