@@ -5,6 +5,7 @@ validation, not processes (the CLI tests run a live server; engine tests run rea
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -546,13 +547,11 @@ def test_a_plane_that_lost_its_database_to_another_stops_reconciling_and_says_so
 ) -> None:
     """A PostgreSQL restart ended the session holding the plane's lock and a second plane took
     the database (tests/integration/test_postgres_store.py): the first must stop acting."""
-    import sluice.control.plane as plane_module
     from sluice.store import StoreInUse
 
     def taken() -> None:
         raise StoreInUse("another control plane ... holds it; one database serves one plane")
 
-    monkeypatch.setattr(plane_module, "CLAIM_CHECK_S", 0.0)
     monkeypatch.setattr(env.plane.store, "keep_claim", taken, raising=False)
     env.plane.start()
     thread = env.plane._thread
@@ -562,6 +561,31 @@ def test_a_plane_that_lost_its_database_to_another_stops_reconciling_and_says_so
     health = env.client.get("/healthz")
     assert health.status_code == 503 and health.json()["status"] == "stopped"
     env.plane.stop()
+
+
+def test_the_plane_checks_its_hold_on_the_database_before_every_round(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second plane may claim a restarted PostgreSQL as soon as it is back: checked every
+    5 s, this plane went on acting for up to 5 s beside it. Now each round starts with the check."""
+    order: list[str] = []
+    step = env.plane.controller.step
+    monkeypatch.setattr(env.plane.store, "keep_claim", lambda: order.append("claim"), raising=False)
+
+    def counted() -> None:
+        order.append("step")
+        step()
+
+    monkeypatch.setattr(env.plane.controller, "step", counted)
+    env.plane.start()
+    try:
+        deadline = time.monotonic() + 4.0  # 4 rounds take ~2 s at the 0.5 s interval; at 5 s a check, 15 s
+        while order.count("step") < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        env.plane.stop()
+    rounds = order[: 2 * (len(order) // 2)]
+    assert order.count("step") >= 4 and rounds == ["claim", "step"] * (len(rounds) // 2), order
 
 
 def test_healthz_metrics_and_docs(env: Env) -> None:

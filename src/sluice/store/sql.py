@@ -240,7 +240,7 @@ PG_CONNECT_ARGS: dict[str, int] = {
 """libpq settings of every PostgreSQL connection (seconds; tcp_user_timeout in ms), unless the
 URL's query names them: a network that drops packets (a partition, not a reset) ends a read
 within about 30 s. Without them a read waited for the kernel's retransmissions, ~15 min, and
-the reconcile loop, which checks the plane's hold on the database every 5 s, stopped with it."""
+the reconcile loop, which checks the plane's hold on the database every round, stopped with it."""
 
 PLANE_LOCK_KEY = 0x736C75696365
 """PostgreSQL advisory-lock key a control plane holds its database with ("sluice" in ASCII)."""
