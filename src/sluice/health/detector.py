@@ -37,7 +37,8 @@ class DetectorConfig:
                `scripts/health_model_protocol.py`, docs/health.md): held-out automatic F1 0.392
                against 0.346 for target 1, higher on every seed. A fault that lasts several
                steps is unlikely jointly over them where each step alone may pass. The live
-               monitor keeps 1 (`monitor._online_detector`; not checked on the campaigns).
+               monitor keeps 1 (`monitor._online_detector`): replayed on campaign 17, 4 alarmed
+               on healthy nodes and cordoned one, 1 did not (docs/benchmarks.md).
     hidden:    GRU state size and flow hidden-layer width.
     transforms: coupling layers in the RealNVP.
     noise:     std of Gaussian dequantisation noise added while training (in scaled units);

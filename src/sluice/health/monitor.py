@@ -81,7 +81,8 @@ def _online_detector() -> DetectorConfig:
     # 1 Hz samples, on one thread, while the control plane keeps working.
     return DetectorConfig(
         history=8,
-        target=1,  # the offline default is 4 (docs/health.md); the live loop was tuned and checked at 1
+        target=1,  # the offline default is 4; here 4 alarmed ~47 times per healthy node and cordoned one
+        # in a replay of campaign 17, 1 none (docs/benchmarks.md)
         hidden=32,
         transforms=3,
         epochs=60,
