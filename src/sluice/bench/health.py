@@ -86,6 +86,7 @@ def false_alarms(
 
     console = Console(soft_wrap=True)  # one line per transition, also in a log file
     where = home or Path(tempfile.mkdtemp(prefix="sluice-health-fa-"))
+    console.print(f"fault-free run: {minutes:g} min, state in {where} (kept; remove it when done)", markup=False)
     t0 = time.monotonic()
     end = t0 + 60 * minutes
     rounds = 0

@@ -254,7 +254,8 @@ def campaign(
     load_before = os.getloadavg()
     console.print(
         f"campaign: {minutes:g} min, seed {seed}, {virtual_nodes} virtual nodes, faults of {fault_s:g}s, "
-        f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}",
+        f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, state in {where} "
+        "(kept: jobs' logs, the database; remove it when done)",
         markup=False,
     )
     with embedded_plane(where, "flowcon", health_enabled=True, virtual_nodes=virtual_nodes) as plane:
