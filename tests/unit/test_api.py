@@ -1269,6 +1269,20 @@ def test_a_cpu_in_millicores_past_a_float_is_a_422_not_a_500(env: Env) -> None:
     assert r.json()["problems"][0]["field"] == "resources.cpu"
 
 
+def gang_in_its_second_attempt(env: Env) -> dict[str, Any]:
+    """Alice's two-replica job, its first attempt failed (retryable) and the second placed."""
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
+    env.plane.step()
+    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    env.engine.pending.append(JobExited(job["id"], 1, env.engine.now, 1, retryable=True))
+    env.plane.step()
+    env.engine.now += 3600
+    env.plane.step()
+    assert env.plane.controller.book.get(job["id"]).attempt == 2
+    return job
+
+
 def test_every_replicas_log_is_of_the_newest_attempt_where_a_node_ran_an_earlier_one(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1279,15 +1293,7 @@ def test_every_replicas_log_is_of_the_newest_attempt_where_a_node_ran_an_earlier
     its start; the agents' index beside the log says where attempt 2 starts."""
     from sluice.model.runfolder import JOB_LOG_INDEX
 
-    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
-    env.plane.step()
-    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
-    env.plane.step()
-    env.engine.pending.append(JobExited(job["id"], 1, env.engine.now, 1, retryable=True))
-    env.plane.step()
-    env.engine.now += 3600
-    env.plane.step()
-    assert env.plane.controller.book.get(job["id"]).attempt == 2
+    job = gang_in_its_second_attempt(env)
     folders = [env.engine.log_dir / "a", env.engine.log_dir / "r1"]
     for f in folders:
         f.mkdir()
@@ -1368,15 +1374,7 @@ def test_one_replicas_log_is_of_the_newest_attempt_where_its_node_ran_an_earlier
     log on its node, which also holds the earlier attempts that ran that rank there."""
     from sluice.model.runfolder import JOB_LOG_INDEX
 
-    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": 1, "replicas": {"min": 2}}})
-    env.plane.step()
-    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
-    env.plane.step()
-    env.engine.pending.append(JobExited(job["id"], 1, env.engine.now, 1, retryable=True))
-    env.plane.step()
-    env.engine.now += 3600
-    env.plane.step()
-    assert env.plane.controller.book.get(job["id"]).attempt == 2
+    job = gang_in_its_second_attempt(env)
     folder = env.engine.log_dir / "a"
     folder.mkdir()
     log = folder / "job.log"
