@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -107,3 +108,21 @@ def test_one_attempts_part_of_a_log(tmp_path: Path) -> None:
     assert job_logs.of_attempt(a, 2) is None  # not run there: nothing of it
     old = _log(tmp_path / "old", [(1, "x\n")], index=False)
     assert _read(job_logs.segments([job_logs.of_attempt(old, 7)], None)) == old.read_text()  # no index: whole
+
+
+def test_the_newest_attempts_are_found_past_the_index_read_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index longer than the read bound (a 1,024-replica gang restarted ~80 times fills
+    1 MiB): the newest attempts' records lie past its first MiB, and were not found (a follower
+    of the newest attempt saw nothing; its replica view was empty). The first and last half of
+    the bound are read, each cut to whole lines."""
+    monkeypatch.setattr(job_logs, "MAX_INDEX_BYTES", 64)
+    a = _log(tmp_path / "a", [(k, f"out {k}\n") for k in range(1, 40)])
+    starts = job_logs.attempt_starts(a)
+    assert starts is not None
+    assert 39 in starts and 38 in starts and 1 in starts  # the newest and the oldest
+    assert all(a.read_bytes()[o:].startswith(f"===== sluice: attempt {k} ".encode()) for k, o in starts.items())
+    assert _read(job_logs.segments([job_logs.of_attempt(a, 39)], None)) == "===== sluice: attempt 39 =====\nout 39\n"
+    text = _read(job_logs.by_attempt([a, _log(tmp_path / "b", [(40, "out 40\n")])]))
+    assert text == a.read_text() + (tmp_path / "b" / "job.log").read_text()  # every byte once, in order

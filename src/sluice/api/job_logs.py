@@ -10,6 +10,7 @@ pass 5: 60 such clients took 700 MB).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,26 @@ def segments(paths: Sequence[Path | Segment], lines: int | None, budget: int = M
 
 
 MAX_INDEX_BYTES = 1 << 20
-"""Most of a log's attempt index read (a line per attempt: tens of thousands of attempts)."""
+"""Most of a log's attempt index read (a line per attempt and replica): its first and its
+last half. Records are appended in attempt order, so the newest attempts — the ones a reader
+asks for — are always in the second half, however long the index grows; attempts recorded
+only in the middle of a longer one are not cut apart (their output reads as the attempt
+before them)."""
+
+
+def _index_lines(f: BinaryIO) -> list[bytes]:
+    """The whole lines in the first and last MAX_INDEX_BYTES / 2 of an index (all of a shorter
+    one): a line cut by either bound is dropped, not read as a shorter number."""
+    size = os.fstat(f.fileno()).st_size
+    if size <= MAX_INDEX_BYTES:
+        return f.read(MAX_INDEX_BYTES).splitlines()
+    half = MAX_INDEX_BYTES // 2
+    head = f.read(half)
+    f.seek(size - half)
+    tail = f.read(half)
+    first = tail.find(b"\n")
+    whole_tail = tail[first + 1 :] if first >= 0 else b""
+    return head[: head.rfind(b"\n") + 1].splitlines() + whole_tail.splitlines()
 
 
 def attempt_starts(path: Path) -> dict[int, int] | None:
@@ -127,11 +147,11 @@ def attempt_starts(path: Path) -> dict[int, int] | None:
     add one), or None for a log with no index (written before there was one)."""
     try:
         with open(path.with_name(JOB_LOG_INDEX), "rb") as f:
-            text = f.read(MAX_INDEX_BYTES)
+            lines = _index_lines(f)
     except (FileNotFoundError, NotADirectoryError):
         return None
     starts: dict[int, int] = {}
-    for line in text.splitlines():
+    for line in lines:
         attempt, _, offset = line.partition(b" ")
         if attempt.isdigit() and offset.isdigit():
             starts.setdefault(int(attempt), int(offset))
