@@ -1401,3 +1401,41 @@ def test_one_replicas_log_is_of_the_newest_attempt_where_its_node_ran_an_earlier
         got = "".join(r.iter_text())
     finisher.join()
     assert got == "three\n", got
+
+
+def test_a_followed_attempt_whose_start_was_never_recorded_is_still_shown(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent records where an attempt starts in its log before the attempt's first byte; a
+    record it could not write (a full disk) left a follower of a job that moved to another
+    node's log waiting for the record for the whole attempt, showing none of it. After a few
+    looks at a grown log it reads from where that log stood when it first looked."""
+    from sluice.api import job_logs
+    from sluice.api.routes import jobs as job_routes
+    from sluice.model.runfolder import JOB_LOG_INDEX
+
+    monkeypatch.setattr(job_logs, "RECORD_WAIT_LOOKS", 2)
+    monkeypatch.setattr(job_routes, "FOLLOW_POLL_S", 0.01)
+    job = gang_in_its_second_attempt(env)
+    a, b = env.engine.log_dir / "a", env.engine.log_dir / "b"
+    for folder, text, attempt in ((a, "one\n", 2), (b, "zero\n", 1)):
+        folder.mkdir()
+        (folder / "job.log").write_text(text)
+        (folder / JOB_LOG_INDEX).write_text(f"{attempt} 0\n")  # attempt 1 ran on b
+    looks: list[int] = []
+
+    def log_path(caller: object, job_id: str) -> Path:
+        looks.append(1)
+        if len(looks) == 1:
+            return a / "job.log"
+        if len(looks) == 3:  # attempt 2 writes on b: its start was never recorded there
+            with open(b / "job.log", "a") as f:
+                f.write("two\n")
+        if len(looks) == 4:
+            env.engine.pending.append(JobExited(job["id"], 2, env.engine.now, 0))
+            env.plane.step()
+        return b / "job.log"
+
+    monkeypatch.setattr(env.plane, "log_path", log_path)
+    with env.client.stream("GET", f"/v1/jobs/{job['id']}/logs", params={"follow": "true"}, headers=env.alice) as r:
+        assert "".join(r.iter_text()) == "one\ntwo\n"  # not attempt 1's "zero", and not nothing

@@ -126,3 +126,26 @@ def test_the_newest_attempts_are_found_past_the_index_read_bound(
     assert _read(job_logs.segments([job_logs.of_attempt(a, 39)], None)) == "===== sluice: attempt 39 =====\nout 39\n"
     text = _read(job_logs.by_attempt([a, _log(tmp_path / "b", [(40, "out 40\n")])]))
     assert text == a.read_text() + (tmp_path / "b" / "job.log").read_text()  # every byte once, in order
+
+
+def test_a_followed_attempt_without_a_record_is_read_from_where_its_log_stood(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record, when it comes, wins; without one, nothing is read until the log has grown
+    and RECORD_WAIT_LOOKS looks found none, then from the size first seen (not the log's start,
+    which holds earlier attempts')."""
+    monkeypatch.setattr(job_logs, "RECORD_WAIT_LOOKS", 3)
+    a = _log(tmp_path / "a", [(1, "one\n")])
+    first = a.stat().st_size
+    finder = job_logs.AttemptStartFinder()
+    assert [finder.find(a, 2) for _ in range(5)] == [None] * 5  # not grown: waits
+    with open(a, "a") as f:
+        f.write("two\n")
+    assert finder.find(a, 2) == first  # grown, and the looks are spent
+    late = job_logs.AttemptStartFinder()
+    assert late.find(a, 3) is None
+    with open(a.with_name(JOB_LOG_INDEX), "a") as f:
+        f.write(f"3 {a.stat().st_size}\n")
+    with open(a, "a") as f:
+        f.write("three\n")
+    assert [late.find(a, 3) for _ in range(4)] == [first + 4] * 4  # its record, once written

@@ -169,6 +169,46 @@ def attempt_start(path: Path | None, attempt: int) -> int | None:
     return 0 if starts is None else starts.get(attempt)
 
 
+RECORD_WAIT_LOOKS = 20
+"""How many times a follower (one look every FOLLOW_POLL_S, 0.25 s: 5 s) finds a followed
+attempt's log grown with no record of where the attempt starts before it reads from where the
+log stood when it first looked."""
+
+
+class AttemptStartFinder:
+    """Where a followed attempt starts in the log it writes, looked for once a round.
+
+    The agent records the start before the attempt's first byte, so "no record" normally
+    means "nothing written yet". A record the agent could not write (a full disk that then
+    freed) would leave the follower waiting for the whole attempt, showing nothing of it. The
+    log's size is taken before the index is first read, so a record written after that lies at
+    or past it: once the log has grown and RECORD_WAIT_LOOKS looks found no record, what follows
+    that size is this attempt's (the earlier attempts on that node had ended before it began)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Path, int] | None = None
+        self._size_then = 0
+        self._looks = 0
+
+    def find(self, path: Path, attempt: int) -> int | None:
+        if self._key != (path, attempt):
+            self._key, self._looks, self._size_then = (path, attempt), 0, _size(path)
+        start = attempt_start(path, attempt)
+        if start is not None:
+            return start
+        self._looks += 1
+        if self._looks >= RECORD_WAIT_LOOKS and _size(path) > self._size_then:
+            return self._size_then
+        return None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def of_attempt(path: Path, attempt: int) -> Segment | None:
     """What `attempt` has written in the log at `path` so far: from its record in the index to
     the next attempt's (or the log's end now); the whole log when it has no index; None while

@@ -275,6 +275,7 @@ def _all_replicas(
 
     async def stream() -> AsyncIterator[bytes]:
         current = list(logs)
+        finders = [job_logs.AttemptStartFinder() for _ in current]
         lines = [job_logs.LinePrefixer(f"[rank{k}] ".encode(), _held_share(len(current))) for k in range(len(current))]
         job = await to_thread.run_sync(plane.get_job, caller, job_id)
         # Where each replica's log is read from next; None: its newest attempt has no record
@@ -299,6 +300,7 @@ def _all_replicas(
                 found = current
             for k in range(len(current), len(found)):  # resized to more replicas: follow theirs too
                 current.append(None)
+                finders.append(job_logs.AttemptStartFinder())
                 lines.append(job_logs.LinePrefixer(f"[rank{k}] ".encode()))
                 pos.append(None)
             for held in lines:  # the ranks share FOLLOW_HELD_BYTES, however many there are now
@@ -308,7 +310,7 @@ def _all_replicas(
                 if path != current[k] or (path is not None and pos[k] is None):
                     # A new attempt writes elsewhere, or has not started in this log yet: from
                     # where it starts there, never from the log's start (earlier attempts').
-                    begin = await to_thread.run_sync(job_logs.attempt_start, path, job.attempt) if path else None
+                    begin = await to_thread.run_sync(finders[k].find, path, job.attempt) if path else None
                     current[k], pos[k] = path, begin
                 # At most FOLLOW_CHUNKS_PER_ROUND of one replica before the next one's turn: a
                 # replica that wrote faster than the server read held the loop on its rank, and
@@ -454,6 +456,7 @@ async def logs(
 
     async def stream() -> AsyncIterator[bytes]:
         pos, current, first = 0, None, True
+        finder = job_logs.AttemptStartFinder()
         while True:
             job = await to_thread.run_sync(plane.get_job, caller, job_id)
             path = await to_thread.run_sync(newest)
@@ -475,7 +478,7 @@ async def logs(
                 # next round on (below), never read from the log's start.
                 current, first = (path if replica is None or now else None), False
             elif path != current:  # a new attempt writes elsewhere: from where it starts there
-                start = await to_thread.run_sync(job_logs.attempt_start, path, job.attempt)
+                start = await to_thread.run_sync(finder.find, Path(path), job.attempt) if path else 0
                 if start is not None:  # else it has written nothing there yet
                     current, pos = path, start
             # Read after looking at the phase: a job that has ended has written all it will.
