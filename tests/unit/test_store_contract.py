@@ -377,3 +377,29 @@ def test_a_version_2_database_gets_tenant_caps_and_its_deleted_tenants_names(tmp
         assert again.get_tenant("bob").max_priority == 10  # type: ignore[union-attr]
     finally:
         again.close()
+
+
+def test_a_version_3_database_gets_the_jobs_run_time(tmp_path: Path) -> None:
+    """Version 4 adds `run_s` (seconds run, held against `max_runtime_s`) to jobs: a job from
+    before it starts at 0 and keeps what it runs from then on."""
+    import sqlite3
+
+    db = tmp_path / "v3.db"
+    url = f"sqlite:///{db}"
+    store = SqlStore(url)
+    store.create_job(make_job("j1"))
+    store.close()
+    with sqlite3.connect(db) as con:  # as version 3 left it
+        con.execute("ALTER TABLE jobs DROP COLUMN run_s")
+        con.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
+    con.close()
+
+    again = SqlStore(url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 4
+        job = again.get_job("j1")
+        assert job is not None and job.run_s == 0.0
+        again.save_job(replace(job, run_s=12.5))
+        assert again.get_job("j1").run_s == 12.5  # type: ignore[union-attr]
+    finally:
+        again.close()

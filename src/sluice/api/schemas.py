@@ -72,6 +72,9 @@ class JobOut(BaseModel):
     step: int
     loss: float | None
     attained_service: float
+    run_s: float = Field(
+        0.0, description="Seconds run (Starting or Running), summed over attempts; held against max_runtime_s."
+    )
     spec: dict[str, Any]
 
     @staticmethod
@@ -98,6 +101,7 @@ class JobOut(BaseModel):
             step=job.step,
             loss=job.loss if job.loss is None or math.isfinite(job.loss) else None,
             attained_service=job.attained_service,
+            run_s=round(job.run_s, 3),
             spec=spec,
         )
 

@@ -153,6 +153,11 @@ def _rates(rates: list[dict[str, float | None]]) -> str:
     return "; ".join(parts)
 
 
+def _ran(run_s: float, limit: float | None) -> str:
+    """Seconds run, and the limit it is held to (`max_runtime_s`) where it has one."""
+    return f"{run_s:.0f}s" + ("" if limit is None else f" of max_runtime_s {limit:g}s")
+
+
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
@@ -176,6 +181,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("cpu req/limit", _cpu(j)),
             ("attempt", j["attempt"]),
             ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
+            ("ran", _ran(j.get("run_s", 0.0), spec.get("max_runtime_s"))),
             ("step", j["step"]),
             ("loss", number(j["loss"])),
             ("exit code", j["exit_code"]),

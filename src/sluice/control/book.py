@@ -40,7 +40,7 @@ log = logging.getLogger("sluice.book")
 
 LIVE_PHASES = tuple(p for p in Phase if not p.terminal)
 
-OBSERVED_FIELDS = frozenset({"step", "loss", "attained_service", "checkpoint", "checkpoint_step"})
+OBSERVED_FIELDS = frozenset({"step", "loss", "attained_service", "run_s", "checkpoint", "checkpoint_step"})
 """Fields `observe` may change without a transition: facts reported by the job, not decisions."""
 
 

@@ -237,8 +237,8 @@ class Controller:
                 return self.book.transition(job_id, Phase.SUSPENDED, reason)
             intent = StopIntent(StopKind.SUSPEND, reason, asked_at=self.engine.clock())
             if job.phase == Phase.STOPPING:
-                if job.stop_intent is not None and job.stop_intent.kind == StopKind.CANCEL:
-                    return job  # a cancel outranks a suspend
+                if job.stop_intent is not None and job.stop_intent.kind in (StopKind.CANCEL, StopKind.TIME_LIMIT):
+                    return job  # a cancel, or the end of its time, outranks a suspend
                 return self.book.update(job_id, "suspend", f"suspend while stopping: {reason}", stop_intent=intent)
             return self._stop(job, intent)
 
@@ -269,6 +269,7 @@ class Controller:
             self._backlog = []
             self.apply_events(events, now)
             self._account_service(now)
+            self._hold_to_time_limits(now)
             self._admit()
             view = self.view(now)
             node_decisions = self._observe(view, events)
@@ -445,6 +446,8 @@ class Controller:
             self._finish(job, Phase.CANCELLED, f"{intent.reason}; {code}", exit_code=e.exit_code)
         elif e.exit_code == 0 and (intent is None or self._claims_done(job)):
             self._finish(job, Phase.SUCCEEDED, "finished (exit code 0)", exit_code=0)
+        elif intent is not None and intent.kind == StopKind.TIME_LIMIT:
+            self._finish(job, Phase.FAILED, f"time limit: {intent.reason}; {code}", exit_code=e.exit_code)
         elif intent is not None:
             took = round(now - intent.asked_at, 3) if intent.asked_at else 0.0
             if intent.kind == StopKind.SUSPEND:
@@ -502,6 +505,8 @@ class Controller:
         intent = job.stop_intent
         if intent is not None and intent.kind == StopKind.CANCEL:
             self._finish(job, Phase.CANCELLED, f"{intent.reason}; {why}")
+        elif intent is not None and intent.kind == StopKind.TIME_LIMIT:
+            self._finish(job, Phase.FAILED, f"time limit: {intent.reason}; {why}")
         elif intent is not None and intent.kind == StopKind.SUSPEND:
             self._suspended(job, f"{intent.reason}; {why}")
         else:
@@ -906,7 +911,23 @@ class Controller:
             if job.allocation is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
                 gpus = job.allocation.total_gpus
                 served = dt * (gpus if gpus else job.allocation.total_cpu_request)
-                self.book.observe(job.id, attained_service=job.attained_service + served)
+                self.book.observe(job.id, attained_service=job.attained_service + served, run_s=job.run_s + dt)
+
+    def _hold_to_time_limits(self, now: float) -> None:
+        """A job that has run its `max_runtime_s` is stopped through its checkpoint and ends
+        Failed (a TIME_LIMIT stop). Checked before admission and the policy act, so a job is
+        never preempted, moved or resized in the round its time runs out (and a stopping job
+        does not run on the clock). One waiting in the queue at its limit (its seconds come from
+        a store written by another plane) ends Failed without running again."""
+        for job in self.book.live():
+            limit = job.spec.max_runtime_s
+            if limit is None or job.run_s < limit:
+                continue
+            why = f"ran {job.run_s:.0f}s, past its max_runtime_s of {limit:g}s"
+            if job.phase in (Phase.PENDING, Phase.QUEUED):
+                self._finish(job, Phase.FAILED, f"time limit: {why}")
+            elif job.phase in (Phase.STARTING, Phase.RUNNING):
+                self._stop(job, StopIntent(StopKind.TIME_LIMIT, why, asked_at=now))
 
     def _check_qoe(self, job: JobRecord, tr: ProgressTracker, t: float) -> None:
         target = job.spec.qoe.loss if job.spec.qoe else None

@@ -25,6 +25,7 @@ class StopKind(StrEnum):
     RESIZE = "resize"  # resume at once on `target`, a different number of replicas (elastic)
     SUSPEND = "suspend"  # end as Suspended, checkpoint kept, until its user resumes it
     CANCEL = "cancel"  # end as Cancelled, never run again
+    TIME_LIMIT = "time_limit"  # end as Failed: it ran past spec.max_runtime_s (its checkpoint kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,9 @@ class JobRecord:
     """How long the last requested stop took, from the ask to the exit (seconds)."""
     qoe_met_at: float | None = None
     """When the job first reached its QoE loss target, if it has."""
+    run_s: float = 0.0
+    """Seconds it has run (Starting or Running), summed over its attempts: what
+    `spec.max_runtime_s` is held against."""
 
     @property
     def name(self) -> str:

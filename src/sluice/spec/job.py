@@ -222,6 +222,10 @@ JOB_SDK_KNOBS = frozenset({"SLUICE_THREADS", "SLUICE_THREADS_CHECK_S"})
 resizing, sluice.sdk._threads) and the agent never sets, so no contract value is overridden."""
 
 
+MAX_RUNTIME_S = 366 * 86400.0
+"""The largest `max_runtime_s` (a year and a day): a bound, like every other field's."""
+
+
 class JobSpec(_Strict):
     """A training job as a tenant submits it."""
 
@@ -240,6 +244,16 @@ class JobSpec(_Strict):
     datasets: Annotated[list[DatasetMount], Field(max_length=16)] = []
     checkpoint: CheckpointSpec = CheckpointSpec()
     max_restarts: Annotated[int, Field(ge=0, le=100)] = 3
+    max_runtime_s: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            le=MAX_RUNTIME_S,
+            description="Most seconds the job may run (Starting or Running), summed over its attempts; time "
+            "queued, suspended or stopping is not counted. Past it the job is stopped through its checkpoint "
+            "and ends Failed. Unset: no limit.",
+        ),
+    ] = None
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     priority_class: Annotated[
         Name | None,

@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -77,6 +77,8 @@ jobs = Table(
     Column("requeues", Integer, nullable=False, server_default="0"),
     Column("last_stop_s", Double, nullable=True),
     Column("qoe_met_at", Double, nullable=True),
+    # Version 4: seconds run, held against the spec's max_runtime_s.
+    Column("run_s", Double, nullable=False, server_default="0"),
 )
 Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
 
@@ -259,7 +261,18 @@ def _v3_tenant_caps_and_deleted_names(conn: Connection) -> None:
     conn.execute(delete(queue_grants).where(queue_grants.c.tenant.not_in(live)) if live else delete(queue_grants))
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2_typed_job_fields, 3: _v3_tenant_caps_and_deleted_names}
+def _v4_job_run_time(conn: Connection) -> None:
+    """Version 4: a job's seconds run (`run_s`, held against `max_runtime_s`). Jobs from
+    before it start at 0: what they ran before the upgrade is not known."""
+    if "run_s" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN run_s DOUBLE PRECISION NOT NULL DEFAULT 0"))
+
+
+MIGRATIONS: dict[int, Migration] = {
+    2: _v2_typed_job_fields,
+    3: _v3_tenant_caps_and_deleted_names,
+    4: _v4_job_run_time,
+}
 """version -> step that turns a database at version-1 into this version."""
 
 

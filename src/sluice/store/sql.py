@@ -127,6 +127,7 @@ def _job_values(job: JobRecord) -> dict[str, Any]:
         "requeues": job.requeues,
         "last_stop_s": job.last_stop_s,
         "qoe_met_at": job.qoe_met_at,
+        "run_s": job.run_s,
     }
 
 
@@ -155,6 +156,7 @@ def _job_from_row(row: Row[Any]) -> JobRecord:
         requeues=m["requeues"] or 0,
         last_stop_s=m["last_stop_s"],
         qoe_met_at=m["qoe_met_at"],
+        run_s=m["run_s"] or 0.0,
     )
 
 

@@ -1,0 +1,122 @@
+"""`max_runtime_s`: a job is held to the seconds it runs (Starting or Running), summed over its
+attempts, under the FakeEngine's clock (no processes; time moves only when the test moves it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.control.controller import Controller
+from sluice.model import JobCheckpointed, JobExited, JobProgress, Phase, Preempt, StopKind
+from sluice.spec import SpecError, parse_job_spec
+from sluice.store import MemoryStore
+
+from .fake_engine import FakeEngine
+from .scripted_policy import Scripted
+from .test_controller import push, spec, start
+
+
+@pytest.fixture
+def setup() -> tuple[Controller, FakeEngine, MemoryStore]:
+    store, engine = MemoryStore(), FakeEngine()
+    return Controller(store, engine, Scripted(), checkpoint_root="/ckpt", restart_backoff_s=2.0), engine, store
+
+
+def run_for(ctl: Controller, engine: FakeEngine, seconds: int) -> None:
+    """One round a second for `seconds`."""
+    for _ in range(seconds):
+        engine.now += 1
+        ctl.step()
+
+
+def exit_stop(ctl: Controller, engine: FakeEngine, job_id: str, took: float = 2.0) -> None:
+    """The job exits `took` seconds after it was asked to stop (a checkpointed stop: code 0)."""
+    engine.now += took
+    engine.pending.append(JobExited(job_id, ctl.book.get(job_id).attempt, engine.now, 0))  # type: ignore[union-attr]
+    ctl.step()
+
+
+def test_a_job_past_its_limit_is_stopped_through_its_checkpoint_and_fails(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=10))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 9)
+    assert ctl.book.get(job.id).phase == Phase.RUNNING and engine.stopped == []  # 9 s of 10
+    run_for(ctl, engine, 1)
+    rec = ctl.book.get(job.id)
+    assert rec.phase == Phase.STOPPING and rec.stop_intent.kind == StopKind.TIME_LIMIT
+    assert engine.stopped == [(job.id, 1, True)]  # a checkpointing stop, as a cancel's
+    engine.pending.append(JobCheckpointed(job.id, 1, engine.now, 40, "/ckpt/x"))
+    exit_stop(ctl, engine, job.id)
+    final = store.get_job(job.id)
+    assert final.phase == Phase.FAILED and final.checkpoint == "/ckpt/x"  # kept, for --resume-from
+    assert final.reason.startswith("time limit: ran 10s, past its max_runtime_s of 10s; exit code 0")
+    assert final.run_s == pytest.approx(10.0)  # the stop's 2 s are not counted
+
+
+def test_the_seconds_of_every_attempt_add_up_but_not_stopping_or_suspended_ones(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, _ = setup
+    job = ctl.submit("t", spec(max_runtime_s=10))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 5)
+    push(ctl, Preempt(job.id, "make room"))
+    exit_stop(ctl, engine, job.id, took=5)  # stopping: not counted; placed again at once
+    ctl.suspend(job.id)
+    exit_stop(ctl, engine, job.id)
+    assert ctl.book.get(job.id).phase == Phase.SUSPENDED
+    ran = ctl.book.get(job.id).run_s
+    assert 5 <= ran <= 7  # attempt 1's five seconds, and at most a round of each stop's ask
+    run_for(ctl, engine, 100)  # suspended: not counted
+    assert ctl.book.get(job.id).run_s == ran
+    ctl.resume(job.id)
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, int(10 - ran) - 1)
+    assert ctl.book.get(job.id).phase == Phase.RUNNING
+    run_for(ctl, engine, 2)
+    assert ctl.book.get(job.id).stop_intent.kind == StopKind.TIME_LIMIT  # the attempts' seconds add up
+
+
+def test_a_job_that_reported_its_last_step_as_time_ran_out_succeeds(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=5))
+    start(ctl, engine, job.id)
+    engine.pending.append(JobProgress(job.id, 1, engine.now, 100, 0.1, {"total_steps": 100}))
+    run_for(ctl, engine, 5)
+    assert ctl.book.get(job.id).stop_intent.kind == StopKind.TIME_LIMIT
+    exit_stop(ctl, engine, job.id)
+    assert store.get_job(job.id).phase == Phase.SUCCEEDED
+
+
+def test_a_preemption_in_the_round_the_time_runs_out_is_not_made(setup) -> None:  # type: ignore[no-untyped-def]
+    """The limit is checked before the policy acts: the job is not sent back to the queue (to
+    run again) in the round its time runs out; its stop is the time limit's."""
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=10))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 9)
+    engine.now += 1
+    push(ctl, Preempt(job.id, "make room"))
+    assert ctl.book.get(job.id).stop_intent.kind == StopKind.TIME_LIMIT
+    exit_stop(ctl, engine, job.id)
+    assert store.get_job(job.id).phase == Phase.FAILED and len(engine.launched) == 1
+
+
+def test_a_job_requeued_at_its_limit_fails_without_running_again(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=10))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 9)
+    push(ctl, Preempt(job.id, "make room"))
+    ctl.book.observe(job.id, run_s=10.0)  # as another plane's store could hold it
+    exit_stop(ctl, engine, job.id)  # requeued by the preemption, then held to its limit
+    final = store.get_job(job.id)
+    assert final.phase == Phase.FAILED and final.reason.startswith("time limit: ran 10s")
+    assert [r.attempt for r in engine.launched] == [1]
+
+
+def test_no_limit_by_default_and_bad_limits_are_refused() -> None:
+    assert parse_job_spec({"command": ["x"]}).max_runtime_s is None
+    assert parse_job_spec({"command": ["x"], "max_runtime_s": 3600}).max_runtime_s == 3600
+    for bad in (0, -1, 1e12, "nan", "inf", True, "1h"):
+        with pytest.raises(SpecError) as err:
+            parse_job_spec({"command": ["x"], "max_runtime_s": bad})
+        assert "max_runtime_s" in str(err.value)
