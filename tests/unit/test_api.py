@@ -1439,3 +1439,28 @@ def test_a_followed_attempt_whose_start_was_never_recorded_is_still_shown(
     monkeypatch.setattr(env.plane, "log_path", log_path)
     with env.client.stream("GET", f"/v1/jobs/{job['id']}/logs", params={"follow": "true"}, headers=env.alice) as r:
         assert "".join(r.iter_text()) == "one\ntwo\n"  # not attempt 1's "zero", and not nothing
+
+
+def test_after_names_only_the_callers_own_jobs_and_none_that_failed(env: Env) -> None:
+    """`after` is checked at submit: another tenant's job reads as no such job (the words
+    `resume_from` uses, so bob learns nothing of alice's ids), and a job that already ended
+    other than Succeeded is a 409 (the new job could never start); nothing is created."""
+    alices = submit(env, env.alice)
+    bobs = submit(env, env.bob)
+    r = env.client.post("/v1/jobs", json={**GOOD, "after": [bobs["id"], "j-nope"]}, headers=env.alice)
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"] == [
+        {"field": "after.0", "problem": f"you have no job {bobs['id']!r}"},
+        {"field": "after.1", "problem": "you have no job 'j-nope'"},
+    ]
+    r = env.client.post(f"/v1/jobs/{alices['id']}/cancel", headers=env.alice)
+    assert r.status_code < 300, r.text
+    env.plane.step()
+    r = env.client.post("/v1/jobs", json={**GOOD, "after": [alices["id"]]}, headers=env.alice)
+    assert r.status_code == 409 and f"after: job {alices['id']} ended Cancelled" in r.text
+    for bad in ([alices["id"]] * 2, "x", [1]):
+        assert env.client.post("/v1/jobs", json={**GOOD, "after": bad}, headers=env.alice).status_code == 422
+    listed = env.client.get("/v1/jobs", headers=env.alice).json()
+    assert len(listed["items"] if isinstance(listed, dict) else listed) == 1  # only the cancelled one
+    ok = submit(env, env.alice, {**GOOD, "after": [submit(env, env.alice)["id"]]})
+    assert env.client.get(f"/v1/jobs/{ok['id']}", headers=env.alice).json()["spec"]["after"]

@@ -751,3 +751,19 @@ def test_a_tenants_strings_reach_the_admins_terminal_as_text(
         assert shown in out.replace("\n", ""), (args, out)
     code, out, _ = sluice("job", "get", job.id, "-o", "json")
     assert code == 0 and json.loads(out)["spec"]["command"][1] == HOSTILE  # -o json keeps the data as it is
+
+
+def test_submit_after_chains_jobs_and_names_a_bad_one(live: Live, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "job.yaml", GOOD_SPEC)
+    first = sluice("job", "submit", str(spec))[1].strip()
+    second = sluice("job", "submit", str(spec))[1].strip()
+    code, out, err = sluice("job", "submit", str(spec), "--after", first, "--after", second)
+    assert code == 0, err
+    job = live.plane.store.get_job(out.strip())
+    assert job is not None and job.spec.after == [first, second]
+    code, out, _ = sluice("job", "get", out.strip())
+    assert code == 0 and f"{first}, {second}" in out
+    code, _, err = sluice("job", "submit", str(spec), "--after", "j-nope")
+    assert code == 2 and "after.0" in err and "you have no job 'j-nope'" in err
+    code, _, err = sluice("job", "submit", str(spec), "--after", first, "--after", first)
+    assert code == 2 and "more than once" in err

@@ -73,14 +73,26 @@ def submit(
         str | None,
         typer.Option(help="Start from the newest checkpoint of this finished, cancelled or suspended job of yours."),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Start only once this job of yours has Succeeded (repeat for several; added to the spec's "
+            "`after`). A job it starts after that ends otherwise cancels it."
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Validate a job spec here, then submit it. Prints the new job's id."""
     with errors_reported():
         try:
             spec = load_job_spec(file)
+            given: dict[str, object] = {}
             if resume_from is not None:
-                spec = parse_job_spec({**spec.model_dump(mode="json", exclude_unset=True), "resume_from": resume_from})
+                given["resume_from"] = resume_from
+            if after:
+                given["after"] = [*spec.after, *after]
+            if given:
+                spec = parse_job_spec({**spec.model_dump(mode="json", exclude_unset=True), **given})
         except SpecError as err:
             raise CliError(f"invalid job spec {file}", EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
         with connect() as client:
@@ -182,6 +194,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("attempt", j["attempt"]),
             ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
             ("ran", _ran(j.get("run_s", 0.0), spec.get("max_runtime_s"))),
+            *([("after", ", ".join(spec["after"]))] if spec.get("after") else []),
             ("step", j["step"]),
             ("loss", number(j["loss"])),
             ("exit code", j["exit_code"]),

@@ -173,6 +173,10 @@ class Controller:
         self._stalls: dict[str, str] = {}
         """Admitted jobs that could preempt to make room but may not, and why (admission's
         `Stall`, this round): added to the reason the policy gives for their wait."""
+        self._after_met: set[str] = set()
+        """Pending jobs whose `spec.after` jobs have all succeeded: never held again."""
+        self._after_done: dict[str, set[str]] = {}
+        """Per pending job held for `spec.after`, the jobs of it seen Succeeded."""
         self._refresh_nodes()
 
     # ----------------------------------------------------------------- reads
@@ -745,6 +749,8 @@ class Controller:
 
     def _forget(self, job_id: str) -> None:
         self._trackers.pop(job_id, None)
+        self._after_met.discard(job_id)
+        self._after_done.pop(job_id, None)
         self._placed_at.pop(job_id, None)
         self._sizes.pop(job_id, None)
 
@@ -806,9 +812,14 @@ class Controller:
         live = self.book.live()
         if not any(j.phase == Phase.PENDING for j in live) and not _priorities_differ(live):
             return
+        held = self._hold_for_predecessors(live)
         now = self.engine.clock()
         no_preempt = self._non_preempting_classes(live)
-        jobs = [self._admission_job(j, no_preempt) for j in live if j.phase != Phase.SUSPENDED]
+        jobs = [
+            self._admission_job(j, no_preempt)
+            for j in live
+            if j.phase != Phase.SUSPENDED and j.id not in held and self.book.is_live(j.id)
+        ]
         if not any(j.stage == admission.Stage.PENDING for j in jobs) and not admission.capacity_preemption_possible(
             jobs
         ):
@@ -846,6 +857,45 @@ class Controller:
                 raise
             except Exception as err:
                 self._contain(job.id, "admitting it", err)
+
+    def _hold_for_predecessors(self, live: Iterable[JobRecord]) -> set[str]:
+        """The pending jobs that wait for the jobs they start after (`spec.after`), each told
+        which and how they stand; kept out of admission, so they take no quota. A job whose
+        predecessor ended other than Succeeded is cancelled: it would never start. Once all
+        have succeeded the job is admitted like any other, and never held again (a Succeeded
+        job stays so); the ones seen succeeded are remembered, not read from the store every
+        round."""
+        held: set[str] = set()
+        live = list(live)
+        ids = {j.id for j in live}
+        self._after_met &= ids  # a job cancelled while pending leaves no entry behind
+        for gone in self._after_done.keys() - ids:
+            del self._after_done[gone]
+        for job in live:
+            if job.phase != Phase.PENDING or not job.spec.after or job.id in self._after_met:
+                continue
+            done = self._after_done.setdefault(job.id, set())
+            waiting: list[str] = []
+            for dep in job.spec.after:
+                if dep in done:
+                    continue
+                other = self.book.get(dep)
+                if other is not None and other.phase == Phase.SUCCEEDED:
+                    done.add(dep)
+                elif other is None or other.phase.terminal:
+                    ended = "and is gone" if other is None else str(other.phase)
+                    self._finish(job, Phase.CANCELLED, f"not started: job {dep}, which it starts after, ended {ended}")
+                    break
+                else:
+                    waiting.append(f"{dep} ({other.phase})")
+            else:
+                if waiting:
+                    held.add(job.id)
+                    self.book.wait(job.id, f"waiting for {', '.join(waiting)} to succeed (after)")
+                else:
+                    self._after_met.add(job.id)
+                    self._after_done.pop(job.id, None)
+        return held
 
     def _evict(self, job: JobRecord, reason: str, now: float) -> None:
         """Give an admitted job's quota back: a queued one returns to Pending now; a running

@@ -491,6 +491,7 @@ class ControlPlane:
         cap = None if caller.admin else self.settings.max_unfinished_jobs_per_tenant
         self._check_unfinished(tenant, cap)  # before a --resume-from copy, and again at create
         self.queues.check_submit(tenant, spec)
+        self._check_after(tenant, spec)
         asked, spec = spec, self.priorities.resolve(spec)
         if not caller.admin:  # an admin could raise the cap anyway: its own submissions are not capped
             self.priorities.check_cap(tenant, caller.max_priority, asked, spec)
@@ -505,6 +506,26 @@ class ControlPlane:
                 )
         self.wake()
         return job
+
+    def _check_after(self, tenant: str, spec: JobSpec) -> None:
+        """The jobs a new job is to start after: its own tenant's (another tenant's reads as
+        no such job, in the words `resume_from` uses), and none already ended other than
+        Succeeded — such a job could never start (a 409 saying which)."""
+        if not spec.after:
+            return
+        with self.controller.lock:
+            found = {dep: self.controller.book.get(dep) for dep in spec.after}
+        problems = [
+            FieldProblem(f"after.{i}", f"you have no job {dep!r}")
+            for i, dep in enumerate(spec.after)
+            if (job := found[dep]) is None or job.tenant != tenant
+        ]
+        if problems:
+            raise SpecError(problems)
+        for dep, job in found.items():
+            assert job is not None
+            if job.phase.terminal and job.phase != Phase.SUCCEEDED:
+                raise Conflict(f"after: job {dep} ended {job.phase}; a job started after it would never start")
 
     def _check_unfinished(self, tenant: str, cap: int | None) -> None:
         """A 409 once the tenant has `cap` jobs that have not ended (None: no cap)."""

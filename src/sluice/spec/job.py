@@ -222,6 +222,12 @@ JOB_SDK_KNOBS = frozenset({"SLUICE_THREADS", "SLUICE_THREADS_CHECK_S"})
 resizing, sluice.sdk._threads) and the agent never sets, so no contract value is overridden."""
 
 
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+"""What a job id given in a spec (`resume_from`, `after`) may look like."""
+
+MAX_AFTER = 16
+"""Most jobs one job may be made to wait for (`after`)."""
+
 MAX_RUNTIME_S = 366 * 86400.0
 """The largest `max_runtime_s` (a year and a day): a bound, like every other field's."""
 
@@ -263,14 +269,30 @@ class JobSpec(_Strict):
     ] = None
     qoe: QoETarget | None = None
     labels: Annotated[dict[str, str], Field(max_length=64)] = {}
+    after: Annotated[
+        list[Annotated[str, Field(pattern=JOB_ID_PATTERN)]],
+        Field(
+            max_length=MAX_AFTER,
+            description="Jobs of the same tenant this one starts after: it waits (Pending) until each has "
+            "Succeeded, and is cancelled, never started, if one ends otherwise.",
+        ),
+    ] = []
     resume_from: Annotated[
         str | None,
         Field(
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            pattern=JOB_ID_PATTERN,
             description="Start from the newest checkpoint of this finished, cancelled or suspended job "
             "of the same tenant.",
         ),
     ] = None
+
+    @field_validator("after")
+    @classmethod
+    def _after_once_each(cls, v: list[str]) -> list[str]:
+        twice = sorted({x for x in v if v.count(x) > 1})
+        if twice:
+            raise ValueError(f"{shown(twice[0])} is given more than once")
+        return v
 
     @field_validator("labels")
     @classmethod

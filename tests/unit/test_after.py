@@ -1,0 +1,94 @@
+"""`after`: a job that starts only once the jobs it names have succeeded (Slurm's
+`--dependency=afterok`), in the controller under the FakeEngine (no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluice.control.controller import Controller
+from sluice.model import JobExited, Phase
+from sluice.spec import SpecError, parse_job_spec
+from sluice.store import MemoryStore
+
+from .fake_engine import FakeEngine
+from .scripted_policy import Scripted
+from .test_controller import spec, start
+
+
+@pytest.fixture
+def ctl() -> Controller:
+    return Controller(MemoryStore(), FakeEngine(), Scripted(), checkpoint_root="/ckpt", restart_backoff_s=2.0)
+
+
+def engine_of(ctl: Controller) -> FakeEngine:
+    assert isinstance(ctl.engine, FakeEngine)
+    return ctl.engine
+
+
+def end(ctl: Controller, job_id: str, code: int) -> None:
+    job = ctl.book.get(job_id)
+    assert job is not None
+    engine_of(ctl).pending.append(JobExited(job_id, job.attempt, engine_of(ctl).now, code, retryable=False))
+    ctl.step()
+
+
+def test_a_job_waits_for_the_jobs_it_starts_after_then_runs(ctl: Controller) -> None:
+    first = ctl.submit("t", spec(name="prep"))
+    second = ctl.submit("t", spec(name="prep2"))
+    train = ctl.submit("t", spec(name="train", after=[first.id, second.id]))
+    start(ctl, engine_of(ctl), first.id)
+    rec = ctl.book.get(train.id)
+    assert rec.phase == Phase.PENDING
+    assert rec.reason.startswith(f"waiting for {first.id} (Running), {second.id} (")
+    assert train.id not in [r.job_id for r in engine_of(ctl).launched]
+    end(ctl, first.id, 0)
+    start(ctl, engine_of(ctl), second.id)
+    assert ctl.book.get(train.id).reason == f"waiting for {second.id} (Running) to succeed (after)"
+    end(ctl, second.id, 0)
+    ctl.step()
+    assert ctl.book.get(train.id).phase in (Phase.QUEUED, Phase.STARTING)
+    assert train.id in [r.job_id for r in engine_of(ctl).launched]
+
+
+def test_a_job_after_one_that_failed_is_cancelled_without_starting(ctl: Controller) -> None:
+    first = ctl.submit("t", spec(name="prep", max_restarts=0))
+    train = ctl.submit("t", spec(name="train", after=[first.id]))
+    evaluate = ctl.submit("t", spec(name="eval", after=[train.id]))
+    start(ctl, engine_of(ctl), first.id)
+    end(ctl, first.id, 3)
+    ctl.step()
+    rec = ctl.store.get_job(train.id)
+    assert rec.phase == Phase.CANCELLED
+    assert rec.reason == f"not started: job {first.id}, which it starts after, ended Failed"
+    ctl.step()
+    assert ctl.store.get_job(evaluate.id).phase == Phase.CANCELLED  # down the chain
+    assert [r.job_id for r in engine_of(ctl).launched] == [first.id]
+
+
+def test_a_held_job_takes_no_quota_and_a_suspended_predecessor_keeps_it_waiting(ctl: Controller) -> None:
+    first = ctl.submit("t", spec(name="prep"))
+    train = ctl.submit("t", spec(name="train", after=[first.id]))
+    ctl.suspend(first.id)
+    for _ in range(3):
+        ctl.step()
+    assert ctl.book.get(train.id).phase == Phase.PENDING
+    assert "Suspended" in ctl.book.get(train.id).reason
+    ctl.resume(first.id)
+    start(ctl, engine_of(ctl), first.id)
+    end(ctl, first.id, 0)
+    ctl.step()
+    assert ctl.book.get(train.id).phase != Phase.PENDING
+
+
+def test_the_spec_bounds_the_list() -> None:
+    assert parse_job_spec({"command": ["x"]}).after == []
+    for bad, why in (
+        ([f"j-{k}" for k in range(17)], "after"),
+        (["j-1", "j-1"], "more than once"),
+        (["../x"], "after.0"),
+        ("j-1", "after"),
+        ([""], "after.0"),
+    ):
+        with pytest.raises(SpecError) as err:
+            parse_job_spec({"command": ["x"], "after": bad})
+        assert why in str(err.value)
