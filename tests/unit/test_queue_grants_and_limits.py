@@ -297,3 +297,49 @@ def test_a_job_of_a_class_that_never_preempts_says_so_while_it_waits(live: Live)
         "; its priority class does not preempt (preemption: never): it waits for room rather than preempting "
         "1 lower-priority job(s) of queue default"
     )
+
+
+# --------------------------------------------------------------------------- a queue's time limit
+
+
+def test_a_queue_time_limit_is_given_to_its_jobs_and_refuses_longer_ones(live: Live) -> None:
+    """Slurm's partition MaxTime: a job without max_runtime_s gets the queue's, one asking for
+    more is a 422 naming max_runtime_s, and a limit changed live holds running jobs too."""
+    assert live.call("POST", "/v1/queues", body={"name": "short", "max_runtime_s": 10}).status_code == 201
+    assert live.call("POST", "/v1/queues/short/grants", body={"tenant": "alice"}).status_code == 200
+    assert "max_runtime_s" in problems(live.submit("alice", "short", max_runtime_s=11))
+    within = live.submit("alice", "short", max_runtime_s=10)
+    assert within.status_code == 201, within.text
+    plain = live.submit("alice", "short").json()["id"]
+    other = live.submit("alice").json()["id"]  # the default queue: no limit
+    live.plane.step()
+    for job_id in (within.json()["id"], plain, other):
+        live.start(job_id)
+    for _ in range(10):
+        live.engine.now += 1
+        live.plane.step()
+    held = live.job(plain)
+    assert held.phase == Phase.STOPPING and held.reason.endswith("past queue short's max_runtime_s of 10s")
+    assert live.job(within.json()["id"]).phase == Phase.STOPPING
+    assert live.job(other).phase == Phase.RUNNING
+
+    r = live.call("PATCH", "/v1/queues/default", body={"max_runtime_s": 5})
+    assert r.status_code == 200 and r.json()["max_runtime_s"] == 5
+    live.plane.step()
+    assert live.job(other).phase == Phase.STOPPING  # 11 s run: held to the new limit at once
+    r = live.call("PATCH", "/v1/queues/default", body={"max_runtime_s": None})
+    assert r.status_code == 200 and r.json()["max_runtime_s"] is None
+    for bad in (0, -5, 1e12, "x"):
+        assert live.call("PATCH", "/v1/queues/short", body={"max_runtime_s": bad}).status_code == 422
+    assert live.call("PATCH", "/v1/queues/short", "alice", {"max_runtime_s": None}).status_code == 403
+
+
+def test_queue_time_limit_on_the_cli(live: Live) -> None:
+    code, _, err = sluice(live, "admin", "queue", "create", "short", "--max-runtime-s", "3600")
+    assert code == 0, err
+    code, out, _ = sluice(live, "admin", "queue", "get", "short")
+    assert code == 0 and "3600s" in out
+    code, out, _ = sluice(live, "admin", "queue", "set", "short", "--max-runtime-s", "none", "-o", "json")
+    assert code == 0 and json.loads(out)["max_runtime_s"] is None
+    code, _, err = sluice(live, "admin", "queue", "set", "short", "--max-runtime-s", "1h")
+    assert code == 2 and "--max-runtime-s" in err

@@ -130,6 +130,7 @@ class StoreContract:
             weight=2.5,
             reclaim_within_cohort=Reclaim.LOWER_PRIORITY,
             within_queue=WithinQueue.NEVER,
+            max_runtime_s=7200.0,
         )
         store.save_queue(QueueRecord(config, 12.5))
         assert store.get_queue("research") == QueueRecord(config, 12.5)
@@ -379,18 +380,20 @@ def test_a_version_2_database_gets_tenant_caps_and_its_deleted_tenants_names(tmp
         again.close()
 
 
-def test_a_version_3_database_gets_the_jobs_run_time(tmp_path: Path) -> None:
-    """Version 4 adds `run_s` (seconds run, held against `max_runtime_s`) to jobs: a job from
-    before it starts at 0 and keeps what it runs from then on."""
+def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(tmp_path: Path) -> None:
+    """Version 4 adds `run_s` (seconds run, held against `max_runtime_s`) to jobs and
+    `max_runtime_s` to queues: a job from before it starts at 0, a queue has no limit."""
     import sqlite3
 
     db = tmp_path / "v3.db"
     url = f"sqlite:///{db}"
     store = SqlStore(url)
     store.create_job(make_job("j1"))
+    store.save_queue(QueueRecord(QueueConfig("short"), 1.0))
     store.close()
     with sqlite3.connect(db) as con:  # as version 3 left it
         con.execute("ALTER TABLE jobs DROP COLUMN run_s")
+        con.execute("ALTER TABLE queues DROP COLUMN max_runtime_s")
         con.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
     con.close()
 
@@ -401,5 +404,9 @@ def test_a_version_3_database_gets_the_jobs_run_time(tmp_path: Path) -> None:
         assert job is not None and job.run_s == 0.0
         again.save_job(replace(job, run_s=12.5))
         assert again.get_job("j1").run_s == 12.5  # type: ignore[union-attr]
+        queue = again.get_queue("short")
+        assert queue is not None and queue.config.max_runtime_s is None
+        again.save_queue(replace(queue, config=replace(queue.config, max_runtime_s=60.0)))
+        assert again.get_queue("short").config.max_runtime_s == 60.0  # type: ignore[union-attr]
     finally:
         again.close()

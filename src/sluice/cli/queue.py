@@ -34,10 +34,31 @@ ReclaimOpt = Annotated[
         help="Its jobs within nominal quota preempt other queues' borrowers: any, lower_priority or never.",
     ),
 ]
+MaxRuntimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-runtime-s",
+        metavar="SECONDS|none",
+        help="Most seconds one of its jobs may run: a job without max_runtime_s gets it, one asking for more is "
+        "refused; 'none' removes it (set). Jobs already running are held to a new limit too.",
+    ),
+]
 WithinOpt = Annotated[
     str | None,
     typer.Option("--within-queue", help="Its jobs preempt its own lower-priority jobs: lower_priority or never."),
 ]
+
+
+def _runtime(value: str | None) -> dict[str, float | None]:
+    """--max-runtime-s as a request field: seconds, or None ('none': no limit); {} when not given."""
+    if value is None:
+        return {}
+    if value.strip().lower() == "none":
+        return {"max_runtime_s": None}
+    try:
+        return {"max_runtime_s": float(value)}
+    except ValueError:
+        raise CliError(f"--max-runtime-s: {value!r} is not a number of seconds or 'none'", EXIT_USAGE) from None
 
 
 def _quota(**kw: float | None) -> dict[str, float] | None:
@@ -98,6 +119,7 @@ def create(
     weight: Weight = None,
     reclaim: ReclaimOpt = None,
     within_queue: WithinOpt = None,
+    max_runtime_s: MaxRuntimeOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Create a queue (admin). A resource without a quota is not limited."""
@@ -118,6 +140,7 @@ def create(
                 reclaim,
                 within_queue,
             ),
+            **_runtime(max_runtime_s),
         }
         spec = _parsed(QueueSpec, raw, "invalid queue")
         with connect(admin=True) as client:
@@ -140,6 +163,7 @@ def set_(
     weight: Weight = None,
     reclaim: ReclaimOpt = None,
     within_queue: WithinOpt = None,
+    max_runtime_s: MaxRuntimeOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Change a queue live (admin): the next round admits by the new quotas. A nominal quota
@@ -160,6 +184,7 @@ def set_(
             reclaim,
             within_queue,
         )
+        raw.update(_runtime(max_runtime_s))
         patch = _parsed(QueuePatch, raw, "invalid queue change")
         with connect(admin=True) as client:
             before = next((q for q in client.queues() if q.name == name), None) if raw.keys() & _REPLACED else None
@@ -296,6 +321,7 @@ def get(name: QueueName, output: OutputOpt = Output.table) -> None:
             ("borrowing limit", _limits(q["borrowing_limit"]) if q["borrowing_limit"] else "-"),
             ("lending limit", _limits(q["lending_limit"]) if q["lending_limit"] else "-"),
             ("preemption", f"reclaim_within_cohort={q['reclaim_within_cohort']}, within_queue={q['within_queue']}"),
+            ("max runtime", "-" if q.get("max_runtime_s") is None else f"{q['max_runtime_s']:g}s"),
             ("usage", _amounts(q["usage"])),
             ("borrowed", _amounts(q["borrowed"])),
             ("admitted", str(q["admitted"])),

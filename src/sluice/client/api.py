@@ -393,9 +393,10 @@ class Client:
         return self._one(QueueOut, "POST", "/v1/queues", json=_body(q))
 
     def update_queue(self, name: str, patch: QueuePatch | Mapping[str, Any]) -> QueueOut:
+        """Change a queue live: only the fields given change (max_runtime_s None removes it)."""
         p = _spec(QueuePatch, patch, "queue change")
         return self._one(
-            QueueOut, "PATCH", f"/v1/queues/{_seg(name, _QUEUE)}", json=p.model_dump(mode="json", exclude_none=True)
+            QueueOut, "PATCH", f"/v1/queues/{_seg(name, _QUEUE)}", json=p.model_dump(mode="json", exclude_unset=True)
         )
 
     def grant_queue(self, name: str, tenant: str, granted: bool = True) -> QueueOut:

@@ -105,6 +105,7 @@ class QueueOut(_Open):
     lending_limit: dict[str, float] = {}
     reclaim_within_cohort: str = ""
     within_queue: str = ""
+    max_runtime_s: float | None = None
     tenants: list[str] | None = None
     usage: dict[str, float] = {}
     borrowed: dict[str, float] = {}

@@ -969,11 +969,18 @@ class Controller:
         never preempted, moved or resized in the round its time runs out (and a stopping job
         does not run on the clock). One waiting in the queue at its limit (its seconds come from
         a store written by another plane) ends Failed without running again."""
+        queues: dict[str, QueueConfig] | None = None
         for job in self.book.live():
-            limit = job.spec.max_runtime_s
+            if job.phase not in (Phase.STARTING, Phase.RUNNING, Phase.PENDING, Phase.QUEUED):
+                continue
+            if queues is None:  # read once a round, and only while a job could be held
+                queues = self.queues()
+            own, of_queue = job.spec.max_runtime_s, queues.get(job.spec.queue, QueueConfig("")).max_runtime_s
+            limit = min((x for x in (own, of_queue) if x is not None), default=None)
             if limit is None or job.run_s < limit:
                 continue
-            why = f"ran {job.run_s:.0f}s, past its max_runtime_s of {limit:g}s"
+            whose = "its max_runtime_s" if limit == own else f"queue {job.spec.queue}'s max_runtime_s"
+            why = f"ran {job.run_s:.0f}s, past {whose} of {limit:g}s"
             if job.phase in (Phase.PENDING, Phase.QUEUED):
                 self._finish(job, Phase.FAILED, f"time limit: {why}")
             elif job.phase in (Phase.STARTING, Phase.RUNNING):

@@ -40,6 +40,8 @@ class QueueStatus:
     reclaim_within_cohort: str
     """Preemption for this queue's jobs (docs/queues.md): any, lower_priority or never."""
     within_queue: str
+    max_runtime_s: float | None
+    """Most seconds one of its jobs may run; None: no limit of the queue's."""
     tenants: list[str] | None
     """Tenants granted it; None: every tenant (the default queue)."""
     usage: dict[str, float]
@@ -116,6 +118,7 @@ def config_of(spec: QueueSpec) -> QueueConfig:
         weight=spec.weight,
         reclaim_within_cohort=Reclaim(spec.preemption.reclaim_within_cohort),
         within_queue=WithinQueue(spec.preemption.within_queue),
+        max_runtime_s=spec.max_runtime_s,
     )
 
 
@@ -154,6 +157,8 @@ class QueueService:
         if patch.preemption is not None:
             changes["reclaim_within_cohort"] = Reclaim(patch.preemption.reclaim_within_cohort)
             changes["within_queue"] = WithinQueue(patch.preemption.within_queue)
+        if "max_runtime_s" in patch.model_fields_set:  # an explicit null removes the limit
+            changes["max_runtime_s"] = patch.max_runtime_s
         new = replace(rec.config, **changes)
         # The queue as it would be is checked; a problem it already had (stored before these
         # checks existed) does not block an unrelated change.
@@ -198,6 +203,15 @@ class QueueService:
                 [FieldProblem("queue", f"no queue named {name!r} is granted to tenant {tenant!r}; ask an admin")]
             )
         problems = self.never_fits(spec)
+        limit = self.controller.queues().get(name, QueueConfig(name)).max_runtime_s
+        if limit is not None and spec.max_runtime_s is not None and spec.max_runtime_s > limit:
+            problems.append(
+                FieldProblem(
+                    "max_runtime_s",
+                    f"{spec.max_runtime_s:g}s is more than queue {name} lets a job run ({limit:g}s): ask for "
+                    "that or less, or leave max_runtime_s out to get the queue's",
+                )
+            )
         if problems:
             raise SpecError(problems)
 
@@ -273,6 +287,7 @@ class QueueService:
             lending_limit=cfg.lending_limit.to_dict(),
             reclaim_within_cohort=str(cfg.reclaim_within_cohort),
             within_queue=str(cfg.within_queue),
+            max_runtime_s=cfg.max_runtime_s,
             tenants=None if name == DEFAULT_QUEUE else grants.get(name, []),
             usage={r: use.get(r) for r in RESOURCES},
             borrowed={r: ledger.borrowed(name, r) for r in RESOURCES if ledger.borrowed(name, r) > 0},

@@ -104,6 +104,8 @@ class QueueConfig:
     weight: float = 1.0
     reclaim_within_cohort: Reclaim = Reclaim.ANY
     within_queue: WithinQueue = WithinQueue.LOWER_PRIORITY
+    max_runtime_s: float | None = None
+    """Most seconds one of its jobs may run (None: no limit of the queue's own)."""
 
     def lendable(self, r: str) -> float | None:
         """The part of its nominal quota of `r` this queue lends its cohort when unused."""

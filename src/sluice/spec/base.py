@@ -91,6 +91,11 @@ def _bool_fields(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(name for name, f in model.model_fields.items() if _is_bool_type(f.annotation))
 
 
+MAX_RUNTIME_S = 366 * 86400.0
+"""The largest `max_runtime_s` of a job or queue (a year and a day): a bound, like every
+other number's."""
+
+
 def shown(v: Any) -> str:
     """`v` quoted for a refusal, cut after _SHOWN_CHARS characters (a refused env name or batch
     mode came back whole in the 422, however long)."""

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from sluice.spec.base import Name, SpecModel, shown
+from sluice.spec.base import MAX_RUNTIME_S, Name, SpecModel, shown
 
 MAX_ARGV_ITEMS = 256
 MAX_ARG_LENGTH = 8192
@@ -227,9 +227,6 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 MAX_AFTER = 16
 """Most jobs one job may be made to wait for (`after`)."""
-
-MAX_RUNTIME_S = 366 * 86400.0
-"""The largest `max_runtime_s` (a year and a day): a bound, like every other field's."""
 
 
 class JobSpec(_Strict):

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sluice.spec.base import MAX_WEIGHT, MIN_WEIGHT, Name, NameOrEmpty, RequestModel
+from sluice.spec.base import MAX_RUNTIME_S, MAX_WEIGHT, MIN_WEIGHT, Name, NameOrEmpty, RequestModel
 
 _BIG = 1_000_000_000.0
 """Above any real cluster; larger numbers are typos."""
@@ -57,6 +57,15 @@ class QueueSpec(RequestModel):
         Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight within its cohort (0.001 to 1000)."),
     ] = 1.0
     preemption: PreemptionSpec = PreemptionSpec()
+    max_runtime_s: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            le=MAX_RUNTIME_S,
+            description="Most seconds a job of this queue may run (Slurm's partition MaxTime): a job without "
+            "max_runtime_s gets this one, a job asking for more is refused at submit. Unset: no limit.",
+        ),
+    ] = None
 
 
 class QueuePatch(RequestModel):
@@ -69,6 +78,10 @@ class QueuePatch(RequestModel):
     lending_limit: QuotaSpec | None = None
     weight: Annotated[float | None, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT)] = None
     preemption: PreemptionSpec | None = None
+    max_runtime_s: Annotated[
+        float | None,
+        Field(gt=0, le=MAX_RUNTIME_S, description="A new limit; null removes it. Running jobs are held to it too."),
+    ] = None
 
 
 class GrantSpec(RequestModel):

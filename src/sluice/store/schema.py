@@ -175,6 +175,8 @@ queues = Table(
     Column("weight", Double, nullable=False),
     Column("preemption", JSON, nullable=False, default=dict),
     Column("created_at", Double, nullable=False),
+    # Version 4: the most seconds one of its jobs may run.
+    Column("max_runtime_s", Double, nullable=True),
 )
 """Queues with quotas (docs/queues.md). A new table: `create_all` adds it to an older
 database, so it needs no migration step."""
@@ -262,10 +264,12 @@ def _v3_tenant_caps_and_deleted_names(conn: Connection) -> None:
 
 
 def _v4_job_run_time(conn: Connection) -> None:
-    """Version 4: a job's seconds run (`run_s`, held against `max_runtime_s`). Jobs from
-    before it start at 0: what they ran before the upgrade is not known."""
+    """Version 4: a job's seconds run (`run_s`, held against `max_runtime_s`), and a queue's
+    `max_runtime_s`. Jobs from before it start at 0: what they ran before is not known."""
     if "run_s" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
         conn.execute(text("ALTER TABLE jobs ADD COLUMN run_s DOUBLE PRECISION NOT NULL DEFAULT 0"))
+    if "max_runtime_s" not in {c["name"] for c in inspect(conn).get_columns("queues")}:
+        conn.execute(text("ALTER TABLE queues ADD COLUMN max_runtime_s DOUBLE PRECISION"))
 
 
 MIGRATIONS: dict[int, Migration] = {

@@ -194,6 +194,7 @@ def _queue_from_row(row: Row[Any]) -> QueueRecord:
         weight=float(row.weight),
         reclaim_within_cohort=Reclaim((row.preemption or {}).get("reclaim_within_cohort", Reclaim.ANY)),
         within_queue=WithinQueue((row.preemption or {}).get("within_queue", WithinQueue.LOWER_PRIORITY)),
+        max_runtime_s=row.max_runtime_s,
     )
     return QueueRecord(config, float(row.created_at))
 
@@ -507,6 +508,7 @@ class SqlStore:
             "weight": c.weight,
             "preemption": {"reclaim_within_cohort": str(c.reclaim_within_cohort), "within_queue": str(c.within_queue)},
             "created_at": queue.created_at,
+            "max_runtime_s": c.max_runtime_s,
         }
         t = schema.queues
         with self._write() as conn:
