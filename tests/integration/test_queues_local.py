@@ -1,6 +1,6 @@
 """Queues on the local engine, with real job processes: two tenants in a cohort borrowing and
 reclaiming, the preempted borrower resuming from its checkpoint, a quota changed live through
-the CLI, suspend/resume, and --resume-from (same tenant only)."""
+the CLI, suspend/resume, and --resume-from (same tenant only), a chain of jobs (`after`) and a time limit.
 
 from __future__ import annotations
 
@@ -215,3 +215,26 @@ def test_a_high_priority_class_preempts_a_low_job_in_the_default_queue_which_res
     assert any(f"resumes from checkpoint at step {step_at_stop}" in m for m in why(p, low))
     log = Path(p.engine.log_path(low.id) or "")
     assert wait_for(lambda: f"resumed at step {step_at_stop + 1}" in log.read_text(), 30)
+
+
+def test_a_job_after_another_runs_once_it_succeeds_and_is_stopped_at_its_time_limit(plane: ControlPlane) -> None:
+    """Real processes: `first` (40 steps) succeeds; `second`, after it, waits Pending meanwhile,
+    then runs until its max_runtime_s, is stopped through its checkpoint (the SDK saves on the
+    stop) and ends Failed saying so; `third`, after `second`, is then cancelled unstarted."""
+    p = plane
+    caller = p.store.get_tenant("default")
+    assert caller is not None
+    first = p.submit(caller, loop(name="first", command=["python", str(JOBS / "sdk_loop.py"), "--steps", "40"]))
+    second = p.submit(caller, loop(name="second", cpu=1, after=[first.id], max_runtime_s=3))
+    third = p.submit(caller, loop(name="third", after=[second.id]))
+    assert wait_for(lambda: get(p, first).phase == Phase.RUNNING, 30), get(p, first).reason
+    assert get(p, second).phase == Phase.PENDING and get(p, second).reason.startswith(f"waiting for {first.id}")
+    assert wait_for(lambda: get(p, second).phase.terminal, 60), get(p, second).reason
+    done, limited = get(p, first), get(p, second)
+    assert done.phase == Phase.SUCCEEDED and limited.phase == Phase.FAILED
+    assert limited.started_at is not None and done.finished_at is not None
+    assert limited.started_at >= done.finished_at  # it waited for `first`
+    assert limited.reason.startswith("time limit: ran 3s, past its max_runtime_s of 3s"), limited.reason
+    assert limited.checkpoint_step is not None and limited.step > 0  # it ran, and kept a checkpoint
+    assert wait_for(lambda: get(p, third).phase == Phase.CANCELLED, 10), get(p, third).reason
+    assert get(p, third).attempt == 0  # never launched
