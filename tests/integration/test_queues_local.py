@@ -1,6 +1,7 @@
 """Queues on the local engine, with real job processes: two tenants in a cohort borrowing and
 reclaiming, the preempted borrower resuming from its checkpoint, a quota changed live through
-the CLI, suspend/resume, and --resume-from (same tenant only), a chain of jobs (`after`) and a time limit.
+the CLI, suspend/resume, --resume-from (same tenant only), and a chain of jobs (`after`) with
+a time limit."""
 
 from __future__ import annotations
 
