@@ -249,6 +249,28 @@ def test_job_list_filters_by_queue_and_tenant(live: Live, tmp_path: Path, monkey
     assert code == 0 and out == "" and err.strip() == "no jobs of that phase and queue", (out, err)
 
 
+def test_job_list_filters_by_label(live: Live, tmp_path: Path) -> None:
+    """Labels were accepted in a spec but nothing could select by them."""
+    vision = write_spec(tmp_path / "v.yaml", GOOD_SPEC + "labels: {team: vision, stage: train}\n")
+    _, a, _ = sluice("job", "submit", str(vision))
+    _, b, _ = sluice("job", "submit", str(write_spec(tmp_path / "n.yaml", GOOD_SPEC + "labels: {team: nlp}\n")))
+    _, c, _ = sluice("job", "submit", str(write_spec(tmp_path / "x.yaml", GOOD_SPEC)))
+    code, out, _ = sluice("job", "list", "-l", "team=vision", "-o", "json")
+    assert code == 0 and [j["id"] for j in json.loads(out)] == [a.strip()]
+    code, out, _ = sluice("job", "list", "-l", "team=vision", "--label", "stage=eval", "-o", "json")
+    assert code == 0 and json.loads(out) == []  # every label given must match
+    code, out, err = sluice("job", "list", "-l", "team=ops")
+    assert code == 0 and err.strip() == "no jobs of that label"
+    for bad in ("team", "=x"):
+        code, _, err = sluice("job", "list", "-l", bad)
+        assert code == 2 and "KEY=VALUE" in err
+    code, _, err = sluice("job", "list", "-l", "team=a", "-l", "team=b")
+    assert code == 2 and "two values" in err
+    assert {b.strip(), c.strip()}.isdisjoint(
+        j["id"] for j in json.loads(sluice("job", "list", "-l", "team=vision", "-o", "json")[1])
+    )
+
+
 def test_logs_of_a_job_with_no_output_say_why(live: Live, tmp_path: Path) -> None:
     # `sluice job logs` (and -f) of a job that never started printed nothing at all.
     _, out, _ = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))

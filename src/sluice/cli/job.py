@@ -108,6 +108,19 @@ def submit(
         emit(job, output, lambda j: typer.echo(j["id"]))
 
 
+def _labels(given: list[str]) -> dict[str, str]:
+    """--label KEY=VALUE options as a mapping; a usage error for one without '=' or a key twice."""
+    out: dict[str, str] = {}
+    for item in given:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise CliError(f"--label: {item[:60]!r} is not KEY=VALUE", EXIT_USAGE)
+        if key in out and out[key] != value:
+            raise CliError(f"--label: {key[:60]!r} is given two values; a job has one", EXIT_USAGE)
+        out[key] = value
+    return out
+
+
 @app.command("list")
 def list_(
     phase: Annotated[
@@ -118,17 +131,22 @@ def list_(
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only this tenant's jobs (an admin token sees every tenant's).")
     ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", "-l", metavar="KEY=VALUE", help="Only jobs with this label (repeatable: all of them)."),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Your jobs (every tenant's with an admin token), oldest first. On a narrow terminal the
     LOSS, STEP, CPU, NODE and TENANT columns are left out (in that order) so that REASON stays
     one line, cut with an ellipsis; -o json has every field, times as Unix seconds."""
     with errors_reported(), connect() as client:
-        jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant)
+        jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant, labels=_labels(label or []))
 
     def render(rows: list[dict[str, Any]]) -> None:
         if not rows:  # an empty table's header alone read like a failure to load
-            filters = [f for f, given in (("phase", phase), ("queue", queue), ("tenant", tenant)) if given]
+            given = (("phase", phase), ("queue", queue), ("tenant", tenant), ("label", label))
+            filters = [f for f, asked in given if asked]
             err_console.print(f"no jobs{' of that ' + ' and '.join(filters) if filters else ''}", markup=False)
             return
         list_table(

@@ -229,9 +229,11 @@ class Client:
         *,
         tenant: str | None = None,
         queue: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> list[JobOut]:
         """Your jobs (every tenant's for an admin), oldest first, all pages. The server
-        filters by phase; `tenant` and `queue` are filtered here (the API has no such filter)."""
+        filters by phase; `tenant`, `queue` and `labels` (each given label with that value)
+        are filtered here (the API has no such filter)."""
         phases = [phase] if isinstance(phase, Phase | str) else list(phase or [])
         params = [("phase", Phase(p).value if isinstance(p, Phase) else _phase(p)) for p in phases]
         out = self._all(JobOut, "/v1/jobs", params)
@@ -239,6 +241,9 @@ class Client:
             out = [j for j in out if j.tenant == tenant]
         if queue is not None:
             out = [j for j in out if j.spec.get("queue") == queue]
+        if labels:
+            want = dict(labels)
+            out = [j for j in out if all((j.spec.get("labels") or {}).get(k) == v for k, v in want.items())]
         return out
 
     def job(self, job_id: str) -> JobOut:
