@@ -278,3 +278,21 @@ def test_an_admin_names_another_tenants_dataset_with_tenant_in_get_warm_and_rm(
     code, out, err = sluice("dataset", "rm", "dd", "--tenant", "default")
     assert code == 0 and "deleted dataset dd" in out, err
     assert live.plane.store.get_dataset("default", "dd") is None
+
+
+# -- a source's word about sizes and its manifest's length is bounded ----------------------------
+
+
+def test_a_manifest_claiming_sizes_past_the_store_integer_is_a_422_naming_source(live: Live) -> None:
+    """Sizes are the source's word: two items of 2**62 bytes summed past 2**63, what the store's
+    integer column holds, and `dataset create` answered 500 (OverflowError)."""
+    for i, sizes in enumerate(([2**62, 2**62], [2**64], [2**40 + 1])):  # 2**40: the most an item may claim
+        src = live.data / f"huge{i}"
+        src.mkdir()
+        items = [[f"{n}.bin", s] for n, s in enumerate(sizes)]
+        (src / "_sluice_manifest.json").write_text(json.dumps({"items": items}))
+        r = post(live, {"name": f"huge{i}", "source": str(src)})
+        assert r.status_code == 422, r.text
+        [problem] = r.json()["problems"]
+        assert problem["field"] == "source" and "1 TiB" in problem["problem"], problem
+    assert post(live, {"name": "huge0", "source": str(live.data / "huge0")}).status_code == 422  # not a 409: none kept
