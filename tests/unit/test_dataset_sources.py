@@ -296,3 +296,29 @@ def test_a_manifest_claiming_sizes_past_the_store_integer_is_a_422_naming_source
         [problem] = r.json()["problems"]
         assert problem["field"] == "source" and "1 TiB" in problem["problem"], problem
     assert post(live, {"name": "huge0", "source": str(live.data / "huge0")}).status_code == 422  # not a 409: none kept
+
+
+@pytest.mark.parametrize("over_http", [False, True])
+def test_a_source_manifest_is_read_only_up_to_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, over_http: bool
+) -> None:
+    """The plane read a source's `_sluice_manifest.json` whole into memory, however long the
+    source's server made it: now it reads at most MAX_MANIFEST_BYTES and says so."""
+    from sluice.data import manifest, source
+    from sluice.data.httpserve import DataServer
+
+    monkeypatch.setattr(source, "MAX_MANIFEST_BYTES", 1 << 20, raising=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"x")
+    padded = json.dumps({"items": [["a.bin", 1]]}) + " " * (3 << 20)
+    (src / manifest.MANIFEST_NAME).write_text(padded)
+    if not over_http:
+        with pytest.raises(SourceError, match=r"larger than 1 MiB"):
+            Source(str(src)).list()
+        return
+    with DataServer(src) as srv, pytest.raises(SourceError, match=r"larger than 1 MiB"):
+        Source(srv.url, guard=SourceGuard(allow_hosts=("127.0.0.1",))).list()
+    (src / manifest.MANIFEST_NAME).write_text(json.dumps({"items": [["a.bin", 1]]}))
+    with DataServer(src) as srv:
+        assert Source(srv.url, guard=SourceGuard(allow_hosts=("127.0.0.1",))).list().keys == ("a.bin",)

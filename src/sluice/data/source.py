@@ -17,7 +17,7 @@ import fsspec
 
 from sluice.data.errors import DataError, SourceError, UnsafePath
 from sluice.data.guard import SourceGuard, normalized_options
-from sluice.data.manifest import MANIFEST_NAME, Manifest
+from sluice.data.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
 from sluice.data.paths import check_key
 
 
@@ -96,7 +96,7 @@ class Source:
         own = posixpath.join(self.root, MANIFEST_NAME)
         try:
             if self.fs.exists(own):
-                return Manifest.from_json(self.fs.cat_file(own))
+                return Manifest.from_json(self._read_manifest(own))
         except (OSError, ValueError):
             pass  # no readable manifest of its own: list the source
         except DataError:
@@ -125,6 +125,25 @@ class Source:
             self._explain_empty()
         items.sort()
         return Manifest(tuple(k for k, _ in items), tuple(s for _, s in items))
+
+    def _read_manifest(self, path: str) -> bytes:
+        """The source's own manifest, read a piece at a time and refused (SourceError) past
+        MAX_MANIFEST_BYTES: whatever length the source's server claims or sends, the reader
+        never holds more than that."""
+        parts: list[bytes] = []
+        got = 0
+        with self._open_stream(path) as f:
+            while True:
+                chunk = f.read(min(1 << 20, MAX_MANIFEST_BYTES + 1 - got))
+                if not chunk:
+                    return b"".join(parts)
+                parts.append(bytes(chunk))
+                got += len(chunk)
+                if got > MAX_MANIFEST_BYTES:
+                    raise SourceError(
+                        f"{self.url}: {MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES >> 20} MiB, the most sluice "
+                        "reads; list fewer items in it (or leave it out and let sluice list the source)"
+                    )
 
     def _explain_empty(self) -> None:
         """Raise the SourceError an empty listing stands for: no such source, an unreadable
@@ -176,6 +195,14 @@ class Source:
                 time.sleep(delay)
                 delay *= 2
         raise SourceError(f"{what}: reading {path} from {self.url} failed after {self.retries + 1} attempts: {last}")
+
+    def _open_stream(self, path: str) -> Any:
+        """`path` opened for reading front to back. Over HTTP: one GET read as it arrives
+        (block_size 0); the `size` given only spares fsspec the HEAD it would send to learn one,
+        which a streamed read never uses."""
+        if self.protocol in ("http", "https"):
+            return self.fs.open(path, "rb", block_size=0, size=1)
+        return self.fs.open(path, "rb")
 
     def put(self, key: str, data: bytes) -> None:
         """Write an object next to the items (merged blocks, a manifest); for writable sources."""
