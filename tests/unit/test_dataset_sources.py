@@ -322,3 +322,47 @@ def test_a_source_manifest_is_read_only_up_to_its_bound(
     (src / manifest.MANIFEST_NAME).write_text(json.dumps({"items": [["a.bin", 1]]}))
     with DataServer(src) as srv:
         assert Source(srv.url, guard=SourceGuard(allow_hosts=("127.0.0.1",))).list().keys == ("a.bin",)
+
+
+def test_an_item_is_read_over_http_only_to_one_byte_past_its_manifest_size(tmp_path: Path) -> None:
+    """A source's server decides how much it sends: an item whose manifest says 10 bytes, served
+    as 64 MiB, was read whole into the fetching process (the plane's own on the local engine)
+    before its size was checked. Now the read stops one byte past the size and says so."""
+    import http.server
+    import threading
+    import tracemalloc
+
+    body = 64 << 20
+
+    class Flood(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(body))
+            self.end_headers()
+            chunk = b"\0" * (1 << 20)
+            try:
+                for _ in range(body >> 20):
+                    self.wfile.write(chunk)
+            except OSError:
+                pass  # the reader stopped early: what it should do
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flood)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        src = Source(
+            f"http://127.0.0.1:{server.server_port}/ds", retries=0, guard=SourceGuard(allow_hosts=("127.0.0.1",))
+        )
+        tracemalloc.start()
+        try:
+            with pytest.raises(SourceError, match="more than the 10 bytes"):
+                src.fetch("item.bin", 10)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 16 << 20, f"fetching a 10-byte item held {peak >> 20} MiB"
+    finally:
+        server.shutdown()
+        server.server_close()

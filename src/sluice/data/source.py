@@ -183,9 +183,11 @@ class Source:
         delay = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
-                data = self.fs.cat_file(path)
+                data = self._get(path, size)
                 if size is not None and len(data) != size:
-                    raise SourceError(f"short read: got {len(data)} of {size} bytes")
+                    if len(data) < size:
+                        raise SourceError(f"short read: got {len(data)} of {size} bytes")
+                    raise SourceError(f"the source sent more than the {size} bytes the manifest gives the item")
                 return bytes(data)
             except FileNotFoundError as err:
                 raise SourceError(f"{what}: not found at {path} ({self.url})") from err
@@ -203,6 +205,23 @@ class Source:
         if self.protocol in ("http", "https"):
             return self.fs.open(path, "rb", block_size=0, size=1)
         return self.fs.open(path, "rb")
+
+    def _get(self, path: str, size: int | None) -> bytes:
+        """The object at `path`. Over HTTP with a known `size` it is streamed and cut at one byte
+        past `size` (which `_read` then refuses as a wrong size): a source's server decides how
+        many bytes it sends, and reading them all would hold whatever it sent in memory."""
+        if size is None or self.protocol not in ("http", "https"):
+            return bytes(self.fs.cat_file(path))
+        parts: list[bytes] = []
+        got = 0
+        with self._open_stream(path) as f:
+            while got <= size:
+                chunk = f.read(min(1 << 20, size + 1 - got))
+                if not chunk:
+                    break
+                parts.append(bytes(chunk))
+                got += len(chunk)
+        return b"".join(parts)
 
     def put(self, key: str, data: bytes) -> None:
         """Write an object next to the items (merged blocks, a manifest); for writable sources."""
