@@ -254,6 +254,26 @@ class Settings(BaseSettings):
         ),
     ] = 4
 
+    dataset_source_ops_per_tenant: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=64,
+            description="Dataset source operations (a `dataset create`'s listing of the source, a `dataset warm`) "
+            "one tenant may have under way at once; one more is a 429 (retry when one has finished). Each "
+            "holds an API worker thread for as long as the tenant's source takes. Default 2.",
+        ),
+    ] = 2
+    dataset_source_ops: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=256,
+            description="Dataset source operations under way at once on the whole plane, every tenant's; one more "
+            "is a 429. Default 8.",
+        ),
+    ] = 8
+
     net_interface: Annotated[
         str | None,
         Field(

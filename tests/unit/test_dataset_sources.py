@@ -366,3 +366,62 @@ def test_an_item_is_read_over_http_only_to_one_byte_past_its_manifest_size(tmp_p
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_one_tenants_requests_to_a_slow_source_hold_at_most_its_share_of_the_api(live: Live, tmp_path: Path) -> None:
+    """`dataset create` lists the source and `dataset warm` fetches it inside the request, on an
+    API worker thread, for as long as the tenant's source takes. 45 parallel creates against a
+    source that answers after 100 s held all 40 of them: every tenant's requests (and
+    /healthz) hung. Now a tenant has at most `dataset_source_ops_per_tenant` (2) under way; one
+    more is a 429 naming the setting, and other requests go on."""
+    import http.server
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    release = threading.Event()
+    arrived: list[str] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            arrived.append(self.path)
+            release.wait(30)
+            self.send_response(404)
+            self.end_headers()
+
+        do_GET = do_HEAD
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    src = f"http://127.0.0.1:{server.server_port}/ds"
+    url = json.loads((live.home / "server.json").read_text())["url"]
+    admin = {"Authorization": f"Bearer {(live.home / 'admin.token').read_text().strip()}"}
+    (live.data / "ok").mkdir()
+    (live.data / "ok" / "a.bin").write_bytes(b"a")
+    assert post(live, {"name": "ok", "source": str(live.data / "ok")}).status_code == 201
+    token = {"Authorization": f"Bearer {(live.home / 'token').read_text().strip()}"}
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            held = [pool.submit(post, live, {"name": f"slow{i}", "source": src}) for i in range(2)]
+            for _ in range(200):  # both creates are inside the source now
+                if len(arrived) >= 2:
+                    break
+                threading.Event().wait(0.05)
+            third = post(live, {"name": "slow2", "source": src})
+            assert third.status_code == 429, third.text
+            assert "dataset_source_ops_per_tenant" in third.text
+            warm = httpx.post(f"{url}/v1/datasets/ok/warm", headers=token, timeout=10)
+            assert warm.status_code == 429 and "dataset_source_ops_per_tenant" in warm.text, warm.text
+            # another tenant's requests are answered meanwhile
+            assert httpx.get(f"{url}/v1/jobs", headers=admin, timeout=10).status_code == 200
+            release.set()
+            assert [f.result().status_code for f in held] == [422, 422]  # the slow source then said 404
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    assert httpx.post(f"{url}/v1/datasets/ok/warm", headers=token, timeout=30).status_code == 200  # slots given back

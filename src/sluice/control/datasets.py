@@ -33,10 +33,12 @@ from typing import Any
 from sluice.agent.tenant_cache import drop_everywhere, fractions_of, warm_as
 from sluice.control.auth import Caller
 from sluice.control.errors import Conflict, Forbidden, NotFound
+from sluice.control.resume import CopySlots
 from sluice.data.cache import DatasetCache, cache_key, dataset_id, reader_key
 from sluice.data.errors import DataError, SourceError
 from sluice.data.guard import SourceGuard, SourceRefused
 from sluice.data.index import Index
+from sluice.data.manifest import Manifest
 from sluice.data.settings import CacheSettings
 from sluice.data.source import Source
 from sluice.data.warm import WarmReport, warm_node
@@ -69,11 +71,16 @@ class DatasetService:
         guard: SourceGuard | None = None,
         run_as: Callable[[str], JobUser] | None = None,
         job_python: str | None = None,
+        slots: CopySlots | None = None,
     ) -> None:
         """`run_as`: under tenant isolation, the uid a tenant's jobs run as (whose own cache
         they read); None when jobs run as the plane's user and read the node's shared cache.
         `job_python`: the interpreter tenant uids run (settings job_python), for the helper
-        that works in a tenant's own cache as its uid."""
+        that works in a tenant's own cache as its uid. `slots`: how many source operations
+        (create's listing, warm) run at once, per tenant and in all: each holds an API worker
+        thread for as long as the tenant's source takes, and unbounded, one tenant's parallel
+        requests to a slow source held every one of them (a 429 past the bound)."""
+        self.slots = slots or CopySlots(2, 8, what="{} dataset source operations")
         self.run_as = run_as
         self.job_python = job_python
         self.store = store
@@ -135,22 +142,28 @@ class DatasetService:
         except SourceRefused as err:
             raise SpecError([FieldProblem(err.field, err.problem)]) from None
         if probe:
-            try:
-                manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard).list()
-            except SourceRefused as err:
-                raise SpecError([FieldProblem(err.field, err.problem)]) from None
-            except SourceError as err:  # names the source and what is wrong with it
-                raise SpecError([FieldProblem("source", str(err))]) from None
-            except (DataError, OSError, ValueError) as err:
-                raise SpecError([FieldProblem("source", f"cannot list {spec.source}: {err}")]) from None
-            if len(manifest) == 0:  # a source's own manifest may list nothing
-                raise SpecError([FieldProblem("source", f"{spec.source} holds no files")])
+            with self.slots.slot(caller.name):  # the caller's request holds the thread
+                manifest = self._probe(spec)
             rec.items, rec.total_bytes = len(manifest), manifest.total_bytes
         try:
             self.store.create_dataset(rec)
         except DuplicateError:
             raise Conflict(f"dataset {spec.name!r} exists for tenant {owner!r}") from None
         return rec
+
+    def _probe(self, spec: DatasetSpec) -> Manifest:
+        """The source's manifest, listed now; SpecError naming the field when it cannot be."""
+        try:
+            manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard).list()
+        except SourceRefused as err:
+            raise SpecError([FieldProblem(err.field, err.problem)]) from None
+        except SourceError as err:  # names the source and what is wrong with it
+            raise SpecError([FieldProblem("source", str(err))]) from None
+        except (DataError, OSError, ValueError) as err:
+            raise SpecError([FieldProblem("source", f"cannot list {spec.source}: {err}")]) from None
+        if len(manifest) == 0:  # a source's own manifest may list nothing
+            raise SpecError([FieldProblem("source", f"{spec.source} holds no files")])
+        return manifest
 
     def published(self) -> dict[str, str]:
         """Published dataset name -> owner."""
@@ -298,8 +311,13 @@ class DatasetService:
         test's fake) warms the control plane's own node instead. The cache entry warmed is the
         dataset's own (`owner/name`, its current generation): warming never fills another
         tenant's entry. Under isolation the cache filled is the one the reader's jobs read
-        (`_reader`: that tenant uid's own), written by a helper running as that uid."""
+        (`_reader`: that tenant uid's own), written by a helper running as that uid. One of the
+        caller's source-operation slots is held meanwhile (429 when none is free)."""
         rec = self.get(caller, name, tenant)
+        with self.slots.slot(caller.name):
+            return self._warm(caller, rec, nodes, workers)
+
+    def _warm(self, caller: Caller, rec: DatasetRecord, nodes: list[str] | None, workers: int) -> list[WarmReport]:
         src, opts = rec.spec.source, dict(rec.spec.storage_options)
         key, gen = cache_key(rec.tenant, rec.name), generation(rec)
         user = self.run_as(self._reader(caller, rec)) if self.run_as is not None else None

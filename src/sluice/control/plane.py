@@ -220,6 +220,12 @@ class ControlPlane:
             guard=guard_from(settings),
             run_as=self.job_user if self.isolation.enabled else None,
             job_python=settings.job_python,
+            slots=CopySlots(
+                settings.dataset_source_ops_per_tenant,
+                settings.dataset_source_ops,
+                what="{} dataset source operations (listing a source at create, warming)",
+                settings=("dataset_source_ops_per_tenant", "dataset_source_ops"),
+            ),
         )
         self.controller = Controller(
             store,

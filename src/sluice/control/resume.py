@@ -42,11 +42,21 @@ from sluice.model import JobUser
 
 class CopySlots:
     """How many resume copies run at once: at most `per_tenant` of one tenant's and `total`
-    in all. A request over either bound is refused (TooBusy, a 429) before it copies a byte."""
+    in all. A request over either bound is refused (TooBusy, a 429) before it copies a byte.
+    The same bound serves other long requests that hold an API worker thread (the dataset
+    source operations: `what` names them, `settings` the two settings that bound them)."""
 
-    def __init__(self, per_tenant: int, total: int) -> None:
+    def __init__(
+        self,
+        per_tenant: int,
+        total: int,
+        what: str = "resume_from: {} checkpoint copies",
+        settings: tuple[str, str] = ("resume_copies_per_tenant", "resume_copies"),
+    ) -> None:
         self.per_tenant = per_tenant
         self.total = total
+        self.what = what
+        self.settings = settings
         self._held: dict[str, int] = {}
         self._mu = threading.Lock()
 
@@ -56,13 +66,13 @@ class CopySlots:
             mine, everyone = self._held.get(tenant, 0), sum(self._held.values())
             if mine >= self.per_tenant:
                 raise TooBusy(
-                    f"resume_from: tenant {tenant!r} already has {mine} checkpoint copies under way, the most at "
-                    "once (setting resume_copies_per_tenant); retry when one has finished"
+                    f"{self.what.format(f'tenant {tenant!r} already has {mine}')} under way, the most at once "
+                    f"(setting {self.settings[0]}); retry when one has finished"
                 )
             if everyone >= self.total:
                 raise TooBusy(
-                    f"resume_from: {everyone} checkpoint copies are under way on this plane, the most at once "
-                    "(setting resume_copies); retry later"
+                    f"{self.what.format(everyone)} are under way on this plane, the most at once "
+                    f"(setting {self.settings[1]}); retry later"
                 )
             self._held[tenant] = mine + 1
         try:
