@@ -447,3 +447,28 @@ def test_a_tier_folder_a_job_made_first_is_never_used(tmp_path: Path, cache_sett
     with pytest.raises(OSError, match="not to the plane"):
         tenant_dir(mem, BOB)
     assert planted.stat().st_uid == ALICE.uid  # nothing was handed to bob inside her folder
+
+
+@needs_root
+def test_create_lists_a_local_source_with_the_tenants_own_permissions(svc: DatasetService, tmp_path: Path) -> None:
+    """The plane (root) listed a local source at `dataset create`: Alice registered Bob's 0700
+    folder under dataset_roots and learned how many files it held and their total size, and a
+    file name the listing refused came back in the error. Now the listing runs as the owner's
+    uid: Alice gets a 422 naming `source` and nothing of the folder; Bob's own create works."""
+    from sluice.spec import SpecError
+
+    private = tmp_path / "bob-private"
+    write_source(private, 3)
+    (private / "q3-layoffs\\list.xlsx").write_bytes(b"x")
+    for p in (private, *private.iterdir()):
+        os.chown(p, BOB.uid, BOB.gid)
+    private.chmod(0o700)
+    with pytest.raises(SpecError) as refused:
+        svc.create(Caller("alice"), DatasetSpec(name="peek", source=str(private)))
+    [problem] = refused.value.problems
+    assert problem.field == "source" and "Permission denied" in problem.problem, problem
+    assert "layoffs" not in problem.problem and "items" not in problem.problem
+    assert svc.store.get_dataset("alice", "peek") is None
+    (private / "q3-layoffs\\list.xlsx").unlink()
+    rec = svc.create(Caller("bob"), DatasetSpec(name="mine", source=str(private)))
+    assert rec.items == ITEMS

@@ -44,6 +44,8 @@ log = logging.getLogger("sluice.agent")
 HELPER_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 """What the helper inherits of the plane's environment (no token, no database URL), plus the
 cache's knobs (SLUICE_CACHE_*), as a job does (agent/launchenv.py)."""
+LIST_TIMEOUT_S = 300.0
+"""How long `dataset create`'s listing of a local source as the tenant's uid may take (s)."""
 REPORT_TIMEOUT_S = 30.0
 DROP_TIMEOUT_S = 600.0
 MAX_ANSWER_BYTES = 1 << 20
@@ -251,6 +253,35 @@ def warm_as(
         )
     except (OSError, KeyError, TypeError, ValueError) as err:
         return WarmReport(node, 0, 0, 0, 0.0, 0.0, f"{type(err).__name__}: {err}")
+
+
+def list_as(
+    user: JobUser,
+    source: str,
+    storage_options: Mapping[str, Any] | None = None,
+    guard: SourceGuard | None = None,
+    python: str | None = None,
+) -> tuple[int, int]:
+    """(items, total bytes) of `source`, listed by a helper of `user`'s uid: what that tenant's
+    own permissions let it see. TenantCacheError with the helper's reason (the source's
+    SourceError, a permission error) when it cannot."""
+    g = guard or SourceGuard()
+    request = {
+        "op": "list",
+        "source": source,
+        "storage_options": dict(storage_options or {}),
+        "guard": {"roots": list(g.roots), "allow_hosts": list(g.allow_hosts)},
+    }
+    try:
+        answer = run_helper(user, request, LIST_TIMEOUT_S, python)
+    except TenantCacheError as err:
+        why = str(err).replace(f"in the cache of {user}: ", "", 1)
+        raise TenantCacheError(f"listed as {user}, with the tenant's own file permissions: {why}") from None
+    try:  # the answer comes from a process of the tenant's uid
+        items, total = int(answer["items"]), int(answer["total_bytes"])
+    except (KeyError, TypeError, ValueError):
+        raise TenantCacheError(f"the cache helper as {user} gave no listing") from None
+    return max(0, items), max(0, total)
 
 
 def drop_everywhere(cache: DatasetCache, settings: CacheSettings, name: str, python: str | None = None) -> int:

@@ -30,15 +30,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sluice.agent.tenant_cache import drop_everywhere, fractions_of, warm_as
+from sluice.agent.tenant_cache import TenantCacheError, drop_everywhere, fractions_of, list_as, warm_as
 from sluice.control.auth import Caller
 from sluice.control.errors import Conflict, Forbidden, NotFound
 from sluice.control.resume import CopySlots
 from sluice.data.cache import DatasetCache, cache_key, dataset_id, reader_key
 from sluice.data.errors import DataError, SourceError
-from sluice.data.guard import SourceGuard, SourceRefused
+from sluice.data.guard import SourceGuard, SourceRefused, option_family
 from sluice.data.index import Index
-from sluice.data.manifest import Manifest
 from sluice.data.settings import CacheSettings
 from sluice.data.source import Source
 from sluice.data.warm import WarmReport, warm_node
@@ -143,16 +142,29 @@ class DatasetService:
             raise SpecError([FieldProblem(err.field, err.problem)]) from None
         if probe:
             with self.slots.slot(caller.name):  # the caller's request holds the thread
-                manifest = self._probe(spec)
-            rec.items, rec.total_bytes = len(manifest), manifest.total_bytes
+                rec.items, rec.total_bytes = self._probe(spec, owner)
         try:
             self.store.create_dataset(rec)
         except DuplicateError:
             raise Conflict(f"dataset {spec.name!r} exists for tenant {owner!r}") from None
         return rec
 
-    def _probe(self, spec: DatasetSpec) -> Manifest:
-        """The source's manifest, listed now; SpecError naming the field when it cannot be."""
+    def _probe(self, spec: DatasetSpec, owner: str) -> tuple[int, int]:
+        """(items, total bytes) of the source, listed now; SpecError naming the field when it
+        cannot be. Under isolation a local source is listed by a helper of the owner's uid, with
+        that tenant's own file permissions: the plane is root, and its listing counted the files
+        of folders under dataset_roots the tenant may not open (another tenant's), and its
+        errors named them."""
+        if self.run_as is not None and option_family(spec.source) == "file":
+            try:
+                items, total = list_as(
+                    self.run_as(owner), spec.source, spec.storage_options, self.guard, self.job_python
+                )
+            except TenantCacheError as err:
+                raise SpecError([FieldProblem("source", f"cannot list {spec.source}: {err}")]) from None
+            if items == 0:
+                raise SpecError([FieldProblem("source", f"{spec.source} holds no files")])
+            return items, total
         try:
             manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard).list()
         except SourceRefused as err:
@@ -163,7 +175,7 @@ class DatasetService:
             raise SpecError([FieldProblem("source", f"cannot list {spec.source}: {err}")]) from None
         if len(manifest) == 0:  # a source's own manifest may list nothing
             raise SpecError([FieldProblem("source", f"{spec.source} holds no files")])
-        return manifest
+        return len(manifest), manifest.total_bytes
 
     def published(self) -> dict[str, str]:
         """Published dataset name -> owner."""

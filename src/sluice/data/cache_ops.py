@@ -15,7 +15,11 @@ writes one JSON answer as the last line of stdout (`{"failed": why}` if it could
 - `{"op": "warm", "disk_dir", "memory_dir", "node", "name", "source", "storage_options",
   "generation", "workers", "guard": {"roots": [...], "allow_hosts": [...]}}` → a WarmReport;
 - `{"op": "drop", "disk_dir", "memory_dir", "name"}` → `{"removed": n}`;
-- `{"op": "fractions", "disk_dir", "memory_dir"}` → `{"fractions": {folder: share}}`.
+- `{"op": "fractions", "disk_dir", "memory_dir"}` → `{"fractions": {folder: share}}`;
+- `{"op": "list", "source", "storage_options", "guard"}` → `{"items": n, "total_bytes": b}`:
+  `dataset create`'s listing of a local source, with the tenant's own file permissions (the
+  plane, as root, would count the files of folders the tenant may not open, and an error
+  would name them).
 """
 
 from __future__ import annotations
@@ -30,14 +34,24 @@ from sluice.data.cache import DatasetCache, index_fractions
 from sluice.data.guard import SourceGuard
 from sluice.data.index import Index
 from sluice.data.settings import CacheSettings
+from sluice.data.source import Source
 from sluice.data.warm import warm_node
 
-OPS = ("warm", "drop", "fractions")
+OPS = ("warm", "drop", "fractions", "list")
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Do one request (see the module docstring) in this process, as whoever runs it."""
     op = request.get("op")
+    if op == "list":
+        manifest = Source(
+            str(request["source"]),
+            request.get("storage_options") or {},
+            retries=1,
+            backoff_s=0.1,
+            guard=_guard(request),
+        ).list()
+        return {"items": len(manifest), "total_bytes": manifest.total_bytes}
     disk, memory = str(request["disk_dir"]), str(request["memory_dir"])
     if op == "fractions":
         # Read the index only: a report must not resize tiers or create anything.
@@ -50,8 +64,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     if op == "drop":
         return {"removed": cache.remove(str(request["name"]))}
     if op == "warm":
-        g = request.get("guard") or {}
-        guard = SourceGuard(tuple(g.get("roots", ())), tuple(g.get("allow_hosts", ())))
+        guard = _guard(request)
         report = warm_node(
             cache,
             str(request["node"]),
@@ -65,6 +78,11 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         cache.drain()
         return dataclasses.asdict(report)
     raise ValueError(f"op: {op!r} is not one of {', '.join(OPS)}")
+
+
+def _guard(request: dict[str, Any]) -> SourceGuard:
+    g = request.get("guard") or {}
+    return SourceGuard(tuple(g.get("roots", ())), tuple(g.get("allow_hosts", ())))
 
 
 def main() -> int:
