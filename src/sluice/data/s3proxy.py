@@ -80,6 +80,10 @@ class ShapingProxy(LoopbackServer):
             self.requests[request.method] += 1
             if request.method == "GET":
                 self.paths[request.path] += 1
+        if not request.raw_path.startswith("/"):
+            # An absolute-form target (`GET http://host/x`) glued to the upstream's address made
+            # a URL with no valid port: a 500 and a traceback per request. Only paths forward.
+            return web.Response(status=400, text="the proxy forwards only requests for a path starting with '/'\n")
         await self.shaping.delay()
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
