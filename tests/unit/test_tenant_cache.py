@@ -472,3 +472,49 @@ def test_create_lists_a_local_source_with_the_tenants_own_permissions(svc: Datas
     (private / "q3-layoffs\\list.xlsx").unlink()
     rec = svc.create(Caller("bob"), DatasetSpec(name="mine", source=str(private)))
     assert rec.items == ITEMS
+
+
+@needs_root
+def test_listings_share_one_helper_per_tenant_and_rerun_it_only_on_change(
+    svc: DatasetService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every `dataset list`/`get` under isolation started a helper process as the caller's uid
+    (~0.7 s each): sixty parallel listings of one tenant loaded a 2-core plane to 16 and another
+    tenant's requests took 10 s. Now a listing reuses the last answer while the tenant's cache
+    is unchanged, and one that comes while the tenant's helper runs does not start another."""
+    import threading
+
+    write_source(tmp_path / "src", 1)
+    alice = Caller("alice")
+    rec = svc.create(alice, DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    [report] = svc.warm(alice, "imgs")
+    assert report.error is None, report.error
+    calls: list[int] = []
+    gate = threading.Event()
+    real = tenant_cache.fractions_of
+
+    def counted(s: CacheSettings, u: JobUser, p: str | None = None) -> dict[str, float]:
+        calls.append(u.uid)
+        gate.wait(10)
+        return real(s, u, p)
+
+    monkeypatch.setattr(tenant_cache, "fractions_of", counted)
+    monkeypatch.setattr("sluice.control.datasets.fractions_of", counted, raising=False)  # where it was called
+    first = threading.Thread(target=svc.cached_here, args=(alice, [rec]))
+    first.start()
+    for _ in range(100):
+        if calls:
+            break
+        threading.Event().wait(0.02)
+    assert svc.cached_here(alice, [rec]) is not None  # answered at once, with no helper of its own
+    gate.set()
+    first.join(10)
+    assert len(calls) == 1
+    for _ in range(5):
+        assert svc.cached_here(alice, [rec]) == {"alice/imgs": 1.0}
+    assert len(calls) == 1  # the cache did not change: no helper
+    svc.delete(alice, "imgs")
+    assert svc.cached_here(alice, []) == {}
+    svc.create(alice, DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    assert svc.cached_here(alice, [svc.get(alice, "imgs")]) == {"alice/imgs": 0.0}
+    assert len(calls) == 2  # emptied by rm: read again

@@ -341,6 +341,44 @@ def _fingerprint(folders: tuple[Path, Path]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+class SharedFractions:
+    """`fractions_of` for the API's listings (`dataset list`/`get`, CACHED HERE), at most one
+    helper per tenant uid at a time and only when its cache changed (`_fingerprint`: lstat
+    only). Each listing started a helper process of its own (~0.7 s), so one tenant's parallel
+    `GET /v1/datasets` ran dozens at once on the plane's host: another tenant's requests took
+    10 s. Now a listing while the tenant's helper is running gets the last answer (empty
+    before the first) instead of starting another or waiting for it."""
+
+    def __init__(self, settings: CacheSettings, python: str | None = None) -> None:
+        self.settings = settings
+        self.python = python
+        self._memo: dict[int, tuple[tuple[tuple[int, int], ...], dict[str, float]]] = {}
+        self._busy: set[int] = set()
+        self._mu = threading.Lock()
+
+    def _mark(self, user: JobUser) -> tuple[tuple[int, int], ...]:
+        disk, memory = Path(self.settings.resolved_disk_dir()), Path(self.settings.resolved_memory_dir())
+        return _fingerprint((disk / f"uid-{user.uid}", memory / f"uid-{user.uid}"))
+
+    def get(self, user: JobUser) -> dict[str, float]:
+        mark = self._mark(user)
+        with self._mu:
+            memo = self._memo.get(user.uid)
+            if memo is not None and memo[0] == mark:
+                return dict(memo[1])
+            if user.uid in self._busy:
+                return dict(memo[1]) if memo is not None else {}
+            self._busy.add(user.uid)
+        try:
+            got = fractions_of(self.settings, user, self.python)
+            with self._mu:  # as the helper left it: opening the index touches its files
+                self._memo[user.uid] = (self._mark(user), got)
+            return dict(got)
+        finally:
+            with self._mu:
+                self._busy.discard(user.uid)
+
+
 class TenantCacheWatch:
     """Every tenant uid's own cache on this node, as `reader_key` entries for the node's
     cache report, so that placement and `dataset list` see what isolated jobs will find (they

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sluice.agent.tenant_cache import TenantCacheError, drop_everywhere, fractions_of, list_as, warm_as
+from sluice.agent.tenant_cache import SharedFractions, TenantCacheError, drop_everywhere, list_as, warm_as
 from sluice.control.auth import Caller
 from sluice.control.errors import Conflict, Forbidden, NotFound
 from sluice.control.resume import CopySlots
@@ -84,6 +84,8 @@ class DatasetService:
         self.job_python = job_python
         self.store = store
         self.cache_settings = cache_settings or CacheSettings()
+        self._fractions = SharedFractions(self.cache_settings, job_python)
+        """CACHED HERE under isolation: one helper per tenant at a time, rerun only on change."""
         self.warmer = engine if isinstance(engine, CacheWarmer) else None
         """The engine, when its nodes' agents can warm their caches (local, Ray)."""
         self.guard = guard or SourceGuard()
@@ -295,7 +297,7 @@ class DatasetService:
                 held = by_reader.get(reader)
                 if held is None:
                     held = by_reader[reader] = (
-                        fractions_of(self.cache_settings, self.run_as(reader), self.job_python)
+                        self._fractions.get(self.run_as(reader))
                         if self.run_as is not None
                         else self.node_cache().fractions()
                     )
