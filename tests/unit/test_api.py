@@ -1464,3 +1464,32 @@ def test_after_names_only_the_callers_own_jobs_and_none_that_failed(env: Env) ->
     assert len(listed["items"] if isinstance(listed, dict) else listed) == 1  # only the cancelled one
     ok = submit(env, env.alice, {**GOOD, "after": [submit(env, env.alice)["id"]]})
     assert env.client.get(f"/v1/jobs/{ok['id']}", headers=env.alice).json()["spec"]["after"]
+
+
+def test_usage_is_each_tenants_own_and_every_tenants_for_an_admin(env: Env) -> None:
+    """GET /v1/usage: what jobs held (GPU-hours; guaranteed core-hours without GPUs) and ran,
+    by tenant. A tenant sees its own and is refused another's; an admin sees all."""
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": {"min": 2, "max": 2}}})
+    submit(env, env.bob)
+    env.plane.step()
+    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    for _ in range(10):
+        env.engine.now += 36
+        env.plane.step()
+    env.plane.controller.book.flush(force=True)
+    mine = env.client.get("/v1/usage", headers=env.alice).json()
+    assert [u["tenant"] for u in mine] == ["alice"]
+    assert mine[0]["jobs"] == 1 and mine[0]["phases"] == {"Running": 1}
+    assert mine[0]["core_hours"] == pytest.approx(0.2) and mine[0]["run_hours"] == pytest.approx(0.1)
+    assert mine[0]["gpu_hours"] == 0
+    assert env.client.get("/v1/usage", params={"tenant": "bob"}, headers=env.alice).status_code == 403
+    every = env.client.get("/v1/usage", headers=env.admin).json()
+    assert [u["tenant"] for u in every] == ["alice", "bob"]
+    later = env.client.get("/v1/usage", params={"since": env.engine.now + 1}, headers=env.admin).json()
+    assert later == []
+    one = env.client.get("/v1/usage", params={"tenant": "bob"}, headers=env.admin).json()
+    assert [u["tenant"] for u in one] == ["bob"]
+    for bad in ("nan", "inf", "x"):
+        assert env.client.get("/v1/usage", params={"since": bad}, headers=env.alice).status_code == 422
+    assert env.client.get("/v1/usage", params={"tenant": "x" * 64}, headers=env.admin).status_code == 422

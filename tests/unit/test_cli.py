@@ -789,3 +789,28 @@ def test_submit_after_chains_jobs_and_names_a_bad_one(live: Live, tmp_path: Path
     assert code == 2 and "after.0" in err and "you have no job 'j-nope'" in err
     code, _, err = sluice("job", "submit", str(spec), "--after", first, "--after", first)
     assert code == 2 and "more than once" in err
+
+
+def test_usage_per_tenant_and_since(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.cli.usage import since_time
+
+    spec = write_spec(tmp_path / "job.yaml", GOOD_SPEC)
+    sluice("job", "submit", str(spec))
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    sluice("job", "submit", str(spec))
+    code, out, err = sluice("usage", "-o", "json")
+    assert code == 0, err
+    assert [(u["tenant"], u["phases"]) for u in json.loads(out)] == [("bob", {"Pending": 1})]
+    code, _, err = sluice("usage", "--tenant", "default")  # bob's own token: not an admin's
+    assert code != 0 and "usage" in err
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["admin"])
+    code, out, _ = sluice("usage", "--all")
+    assert code == 0 and "bob" in out and "default" in out and "CORE-HOURS" in out
+    code, out, _ = sluice("usage", "--all", "--since", "100000d", "-o", "json")  # the fake clock starts near 0
+    assert code == 0 and len(json.loads(out)) == 2
+    code, out, _ = sluice("usage", "--all", "--since", "2999-01-01T00:00:00+00:00", "-o", "json")
+    assert code == 0 and json.loads(out) == []
+    for bad in ("yesterday", "2026-11-01", "-1h"):
+        code, _, err = sluice("usage", "--since", bad)
+        assert code == 2 and "--since" in err
+    assert since_time("2d", now=1_000_000.0) == 1_000_000.0 - 2 * 86400

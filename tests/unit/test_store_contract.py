@@ -14,8 +14,9 @@ import pytest
 from sluice.model import Allocation, Assignment, JobRecord, NodeHealth, Phase, StopIntent, StopKind
 from sluice.model.queue import Limits, PriorityClass, QueueConfig, Reclaim, WithinQueue
 from sluice.spec import DatasetSpec, JobSpec
+from sluice.spec.job import Resources
 from sluice.store import DuplicateError, NewEvent, NodeRecord, TenantRecord
-from sluice.store.base import DatasetRecord, QueueRecord, Store
+from sluice.store.base import DatasetRecord, QueueRecord, Store, UsageRow
 from sluice.store.memory import MemoryStore
 from sluice.store.schema import SCHEMA_VERSION
 from sluice.store.sql import SqlStore
@@ -68,6 +69,31 @@ def check_paging(store: Store) -> None:
         ("bob", "b"),
     ]
     assert [d.name for d in store.list_datasets(tenant="alice", after=("alice", "a"))] == ["z"]
+
+
+def check_usage(store: Store) -> None:
+    """An accounting report's groups: by tenant, phase and GPU use, summed in the store (one
+    grouped read), limited to a tenant and to jobs submitted since a time."""
+    gpu_spec = make_job("x").spec.model_copy(update={"resources": Resources(gpus=2)})
+    jobs = [
+        replace(make_job("a1", "alice", 1.0), phase=Phase.SUCCEEDED, attained_service=100.0, run_s=50.0, restarts=1),
+        replace(make_job("a2", "alice", 2.0), phase=Phase.SUCCEEDED, attained_service=20.0, run_s=10.0),
+        replace(make_job("a3", "alice", 3.0), spec=gpu_spec, phase=Phase.FAILED, attained_service=7200.0, run_s=3600.0),
+        replace(make_job("b1", "bob", 4.0), phase=Phase.RUNNING, attained_service=5.0, run_s=5.0, restarts=2),
+    ]
+    for j in jobs:
+        store.create_job(j)
+    assert store.job_usage() == [
+        UsageRow("alice", "Failed", True, 1, 7200.0, 3600.0, 0),
+        UsageRow("alice", "Succeeded", False, 2, 120.0, 60.0, 1),
+        UsageRow("bob", "Running", False, 1, 5.0, 5.0, 2),
+    ]
+    assert store.job_usage(tenant="bob") == [UsageRow("bob", "Running", False, 1, 5.0, 5.0, 2)]
+    assert store.job_usage(tenant="alice", since=2.0) == [
+        UsageRow("alice", "Failed", True, 1, 7200.0, 3600.0, 0),
+        UsageRow("alice", "Succeeded", False, 1, 20.0, 10.0, 0),
+    ]
+    assert store.job_usage(since=10.0) == [] and store.job_usage(tenant="nobody") == []
 
 
 def check_deleted_tenant(store: Store) -> None:
@@ -254,6 +280,9 @@ class StoreContract:
     def test_lists_page_by_key(self, store: SqlStore) -> None:
         check_paging(store)
 
+    def test_usage_is_summed_by_tenant_phase_and_gpu_use(self, store: SqlStore) -> None:
+        check_usage(store)
+
 
 class TestSqliteStore(StoreContract):
     @pytest.fixture
@@ -265,6 +294,10 @@ class TestSqliteStore(StoreContract):
 
 def test_memory_store_pages_the_same_way() -> None:
     check_paging(MemoryStore())
+
+
+def test_memory_store_sums_usage_the_same_way() -> None:
+    check_usage(MemoryStore())
 
 
 def test_memory_store_retires_deleted_tenant_names() -> None:

@@ -37,6 +37,7 @@ from sluice.client.models import (
     Progress,
     QueueOut,
     TenantOut,
+    UsageOut,
     WarmNode,
     WarmResult,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "UnauthorizedError",
     "UnavailableError",
     "UnreachableError",
+    "UsageOut",
     "WaitTimeout",
     "WarmNode",
     "WarmResult",

@@ -38,6 +38,7 @@ from sluice.client.models import (
     Progress,
     QueueOut,
     TenantOut,
+    UsageOut,
     WarmResult,
 )
 from sluice.model import Phase
@@ -412,6 +413,13 @@ class Client:
         self.request("DELETE", f"/v1/queues/{_seg(name, _QUEUE)}")
 
     # ---------------------------------------------------------------- priority classes
+
+    def usage(self, since: float | None = None, tenant: str | None = None) -> list[UsageOut]:
+        """Per tenant, what its jobs submitted at or after `since` (Unix seconds; None: all)
+        held and ran: your own, or an admin's pick of every tenant (`tenant`: one)."""
+        params = [(k, v) for k, v in (("since", since), ("tenant", tenant)) if v is not None]
+        answer = self.request("GET", "/v1/usage", params=params)
+        return [_parse(UsageOut, item, "/v1/usage") for item in answer]
 
     def priority_classes(self) -> list[PriorityClassOut]:
         """Every named priority class (readable by every tenant: jobs name them)."""

@@ -34,6 +34,7 @@ __all__ = [
     "Progress",
     "QueueOut",
     "TenantOut",
+    "UsageOut",
     "WarmNode",
     "WarmResult",
 ]
@@ -113,6 +114,19 @@ class QueueOut(_Open):
     pending: int = 0
     summary: str = ""
     created_at: float = 0.0
+
+
+class UsageOut(_Open):
+    """One tenant's jobs in a usage report (`GET /v1/usage`): by phase, and what they held
+    (GPU-hours; guaranteed core-hours of jobs without GPUs) and ran (hours)."""
+
+    tenant: str
+    jobs: int = 0
+    phases: dict[str, int] = {}
+    gpu_hours: float = 0.0
+    core_hours: float = 0.0
+    run_hours: float = 0.0
+    restarts: int = 0
 
 
 class WarmNode(_Open):

@@ -29,6 +29,7 @@ from sluice.control.priorities import PriorityClassService
 from sluice.control.queues import QueueService, QueueStatus
 from sluice.control.recovery import RecoveryReport, recover
 from sluice.control.resume import CopySlots, copy_checkpoints
+from sluice.control.usage import TenantUsage, by_tenant
 from sluice.data.guard import guard_from
 from sluice.engine.base import Engine, FaultInjector
 from sluice.health.monitor import HealthMonitor, MonitorConfig
@@ -433,6 +434,16 @@ class ControlPlane:
                 raise Conflict(_DELETED_NAME.format(name=spec.name)) from None
             raise Conflict(f"tenant {spec.name!r} already exists") from None
         return rec, token
+
+    def usage(self, caller: TenantRecord, since: float | None = None, tenant: str | None = None) -> list[TenantUsage]:
+        """What each tenant's jobs submitted at or after `since` held and ran (control/usage.py):
+        an admin's for every tenant (or `tenant`), anyone else's for itself only (403 naming
+        another). Read from the store: a live job's figures trail the book by up to one
+        progress flush (`save_progress_every_s`, 5 s)."""
+        if not caller.admin and tenant not in (None, caller.name):
+            raise Forbidden(f"tenant: you may see only {caller.name!r}'s usage")
+        who = tenant if caller.admin else caller.name
+        return by_tenant(self.store.job_usage(tenant=who, since=since))
 
     def list_tenants(
         self, caller: TenantRecord, *, after: str | None = None, limit: int | None = None

@@ -10,6 +10,7 @@ from sluice.store.base import (
     StoreInUse,
     StoreUnavailable,
     TenantRecord,
+    UsageRow,
 )
 from sluice.store.memory import MemoryStore
 
@@ -24,6 +25,7 @@ __all__ = [
     "StoreInUse",
     "StoreUnavailable",
     "TenantRecord",
+    "UsageRow",
 ]
 
 

@@ -89,6 +89,21 @@ class DatasetRecord:
     total_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class UsageRow:
+    """One group of a tenant's jobs for an accounting report: those in one phase that do or
+    do not use GPUs, with what they received in all (`JobRecord.attained_service`: GPU-seconds
+    for GPU jobs, guaranteed core-seconds for the others) and ran (`run_s`)."""
+
+    tenant: str
+    phase: str
+    gpu: bool
+    jobs: int
+    service_s: float
+    run_s: float
+    restarts: int
+
+
 class Store(Protocol):
     def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         """Insert a new job and its events in one transaction (DuplicateError if it exists)."""
@@ -111,6 +126,11 @@ class Store(Protocol):
 
     def count_jobs(self) -> dict[str, int]:
         """Jobs by phase value (for metrics: a scrape must not read every record)."""
+        ...
+
+    def job_usage(self, tenant: str | None = None, since: float | None = None) -> list[UsageRow]:
+        """Jobs submitted at or after `since` (None: all), of `tenant` (None: every one),
+        summed by tenant, phase and GPU use: one grouped read, however many jobs there are."""
         ...
 
     def append_event(

@@ -16,6 +16,7 @@ from sluice.store.base import (
     NodeRecord,
     QueueRecord,
     TenantRecord,
+    UsageRow,
 )
 
 
@@ -75,6 +76,16 @@ class MemoryStore:
         for j in self._jobs.values():
             out[j.phase.value] = out.get(j.phase.value, 0) + 1
         return out
+
+    def job_usage(self, tenant: str | None = None, since: float | None = None) -> list[UsageRow]:
+        sums: dict[tuple[str, str, bool], tuple[int, float, float, int]] = {}
+        for j in self._jobs.values():
+            if (tenant is not None and j.tenant != tenant) or (since is not None and j.submitted_at < since):
+                continue
+            key = (j.tenant, j.phase.value, j.spec.resources.gpus > 0)
+            n, service, run, restarts = sums.get(key, (0, 0.0, 0.0, 0))
+            sums[key] = (n + 1, service + j.attained_service, run + j.run_s, restarts + j.restarts)
+        return [UsageRow(t, p, g, *v) for (t, p, g), v in sorted(sums.items())]
 
     def append_event(
         self,

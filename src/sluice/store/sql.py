@@ -54,6 +54,7 @@ from sluice.store.base import (
     StoreInUse,
     StoreUnavailable,
     TenantRecord,
+    UsageRow,
 )
 
 log = logging.getLogger(__name__)
@@ -368,6 +369,23 @@ class SqlStore:
         q = select(schema.jobs.c.phase, func.count()).group_by(schema.jobs.c.phase)
         with self._read() as conn:
             return {str(phase): int(n) for phase, n in conn.execute(q)}
+
+    def job_usage(self, tenant: str | None = None, since: float | None = None) -> list[UsageRow]:
+        c = schema.jobs.c
+        gpu = (func.coalesce(c.spec[("resources", "gpus")].as_integer(), 0) > 0).label("gpu")
+        q = select(
+            c.tenant, c.phase, gpu, func.count(), func.sum(c.attained_service), func.sum(c.run_s), func.sum(c.restarts)
+        ).group_by(c.tenant, c.phase, gpu)
+        if tenant is not None:
+            q = q.where(c.tenant == tenant)
+        if since is not None:
+            q = q.where(c.submitted_at >= since)
+        with self._read() as conn:
+            rows = [
+                UsageRow(str(t), str(p), bool(g), int(n), float(s or 0), float(r or 0), int(k or 0))
+                for t, p, g, n, s, r, k in conn.execute(q)
+            ]
+        return sorted(rows, key=lambda u: (u.tenant, u.phase, u.gpu))
 
     # events -------------------------------------------------------------------------------
     def append_event(
