@@ -8,6 +8,8 @@ browser or driver. Without them the tests skip, saying so.
 
 from __future__ import annotations
 
+import itertools
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,9 +20,10 @@ import httpx
 import pytest
 
 from sluice.control.plane import ControlPlane
-from sluice.settings import Settings
+from sluice.model import NodeHealth
 from sluice.spec import TenantSpec
-from tests.integration.conftest import JOBS, sluice_settings, wait_for  # noqa: F401  (sluice_settings: a fixture)
+from tests.conftest import passable
+from tests.integration.conftest import JOBS, clean_up, plane_settings, wait_for
 
 from ..live_api import serve_for_cli
 
@@ -34,11 +37,14 @@ def _binary(preferred: Path, name: str) -> str | None:
 
 @dataclass
 class Live:
-    """A served plane: its URL and each tenant's token (admin, default, alice, bob)."""
+    """A served plane: its URL and each tenant's token (admin, default, alice, bob). alice and
+    bob are this test's own tenants (`names` says what they are called): the plane is shared by
+    the module's tests, their tenants are not."""
 
     plane: ControlPlane
     url: str
     tokens: dict[str, str]
+    names: dict[str, str]
 
     def api(self, tenant: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.tokens[tenant]}"}, timeout=30)
@@ -67,26 +73,62 @@ class Live:
         return out
 
 
+@dataclass
+class Served:
+    plane: ControlPlane
+    url: str
+    tokens: dict[str, str]
+    """admin's and default's."""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One plane and API server for the module's tests (each started its own: ~2 s of start and
+    stop apiece). Each test gets tenants of its own (`live`), so what one test submits, creates
+    or sees is never another's; `live` cancels a test's jobs and uncordons the nodes after it."""
+    folder = tmp_path_factory.mktemp("dashboard")
+    if os.geteuid() == 0:  # jobs run as tenant uids: they pass through to their folders (tests/conftest.py)
+        passable(folder.parent, tmp_path_factory.getbasetemp().parent)
+        folder.chmod(0o1777)
+    settings = plane_settings(folder).model_copy(update={"reconcile_interval_s": 0.1, "policy": "kube"})
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        # The nodes' memory cache tier would default to a folder in /dev/shm that outlives the test.
+        monkeypatch.setenv("SLUICE_CACHE_MEMORY_DIR", str(folder / "memory-cache"))
+        try:
+            plane = ControlPlane.from_settings(settings)
+            tokens = plane.bootstrap_tenants()
+            plane.start()
+            try:
+                with serve_for_cli(plane, settings.home, tokens, monkeypatch) as url:
+                    yield Served(plane, url, tokens)
+            finally:
+                plane.stop()
+        finally:
+            clean_up(settings)
+
+
+_tenants = itertools.count()
+
+
 @pytest.fixture
-def live(sluice_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:  # noqa: F811
-    # The nodes' memory cache tier would default to a folder in /dev/shm that outlives the test.
-    monkeypatch.setenv("SLUICE_CACHE_MEMORY_DIR", str(tmp_path / "memory-cache"))
-    settings = sluice_settings.model_copy(update={"reconcile_interval_s": 0.1, "policy": "kube"})
-    plane = ControlPlane.from_settings(settings)
-    tokens = plane.bootstrap_tenants()
-    admin = plane.authenticate(tokens["admin"])
-    for name in ("alice", "bob"):
-        _, tokens[name] = plane.create_tenant(admin, TenantSpec(name=name))
-    plane.start()
+def live(served: Served) -> Iterator[Live]:
+    plane = served.plane
+    admin = plane.authenticate(served.tokens["admin"])
+    tokens, names = dict(served.tokens), {}
+    n = next(_tenants)
+    for role in ("alice", "bob"):
+        names[role] = f"{role}-{n}"
+        _, tokens[role] = plane.create_tenant(admin, TenantSpec(name=names[role]))
     try:
-        with serve_for_cli(plane, settings.home, tokens, monkeypatch) as url:
-            yield Live(plane, url, tokens)
-            for j in plane.list_jobs(admin):
-                if not j.phase.terminal:
-                    plane.cancel(admin, j.id)
-            wait_for(lambda: all(j.phase.terminal for j in plane.list_jobs(admin)), 20)
+        yield Live(plane, served.url, tokens, names)
     finally:
-        plane.stop()
+        for j in plane.list_jobs(admin):
+            if not j.phase.terminal:
+                plane.cancel(admin, j.id)
+        for node in plane.store.list_nodes():
+            if node.health == NodeHealth.CORDONED:
+                plane.uncordon(admin, node.name)
+        assert wait_for(lambda: all(j.phase.terminal for j in plane.list_jobs(admin)), 20), "jobs left running"
 
 
 @pytest.fixture(scope="session")

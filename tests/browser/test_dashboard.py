@@ -195,8 +195,8 @@ def test_an_admin_filters_the_job_list_by_tenant(page: Any, live: Live) -> None:
     page.get(f"{live.url}/ui/jobs")
     wait(page, 30).until(lambda d: {a["id"], b["id"]} <= set(job_rows(d)))  # an admin sees every tenant's
     options = page.execute_script("return [...document.querySelectorAll('#filter-tenant option')].map(o => o.value)")
-    assert {"alice", "bob"} <= set(options)
-    page.get(f"{live.url}/ui/jobs?tenant=bob")
+    assert {live.names["alice"], live.names["bob"]} <= set(options)
+    page.get(f"{live.url}/ui/jobs?tenant={live.names['bob']}")
     wait(page, 30).until(lambda d: job_rows(d) == [b["id"]])
     time.sleep(2.5)  # still only bob's after another poll
     assert job_rows(page) == [b["id"]]

@@ -81,19 +81,29 @@ def remove_cgroups(name: str) -> None:
     remove_root(name, SYSFS)
 
 
-@pytest.fixture
-def sluice_settings(tmp_path: Path) -> Iterator[Settings]:
-    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
-    settings = Settings(
-        home=tmp_path / "home",
-        cgroup_root=cgroup_root,
+def plane_settings(folder: Path) -> Settings:
+    """Settings of a test plane whose home is under `folder`, with a cgroup parent of its own."""
+    return Settings(
+        home=folder / "home",
+        cgroup_root=f"sluice-test-{uuid.uuid4().hex[:8]}",
         stop_grace_s=10.0,
         usage_sample_s=0.25,
         kpi_sample_s=1.0,
     )
-    yield settings
+
+
+def clean_up(settings: Settings) -> None:
+    """Kill every job process group the plane's agents started and remove its cgroups."""
     kill_runs(settings.runs_dir)
-    remove_cgroups(cgroup_root)
+    assert settings.cgroup_root is not None
+    remove_cgroups(settings.cgroup_root)
+
+
+@pytest.fixture
+def sluice_settings(tmp_path: Path) -> Iterator[Settings]:
+    settings = plane_settings(tmp_path)
+    yield settings
+    clean_up(settings)
 
 
 @pytest.fixture
