@@ -8,7 +8,8 @@ Invariants:
 - a job holds an allocation exactly while it is Starting, Running or Stopping;
 - what the book shows of a live job is what the store holds (phase, attempt, intent);
 - no accepted job is lost;
-- every launch, elastic resizes' relaunches included, is within the spec's replica range.
+- every launch, elastic resizes' relaunches included, is within the spec's replica range;
+- no job is Starting or Running past its max_runtime_s once a round has run.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ specs = st.fixed_dictionaries(
         "max_restarts": st.integers(0, 3),
         "priority": st.integers(-5, 5),
     },
-    optional={"qoe": st.fixed_dictionaries({"loss": st.floats(0.01, 1.0)})},
+    optional={
+        "qoe": st.fixed_dictionaries({"loss": st.floats(0.01, 1.0)}),
+        "max_runtime_s": st.floats(1.0, 60.0),
+    },
 )
 
 
@@ -191,6 +195,13 @@ class ControllerMachine(RuleBasedStateMachine):
             assert not later, f"{jid} was cancelled at attempt {attempt} and launched again as {later}"
             job = self.store.get_job(jid)
             assert job is not None and job.phase in (Phase.STOPPING, Phase.CANCELLED, Phase.SUCCEEDED, Phase.FAILED)
+
+    @invariant()
+    def no_job_runs_on_past_its_time_limit(self) -> None:
+        for job in self.ctl.book.live():
+            limit = job.spec.max_runtime_s
+            if limit is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
+                assert job.run_s < limit, (job.id, job.phase, job.run_s, limit)
 
     @invariant()
     def attempts_and_restarts_are_bounded_and_unique(self) -> None:
