@@ -177,6 +177,8 @@ class Controller:
         """Pending jobs whose `spec.after` jobs have all succeeded: never held again."""
         self._after_done: dict[str, set[str]] = {}
         """Per pending job held for `spec.after`, the jobs of it seen Succeeded."""
+        self._round_queues: dict[str, QueueConfig] | None = None
+        """The queues as this round read them (`_queues_this_round`); None until it does."""
         self._refresh_nodes()
 
     # ----------------------------------------------------------------- reads
@@ -270,7 +272,7 @@ class Controller:
             t0 = time.perf_counter()
             now = self.engine.clock()
             events = self._backlog + self.engine.poll()
-            self._backlog = []
+            self._backlog, self._round_queues = [], None
             self.apply_events(events, now)
             self._account_service(now)
             self._hold_to_time_limits(now)
@@ -829,7 +831,7 @@ class Controller:
             for t in self.store.list_tenants()
         }
         decisions = admission.admit(
-            self.queues(),
+            self._queues_this_round(),
             jobs,
             tenants=tenants,
             capacity=self._capacity(),
@@ -908,6 +910,13 @@ class Controller:
             self._stop(job, StopIntent(StopKind.PREEMPT, reason, asked_at=now))
             self._count("Preempt", "quota")
 
+    def _queues_this_round(self) -> dict[str, QueueConfig]:
+        """The queues, read from the store at most once a round: the time limits and admission
+        both need them, and a queue changed meanwhile applies from the next round either way."""
+        if self._round_queues is None:
+            self._round_queues = self.queues()
+        return self._round_queues
+
     def queues(self) -> dict[str, QueueConfig]:
         """Every queue as the store has it now (quotas change live), with the built-in
         `default` queue (no quota) unless an admin has given it one."""
@@ -969,12 +978,10 @@ class Controller:
         never preempted, moved or resized in the round its time runs out (and a stopping job
         does not run on the clock). One waiting in the queue at its limit (its seconds come from
         a store written by another plane) ends Failed without running again."""
-        queues: dict[str, QueueConfig] | None = None
         for job in self.book.live():
             if job.phase not in (Phase.STARTING, Phase.RUNNING, Phase.PENDING, Phase.QUEUED):
                 continue
-            if queues is None:  # read once a round, and only while a job could be held
-                queues = self.queues()
+            queues = self._queues_this_round()  # read only while a job could be held
             own, of_queue = job.spec.max_runtime_s, queues.get(job.spec.queue, QueueConfig("")).max_runtime_s
             limit = min((x for x in (own, of_queue) if x is not None), default=None)
             if limit is None or job.run_s < limit:
