@@ -78,11 +78,25 @@ def _shm_entries() -> set[str]:
 
 
 _own_cgroup_root: list[str] = []
+_ROOT_SET_HERE = "SLUICE_TESTS_OWN_CGROUP_ROOT"
+"""Where pytest_configure notes the cgroup root it chose, so a worker can tell it from one given."""
+WORKER_UIDS = (200_000, 25_000)
+"""Tenant uids of xdist worker gwN: 25,000 from 200,000 + N × 25,000 (gw0..gw3 share sluice's
+default range; the tests that pick a range of their own use 300,000 and up)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     _shm_before.update(_shm_entries())
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... in a worker of `pytest -n N`
+    if worker is not None and os.environ.get("SLUICE_CGROUP_ROOT") == os.environ.get(_ROOT_SET_HERE):
+        # A worker inherits its controller's environment: a root and a uid range of its own, so
+        # that planes of two workers running at once are not refused as one plane twice.
+        del os.environ["SLUICE_CGROUP_ROOT"]
+        if "SLUICE_JOB_UID_MIN" not in os.environ and "SLUICE_JOB_UID_MAX" not in os.environ:
+            first = WORKER_UIDS[0] + int(worker.removeprefix("gw")) * WORKER_UIDS[1]
+            os.environ["SLUICE_JOB_UID_MIN"] = str(first)
+            os.environ["SLUICE_JOB_UID_MAX"] = str(first + WORKER_UIDS[1] - 1)
     if "SLUICE_CGROUP_ROOT" not in os.environ:
         # The planes this session starts (and the `sluice up` it runs) make their node cgroups
         # under a root of the session's own: a plane already running on this machine (a
@@ -90,6 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # default root, and sluice refuses a second plane there (agent/node_owners.py).
         root = f"sluice-tests-{os.getpid()}"
         os.environ["SLUICE_CGROUP_ROOT"] = root
+        os.environ[_ROOT_SET_HERE] = root
         _own_cgroup_root.append(root)
     if os.geteuid() != 0:
         return

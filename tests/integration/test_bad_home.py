@@ -4,7 +4,6 @@ started. Real CLI processes, a real read-only mount (tests/readonly.py)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..readonly import read_only_mount
+from ..session_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ SLUICE = str(Path(sys.executable).with_name("sluice"))
 
 
 def run(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_CGROUP_ROOT"}
+    env = clean_env(keep=("SLUICE_CGROUP_ROOT", "SLUICE_JOB_UID_MIN", "SLUICE_JOB_UID_MAX"))
     env.update(SLUICE_HOME=str(home), SLUICE_PORT="0")
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
 

@@ -18,13 +18,11 @@ import httpx
 import psutil
 import pytest
 
+from tests.session_env import clean_env
+
 pytestmark = pytest.mark.integration
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
-KEEP = ("SLUICE_JOB_PYTHON", "SLUICE_CGROUP_ROOT")
-"""What a test's `sluice` keeps of this environment: the interpreter a tenant uid can run and
-the session's own cgroup root (tests/conftest.py; under the default root its nodes' groups and
-network-fence tables outlived the session)."""
 WAIT_S = 90.0
 """Readiness deadline (a guard against hanging, not an assertion about speed)."""
 
@@ -63,7 +61,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def run(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
+    env = clean_env()
     env["SLUICE_HOME"] = str(home)
     return subprocess.run([SLUICE, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -129,7 +127,7 @@ def test_a_relative_home_runs_jobs(home: Path, tmp_path: Path) -> None:
     """`SLUICE_HOME=home` from the folder that holds it: each process (the plane, the job's
     supervisor, the job) resolved it against its own working folder, and every job failed to
     launch with an empty log (red team s22)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
+    env = clean_env()
     env["SLUICE_HOME"] = home.name
 
     def here(*args: str) -> subprocess.CompletedProcess[str]:
@@ -162,7 +160,7 @@ def test_a_server_killed_between_recording_a_launch_and_making_it_recovers_the_j
     (tmp_path / "job.yaml").write_text(
         json.dumps({"name": "once", "command": ["python", "job.py", str(stop)], "resources": {"cpu": 0.5}})
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
+    env = clean_env()
     env |= {"SLUICE_HOME": str(home), "SLUICE_FAILPOINTS": "book.transition.after_write=exit@2"}
     up = subprocess.run(
         [SLUICE, "up", "--detach", "--port", "0", "--policy", "kube"],

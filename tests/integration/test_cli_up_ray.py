@@ -22,14 +22,11 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from tests.ray_timing import FAST_NODE_DEATH  # noqa: E402
+from tests.session_env import clean_env  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.ray, pytest.mark.timeout(300)]
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
-KEEP = ("SLUICE_JOB_PYTHON", "SLUICE_CGROUP_ROOT")
-"""What a test's `sluice` keeps of this environment: the interpreter a tenant uid can run and
-the session's own cgroup root (tests/conftest.py; under the default root its nodes' groups and
-network-fence tables outlived the session)."""
 OBJECT_STORE = 80 * 1024 * 1024
 WAIT_S = 120.0
 """Deadline for a state to be reached (a guard against hanging, not a speed assertion)."""
@@ -65,7 +62,7 @@ def home(tmp_path: Path) -> Iterator[Path]:
 
 
 def sluice(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k in KEEP}
+    env = clean_env()
     env["SLUICE_HOME"] = str(home)
     return subprocess.run([SLUICE, *args], env=env, capture_output=True, text=True, timeout=timeout)
 

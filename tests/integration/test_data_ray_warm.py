@@ -29,7 +29,7 @@ from sluice.settings import Settings  # noqa: E402
 from sluice.spec import DatasetSpec, SpecError  # noqa: E402
 from sluice.store.memory import MemoryStore  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.ray, pytest.mark.timeout(180)]
 
 OBJECT_STORE = 80 * 1024 * 1024
 NODES = ("w0", "w1", "w2")

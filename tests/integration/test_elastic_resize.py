@@ -19,7 +19,7 @@ from sluice.settings import Settings
 from sluice.spec import parse_job_spec
 from tests.integration.conftest import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

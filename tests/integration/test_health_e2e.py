@@ -48,6 +48,7 @@ from sluice.spec import parse_job_spec
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.serial,
     pytest.mark.timeout(420),
 ]
 

@@ -18,7 +18,7 @@ from sluice.agent.kpi import KpiSampler
 from sluice.model import JobProgress
 from tests.fake_clock import FakeClock
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 CORE = [max(os.sched_getaffinity(0))]
 

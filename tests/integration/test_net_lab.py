@@ -24,7 +24,7 @@ from sluice.net.detect import FEATURES, _probe_link, detect
 from sluice.net.ipcmd import list_netns, privilege_problem, run_ip, tool
 from sluice.net.lab import Lab, clean
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 PROBLEM = privilege_problem()
 needs_root = pytest.mark.skipif(PROBLEM is not None, reason=f"network lab: {PROBLEM}")

@@ -16,8 +16,9 @@ import pytest
 
 from sluice.agent.netif import NetInterfaceUnavailable, interface_ipv4
 from sluice.net.ipcmd import tool
+from tests.session_env import clean_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(300)]
 
 IP = tool("ip")
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -69,8 +70,7 @@ def veth() -> Iterator[str]:
 
 
 def _env(home: Path, iface: str) -> dict[str, str]:
-    keep = ("SLUICE_JOB_PYTHON", "SLUICE_CGROUP_ROOT")  # the session's cgroup root (tests/conftest.py)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLUICE_", "RAY_")) or k in keep}
+    env = clean_env(drop=("SLUICE_", "RAY_"))
     env |= {"SLUICE_HOME": str(home), "SLUICE_NET_INTERFACE": iface, "SLUICE_ENGINE": "ray"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH", "")) if p)
     return env

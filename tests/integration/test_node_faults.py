@@ -23,6 +23,7 @@ from ..live_api import serve_for_cli
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.serial,
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split into 2 virtual nodes"),
 ]
 runner = CliRunner()

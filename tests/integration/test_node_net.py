@@ -21,7 +21,7 @@ from sluice.agent.kpi import KpiSampler
 from sluice.agent.node_cgroup import node_groups, remove_groups
 from sluice.agent.node_net import TABLE_PREFIX, NodeNet, node_net, node_net_v2
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 CORE = [max(os.sched_getaffinity(0))]
 _SEND = (

@@ -25,6 +25,7 @@ from sluice.store.schema import SCHEMA_VERSION
 from sluice.store.sql import SqlStore
 from tests.integration.conftest import wait_for
 from tests.live_api import free_port
+from tests.session_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -319,14 +320,12 @@ class PlaneProcess:
     def __init__(self, home: Path, db_url: str, cgroup_root: str | None = None) -> None:
         import sys
 
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+        env = clean_env()
         env |= {
             "SLUICE_HOME": str(home),
             "SLUICE_DATABASE_URL": db_url,
             "SLUICE_PORT": "0",
             "SLUICE_HOST": "127.0.0.1",
-            # the session's own cgroup root (tests/conftest.py), and the job interpreter a tenant uid can run
-            **{k: os.environ[k] for k in ("SLUICE_CGROUP_ROOT", "SLUICE_JOB_PYTHON") if k in os.environ},
             "PYTHONPATH": os.pathsep.join(sys.path),  # this checkout's sluice
         }
         if cgroup_root is not None:

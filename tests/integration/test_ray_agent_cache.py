@@ -23,7 +23,7 @@ from sluice.model import Allocation, JobExited, LaunchRequest
 from sluice.settings import Settings
 from sluice.spec import JobSpec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 PRINT_CACHE = (
     "import json, os; "

@@ -17,7 +17,7 @@ from sluice.engine.ray_claim import NamespaceInUse, plane_id  # noqa: E402
 from sluice.settings import Settings  # noqa: E402
 from tests.integration.conftest import remove_cgroups  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.ray, pytest.mark.timeout(180)]
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ from tests.conftest import passable  # noqa: E402
 from tests.integration.conftest import process_gone, wait_for  # noqa: E402
 from tests.ray_timing import FAST_NODE_DEATH  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.ray, pytest.mark.timeout(240)]
 
 OBJECT_STORE = 80 * 1024 * 1024
 WORKERS = ("n1", "n2", "n3")

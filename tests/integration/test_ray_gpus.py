@@ -29,7 +29,7 @@ from sluice.spec import JobSpec  # noqa: E402
 from tests.conftest import passable  # noqa: E402
 from tests.integration.conftest import wait_for  # noqa: E402
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.ray, pytest.mark.timeout(240)]
 
 OBJECT_STORE = 80 * 1024 * 1024
 PRINT_GPUS = "import os; print('GPUS=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'))"

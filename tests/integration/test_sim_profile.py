@@ -16,6 +16,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mlp.yaml"
 
 
 @pytest.mark.integration
+@pytest.mark.serial  # measures throughput: the machine's load would be in it
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="examples/mlp.yaml not in this checkout")
 def test_profile_measures_throughput_per_cpu_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))

@@ -21,7 +21,7 @@ from sluice.settings import Settings
 from sluice.spec import JobSpec
 from tests.integration.conftest import JOBS, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 @pytest.fixture

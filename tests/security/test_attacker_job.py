@@ -30,6 +30,7 @@ import pytest
 from sluice.agent.isolation import detect_isolation
 from tests.integration.conftest import kill_runs, remove_cgroups
 from tests.live_api import free_port
+from tests.session_env import clean_env
 
 SLUICE = str(Path(sys.executable).with_name("sluice"))
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -69,7 +70,7 @@ def _wait(what: str, cond: Any) -> Any:
 def live(tmp_path: Path) -> Iterator[Live]:
     home = tmp_path / "home"
     cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
+    env = clean_env()  # its own cgroup root below
     env.update(
         SLUICE_HOME=str(home),
         SLUICE_PORT=str(free_port()),

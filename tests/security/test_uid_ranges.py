@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from sluice.agent.uid_ranges import UidRangeInUse, claim_uid_range
+from sluice.settings import Settings
 from tests.integration.conftest import remove_cgroups
 from tests.isolating import needs_root
 from tests.live_api import free_port
+from tests.session_env import clean_env
 
 
 def _record_of_dead_plane(directory: Path, home: str) -> Path:
@@ -75,7 +77,7 @@ SLUICE = str(Path(sys.executable).with_name("sluice"))
 def test_sluice_up_refuses_a_second_plane_with_the_same_uid_range(tmp_path: Path) -> None:
     """Two real servers with homes (and so stores) of their own on one host."""
     roots = [f"sluice-test-{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_") or k == "SLUICE_JOB_PYTHON"}
+    base = clean_env()  # the session's uid range (tests/conftest.py); cgroup roots of their own below
     envs = [
         base | {"SLUICE_HOME": str(tmp_path / name), "SLUICE_PORT": str(free_port()), "SLUICE_CGROUP_ROOT": root}
         for name, root in zip(("a", "b"), roots, strict=True)
@@ -90,7 +92,11 @@ def test_sluice_up_refuses_a_second_plane_with_the_same_uid_range(tmp_path: Path
         second = sluice(envs[1], "up", "--detach")
         assert second.returncode != 0
         said = second.stdout + second.stderr
-        assert "tenant uid range 200000..299999" in said and f"of the plane of {tmp_path / 'a'}" in said, said
+        first_range = Settings()  # the range of the session (tests/conftest.py)
+        assert (
+            f"tenant uid range {first_range.job_uid_min}..{first_range.job_uid_max}" in said
+            and f"of the plane of {tmp_path / 'a'}" in said
+        ), said
         assert not (tmp_path / "b" / "server.json").exists()
         own_range = envs[1] | {"SLUICE_JOB_UID_MIN": "310000", "SLUICE_JOB_UID_MAX": "310999"}
         third = sluice(own_range, "up", "--detach")
