@@ -658,13 +658,37 @@ class CachedDataset:
 
     # -- bulk --------------------------------------------------------------------------------
     def warm(self, workers: int = 8, progress: Callable[[int], None] | None = None) -> Counters:
-        """Fetch every item into the cache (what `sluice dataset warm` runs)."""
-        from concurrent.futures import ThreadPoolExecutor
+        """Fetch every item into the cache (what `sluice dataset warm` runs).
 
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for i, _ in enumerate(pool.map(self.read, range(len(self)))):
+        At most `workers` items are in this process's memory at once, each only until it is
+        cached: `Executor.map` submitted every item up front and kept each finished item's bytes
+        until all before it had finished, so one slow early item held the rest of the dataset in
+        memory. `progress(n)` is called with the number of items done, less one. The first
+        failure is raised once the items under way have finished; no new item is started."""
+        from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+        def fetch(i: int) -> None:
+            self.read(i)  # cached by the read; the bytes are dropped here
+
+        workers = max(1, workers)
+        done = 0
+        under_way: set[Future[None]] = set()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for i in range(len(self)):
+                under_way.add(pool.submit(fetch, i))
+                if len(under_way) < workers:
+                    continue
+                finished, under_way = wait(under_way, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    f.result()  # a failed item stops the warm here
+                    done += 1
+                    if progress:
+                        progress(done - 1)
+            for f in wait(under_way).done:
+                f.result()
+                done += 1
                 if progress:
-                    progress(i)
+                    progress(done - 1)
         self.flush()
         return self.counters
 

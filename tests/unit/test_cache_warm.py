@@ -1,0 +1,79 @@
+"""`CachedDataset.warm` (what `sluice dataset warm` runs on a node): how much it holds at once."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from sluice.data.cache import DatasetCache
+
+ITEMS = 40
+WORKERS = 4
+
+
+class Held(bytes):
+    """An item's bytes that count themselves while alive."""
+
+    alive = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def __del__(self) -> None:
+        with Held.lock:
+            Held.alive -= 1
+
+
+def test_warm_holds_at_most_its_workers_items_while_an_early_item_is_slow(tmp_path: Path) -> None:
+    """Executor.map kept every finished item's bytes until the items before it had finished: a
+    slow first item held the rest of the dataset in the warming process's memory."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(ITEMS):
+        (src / f"{i:03d}.bin").write_bytes(bytes([i]) * 4096)
+    cache = DatasetCache(disk_dir=tmp_path / "disk", memory_dir=tmp_path / "mem", memory_bytes=1 << 30)
+    ds = cache.open("w", str(src))
+    read, others_done, done = ds.read, threading.Event(), [0]
+
+    def slow_first(i: int) -> bytes:
+        if i == 0:
+            others_done.wait(10)  # the old code also finishes: it only held more meanwhile
+        data = Held(read(i))
+        with Held.lock:
+            Held.alive += 1
+            Held.peak = max(Held.peak, Held.alive)
+            done[0] += 1
+            if done[0] == ITEMS - 1:
+                others_done.set()
+        return data
+
+    ds.read = slow_first  # type: ignore[method-assign]
+    seen: list[int] = []
+    ds.warm(WORKERS, progress=seen.append)
+    assert others_done.is_set() and seen == list(range(ITEMS))
+    assert ds.counters.misses == ITEMS  # every item fetched once
+    assert Held.peak <= WORKERS, f"{Held.peak} items held at once by a warm of {WORKERS} workers"
+    ds.close()
+
+
+def test_warm_stops_at_a_failed_item_and_raises_it(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(ITEMS):
+        (src / f"{i:03d}.bin").write_bytes(b"x")
+    cache = DatasetCache(disk_dir=tmp_path / "disk", memory_dir=tmp_path / "mem", memory_bytes=1 << 20)
+    ds = cache.open("w", str(src))
+    read, started = ds.read, []
+
+    def failing(i: int) -> bytes:
+        started.append(i)
+        if i == 5:
+            raise OSError("item 5 is gone")
+        return read(i)
+
+    ds.read = failing  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="item 5 is gone"):
+        ds.warm(WORKERS)
+    assert len(started) < ITEMS  # no new item was started once it failed
+    ds.close()
