@@ -312,6 +312,16 @@ def test_a_queue_time_limit_is_given_to_its_jobs_and_refuses_longer_ones(live: L
     assert within.status_code == 201, within.text
     plain = live.submit("alice", "short").json()["id"]
     other = live.submit("alice").json()["id"]  # the default queue: no limit
+    # Each job's view says how long it may run and whose limit that is (the smaller one).
+    views = {j["id"]: j for j in live.call("GET", "/v1/jobs", "alice").json()["items"]}
+    assert (views[plain]["time_limit_s"], views[plain]["time_limit_of"]) == (10, "queue")
+    assert (views[within.json()["id"]]["time_limit_s"], views[within.json()["id"]]["time_limit_of"]) == (10, "job")
+    assert (views[other]["time_limit_s"], views[other]["time_limit_of"]) == (None, None)
+    assert live.call("GET", f"/v1/jobs/{plain}", "alice").json()["time_limit_of"] == "queue"
+    code, out, err = sluice(live, "alice", "job", "get", plain)
+    assert code == 0 and "0s of 10s (queue short's max_runtime_s)" in out, out + err
+    code, out, err = sluice(live, "alice", "job", "get", within.json()["id"])
+    assert code == 0 and "0s of 10s (its max_runtime_s)" in out, out + err
     live.plane.step()
     for job_id in (within.json()["id"], plain, other):
         live.start(job_id)

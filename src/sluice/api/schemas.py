@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sluice.model import JobRecord
-from sluice.model.queue import PriorityClass
+from sluice.model.queue import PriorityClass, RuntimeLimit
 from sluice.spec.base import RequestModel
 
 
@@ -75,12 +75,21 @@ class JobOut(BaseModel):
     run_s: float = Field(
         0.0, description="Seconds run (Starting or Running), summed over attempts; held against max_runtime_s."
     )
+    time_limit_s: float | None = Field(
+        None,
+        description="Seconds the job may run (run_s) before it is stopped and fails: the smaller of its "
+        "max_runtime_s and its queue's. null: no limit.",
+    )
+    time_limit_of: Literal["job", "queue"] | None = Field(
+        None, description="Whose max_runtime_s time_limit_s is: the job's own or its queue's."
+    )
     spec: dict[str, Any]
 
     @staticmethod
-    def of(job: JobRecord, viewer: str) -> JobOut:
+    def of(job: JobRecord, viewer: str, limit: RuntimeLimit | None = None) -> JobOut:
         """The job as `viewer` (a tenant name) may see it: its env values are secrets of the
-        job's own tenant, so anyone else (an admin) sees the names with the values redacted."""
+        job's own tenant, so anyone else (an admin) sees the names with the values redacted.
+        `limit`: how long it may run (QueueService.runtime_limits)."""
         spec = job.spec.model_dump(mode="json")
         if viewer != job.tenant and spec.get("env"):
             spec["env"] = dict.fromkeys(spec["env"], REDACTED)
@@ -102,6 +111,8 @@ class JobOut(BaseModel):
             loss=job.loss if job.loss is None or math.isfinite(job.loss) else None,
             attained_service=job.attained_service,
             run_s=round(job.run_s, 3),
+            time_limit_s=None if limit is None else limit.seconds,
+            time_limit_of=None if limit is None else limit.of,
             spec=spec,
         )
 

@@ -183,9 +183,15 @@ def _rates(rates: list[dict[str, float | None]]) -> str:
     return "; ".join(parts)
 
 
-def _ran(run_s: float, limit: float | None) -> str:
-    """Seconds run, and the limit it is held to (`max_runtime_s`) where it has one."""
-    return f"{run_s:.0f}s" + ("" if limit is None else f" of max_runtime_s {limit:g}s")
+def _ran(j: dict[str, Any]) -> str:
+    """Seconds run, and the limit it is held to where it has one: its own `max_runtime_s` or
+    its queue's, whichever is smaller."""
+    ran = f"{j.get('run_s', 0.0):.0f}s"
+    limit = j.get("time_limit_s")
+    if limit is None:
+        return ran
+    whose = f"queue {j['spec'].get('queue')}'s" if j.get("time_limit_of") == "queue" else "its"
+    return f"{ran} of {limit:g}s ({whose} max_runtime_s)"
 
 
 @app.command()
@@ -211,7 +217,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("cpu req/limit", _cpu(j)),
             ("attempt", j["attempt"]),
             ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
-            ("ran", _ran(j.get("run_s", 0.0), spec.get("max_runtime_s"))),
+            ("ran", _ran(j)),
             *([("after", ", ".join(spec["after"]))] if spec.get("after") else []),
             ("step", j["step"]),
             ("loss", number(j["loss"])),

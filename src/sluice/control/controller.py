@@ -982,12 +982,11 @@ class Controller:
             if job.phase not in (Phase.STARTING, Phase.RUNNING, Phase.PENDING, Phase.QUEUED):
                 continue
             queues = self._queues_this_round()  # read only while a job could be held
-            own, of_queue = job.spec.max_runtime_s, queues.get(job.spec.queue, QueueConfig("")).max_runtime_s
-            limit = min((x for x in (own, of_queue) if x is not None), default=None)
-            if limit is None or job.run_s < limit:
+            queue = queues.get(job.spec.queue, QueueConfig(job.spec.queue))
+            limit = queue.runtime_limit(job.spec.max_runtime_s)
+            if limit is None or job.run_s < limit.seconds:
                 continue
-            whose = "its max_runtime_s" if limit == own else f"queue {job.spec.queue}'s max_runtime_s"
-            why = f"ran {job.run_s:.0f}s, past {whose} of {limit:g}s"
+            why = f"ran {job.run_s:.0f}s, past {limit.whose} of {limit.seconds:g}s"
             if job.phase in (Phase.PENDING, Phase.QUEUED):
                 self._finish(job, Phase.FAILED, f"time limit: {why}")
             elif job.phase in (Phase.STARTING, Phase.RUNNING):

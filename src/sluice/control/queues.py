@@ -6,13 +6,24 @@ reads the queues from the store every round, so a change here applies at the nex
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.control.controller import Controller, job_demand
 from sluice.control.errors import Conflict, NotFound
-from sluice.model import Phase
-from sluice.model.queue import DEFAULT_QUEUE, RESOURCES, Amounts, Limits, QueueConfig, Reclaim, WithinQueue, fmt
+from sluice.model import JobRecord, Phase
+from sluice.model.queue import (
+    DEFAULT_QUEUE,
+    RESOURCES,
+    Amounts,
+    Limits,
+    QueueConfig,
+    Reclaim,
+    RuntimeLimit,
+    WithinQueue,
+    fmt,
+)
 from sluice.policy.admission import QuotaLedger
 from sluice.spec import JobSpec, QueuePatch, QueueSpec, QuotaSpec, SpecError
 from sluice.spec.errors import FieldProblem
@@ -214,6 +225,14 @@ class QueueService:
             )
         if problems:
             raise SpecError(problems)
+
+    def runtime_limits(self, jobs: Iterable[JobRecord]) -> dict[str, RuntimeLimit | None]:
+        """Per job id, the seconds it may run and whose limit that is (its own max_runtime_s or
+        its queue's), as the controller holds it to them; the queues read once."""
+        queues = self.controller.queues()
+        return {
+            j.id: queues.get(j.spec.queue, QueueConfig(j.spec.queue)).runtime_limit(j.spec.max_runtime_s) for j in jobs
+        }
 
     def granted(self, tenant: str, name: str) -> bool:
         """Whether `tenant` may use queue `name` now (`default`: every tenant)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 RESOURCES = ("cores", "memory_mb", "gpus", "jobs")
 """The quota resources: guaranteed CPU cores (`cpu.min`), memory, GPUs, admitted jobs."""
@@ -107,6 +107,15 @@ class QueueConfig:
     max_runtime_s: float | None = None
     """Most seconds one of its jobs may run (None: no limit of the queue's own)."""
 
+    def runtime_limit(self, own: float | None) -> RuntimeLimit | None:
+        """The seconds a job of this queue asking for `own` (its `max_runtime_s`) may run: the
+        smaller of its own and the queue's; None when neither sets one."""
+        if own is None and self.max_runtime_s is None:
+            return None
+        if self.max_runtime_s is None or (own is not None and own <= self.max_runtime_s):
+            return RuntimeLimit(float(own or 0.0), "job", "its max_runtime_s")
+        return RuntimeLimit(self.max_runtime_s, "queue", f"queue {self.name}'s max_runtime_s")
+
     def lendable(self, r: str) -> float | None:
         """The part of its nominal quota of `r` this queue lends its cohort when unused."""
         nom = self.nominal.get(r)
@@ -119,6 +128,18 @@ class QueueConfig:
         """The part of its nominal quota of `r` nobody else may ever borrow."""
         nom, lend = self.nominal.get(r), self.lendable(r)
         return None if nom is None or lend is None else nom - lend
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLimit:
+    """How long a job may run (Starting or Running, summed over its attempts) and whose limit
+    that is: a job is held to the smaller of its own `max_runtime_s` and its queue's."""
+
+    seconds: float
+    of: Literal["job", "queue"]
+    """"job" or "queue": whose `max_runtime_s` it is."""
+    whose: str
+    """The same, said in a reason ("its max_runtime_s", "queue q's max_runtime_s")."""
 
 
 @dataclass(frozen=True, slots=True)

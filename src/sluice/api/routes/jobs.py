@@ -22,7 +22,7 @@ from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_c
 from sluice.api.schemas import ErrorOut, EventOut, InvalidOut, JobOut, jsonable
 from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
-from sluice.model import Phase
+from sluice.model import JobRecord, Phase
 from sluice.spec import JobSpec
 from sluice.spec.errors import FieldProblem, SpecError
 
@@ -56,6 +56,11 @@ def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
         raise NotFound(f"job {job_id} not found") from None
 
 
+def _out(plane: ControlPlane, caller: Any, job: JobRecord) -> JobOut:
+    """The job as the caller sees it, with how long it may run."""
+    return JobOut.of(job, caller.name, plane.queues.runtime_limits([job])[job.id])
+
+
 @router.post(
     "",
     status_code=201,
@@ -64,7 +69,7 @@ def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
 )
 def submit(plane: PlaneDep, caller: CallerDep, spec: Annotated[JobSpec, Body()]) -> JobOut:
     """Submit a job. The body is a JobSpec (the same fields as a job YAML file)."""
-    return JobOut.of(plane.submit(caller, spec), caller.name)
+    return _out(plane, caller, plane.submit(caller, spec))
 
 
 _LIST_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -95,7 +100,8 @@ def list_jobs(
     after = decode_cursor("jobs", cursor, (float, str))
     jobs = _fetch_jobs(plane, caller, phase or None, after, limit + 1)
     page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id), _job_bytes)
-    return Page[JobOut](items=[JobOut.of(j, caller.name) for j in page], next_cursor=nxt)
+    limits = plane.queues.runtime_limits(page)
+    return Page[JobOut](items=[JobOut.of(j, caller.name, limits[j.id]) for j in page], next_cursor=nxt)
 
 
 JOB_BATCH = 50
@@ -145,21 +151,21 @@ def _wire(s: str) -> int:
 
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS)
 def get_job(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
-    return JobOut.of(_get(plane, caller, job_id), caller.name)
+    return _out(plane, caller, _get(plane, caller, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS)
 def cancel(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
     """Cancel a job: a queued job ends at once; a running one is asked to checkpoint and exit."""
     _get(plane, caller, job_id)
-    return JobOut.of(plane.cancel(caller, job_id), caller.name)
+    return _out(plane, caller, plane.cancel(caller, job_id))
 
 
 @router.post("/{job_id}/suspend", response_model=JobOut, responses={**_ERRORS, 409: {"model": ErrorOut}})
 def suspend(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
     """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
     _get(plane, caller, job_id)
-    return JobOut.of(plane.suspend(caller, job_id), caller.name)
+    return _out(plane, caller, plane.suspend(caller, job_id))
 
 
 @router.post("/{job_id}/resume", response_model=JobOut, responses={**_ERRORS, 409: {"model": ErrorOut}})
@@ -167,7 +173,7 @@ def resume(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
     """Resume a suspended job: admitted again, it starts from its checkpoint. 409 while its
     tenant is no longer granted its queue (it stays Suspended)."""
     _get(plane, caller, job_id)
-    return JobOut.of(plane.resume(caller, job_id), caller.name)
+    return _out(plane, caller, plane.resume(caller, job_id))
 
 
 @router.get("/{job_id}/why", response_model=Page[EventOut], responses=_LIST_ERRORS)
