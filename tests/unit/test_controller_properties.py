@@ -9,7 +9,8 @@ Invariants:
 - what the book shows of a live job is what the store holds (phase, attempt, intent);
 - no accepted job is lost;
 - every launch, elastic resizes' relaunches included, is within the spec's replica range;
-- no job is Starting or Running past its max_runtime_s once a round has run.
+- no job is Starting or Running past its max_runtime_s once a round has run;
+- no job array has more than its `parallel` jobs admitted (Queued to Stopping).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from sluice.spec import parse_job_spec
 from sluice.store import MemoryStore, QueueRecord
 
 from .fake_engine import FakeEngine
+
+ADMITTED = (Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.STOPPING)
 
 specs = st.fixed_dictionaries(
     {
@@ -98,6 +101,16 @@ class ControllerMachine(RuleBasedStateMachine):
     def submit(self, raw: dict[str, object]) -> None:
         # Ids chosen here, not random: hypothesis replays a failing run draw for draw.
         self.accepted.append(self.ctl.submit("t", parse_job_spec(raw), job_id=f"j{len(self.accepted)}").id)
+
+    @rule(raw=specs, count=st.integers(1, 4), parallel=st.integers(1, 2))
+    def submit_array(self, raw: dict[str, object], count: int, parallel: int) -> None:
+        """As the plane makes an array (control/plane.py `_create_array`): one job per index."""
+        array_id = f"a{len(self.accepted)}"
+        base = parse_job_spec({**raw, "array": {"count": count, "parallel": parallel}})
+        assert base.array is not None
+        for i in range(count):
+            one = base.model_copy(update={"array": base.array.model_copy(update={"id": array_id, "index": i})})
+            self.accepted.append(self.ctl.submit("t", one, job_id=f"{array_id}-{i}").id)
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
@@ -202,6 +215,15 @@ class ControllerMachine(RuleBasedStateMachine):
             limit = job.spec.max_runtime_s
             if limit is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
                 assert job.run_s < limit, (job.id, job.phase, job.run_s, limit)
+
+    @invariant()
+    def no_array_has_more_than_parallel_jobs_admitted(self) -> None:
+        admitted: dict[str, list[str]] = {}
+        for job in self.ctl.book.live():
+            a = job.spec.array
+            if a is not None and a.id is not None and job.phase in ADMITTED:
+                admitted.setdefault(a.id, []).append(job.id)
+                assert a.parallel is not None and len(admitted[a.id]) <= a.parallel, (a.id, admitted[a.id])
 
     @invariant()
     def attempts_and_restarts_are_bounded_and_unique(self) -> None:

@@ -140,9 +140,19 @@ def build_env(
             "SLUICE_CPU_MAX": threads,
             "SLUICE_GPUS": ",".join(gpus),
             **elastic_env(req),
+            **array_env(req),
         }
     )
     return env
+
+
+def array_env(req: LaunchRequest) -> dict[str, str]:
+    """A job of an array (`array` in its spec) is told which one it is: Slurm's
+    SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT under sluice's names."""
+    a = req.spec.array
+    if a is None or a.id is None or a.index is None:
+        return {}
+    return {"SLUICE_ARRAY_ID": a.id, "SLUICE_ARRAY_INDEX": str(a.index), "SLUICE_ARRAY_COUNT": str(a.count)}
 
 
 def elastic_env(req: LaunchRequest) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -80,13 +81,25 @@ def submit(
             "`after`). A job it starts after that ends otherwise cancels it."
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            metavar="N[%K]",
+            help="Make N jobs of this spec, told apart by SLUICE_ARRAY_INDEX (0 to N-1), at most K admitted at "
+            "once (Slurm's --array=0-(N-1)%K; sets the spec's `array`). Prints the array's id; its jobs are "
+            "<id>-0 to <id>-(N-1).",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Validate a job spec here, then submit it. Prints the new job's id."""
+    """Validate a job spec here, then submit it. Prints the new job's id (an array's id for an
+    array)."""
     with errors_reported():
         try:
             spec = load_job_spec(file)
             given: dict[str, object] = {}
+            if array is not None:
+                given["array"] = _array(array)
             if resume_from is not None:
                 given["resume_from"] = resume_from
             if after:
@@ -105,7 +118,33 @@ def submit(
                 # said like a local refusal, naming the file, so the user knows which spec.
                 problems = [{"field": p.field, "problem": p.problem} for p in err.problems]
                 raise CliError(f"invalid job spec {file} (refused by the server)", EXIT_USAGE, problems) from None
-        emit(job, output, lambda j: typer.echo(j["id"]))
+        emit(job, output, _submitted)
+
+
+def _submitted(j: dict[str, Any]) -> None:
+    """The new job's id, or its array's id (with where its jobs are, on stderr)."""
+    a = j["spec"].get("array")
+    if not a:
+        typer.echo(j["id"])
+        return
+    typer.echo(a["id"])
+    turns = f", at most {a['parallel']} at once" if a.get("parallel") else ""
+    err_console.print(
+        f"array {a['id']}: {a['count']} jobs, {a['id']}-0 to {a['id']}-{a['count'] - 1}{turns} "
+        f"(sluice job list --array {a['id']})",
+        markup=False,
+    )
+
+
+def _array(given: str) -> dict[str, int]:
+    """--array N or N%K as the spec's `array`; a usage error otherwise."""
+    m = re.fullmatch(r"([0-9]{1,6})(?:%([0-9]{1,6}))?", given.strip())
+    if m is None:
+        raise CliError(f"--array: {given[:40]!r} is not N or N%K (N jobs, at most K at once)", EXIT_USAGE)
+    out = {"count": int(m.group(1))}
+    if m.group(2) is not None:
+        out["parallel"] = int(m.group(2))
+    return out
 
 
 def _labels(given: list[str]) -> dict[str, str]:
@@ -135,17 +174,18 @@ def list_(
         list[str] | None,
         typer.Option("--label", "-l", metavar="KEY=VALUE", help="Only jobs with this label (repeatable: all of them)."),
     ] = None,
+    array: Annotated[str | None, typer.Option("--array", help="Only the jobs of this array (its id).")] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Your jobs (every tenant's with an admin token), oldest first. On a narrow terminal the
     LOSS, STEP, CPU, NODE and TENANT columns are left out (in that order) so that REASON stays
     one line, cut with an ellipsis; -o json has every field, times as Unix seconds."""
     with errors_reported(), connect() as client:
-        jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant, labels=_labels(label or []))
+        jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant, labels=_labels(label or []), array=array)
 
     def render(rows: list[dict[str, Any]]) -> None:
         if not rows:  # an empty table's header alone read like a failure to load
-            given = (("phase", phase), ("queue", queue), ("tenant", tenant), ("label", label))
+            given = (("phase", phase), ("queue", queue), ("tenant", tenant), ("label", label), ("array", array))
             filters = [f for f, asked in given if asked]
             err_console.print(f"no jobs{' of that ' + ' and '.join(filters) if filters else ''}", markup=False)
             return
@@ -154,7 +194,7 @@ def list_(
             [
                 [
                     j["id"],
-                    j["name"],
+                    _name(j),
                     j["tenant"],
                     j["phase"],
                     _nodes(j),
@@ -170,6 +210,12 @@ def list_(
         )
 
     emit(jobs, output, render)
+
+
+def _name(j: dict[str, Any]) -> str:
+    """The job's name, with its index in its array (`sweep[3]`) for a job of one."""
+    index = (j["spec"].get("array") or {}).get("index")
+    return j["name"] if index is None else f"{j['name']}[{index}]"
 
 
 def _rates(rates: list[dict[str, float | None]]) -> str:
@@ -297,20 +343,31 @@ def _on_terminal() -> bool:
 
 @app.command()
 def cancel(
-    job_ids: Annotated[list[str], typer.Argument(help="The ids of the jobs to cancel, one or several.")],
+    job_ids: Annotated[list[str] | None, typer.Argument(help="The ids of the jobs to cancel, one or several.")] = None,
+    array: Annotated[
+        str | None, typer.Option("--array", help="Also every job of this array (its id) that has not ended.")
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Cancel jobs: a queued one ends now, a running one checkpoints and exits. With several ids,
     each is cancelled in turn and one that fails (not found, already ended) does not stop the
     others; the exit code is then the first failure's. -o json prints one job for one id, else a
     list of the jobs cancelled."""
+    job_ids = list(job_ids or [])
+    if not job_ids and array is None:
+        bad_input("JOB_IDS", "give the ids of the jobs to cancel, or --array ID")
     if len(job_ids) > MAX_IDS:
         bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
     done: list[Any] = []
     code = 0
     stop: SluiceError | None = None
-    todo = list(dict.fromkeys(job_ids))  # an id given twice is cancelled once
     with errors_reported(), connect() as client:
+        if array is not None:
+            of_array = [j.id for j in client.jobs(array=array) if not Phase(j.phase).terminal]
+            if not of_array and not job_ids:
+                raise CliError(f"array {array!r}: none of your jobs of it is still to end", EXIT_FAILURE)
+            job_ids += of_array
+        todo = list(dict.fromkeys(job_ids))  # an id given twice is cancelled once
         for k, job_id in enumerate(todo):
             try:
                 done.append(client.cancel(job_id))

@@ -231,10 +231,12 @@ class Client:
         tenant: str | None = None,
         queue: str | None = None,
         labels: Mapping[str, str] | None = None,
+        array: str | None = None,
     ) -> list[JobOut]:
         """Your jobs (every tenant's for an admin), oldest first, all pages. The server
-        filters by phase; `tenant`, `queue` and `labels` (each given label with that value)
-        are filtered here (the API has no such filter)."""
+        filters by phase; `tenant`, `queue`, `labels` (each given label with that value) and
+        `array` (the jobs of one job array, by its id) are filtered here (the API has no such
+        filter)."""
         phases = [phase] if isinstance(phase, Phase | str) else list(phase or [])
         params = [("phase", Phase(p).value if isinstance(p, Phase) else _phase(p)) for p in phases]
         out = self._all(JobOut, "/v1/jobs", params)
@@ -245,6 +247,8 @@ class Client:
         if labels:
             want = dict(labels)
             out = [j for j in out if all((j.spec.get("labels") or {}).get(k) == v for k, v in want.items())]
+        if array is not None:
+            out = [j for j in out if (j.spec.get("array") or {}).get("id") == array]
         return out
 
     def job(self, job_id: str) -> JobOut:

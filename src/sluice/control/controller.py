@@ -108,6 +108,11 @@ class NodeState:
     cache_free_bytes: int = 0
 
 
+_ARRAY_TURN_PHASES = frozenset({Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.STOPPING})
+"""The phases in which a job of an array takes one of its `parallel` turns: admitted, holding
+quota (a Stopping job still holds its node until it exits)."""
+
+
 class Controller:
     def __init__(
         self,
@@ -815,6 +820,7 @@ class Controller:
         if not any(j.phase == Phase.PENDING for j in live) and not _priorities_differ(live):
             return
         held = self._hold_for_predecessors(live)
+        held |= self._hold_to_array_parallel(live, held)
         now = self.engine.clock()
         no_preempt = self._non_preempting_classes(live)
         jobs = [
@@ -898,6 +904,29 @@ class Controller:
                     self._after_met.add(job.id)
                     self._after_done.pop(job.id, None)
         return held
+
+    def _hold_to_array_parallel(self, live: Iterable[JobRecord], held: set[str]) -> set[str]:
+        """The pending jobs of arrays with `parallel` set that may not be admitted now: an
+        array has at most `parallel` jobs admitted (Queued, Starting, Running or Stopping), the
+        lowest index first; the others wait Pending, taking no quota, told why. Jobs already
+        held (for the jobs they start after) do not take a turn."""
+        arrays: dict[tuple[str, str, int], list[tuple[int, JobRecord]]] = {}
+        for job in live:
+            a = job.spec.array
+            if a is not None and a.parallel is not None and a.id is not None:
+                arrays.setdefault((job.tenant, a.id, a.parallel), []).append((a.index or 0, job))
+        out: set[str] = set()
+        for (_, array_id, parallel), jobs in arrays.items():
+            admitted = sum(j.phase in _ARRAY_TURN_PHASES for _, j in jobs)
+            waiting = [j for _, j in sorted(jobs, key=lambda x: x[0]) if j.phase == Phase.PENDING and j.id not in held]
+            for job in waiting[max(0, parallel - admitted) :]:
+                out.add(job.id)
+                self.book.wait(
+                    job.id,
+                    f"waiting for a turn: array {array_id} runs at most {parallel} of its jobs at once "
+                    "(array.parallel), the lowest index first",
+                )
+        return out
 
     def _evict(self, job: JobRecord, reason: str, now: float) -> None:
         """Give an admitted job's quota back: a queued one returns to Pending now; a running

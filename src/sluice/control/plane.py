@@ -135,6 +135,18 @@ def _submit_problems(spec: JobSpec) -> list[FieldProblem]:
                     "leave access out",
                 )
             )
+    if spec.array is not None:
+        for key in ("id", "index"):
+            if key in spec.array.model_fields_set:
+                out.append(FieldProblem(f"array.{key}", "set by sluice on each job of the array: leave it out"))
+        if spec.resume_from is not None:
+            out.append(
+                FieldProblem(
+                    "array",
+                    "an array cannot start from one job's checkpoint (resume_from): its jobs would share it; "
+                    "submit the jobs to resume one by one",
+                )
+            )
     if spec.qoe is not None and spec.qoe.deadline_s is not None and spec.qoe.deadline is not None:
         out.append(
             FieldProblem(
@@ -512,17 +524,20 @@ class ControlPlane:
         asked, spec = spec, self.priorities.resolve(spec)
         if not caller.admin:  # an admin could raise the cap anyway: its own submissions are not capped
             self.priorities.check_cap(tenant, caller.max_priority, asked, spec)
-        if spec.resume_from is None:
-            job = self._create_job(tenant, spec, cap=cap)
+        if spec.array is not None:
+            jobs = self._create_array(tenant, spec, cap=cap)
+        elif spec.resume_from is None:
+            jobs = [self._create_job(tenant, spec, cap=cap)]
         else:
-            job = self._submit_resuming(tenant, spec, spec.resume_from, cap=cap)
+            jobs = [self._submit_resuming(tenant, spec, spec.resume_from, cap=cap)]
         if spec.priority_class is not None:  # `sluice job why` says where the priority came from
             with self.controller.lock:
-                self.controller.book.note(
-                    job.id, "priority", f"priority class {spec.priority_class}: priority {spec.priority}"
-                )
+                for job in jobs:
+                    self.controller.book.note(
+                        job.id, "priority", f"priority class {spec.priority_class}: priority {spec.priority}"
+                    )
         self.wake()
-        return job
+        return jobs[0]
 
     def _check_after(self, tenant: str, spec: JobSpec) -> None:
         """The jobs a new job is to start after: its own tenant's (another tenant's reads as
@@ -544,17 +559,40 @@ class ControlPlane:
             if job.phase.terminal and job.phase != Phase.SUCCEEDED:
                 raise Conflict(f"after: job {dep} ended {job.phase}; a job started after it would never start")
 
-    def _check_unfinished(self, tenant: str, cap: int | None) -> None:
-        """A 409 once the tenant has `cap` jobs that have not ended (None: no cap)."""
+    def _check_unfinished(self, tenant: str, cap: int | None, adding: int = 1) -> None:
+        """A 409 unless the tenant's jobs that have not ended stay within `cap` with `adding`
+        more (None: no cap)."""
         if cap is None:
             return
         with self.controller.lock:
             n = self.controller.book.live_count(tenant)
-        if n >= cap:
+        if n + adding > cap:
+            most = f"the most it may have (max_unfinished_jobs_per_tenant {cap})"
+            said = most if adding == 1 else f"and an array of {adding} more would pass {most}"
             raise Conflict(
-                f"tenant {tenant!r} has {n} jobs that have not ended, the most it may have "
-                f"(max_unfinished_jobs_per_tenant {cap}); wait for some to end, or cancel some"
+                f"tenant {tenant!r} has {n} jobs that have not ended, {said}; wait for some to end, or cancel some"
             )
+
+    def _create_array(self, tenant: str, spec: JobSpec, cap: int | None) -> list[JobRecord]:
+        """Every job of an array (`<id>-0` to `<id>-<count-1>`), each with its index, or none:
+        all are made under one hold of the controller's lock, after checking the tenant's cap
+        for all of them, and any made before a failure are cancelled saying so."""
+        assert spec.array is not None
+        array_id = f"j-{uuid.uuid4().hex[:10]}"
+        made: list[JobRecord] = []
+        with self.controller.lock:
+            if self.store.get_tenant(tenant) is None:
+                raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
+            self._check_unfinished(tenant, cap, adding=spec.array.count)
+            try:
+                for i in range(spec.array.count):
+                    one = spec.model_copy(update={"array": spec.array.model_copy(update={"id": array_id, "index": i})})
+                    made.append(self.controller.submit(tenant, one, job_id=f"{array_id}-{i}"))
+            except Exception as err:
+                for job in made:
+                    self.controller.cancel(job.id, f"not started: submitting its array failed ({err})")
+                raise
+        return made
 
     def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None, cap: int | None = None) -> JobRecord:
         """The job, on disk, if its tenant still exists when it is created (under the

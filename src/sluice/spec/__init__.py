@@ -6,6 +6,7 @@ This package imports nothing else of sluice; every other part may import it.
 from sluice.spec.dataset import DatasetSpec
 from sluice.spec.errors import SpecError
 from sluice.spec.job import (
+    ArraySpec,
     CheckpointSpec,
     DatasetMount,
     JobSpec,
@@ -25,6 +26,7 @@ from sluice.spec.queue import (
 from sluice.spec.tenant import TenantSpec
 
 __all__ = [
+    "ArraySpec",
     "CheckpointSpec",
     "DatasetMount",
     "DatasetSpec",

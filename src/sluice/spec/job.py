@@ -228,6 +228,33 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 MAX_AFTER = 16
 """Most jobs one job may be made to wait for (`after`)."""
 
+MAX_ARRAY = 1000
+"""Most jobs one submit may make (`array.count`; Slurm's default MaxArraySize is 1001)."""
+
+
+class ArraySpec(_Strict):
+    """Slurm's `--array`: one submit makes `count` jobs of the same spec, told apart by
+    SLUICE_ARRAY_INDEX (0 to count-1) in their environment, at most `parallel` of them
+    admitted at once. `id` and `index` are set by sluice on each job it makes."""
+
+    count: Annotated[int, Field(ge=1, le=MAX_ARRAY, description="Jobs to make, indexed 0 to count-1.")]
+    parallel: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=MAX_ARRAY,
+            description="Most of them admitted (queued or running) at once, the lowest index first "
+            "(Slurm's %N). Unset: as many as quota and capacity allow.",
+        ),
+    ] = None
+    id: Annotated[
+        str | None,
+        Field(pattern=JOB_ID_PATTERN, description="Set by sluice: the array's id; its jobs are <id>-<index>."),
+    ] = None
+    index: Annotated[
+        int | None, Field(ge=0, lt=MAX_ARRAY, description="Set by sluice: this job's index in the array.")
+    ] = None
+
 
 class JobSpec(_Strict):
     """A training job as a tenant submits it."""
@@ -274,6 +301,10 @@ class JobSpec(_Strict):
             "Succeeded, and is cancelled, never started, if one ends otherwise.",
         ),
     ] = []
+    array: Annotated[
+        ArraySpec | None,
+        Field(description="Make `count` jobs of this spec at once (a job array); see ArraySpec."),
+    ] = None
     resume_from: Annotated[
         str | None,
         Field(

@@ -1,0 +1,113 @@
+"""Job arrays (Slurm's `--array`): one submit makes `count` jobs told apart by their index,
+at most `parallel` of them admitted at once, lowest index first. Over the API and the CLI,
+with the FakeEngine (no processes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sluice.agent.launchenv import build_env
+from sluice.model import JobExited, Phase
+
+from . import test_queue_grants_and_limits as grants
+from .test_queue_grants_and_limits import Live, problems, sluice
+
+live = grants.live  # the fixture: a plane on the FakeEngine served over HTTP, tenants alice and bob
+
+
+def submit_array(live: Live, who: str, count: int, parallel: int | None = None, **kw: object) -> dict:  # type: ignore[type-arg]
+    array = {"count": count} | ({} if parallel is None else {"parallel": parallel})
+    r = live.submit(who, cpu=0.5, array=array, **kw)
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def phases(live: Live, ids: list[str]) -> list[Phase]:
+    return [live.job(i).phase for i in ids]
+
+
+def test_an_array_makes_its_jobs_and_admits_at_most_parallel_of_them_lowest_index_first(
+    live: Live, tmp_path: Path
+) -> None:
+    first = submit_array(live, "alice", 5, parallel=2)
+    array_id = first["spec"]["array"]["id"]
+    assert first["id"] == f"{array_id}-0"
+    ids = [f"{array_id}-{i}" for i in range(5)]
+    assert [live.job(i).spec.array.index for i in ids] == list(range(5))
+    live.plane.step()
+    # Quota and capacity (4 cores, 0.5 a job) would admit all five; the array lets two go.
+    assert phases(live, ids[:2]) == [Phase.STARTING] * 2
+    assert phases(live, ids[2:]) == [Phase.PENDING] * 3
+    waiting = live.job(ids[2]).reason
+    assert f"array {array_id} runs at most 2 of its jobs at once (array.parallel)" in waiting
+    # What the node agent puts in the job's environment (agent/launchenv.py).
+    [req] = [r for r in live.engine.launched if r.job_id == ids[1]]
+    env = build_env(req, run_dir=tmp_path, node="n0", node_cpus=2, gpus=[], base={})
+    assert {k: env[k] for k in env if k.startswith("SLUICE_ARRAY_")} == {
+        "SLUICE_ARRAY_ID": array_id,
+        "SLUICE_ARRAY_INDEX": "1",
+        "SLUICE_ARRAY_COUNT": "5",
+    }
+    live.start(ids[0])
+    live.start(ids[1])
+    live.engine.pending.append(JobExited(ids[1], 1, live.engine.now, 0, retryable=False))
+    live.plane.step()
+    live.plane.step()
+    assert live.job(ids[1]).phase == Phase.SUCCEEDED
+    assert phases(live, ids[2:]) == [Phase.STARTING, Phase.PENDING, Phase.PENDING]  # the next index took the turn
+    # A job of no array, or of an array without `parallel`, is not held.
+    free = submit_array(live, "alice", 2)
+    live.plane.step()
+    assert live.job(free["id"]).phase == Phase.STARTING
+
+
+def test_an_array_is_made_whole_or_not_at_all_within_the_tenants_cap(live: Live) -> None:
+    live.plane.settings.max_unfinished_jobs_per_tenant = 4
+    assert live.submit("alice").status_code == 201
+    r = live.submit("alice", array={"count": 4})
+    assert (
+        r.status_code == 409
+        and "has 1 jobs that have not ended, and an array of 4 more would pass" in r.json()["detail"]
+    ), r.text
+    assert len(live.plane.controller.book.live()) == 1  # none of the four made
+    assert live.submit("alice", array={"count": 3}).status_code == 201
+
+
+def test_what_sluice_sets_on_an_array_is_refused_from_a_tenant_and_bad_counts_are_422s(live: Live) -> None:
+    theirs = submit_array(live, "alice", 2, parallel=1)["spec"]["array"]["id"]
+    # bob cannot put a job into alice's array (its turns, its listing), nor pick its index.
+    assert "array.id" in problems(live.submit("bob", array={"count": 1, "id": theirs}))
+    assert "array.index" in problems(live.submit("bob", array={"count": 2, "index": 1}))
+    assert "array" in problems(live.submit("bob", array={"count": 2}, resume_from="j-0123456789"))
+    for bad in (0, -1, 1001, "x", 2.5, True, None):
+        assert "array.count" in problems(live.submit("bob", array={"count": bad})), bad
+    for bad in (0, 1001, "x"):
+        assert "array.parallel" in problems(live.submit("bob", array={"count": 2, "parallel": bad})), bad
+    assert "array.extra" in problems(live.submit("bob", array={"count": 2, "extra": 1}))
+
+
+def test_array_on_the_cli_submit_list_and_cancel(live: Live, tmp_path: Path) -> None:
+    spec = tmp_path / "sweep.yaml"
+    spec.write_text("name: sweep\ncommand: [python, train.py]\nresources: {cpu: {min: 0.5}}\n")
+    code, out, err = sluice(live, "alice", "job", "submit", str(spec), "--array", "3%1")
+    assert code == 0, err
+    array_id = out.strip()
+    assert f"array {array_id}: 3 jobs, {array_id}-0 to {array_id}-2, at most 1 at once" in err
+    assert [live.job(f"{array_id}-{i}").spec.array.parallel for i in range(3)] == [1, 1, 1]
+    code, out, _ = sluice(live, "alice", "job", "list", "--array", array_id, "-o", "json")
+    assert code == 0 and out.count(f'"{array_id}-') == 3
+    code, out, _ = sluice(live, "alice", "job", "list", "--array", array_id)
+    assert code == 0 and "sweep[0]" in out and "sweep[2]" in out, out
+    # bob sees none of it and cancels none of it.
+    code, out, err = sluice(live, "bob", "job", "list", "--array", array_id)
+    assert code == 0 and "no jobs of that array" in err
+    code, _, err = sluice(live, "bob", "job", "cancel", "--array", array_id)
+    assert code != 0 and "none of your jobs of it" in err
+    code, out, err = sluice(live, "alice", "job", "cancel", "--array", array_id)
+    assert code == 0, err
+    assert phases(live, [f"{array_id}-{i}" for i in range(3)]) == [Phase.CANCELLED] * 3
+    for bad in ("", "3%", "%2", "-3", "3%1%1", "x"):
+        code, _, err = sluice(live, "alice", "job", "submit", str(spec), "--array", bad)
+        assert code == 2 and "--array" in err, (bad, err)
+    code, _, err = sluice(live, "alice", "job", "submit", str(spec), "--array", "5000")
+    assert code == 2 and "array.count" in err, err
