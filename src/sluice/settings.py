@@ -273,6 +273,16 @@ class Settings(BaseSettings):
             "is a 429. Default 8.",
         ),
     ] = 8
+    dataset_list_timeout_s: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=3600,
+            description="Seconds a `dataset create` may take to list a remote (HTTP, S3) source, its size requests "
+            "included; past it the create is a 422 naming `source` (a source with many files should carry a "
+            "_sluice_manifest.json). Bounds how long one tenant's source holds its operation slot. Default 120.",
+        ),
+    ] = 120.0
 
     net_interface: Annotated[
         str | None,

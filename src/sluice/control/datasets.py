@@ -39,7 +39,7 @@ from sluice.data.errors import DataError, SourceError
 from sluice.data.guard import SourceGuard, SourceRefused, option_family
 from sluice.data.index import Index
 from sluice.data.settings import CacheSettings
-from sluice.data.source import Source
+from sluice.data.source import LIST_TIMEOUT_S, Source
 from sluice.data.warm import WarmReport, warm_node
 from sluice.engine.base import CacheWarmer
 from sluice.model import JobUser
@@ -71,6 +71,7 @@ class DatasetService:
         run_as: Callable[[str], JobUser] | None = None,
         job_python: str | None = None,
         slots: CopySlots | None = None,
+        list_timeout_s: float = LIST_TIMEOUT_S,
     ) -> None:
         """`run_as`: under tenant isolation, the uid a tenant's jobs run as (whose own cache
         they read); None when jobs run as the plane's user and read the node's shared cache.
@@ -80,6 +81,8 @@ class DatasetService:
         thread for as long as the tenant's source takes, and unbounded, one tenant's parallel
         requests to a slow source held every one of them (a 429 past the bound)."""
         self.slots = slots or CopySlots(2, 8, what="{} dataset source operations")
+        self.list_timeout_s = list_timeout_s
+        """The most a create's listing of a remote source may take (settings dataset_list_timeout_s)."""
         self.run_as = run_as
         self.job_python = job_python
         self.store = store
@@ -168,7 +171,8 @@ class DatasetService:
                 raise SpecError([FieldProblem("source", f"{spec.source} holds no files")])
             return items, total
         try:
-            manifest = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard).list()
+            source = Source(spec.source, spec.storage_options, retries=1, backoff_s=0.1, guard=self.guard)
+            manifest = source.list(timeout_s=self.list_timeout_s)
         except SourceRefused as err:
             raise SpecError([FieldProblem(err.field, err.problem)]) from None
         except SourceError as err:  # names the source and what is wrong with it

@@ -239,6 +239,7 @@ class ControlPlane:
                 what="{} dataset source operations (listing a source at create, warming)",
                 settings=("dataset_source_ops_per_tenant", "dataset_source_ops"),
             ),
+            list_timeout_s=settings.dataset_list_timeout_s,
         )
         self.controller = Controller(
             store,

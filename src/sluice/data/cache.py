@@ -38,7 +38,7 @@ from sluice.data.index import Index, Victim
 from sluice.data.manifest import Manifest
 from sluice.data.paths import inside
 from sluice.data.settings import CacheSettings
-from sluice.data.source import Source
+from sluice.data.source import LIST_TIMEOUT_S, Source
 
 MEMORY = "memory"
 DISK = "disk"
@@ -380,7 +380,7 @@ class CachedDataset:
         manifest = None if refresh or not os.path.exists(mpath) else Manifest.load(mpath)
         if manifest is None or len(manifest) == 0:  # an empty one may be a vanished source's, kept before
             try:  # listing told "missing" from "empty": list again
-                manifest = source.list()
+                manifest = source.list(timeout_s=LIST_TIMEOUT_S)
             except SourceError as err:  # a job or a warm must say which dataset has no source
                 raise SourceError(f"dataset {name!r}: {err}") from err
             manifest.save(mpath)

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 import fsspec
+from fsspec.exceptions import FSTimeoutError
 
 from sluice.data.errors import DataError, SourceError, UnsafePath
 from sluice.data.guard import SourceGuard, normalized_options
-from sluice.data.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest
+from sluice.data.manifest import MANIFEST_NAME, MAX_ITEMS, MAX_MANIFEST_BYTES, Manifest
 from sluice.data.paths import check_key
 
 
@@ -32,6 +35,29 @@ def _split(url: str) -> tuple[str, str]:
     if proto in ("http", "https"):
         return proto, url.rstrip("/")
     return proto, rest.rstrip("/")
+
+
+MAX_INDEX_PAGE_BYTES = 64 << 20
+"""Most of an HTTP source's index page read to list it (fsspec's listing read it whole: a
+server sending an endless page took the plane's memory)."""
+
+MAX_INDEX_FOLDERS = 100_000
+"""Most sub-folders of an HTTP source followed to list it (a server can link folders without end)."""
+
+_LINK = re.compile(r"""<a\s+(?:[^>]*?\s+)?href=["']([^"']+)""", re.IGNORECASE)
+_BARE_LINK = re.compile(r"https?://[-a-zA-Z0-9@:%_+.~#?&/=]+")
+"""The links an index page holds (what fsspec's HTTP listing takes too): anchors' targets,
+and bare absolute URLs in its text."""
+
+LIST_TIMEOUT_S = 600.0
+"""The most a listing of a remote source may take where no one chose (a node opening a dataset
+for a job or a warm; the plane's `dataset create` takes settings dataset_list_timeout_s)."""
+
+_T = TypeVar("_T")
+
+
+class ListingTimeout(SourceError):
+    """Listing the source took longer than the deadline it was given."""
 
 
 def _why(err: BaseException) -> str:
@@ -86,17 +112,23 @@ class Source:
         if real != real_root and not real.startswith(real_root + os.sep):
             raise UnsafePath(f"{path}: resolves to {real}, outside the dataset source {real_root}")
 
-    def list(self) -> Manifest:
+    def list(self, timeout_s: float | None = None) -> Manifest:
         """The source's own manifest if it has one, else a recursive listing (sorted by key).
 
         A source that does not exist, cannot be read or holds no files is a SourceError saying
         which: an empty listing is never taken for an empty dataset (fsspec lists a missing
         folder, bucket or prefix as empty). Whatever the storage client raises (no credentials,
-        no route to the endpoint) is a SourceError too, naming the source."""
+        no route to the endpoint) is a SourceError too, naming the source.
+
+        `timeout_s`: the most the whole listing may take (ListingTimeout past it): a remote
+        source's server decides how slowly it answers and how many items it names, each of
+        which may cost a request for its size. Every call to a remote store is given what is
+        left (fsspec cancels it then); a local folder's listing is not timed."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         own = posixpath.join(self.root, MANIFEST_NAME)
         try:
-            if self.fs.exists(own):
-                return Manifest.from_json(self._read_manifest(own))
+            if self._timed(deadline, timeout_s, self.fs.exists, own):
+                return Manifest.from_json(self._read_manifest(own, deadline, timeout_s))
         except (OSError, ValueError):
             pass  # no readable manifest of its own: list the source
         except DataError:
@@ -104,7 +136,10 @@ class Source:
         except Exception as err:  # botocore/aiohttp errors are their own types
             raise SourceError(f"cannot list {self.url}: {_why(err)}") from err
         try:
-            found = self.fs.find(self.root, detail=True, withdirs=False)
+            if self.protocol in ("http", "https"):
+                found = self._http_index(deadline, timeout_s)
+            else:
+                found = self._timed(deadline, timeout_s, self.fs.find, self.root, detail=True, withdirs=False)
         except DataError:
             raise
         except Exception as err:
@@ -119,31 +154,114 @@ class Source:
             self._local_check(path)
             size = info.get("size")
             if size is None:
-                size = self.fs.size(path)
+                size = self._timed(deadline, timeout_s, self.fs.size, path)
             items.append((key, int(size)))
         if not items:
             self._explain_empty()
         items.sort()
         return Manifest(tuple(k for k, _ in items), tuple(s for _, s in items))
 
-    def _read_manifest(self, path: str) -> bytes:
-        """The source's own manifest, read a piece at a time and refused (SourceError) past
-        MAX_MANIFEST_BYTES: whatever length the source's server claims or sends, the reader
-        never holds more than that."""
+    def _timed(
+        self, deadline: float | None, timeout_s: float | None, call: Callable[..., _T], *args: Any, **kw: Any
+    ) -> _T:
+        """`call` with what is left of the listing's time: fsspec's async stores (HTTP, S3)
+        take it as `timeout` and cancel the request past it; ListingTimeout once none is left."""
+        if deadline is None:
+            return call(*args, **kw)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._too_long(timeout_s)
+        if getattr(self.fs, "async_impl", False):
+            kw["timeout"] = left
+        try:
+            return call(*args, **kw)
+        except FSTimeoutError:
+            raise self._too_long(timeout_s) from None
+
+    def _too_long(self, timeout_s: float | None) -> ListingTimeout:
+        return ListingTimeout(
+            f"listing {self.url} took longer than {timeout_s:g}s, the most sluice waits (setting "
+            "dataset_list_timeout_s); give the source a _sluice_manifest.json listing its items and sizes"
+        )
+
+    def _read_bounded(self, path: str, limit: int, deadline: float | None, timeout_s: float | None) -> bytes | None:
+        """`path` read a piece at a time, or None past `limit` bytes: whatever length the
+        source's server claims or sends, the reader never holds more than that. The deadline
+        is checked between pieces (each is bounded by the HTTP client's own timeout)."""
         parts: list[bytes] = []
         got = 0
         with self._open_stream(path) as f:
             while True:
-                chunk = f.read(min(1 << 20, MAX_MANIFEST_BYTES + 1 - got))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._too_long(timeout_s)
+                chunk = f.read(min(1 << 20, limit + 1 - got))
                 if not chunk:
                     return b"".join(parts)
                 parts.append(bytes(chunk))
                 got += len(chunk)
-                if got > MAX_MANIFEST_BYTES:
-                    raise SourceError(
-                        f"{self.url}: {MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES >> 20} MiB, the most sluice "
-                        "reads; list fewer items in it (or leave it out and let sluice list the source)"
-                    )
+                if got > limit:
+                    return None
+
+    def _read_manifest(self, path: str, deadline: float | None = None, timeout_s: float | None = None) -> bytes:
+        """The source's own manifest, refused (SourceError) past MAX_MANIFEST_BYTES."""
+        data = self._read_bounded(path, MAX_MANIFEST_BYTES, deadline, timeout_s)
+        if data is None:
+            raise SourceError(
+                f"{self.url}: {MANIFEST_NAME} is larger than {MAX_MANIFEST_BYTES >> 20} MiB, the most sluice "
+                "reads; list fewer items in it (or leave it out and let sluice list the source)"
+            )
+        return data
+
+    def _http_index(self, deadline: float | None, timeout_s: float | None) -> dict[str, dict[str, Any]]:
+        """The files an HTTP source's index pages link to below it, its sub-folders' pages
+        followed (as fsspec's HTTP listing finds them: its link patterns and rules), each page
+        read to at most MAX_INDEX_PAGE_BYTES, at most MAX_ITEMS files and MAX_INDEX_FOLDERS
+        folders. Sizes are left to a request per file, as fsspec leaves them."""
+        found: dict[str, dict[str, Any]] = {}
+        todo = [self.root + "/"]
+        seen = set(todo)
+        while todo:
+            folder = todo.pop()
+            for link in self._page_links(folder, deadline, timeout_s, top=folder == self.root + "/"):
+                if not link.endswith("/"):
+                    found[link] = {"name": link, "size": None}
+                    if len(found) > MAX_ITEMS:
+                        raise SourceError(f"{self.url} links more than {MAX_ITEMS} files, the most a dataset holds")
+                elif link not in seen:
+                    seen.add(link)
+                    todo.append(link)
+                    if len(seen) > MAX_INDEX_FOLDERS:
+                        raise SourceError(
+                            f"{self.url} links more than {MAX_INDEX_FOLDERS} folders, the most sluice follows; give "
+                            f"the source a {MANIFEST_NAME} listing its items and sizes"
+                        )
+        return found
+
+    def _page_links(self, folder: str, deadline: float | None, timeout_s: float | None, top: bool) -> tuple[str, ...]:
+        """The links of one index page that point below it (files, and folders ending in /)."""
+        try:
+            page = self._read_bounded(folder, MAX_INDEX_PAGE_BYTES, deadline, timeout_s)
+        except FileNotFoundError:
+            if top:
+                return ()  # said as "does not exist" by _explain_empty
+            raise
+        if page is None:
+            raise SourceError(
+                f"{self.url}: the index page {folder} is larger than {MAX_INDEX_PAGE_BYTES >> 20} MiB, the most sluice "
+                f"reads; give the source a {MANIFEST_NAME} listing its items and sizes"
+            )
+        text = page.decode("utf-8", errors="ignore")
+        parts = urlparse(folder)
+        out: set[str] = set()
+        for link in _BARE_LINK.findall(text) + _LINK.findall(text):
+            if link.startswith("/") and len(link) > 1:
+                link = f"{parts.scheme}://{parts.netloc}{link}"
+            if link.startswith("http"):
+                if link.replace("https", "http").startswith(folder.replace("https", "http")) and link != folder:
+                    out.add(link)
+            elif link not in ("..", "../", ".", "./"):
+                out.add(folder + link.lstrip("/"))
+        return tuple(sorted(out))
 
     def _explain_empty(self) -> None:
         """Raise the SourceError an empty listing stands for: no such source, an unreadable
