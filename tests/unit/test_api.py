@@ -1478,6 +1478,7 @@ def test_usage_is_each_tenants_own_and_every_tenants_for_an_admin(env: Env) -> N
         env.engine.now += 36
         env.plane.step()
     env.plane.controller.book.flush(force=True)
+    env.plane.controller.flush_held_time(force=True)
     mine = env.client.get("/v1/usage", headers=env.alice).json()
     assert [u["tenant"] for u in mine] == ["alice"]
     assert mine[0]["jobs"] == 1 and mine[0]["phases"] == {"Running": 1}
@@ -1486,10 +1487,34 @@ def test_usage_is_each_tenants_own_and_every_tenants_for_an_admin(env: Env) -> N
     assert env.client.get("/v1/usage", params={"tenant": "bob"}, headers=env.alice).status_code == 403
     every = env.client.get("/v1/usage", headers=env.admin).json()
     assert [u["tenant"] for u in every] == ["alice", "bob"]
-    later = env.client.get("/v1/usage", params={"since": env.engine.now + 1}, headers=env.admin).json()
+    later = env.client.get("/v1/usage", params={"since": env.engine.now + 3600}, headers=env.admin).json()
     assert later == []
     one = env.client.get("/v1/usage", params={"tenant": "bob"}, headers=env.admin).json()
     assert [u["tenant"] for u in one] == ["bob"]
     for bad in ("nan", "inf", "x"):
         assert env.client.get("/v1/usage", params={"since": bad}, headers=env.alice).status_code == 422
     assert env.client.get("/v1/usage", params={"tenant": "x" * 64}, headers=env.admin).status_code == 422
+
+
+def test_usage_in_a_window_charges_the_hours_held_in_it_not_the_day_a_job_was_submitted(env: Env) -> None:
+    """A job submitted before the window that ran into it is charged the hours it held in the
+    window; a job is counted (jobs, phases) in the window it was submitted in. Before, a window
+    summed what its submitted jobs held in all: a job that ran all week read 0 for `--since 1d`."""
+    hour = 3600.0
+    env.engine.now = 10 * hour + 1000.0
+    job = submit(env, env.alice, {**GOOD, "resources": {"cpu": {"min": 1, "max": 1}}})
+    env.plane.step()
+    env.engine.pending.append(JobStarted(job["id"], 1, "n0", env.engine.now, pid=1))
+    env.plane.step()
+    start = env.engine.now
+    while env.engine.now < start + 3 * hour:  # three hours in steps across the hours' turns
+        env.engine.now += 360
+        env.plane.step()
+    env.plane.controller.flush_held_time(force=True)
+    ran = env.engine.now - start
+    whole = env.client.get("/v1/usage", headers=env.alice).json()[0]
+    assert whole["jobs"] == 1 and whole["core_hours"] == pytest.approx(ran / hour)
+    window = env.client.get("/v1/usage", params={"since": 12 * hour}, headers=env.alice).json()[0]
+    assert window["jobs"] == 0 and window["phases"] == {}  # submitted before it
+    assert window["core_hours"] == pytest.approx((env.engine.now - 12 * hour) / hour)
+    assert window["run_hours"] == pytest.approx((env.engine.now - 12 * hour) / hour)

@@ -16,7 +16,7 @@ from sluice.model.queue import Limits, PriorityClass, QueueConfig, Reclaim, With
 from sluice.spec import DatasetSpec, JobSpec
 from sluice.spec.job import Resources
 from sluice.store import DuplicateError, NewEvent, NodeRecord, TenantRecord
-from sluice.store.base import DatasetRecord, QueueRecord, Store, UsageRow
+from sluice.store.base import DatasetRecord, HeldTime, QueueRecord, Store, UsageRow
 from sluice.store.memory import MemoryStore
 from sluice.store.schema import SCHEMA_VERSION
 from sluice.store.sql import SqlStore
@@ -94,6 +94,24 @@ def check_usage(store: Store) -> None:
         UsageRow("alice", "Succeeded", False, 1, 20.0, 10.0, 0),
     ]
     assert store.job_usage(since=10.0) == [] and store.job_usage(tenant="nobody") == []
+
+
+def check_held_time(store: Store) -> None:
+    """Held time by tenant and hour: rows add to their (tenant, hour, gpu) total, and a window
+    sums the hours from the one `since` falls in, per tenant and GPU use."""
+    h0, h1 = 36_000.0, 39_600.0
+    store.add_held_time([HeldTime("alice", h0, False, 100, 50), HeldTime("alice", h0, True, 20, 10)])
+    store.add_held_time([HeldTime("bob", h1, False, 5, 5)])
+    store.add_held_time([HeldTime("alice", h0, False, 1, 1), HeldTime("alice", h1, False, 2, 2)])
+    store.add_held_time([])
+    assert store.held_time() == [
+        HeldTime("alice", 0.0, False, 103, 53),
+        HeldTime("alice", 0.0, True, 20, 10),
+        HeldTime("bob", 0.0, False, 5, 5),
+    ]
+    assert store.held_time(since=h1 + 59) == [HeldTime("alice", h1, False, 2, 2), HeldTime("bob", h1, False, 5, 5)]
+    assert store.held_time(tenant="bob", since=h0) == [HeldTime("bob", h0, False, 5, 5)]
+    assert store.held_time(since=h1 + 3600) == [] and store.held_time(tenant="nobody") == []
 
 
 def check_deleted_tenant(store: Store) -> None:
@@ -283,6 +301,9 @@ class StoreContract:
     def test_usage_is_summed_by_tenant_phase_and_gpu_use(self, store: SqlStore) -> None:
         check_usage(store)
 
+    def test_held_time_adds_up_by_tenant_and_hour(self, store: SqlStore) -> None:
+        check_held_time(store)
+
 
 class TestSqliteStore(StoreContract):
     @pytest.fixture
@@ -298,6 +319,7 @@ def test_memory_store_pages_the_same_way() -> None:
 
 def test_memory_store_sums_usage_the_same_way() -> None:
     check_usage(MemoryStore())
+    check_held_time(MemoryStore())
 
 
 def test_memory_store_retires_deleted_tenant_names() -> None:
@@ -432,7 +454,7 @@ def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(t
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 4
+        assert again.schema_version == SCHEMA_VERSION == 5
         job = again.get_job("j1")
         assert job is not None and job.run_s == 0.0
         again.save_job(replace(job, run_s=12.5))
@@ -443,3 +465,37 @@ def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(t
         assert again.get_queue("short").config.max_runtime_s == 60.0  # type: ignore[union-attr]
     finally:
         again.close()
+
+
+def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: Path) -> None:
+    """Version 5 keeps held time by tenant and hour (`sluice usage --since`). What the jobs of an
+    older database held is known only in total: it goes to the hour each job started (or was
+    submitted, if it never started), so a report over all time is unchanged."""
+    import sqlite3
+
+    db = tmp_path / "v4.db"
+    url = f"sqlite:///{db}"
+    store = SqlStore(url)
+    ran = replace(make_job("j1", "alice", 100.0), started_at=7300.0, attained_service=90.0, run_s=45.0)
+    store.create_job(ran)
+    store.create_job(replace(make_job("j2", "alice", 3700.0), attained_service=4.0, run_s=2.0))
+    store.create_job(make_job("j3", "bob", 5.0))  # held nothing
+    store.close()
+    with sqlite3.connect(db) as con:  # as version 4 left it
+        con.execute("DROP TABLE held_time")
+        con.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
+    con.close()
+
+    again = SqlStore(url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 5
+        assert again.held_time() == [HeldTime("alice", 0.0, False, 94.0, 47.0)]
+        assert again.held_time(since=7200.0) == [HeldTime("alice", 7200.0, False, 90.0, 45.0)]
+        assert again.held_time(since=3600.0) == [HeldTime("alice", 3600.0, False, 94.0, 47.0)]
+    finally:
+        again.close()
+    reopened = SqlStore(url)  # the step runs once: the totals are not added again
+    try:
+        assert reopened.held_time() == [HeldTime("alice", 0.0, False, 94.0, 47.0)]
+    finally:
+        reopened.close()

@@ -39,7 +39,10 @@ def since_time(text: str, now: float | None = None) -> float:
 def usage(
     since: Annotated[
         str | None,
-        typer.Option(help="Only jobs submitted since then: a duration back (24h, 7d) or an ISO 8601 time with zone."),
+        typer.Option(
+            help="The window's start: a duration back (24h, 7d) or an ISO 8601 time with zone. Hours are those "
+            "held from the hour it falls in on; jobs, phases and restarts those of the jobs submitted since."
+        ),
     ] = None,
     tenant: Annotated[str | None, typer.Option(help="One tenant's (admin).")] = None,
     all_tenants: Annotated[bool, typer.Option("--all", help="Every tenant's (admin).")] = False,

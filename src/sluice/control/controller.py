@@ -73,7 +73,7 @@ from sluice.model.queue import DEFAULT_QUEUE, Amounts, QueueConfig
 from sluice.policy import admission
 from sluice.policy.base import Policy
 from sluice.spec import JobSpec
-from sluice.store.base import NodeRecord, Store, StoreUnavailable
+from sluice.store.base import HeldTime, NodeRecord, Store, StoreUnavailable, hour_of
 
 log = logging.getLogger("sluice.controller")
 
@@ -166,6 +166,9 @@ class Controller:
         self._trackers: dict[str, ProgressTracker] = {}
         self._backlog: list[Event] = []
         self._last_step_time: float | None = None
+        self._held: dict[tuple[str, float, bool], list[float]] = {}
+        """Held time not yet written: (tenant, hour, gpu) -> [service_s, run_s] (flush_held_time)."""
+        self._held_saved_at = 0.0
         self._launch_env = launch_env
         self._run_as = run_as
         """tenant -> the uid its jobs run as (tenant isolation); None: the agent's own user."""
@@ -296,6 +299,7 @@ class Controller:
             for d in decisions:
                 self._execute(d, now)
             self.book.flush()
+            self.flush_held_time()
             self.rounds += 1
             self.round_seconds = time.perf_counter() - t0
 
@@ -995,11 +999,38 @@ class Controller:
         if last is None or now <= last:
             return
         dt = now - last
+        # The interval is charged to the hours it falls in (split at an hour's turn).
+        turn = hour_of(now)
+        parts = [(hour_of(last), turn - last), (turn, now - turn)] if hour_of(last) != turn else [(turn, dt)]
         for job in self.book.live():
             if job.allocation is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
                 gpus = job.allocation.total_gpus
-                served = dt * (gpus if gpus else job.allocation.total_cpu_request)
+                per_s = gpus if gpus else job.allocation.total_cpu_request
+                served = dt * per_s
                 self.book.observe(job.id, attained_service=job.attained_service + served, run_s=job.run_s + dt)
+                for hour, span in parts:
+                    acc = self._held.setdefault((job.tenant, hour, bool(job.spec.resources.gpus)), [0.0, 0.0])
+                    acc[0] += span * per_s
+                    acc[1] += span
+
+    def flush_held_time(self, *, force: bool = False) -> None:
+        """Write the held time counted since the last write (what `sluice usage --since` sums),
+        at most every `save_progress_every_s` like jobs' progress (all with force): a crash
+        loses at most that much of it, as it does of `run_s`."""
+        now = self.engine.clock()
+        if not self._held or (not force and now - self._held_saved_at < self.book.save_progress_every_s):
+            return
+        rows = [HeldTime(t, h, g, s, r) for (t, h, g), (s, r) in self._held.items()]
+        try:
+            self.store.add_held_time(rows)
+        except StoreUnavailable:
+            raise
+        except Exception:  # kept, and tried again at the next interval; the round goes on
+            log.exception("could not save the held time of %d tenant-hours", len(rows))
+            self._held_saved_at = now
+            return
+        self._held.clear()
+        self._held_saved_at = now
 
     def _hold_to_time_limits(self, now: float) -> None:
         """A job that has run its `max_runtime_s` is stopped through its checkpoint and ends

@@ -363,6 +363,11 @@ class ControlPlane:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        try:  # the last seconds of held time (a round writes it every few seconds)
+            with self.controller.lock:
+                self.controller.flush_held_time(force=True)
+        except Exception:
+            log.warning("could not save the last held time at stop", exc_info=True)
         self.engine.close()
         self.store.close()
 
@@ -449,14 +454,14 @@ class ControlPlane:
         return rec, token
 
     def usage(self, caller: TenantRecord, since: float | None = None, tenant: str | None = None) -> list[TenantUsage]:
-        """What each tenant's jobs submitted at or after `since` held and ran (control/usage.py):
-        an admin's for every tenant (or `tenant`), anyone else's for itself only (403 naming
-        another). Read from the store: a live job's figures trail the book by up to one
-        progress flush (`save_progress_every_s`, 5 s)."""
+        """What each tenant's jobs held and ran in the hours from the one `since` falls in, and
+        its jobs submitted at or after `since` (control/usage.py): an admin's for every tenant
+        (or `tenant`), anyone else's for itself only (403 naming another). Read from the store:
+        live jobs' figures trail the book by up to one flush (`save_progress_every_s`, 5 s)."""
         if not caller.admin and tenant not in (None, caller.name):
             raise Forbidden(f"tenant: you may see only {caller.name!r}'s usage")
         who = tenant if caller.admin else caller.name
-        return by_tenant(self.store.job_usage(tenant=who, since=since))
+        return by_tenant(self.store.job_usage(tenant=who, since=since), self.store.held_time(tenant=who, since=since))
 
     def list_tenants(
         self, caller: TenantRecord, *, after: str | None = None, limit: int | None = None

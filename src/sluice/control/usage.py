@@ -1,15 +1,17 @@
-"""Accounting: what each tenant's jobs held and ran (`sluice tenant usage`, `GET /v1/usage`).
+"""Accounting: what each tenant's jobs held and ran (`sluice usage`, `GET /v1/usage`).
 
 What is charged is what a job *held* — GPUs, or guaranteed cores (`cpu.min` x replicas) for a
 job without GPUs — for as long as it was Starting or Running, as Slurm charges allocated
-TRES rather than measured use. The store sums it in one grouped read (`Store.job_usage`), so a
-report costs the same however many jobs a tenant has run."""
+TRES rather than measured use. Held time is kept by tenant and hour (`Store.held_time`), so a
+window charges the hours in it, whenever the jobs were submitted; the job counts are of the
+jobs submitted in it (`Store.job_usage`). Both are one grouped read, so a report costs the
+same however many jobs a tenant has run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sluice.store.base import UsageRow
+from sluice.store.base import HeldTime, UsageRow
 
 
 @dataclass
@@ -18,29 +20,33 @@ class TenantUsage:
 
     tenant: str
     jobs: int = 0
+    """Jobs submitted in the window."""
     phases: dict[str, int] = field(default_factory=dict)
-    """Jobs by phase now (a live job is counted where it stands)."""
+    """Those jobs by phase now (a live job is counted where it stands)."""
     gpu_hours: float = 0.0
-    """GPU-hours held by its jobs with GPUs."""
+    """GPU-hours held in the window by its jobs with GPUs (whenever submitted)."""
     core_hours: float = 0.0
-    """Guaranteed core-hours held by its jobs without GPUs."""
+    """Guaranteed core-hours held in the window by its jobs without GPUs."""
     run_hours: float = 0.0
-    """Job-hours run (Starting or Running), summed over attempts: what max_runtime_s counts."""
+    """Job-hours run in the window (Starting or Running): what max_runtime_s counts."""
     restarts: int = 0
-    """Failed attempts that were retried."""
+    """Failed attempts that were retried, of the jobs submitted in the window."""
 
 
-def by_tenant(rows: list[UsageRow]) -> list[TenantUsage]:
-    """The store's groups folded into one record a tenant, by name."""
+def by_tenant(rows: list[UsageRow], held: list[HeldTime]) -> list[TenantUsage]:
+    """The store's groups folded into one record a tenant, by name: job counts from `rows`
+    (jobs submitted in the window), hours from `held` (held time in the window)."""
     out: dict[str, TenantUsage] = {}
     for r in rows:
         u = out.setdefault(r.tenant, TenantUsage(r.tenant))
         u.jobs += r.jobs
         u.phases[r.phase] = u.phases.get(r.phase, 0) + r.jobs
-        if r.gpu:
-            u.gpu_hours += r.service_s / 3600
-        else:
-            u.core_hours += r.service_s / 3600
-        u.run_hours += r.run_s / 3600
         u.restarts += r.restarts
+    for h in held:
+        u = out.setdefault(h.tenant, TenantUsage(h.tenant))
+        if h.gpu:
+            u.gpu_hours += h.service_s / 3600
+        else:
+            u.core_hours += h.service_s / 3600
+        u.run_hours += h.run_s / 3600
     return [out[name] for name in sorted(out)]

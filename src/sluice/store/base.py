@@ -104,6 +104,24 @@ class UsageRow:
     restarts: int
 
 
+@dataclass(frozen=True)
+class HeldTime:
+    """What one tenant's jobs held in one hour (`hour`: its start, Unix seconds), those with
+    GPUs apart from the others: `service_s` GPU-seconds (or guaranteed core-seconds) and
+    `run_s` job-seconds run, as `JobRecord.attained_service` and `run_s` count them."""
+
+    tenant: str
+    hour: float
+    gpu: bool
+    service_s: float
+    run_s: float
+
+
+def hour_of(t: float) -> float:
+    """The start of the hour (Unix seconds) that `t` falls in."""
+    return float(int(t // 3600) * 3600)
+
+
 class Store(Protocol):
     def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         """Insert a new job and its events in one transaction (DuplicateError if it exists)."""
@@ -131,6 +149,15 @@ class Store(Protocol):
     def job_usage(self, tenant: str | None = None, since: float | None = None) -> list[UsageRow]:
         """Jobs submitted at or after `since` (None: all), of `tenant` (None: every one),
         summed by tenant, phase and GPU use: one grouped read, however many jobs there are."""
+        ...
+
+    def add_held_time(self, rows: Sequence[HeldTime]) -> None:
+        """Add each row to its (tenant, hour, gpu) total, made at 0 if new; in one transaction."""
+        ...
+
+    def held_time(self, tenant: str | None = None, since: float | None = None) -> list[HeldTime]:
+        """Per (tenant, gpu), what was held in the hours from the one `since` falls in on (None:
+        all), of `tenant` (None: every one); `hour` is the first hour summed (0 for all)."""
         ...
 
     def append_event(

@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -202,6 +202,19 @@ priority_classes = Table(
 )
 """Named priority classes (docs/queues.md). A new table, added by `create_all`."""
 
+held_time = Table(
+    "held_time",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("hour", Double, primary_key=True),
+    Column("gpu", Boolean, primary_key=True),
+    Column("service_s", Double, nullable=False, server_default="0"),
+    Column("run_s", Double, nullable=False, server_default="0"),
+)
+"""What each tenant's jobs held, by the hour it was held in (`hour`: its start, Unix seconds),
+GPU jobs apart from the others: what `sluice usage --since` sums, so a long job is charged to
+the hours it ran in, not whole to the day it was submitted."""
+
 Migration = Callable[[Connection], None]
 
 
@@ -272,10 +285,37 @@ def _v4_job_run_time(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE queues ADD COLUMN max_runtime_s DOUBLE PRECISION"))
 
 
+def _v5_held_time_by_hour(conn: Connection) -> None:
+    """Version 5: held time by tenant and hour (`held_time`, made by `create_all`). What the
+    jobs of an older database held is known only in total: it is put in the hour each job
+    started (or was submitted), so `usage` without `--since` is unchanged."""
+    if conn.execute(select(func.count()).select_from(held_time)).scalar():
+        return
+    c = jobs.c
+    rows = conn.execute(
+        select(c.tenant, c.started_at, c.submitted_at, c.spec, c.attained_service, c.run_s).where(
+            (c.attained_service > 0) | (c.run_s > 0)
+        )
+    )
+    sums: dict[tuple[str, float, bool], list[float]] = {}
+    for tenant, started, submitted, spec, service, run in rows:
+        hour = float(int((started if started is not None else submitted) // 3600) * 3600)
+        gpu = bool(((spec or {}).get("resources") or {}).get("gpus") or 0)
+        acc = sums.setdefault((str(tenant), hour, gpu), [0.0, 0.0])
+        acc[0] += float(service or 0)
+        acc[1] += float(run or 0)
+    if sums:
+        conn.execute(
+            insert(held_time),
+            [{"tenant": t, "hour": h, "gpu": g, "service_s": s, "run_s": r} for (t, h, g), (s, r) in sums.items()],
+        )
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _v2_typed_job_fields,
     3: _v3_tenant_caps_and_deleted_names,
     4: _v4_job_run_time,
+    5: _v5_held_time_by_hour,
 }
 """version -> step that turns a database at version-1 into this version."""
 

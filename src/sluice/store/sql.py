@@ -48,6 +48,7 @@ from sluice.store.base import (
     DatasetRecord,
     DuplicateError,
     EventRecord,
+    HeldTime,
     NewEvent,
     NodeRecord,
     QueueRecord,
@@ -55,6 +56,7 @@ from sluice.store.base import (
     StoreUnavailable,
     TenantRecord,
     UsageRow,
+    hour_of,
 )
 
 log = logging.getLogger(__name__)
@@ -386,6 +388,37 @@ class SqlStore:
                 for t, p, g, n, s, r, k in conn.execute(q)
             ]
         return sorted(rows, key=lambda u: (u.tenant, u.phase, u.gpu))
+
+    def add_held_time(self, rows: Sequence[HeldTime]) -> None:
+        if not rows:
+            return
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        t = schema.held_time
+        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(t)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[t.c.tenant, t.c.hour, t.c.gpu],
+            set_={"service_s": t.c.service_s + stmt.excluded.service_s, "run_s": t.c.run_s + stmt.excluded.run_s},
+        )
+        values = [
+            {"tenant": r.tenant, "hour": r.hour, "gpu": r.gpu, "service_s": r.service_s, "run_s": r.run_s} for r in rows
+        ]
+        with self._write() as conn:
+            conn.execute(stmt, values)
+
+    def held_time(self, tenant: str | None = None, since: float | None = None) -> list[HeldTime]:
+        c = schema.held_time.c
+        first = 0.0 if since is None else hour_of(since)
+        q = select(c.tenant, c.gpu, func.sum(c.service_s), func.sum(c.run_s)).where(c.hour >= first)
+        if tenant is not None:
+            q = q.where(c.tenant == tenant)
+        with self._read() as conn:
+            rows = conn.execute(q.group_by(c.tenant, c.gpu)).all()
+        return sorted(
+            (HeldTime(str(t), first, bool(g), float(s or 0), float(r or 0)) for t, g, s, r in rows),
+            key=lambda h: (h.tenant, h.gpu),
+        )
 
     # events -------------------------------------------------------------------------------
     def append_event(

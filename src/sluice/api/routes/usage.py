@@ -26,7 +26,11 @@ def usage(
     plane: PlaneDep,
     caller: CallerDep,
     since: Annotated[
-        float | None, Query(description="Only jobs submitted at or after this Unix time (seconds).")
+        float | None,
+        Query(
+            description="The window's start, Unix time (seconds): hours held from the hour it falls in, jobs "
+            "submitted at or after it."
+        ),
     ] = None,
     tenant: Annotated[str | None, Query(max_length=63, description="One tenant (an admin may name any).")] = None,
 ) -> list[TenantUsage]:
