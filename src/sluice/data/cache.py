@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -45,6 +46,10 @@ DISK = "disk"
 BLOCKS = ".sluice-blocks"
 SOURCE_BLOCKS = "_sluice_blocks"
 MANIFEST = ".sluice-manifest.json"
+
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""Write errors that mean "this tier's file system has no room for it" (a full disk or tmpfs, a
+quota, the job's largest-file limit): the item is then not cached there, and the read goes on."""
 
 TENANT_DIR = re.compile(r"uid-[0-9]+")
 """A tenant uid's own cache inside a node cache's folders (`uid-<uid>`, under isolation: see
@@ -383,7 +388,11 @@ class CachedDataset:
                 manifest = source.list(timeout_s=LIST_TIMEOUT_S)
             except SourceError as err:  # a job or a warm must say which dataset has no source
                 raise SourceError(f"dataset {name!r}: {err}") from err
-            manifest.save(mpath)
+            try:
+                manifest.save(mpath)
+            except OSError as err:  # a full disk: listed again next time, not a failed open
+                if err.errno not in NO_ROOM:
+                    raise
         self.manifest = manifest
         cache.index.register(ds, name, source.url, len(self.manifest), self.manifest.total_bytes)
         self.sizes = self.manifest.sizes
@@ -575,14 +584,26 @@ class CachedDataset:
         return data
 
     def _store(self, key: str, data: bytes, tier: str, cost: float) -> None:
-        """Cache `data` in `tier` (memory falls through to disk when it has no room)."""
+        """Cache `data` in `tier` (memory falls through to disk when it has no room).
+
+        A tier's file system may be full whatever its capacity says: every tenant's memory tier
+        lives on the one tmpfs, every disk tier on the one disk, and a tenant's jobs can fill
+        either. No room there (NO_ROOM) moves on to the disk tier, then to keeping nothing: the
+        caller has the bytes, and a cache that cannot keep them must not fail the read."""
         if tier == MEMORY and self.cache.capacity_cached(MEMORY) < len(data):
             tier = DISK
         if self.cache.capacity_cached(tier) < len(data):
             return
         root = self._mem_root if tier == MEMORY else self._disk_root
         path = inside(root, key) if not key.startswith(BLOCKS) else os.path.join(root, key)
-        write_atomic(path, data, durable=tier == DISK)
+        try:
+            write_atomic(path, data, durable=tier == DISK)
+        except OSError as err:
+            if err.errno not in NO_ROOM:
+                raise
+            if tier == MEMORY:
+                self._store(key, data, DISK, cost)
+            return
         self.cache.record(self.ds, key, tier, len(data), zlib.crc32(data), cost)
 
     # -- merged blocks -----------------------------------------------------------------------
