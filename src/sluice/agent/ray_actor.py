@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,6 @@ class RayNodeAgent:
         )
         self._warms: dict[str, Future[WarmReport]] = {}
         """Dataset warms under way on this node, by ticket (see warm_start)."""
-        self._warm_pool: ThreadPoolExecutor | None = None
 
     def _raylet_env(self) -> Mapping[str, str]:
         """The raylet's environment, whose CUDA_VISIBLE_DEVICES maps Ray's GPUs of this node to
@@ -168,14 +168,25 @@ class RayNodeAgent:
         """Start warming a dataset into this node's cache; returns a ticket for warm_result.
 
         Runs in a thread of the actor: a warm can take hours and the actor answers one call at
-        a time, so a blocking call would hold up the engine's poll() of this node."""
+        a time, so a blocking call would hold up the engine's poll() of this node. A thread of
+        its own, never a place in a pool: a fixed pool shared by every tenant let two tenants'
+        slow sources hold every thread and every other tenant's warm wait behind them. How
+        many warms run at once is the plane's bound (dataset_source_ops, per tenant
+        dataset_source_ops_per_tenant)."""
         self._require_node()
-        if self._warm_pool is None:
-            self._warm_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sluice-warm")
         ticket = uuid.uuid4().hex
-        self._warms[ticket] = self._warm_pool.submit(
-            self._agent.warm_dataset, name, source, storage_options, workers, generation, run_as
-        )
+        future: Future[WarmReport] = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(self._agent.warm_dataset(name, source, storage_options, workers, generation, run_as))
+            except BaseException as err:  # warm_result reports it as this node's error
+                future.set_exception(err)
+
+        self._warms[ticket] = future
+        threading.Thread(target=run, name=f"sluice-warm-{ticket[:8]}", daemon=True).start()
         return ticket
 
     def warm_result(self, ticket: str, wait_s: float = 1.0) -> WarmReport | None:
