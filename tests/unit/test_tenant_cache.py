@@ -251,8 +251,10 @@ def test_a_published_dataset_is_warmed_into_the_readers_own_cache(svc: DatasetSe
     # an admin acts for the owner: its warm fills alice's
     [report] = svc.warm(Caller("admin", admin=True), "imgs", tenant="alice")
     assert report.files_fetched == ITEMS and len(held(svc.cache_settings, ALICE, cache_folder(rec))) == ITEMS
-    # rm empties every tenant's copy of it
+    # rm empties every tenant's copy of it: the owner's before it answers, the others' just after
     assert svc.delete(Caller("alice"), "imgs") == {socket.gethostname(): "removed"}
+    assert held(svc.cache_settings, ALICE, cache_folder(rec)) == []
+    assert tenant_cache.background_drops.wait(60)
     for user in (ALICE, BOB):
         assert held(svc.cache_settings, user, cache_folder(rec)) == []
 

@@ -994,12 +994,12 @@ class NodeAgent:
             self._dataset_cache(), self.name, name, source, storage_options, workers, guard=guard, generation=generation
         )
 
-    def drop_dataset(self, name: str) -> int:
+    def drop_dataset(self, name: str, owner: JobUser | None = None) -> int:
         """Remove every cached copy of a dataset from this node (`sluice dataset rm`): every
         source and generation, in the shared cache and in every tenant's own (as that uid);
         returns how many cached copies were removed. OSError (TenantCacheError) when a tenant's
         cache could not be emptied, after all the others were."""
-        return drop_everywhere(self._dataset_cache(), self._cache.settings, name, self.settings.job_python)
+        return drop_everywhere(self._dataset_cache(), self._cache.settings, name, self.settings.job_python, owner)
 
     def _dataset_cache(self) -> DatasetCache:
         """The node cache that warm and drop work on: opened on first use, then kept."""

@@ -203,9 +203,9 @@ class RayNodeAgent:
         del self._warms[ticket]
         return report
 
-    def drop_dataset(self, name: str) -> int:
+    def drop_dataset(self, name: str, owner: JobUser | None = None) -> int:
         self._require_node()
-        return self._agent.drop_dataset(name)
+        return self._agent.drop_dataset(name, owner)
 
     def inject_fault(self, kind: str, seconds: float, workers: int | None = None, memory_mb: int = 512) -> FaultReport:
         self._require_node()

@@ -284,17 +284,78 @@ def list_as(
     return max(0, items), max(0, total)
 
 
-def drop_everywhere(cache: DatasetCache, settings: CacheSettings, name: str, python: str | None = None) -> int:
+class BackgroundDrops:
+    """Other tenants' copies of a dataset being removed off the request that asked for it: one
+    thread per tenant uid, running that uid's drop helpers one after another. A tenant whose
+    cache stalls its helpers (an index it keeps locked, a helper its jobs stop) delays only the
+    removal of copies in its own cache."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._queues: dict[int, dict[tuple[str, str], tuple[JobUser, dict[str, Any], str | None]]] = {}
+        self._workers: dict[int, threading.Thread] = {}
+
+    def add(self, user: JobUser, request: dict[str, Any], python: str | None) -> None:
+        with self._cv:
+            self._queues.setdefault(user.uid, {}).setdefault(
+                (str(request["disk_dir"]), str(request["name"])), (user, request, python)
+            )
+            if user.uid not in self._workers:
+                worker = threading.Thread(target=self._run, args=(user.uid,), name="tenant-cache-drop", daemon=True)
+                self._workers[user.uid] = worker
+                worker.start()
+
+    def _run(self, uid: int) -> None:
+        while True:
+            with self._cv:
+                queue = self._queues.get(uid)
+                if not queue:
+                    self._queues.pop(uid, None)
+                    self._workers.pop(uid, None)
+                    self._cv.notify_all()
+                    return
+                user, request, python = queue.pop(next(iter(queue)))
+            try:
+                run_helper(user, request, DROP_TIMEOUT_S, python)
+            except OSError as err:
+                log.warning("cannot remove %s from the cache of %s: %s", request["name"], user, err)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether every drop asked for has been done (waiting up to `timeout`)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._workers, timeout)
+
+
+background_drops = BackgroundDrops()
+
+
+def drop_everywhere(
+    cache: DatasetCache,
+    settings: CacheSettings,
+    name: str,
+    python: str | None = None,
+    owner: JobUser | None = None,
+) -> int:
     """Remove every cached copy of dataset `name` from this node: the shared cache (`cache`)
     and every tenant's own (each through a helper of that tenant's uid: a published dataset may
     be cached by every tenant that read it). Returns how many copies went; TenantCacheError
-    after trying them all, naming each tenant cache it could not empty."""
+    after trying them all, naming each tenant cache it could not empty.
+
+    `owner`: the dataset's owner's uid (isolation). Then only the shared cache and the owner's
+    are emptied before this returns (and counted, and their failures raised); other tenants'
+    caches are emptied in the background (`background_drops`): which tenants hold a copy is
+    read from names they made, and each helper works in a cache its tenant's jobs control, so
+    waiting on them let any tenant hold up, and put its words into, another's `rm`. Their
+    copies are only room: a re-created dataset is another generation and never reads them."""
     removed = cache.remove(name)
     problems: list[str] = []
     for user, folders in sorted(tenants_here(settings).items(), key=lambda kv: kv[0].uid):
         if not holds(folders, name):
             continue
         request = {"op": "drop", "disk_dir": str(folders[0]), "memory_dir": str(folders[1]), "name": name}
+        if owner is not None and user.uid != owner.uid:
+            background_drops.add(user, request, python)
+            continue
         try:
             removed += int(run_helper(user, request, DROP_TIMEOUT_S, python)["removed"])
         except (OSError, KeyError, ValueError) as err:

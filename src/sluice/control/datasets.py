@@ -254,10 +254,11 @@ class DatasetService:
         if not purge_cache:
             return {}
         key = cache_key(rec.tenant, rec.name)
+        owner = self.run_as(rec.tenant) if self.run_as is not None else None
         if self.warmer is not None:
-            return self.warmer.drop_dataset(key)
+            return self.warmer.drop_dataset(key, owner)
         try:
-            removed = drop_everywhere(self.node_cache(), self.cache_settings, key, self.job_python)
+            removed = drop_everywhere(self.node_cache(), self.cache_settings, key, self.job_python, owner)
         except OSError as err:
             return {socket.gethostname(): f"{type(err).__name__}: {err}"}
         return {socket.gethostname(): "removed" if removed else "not cached"}

@@ -101,11 +101,13 @@ class CacheWarmer(Protocol):
         node's shared cache)."""
         ...
 
-    def drop_dataset(self, name: str) -> dict[str, str]:
+    def drop_dataset(self, name: str, owner: JobUser | None = None) -> dict[str, str]:
         """Remove every cached copy of the dataset from every node's cache (`sluice dataset rm`):
         every source and generation, the shared cache and every tenant uid's own; per node,
         what happened ("removed", "not cached" or the error), so one unreachable node does not
-        hide what the others did."""
+        hide what the others did. `owner`: under isolation, the owner's uid, whose cache is
+        emptied before this answers; other tenants' copies go in the background
+        (`sluice.agent.tenant_cache.drop_everywhere`)."""
         ...
 
 

@@ -267,11 +267,11 @@ class LocalEngine:
         opts = dict(storage_options or {})
         return [self.agents[n].warm_dataset(name, source, opts, workers, generation, run_as) for n in names]
 
-    def drop_dataset(self, name: str) -> dict[str, str]:
+    def drop_dataset(self, name: str, owner: JobUser | None = None) -> dict[str, str]:
         out: dict[str, str] = {}
         for node, agent in self.agents.items():
             try:
-                out[node] = "removed" if agent.drop_dataset(name) else "not cached"
+                out[node] = "removed" if agent.drop_dataset(name, owner) else "not cached"
             except OSError as err:
                 out[node] = f"{type(err).__name__}: {err}"
         return out

@@ -538,9 +538,9 @@ class RayEngine:
                     tickets.pop(n)
         return [reports[n] for n in names]
 
-    def drop_dataset(self, name: str) -> dict[str, str]:
+    def drop_dataset(self, name: str, owner: JobUser | None = None) -> dict[str, str]:
         agents = dict(self._agents)
-        refs = {n: a.drop_dataset.remote(name) for n, a in agents.items()}
+        refs = {n: a.drop_dataset.remote(name, owner) for n, a in agents.items()}
         out: dict[str, str] = {}
         for n, ref in refs.items():
             try:
