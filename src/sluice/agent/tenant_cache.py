@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sluice.agent.isolation import PRIVATE_DIR_MODE, own_dir, plane_dirs, plane_owned, unreachable
+from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, own_dir, plane_dirs, plane_owned, unreachable
 from sluice.data.cache import TENANT_DIR, DatasetCache, folder_pattern, reader_key
 from sluice.data.guard import SourceGuard
 from sluice.data.settings import CacheSettings
@@ -520,7 +520,42 @@ def claim_tiers(settings: CacheSettings) -> list[str]:
     problems = []
     for base in (settings.resolved_disk_dir(), settings.resolved_memory_dir()):
         try:
-            plane_owned(plane_dirs(Path(base)))
+            _close_tier(plane_owned(plane_dirs(Path(base))))
         except OSError as err:
             problems.append(f"dataset cache: {err}")
     return problems
+
+
+def _close_tier(base: Path) -> None:
+    """Make a tier folder PLANE_DIR_MODE (tenants pass through it to their own `uid-<uid>`
+    folder by name, and list nothing) and take group and other access off everything else in
+    it: the shared cache's index and dataset folders are the plane's alone. A cache filled
+    before isolation was on (or by a plane without it) had them as the plane's umask made them
+    (0755 folders, a 0644 index and memory-tier items): every tenant's job could list the tier,
+    read the index and read every item another tenant's job had cached there."""
+    fd = os.open(base, _DIR_FLAGS)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != PLANE_DIR_MODE:
+            os.fchmod(fd, PLANE_DIR_MODE)
+        with os.scandir(fd) as entries:
+            for e in entries:
+                if TENANT_DIR.fullmatch(e.name):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) or not st.st_mode & 0o077:
+                    continue
+                try:
+                    efd = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+                except OSError:
+                    continue  # gone meanwhile
+                try:
+                    est = os.fstat(efd)
+                    if est.st_uid == os.geteuid():
+                        os.fchmod(efd, stat.S_IMODE(est.st_mode) & 0o700)
+                finally:
+                    os.close(efd)
+    finally:
+        os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
