@@ -133,12 +133,22 @@ def delete_dataset(
 
 @router.post("/{name}/publish", response_model=DatasetOut)
 def publish_dataset(
-    request: Request, plane: PlaneDep, caller: CallerDep, name: str, tenant: str | None = Owner
+    request: Request,
+    plane: PlaneDep,
+    caller: CallerDep,
+    name: str,
+    tenant: str | None = Owner,
+    with_credentials: bool = Query(
+        default=False,
+        description="Publish it although its storage options hold credentials (key, secret, token): every "
+        "tenant's job that mounts it gets them. Without this, such a dataset is a 409.",
+    ),
 ) -> DatasetOut:
     """Admin only: make the dataset readable and mountable by every tenant (not deletable by
-    them). A second published dataset of the same name is a 409."""
+    them). A second published dataset of the same name is a 409, and so is one whose storage
+    options hold credentials, unless `with_credentials`."""
     svc = service(request, plane)
-    return dataset_out(svc.publish(caller, name, tenant), published=svc.published())
+    return dataset_out(svc.publish(caller, name, tenant, with_credentials=with_credentials), published=svc.published())
 
 
 @router.delete("/{name}/publish", response_model=DatasetOut)

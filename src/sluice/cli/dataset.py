@@ -123,17 +123,31 @@ def warm(
         raise typer.Exit(1)
 
 
-def _publish(name: str, tenant: str | None, published: bool, output: Output, verb: str) -> None:
+def _publish(
+    name: str, tenant: str | None, published: bool, output: Output, verb: str, with_credentials: bool = False
+) -> None:
     with errors_reported(missing=f"dataset {name!r}"), connect() as client:
-        d = client.publish_dataset(name, tenant, published=published)
+        d = client.publish_dataset(name, tenant, published=published, with_credentials=with_credentials)
     emit(d, output, lambda x: console.print(f"{verb} dataset {x['name']} of tenant {x['tenant']}", markup=False))
 
 
 @app.command()
-def publish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
+def publish(
+    name: Name,
+    tenant: Owner = None,
+    with_credentials: Annotated[
+        bool,
+        typer.Option(
+            "--with-credentials",
+            help="Publish it although its storage options hold credentials (key, secret, token): every "
+            "tenant's job that mounts it gets them. Without this, such a dataset is refused.",
+        ),
+    ] = False,
+    output: OutputOpt = Output.table,
+) -> None:
     """Publish a dataset to every tenant (admin token): any tenant may then list, read and mount
     it by name and jobs share its cache; only its owner or an admin can delete it."""
-    _publish(name, tenant, True, output, "published")
+    _publish(name, tenant, True, output, "published", with_credentials)
 
 
 @app.command()

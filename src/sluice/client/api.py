@@ -364,10 +364,17 @@ class Client:
             WarmResult, "POST", f"/v1/datasets/{_seg(name, _DATASET)}/warm", params=params, timeout=LONG_TIMEOUT_S
         )
 
-    def publish_dataset(self, name: str, tenant: str | None = None, published: bool = True) -> DatasetOut:
-        """Admin: make a dataset readable by every tenant (or withdraw it, published=False)."""
+    def publish_dataset(
+        self, name: str, tenant: str | None = None, published: bool = True, with_credentials: bool = False
+    ) -> DatasetOut:
+        """Admin: make a dataset readable by every tenant (or withdraw it, published=False).
+        `with_credentials`: publish it although its storage options hold credentials, which
+        every tenant's jobs that mount it then get (else a 409)."""
         method = "POST" if published else "DELETE"
-        return self._one(DatasetOut, method, f"/v1/datasets/{_seg(name, _DATASET)}/publish", params=_owner(tenant))
+        params = _owner(tenant)
+        if with_credentials and published:
+            params["with_credentials"] = "true"
+        return self._one(DatasetOut, method, f"/v1/datasets/{_seg(name, _DATASET)}/publish", params=params or None)
 
     # ---------------------------------------------------------------- tenants (admin)
 

@@ -61,6 +61,10 @@ def cache_folder(rec: DatasetRecord) -> str:
     return dataset_id(cache_key(rec.tenant, rec.name), rec.spec.source, rec.spec.storage_options, generation(rec))
 
 
+CREDENTIAL_OPTIONS = frozenset({"key", "secret", "token"})
+"""Storage options that are credentials (sluice.data.guard allows these and harmless ones)."""
+
+
 class DatasetService:
     def __init__(
         self,
@@ -263,8 +267,20 @@ class DatasetService:
             return {socket.gethostname(): f"{type(err).__name__}: {err}"}
         return {socket.gethostname(): "removed" if removed else "not cached"}
 
-    def publish(self, caller: Caller, name: str, tenant: str | None = None, published: bool = True) -> DatasetRecord:
-        """Publish (or withdraw) a dataset to every tenant: admin only."""
+    def publish(
+        self,
+        caller: Caller,
+        name: str,
+        tenant: str | None = None,
+        published: bool = True,
+        with_credentials: bool = False,
+    ) -> DatasetRecord:
+        """Publish (or withdraw) a dataset to every tenant: admin only.
+
+        A job that mounts a dataset gets its storage options (its own misses fetch from the
+        source), and every tenant may mount a published one: so a dataset whose options hold
+        credentials (CREDENTIAL_OPTIONS) is published only `with_credentials`, the admin saying
+        they are meant for every tenant (a read-only key made for it); else a Conflict."""
         if not caller.admin:
             raise Forbidden("publishing a dataset to every tenant needs an admin token")
         owner = tenant or caller.name
@@ -280,6 +296,14 @@ class DatasetService:
             return rec
         if current is not None:
             raise Conflict(f"a dataset named {name!r} is already published by tenant {current!r}; withdraw it first")
+        secrets = sorted(CREDENTIAL_OPTIONS & rec.spec.storage_options.keys())
+        if secrets and not with_credentials:
+            raise Conflict(
+                f"dataset {name!r} of tenant {owner!r} has credentials in its storage options "
+                f"({', '.join(secrets)}): every job that mounts a published dataset gets its storage options, "
+                "so publishing it gives them to every tenant's jobs; publish it with --with-credentials "
+                "(with_credentials=true) only if they are meant for every tenant (a read-only key made for it)"
+            )
         try:
             self.store.publish_dataset(owner, name, time.time())
         except DuplicateError:
