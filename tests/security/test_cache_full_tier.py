@@ -88,3 +88,29 @@ def test_a_dataset_opens_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(cache_mod, "write_atomic", _full([cache.memory_dir, cache.disk_dir]))
     ds = cache.open("bob/ds", str(src))
     assert [ds.read(i) for i in range(len(ds))] == [bytes([i]) * 1000 for i in range(4)]
+
+
+def test_a_full_disk_under_the_index_does_not_fail_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite answers 'database or disk is full' (SQLITE_FULL) when the disk tier's file system
+    is: opening a dataset (which registers it), committing what was cached and folding access
+    counts in then failed a job's reads (shown on a full 256 KiB tmpfs). Now the index just
+    learns nothing new; what was cached meanwhile is an orphan recovery removes."""
+    import sqlite3
+
+    from sluice.data.index import Index
+
+    def full(*_: object, **__: object) -> None:
+        err = sqlite3.OperationalError("database or disk is full")
+        err.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+        raise err
+
+    src = _source(tmp_path)
+    cache = DatasetCache(disk_dir=tmp_path / "disk", memory_dir=tmp_path / "mem", memory_bytes=1 << 20)
+    for method in ("register", "add_many", "touch", "remove"):
+        monkeypatch.setattr(Index, method, full)
+    monkeypatch.setattr(cache_mod, "write_atomic", _full([cache.disk_dir]))
+    ds = cache.open("bob/ds", str(src))
+    assert [ds.read(i) for i in range(len(ds))] == [bytes([i]) * 1000 for i in range(4)]
+    ds.warm(workers=2)
+    ds.close()
+    cache.drain()

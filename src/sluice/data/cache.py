@@ -20,6 +20,7 @@ import mmap
 import os
 import re
 import shutil
+import sqlite3
 import struct
 import threading
 import time
@@ -50,6 +51,14 @@ MANIFEST = ".sluice-manifest.json"
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 """Write errors that mean "this tier's file system has no room for it" (a full disk or tmpfs, a
 quota, the job's largest-file limit): the item is then not cached there, and the read goes on."""
+
+
+def index_full(err: BaseException) -> bool:
+    """Whether the index could not be written because its disk is full (SQLITE_FULL): the
+    index then learns nothing new (what was cached meanwhile is an orphan recovery removes),
+    and the read that wrote it goes on."""
+    return isinstance(err, sqlite3.OperationalError) and getattr(err, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
 
 TENANT_DIR = re.compile(r"uid-[0-9]+")
 """A tenant uid's own cache inside a node cache's folders (`uid-<uid>`, under isolation: see
@@ -223,7 +232,11 @@ class DatasetCache:
             with self._pending_mu:
                 batch, self._pending = self._pending, []
             if batch:
-                self.apply_victims(self.index.add_many(batch))
+                try:
+                    self.apply_victims(self.index.add_many(batch))
+                except sqlite3.OperationalError as err:
+                    if not index_full(err):
+                        raise
             return len(batch)
 
     def capacity_cached(self, tier: str) -> int:
@@ -238,11 +251,16 @@ class DatasetCache:
         for v in victims:
             path = os.path.join(self.tier_root(v.tier), v.ds, v.key)
             if v.tier == MEMORY and self.capacity(DISK) > 0:
-                with contextlib.suppress(OSError, ValueError):
+                try:
                     data = read_exact(path, v.size)
                     if data is not None:
                         write_atomic(os.path.join(self.disk_dir, v.ds, v.key), data)
                         self.apply_victims(self.index.add(v.ds, v.key, DISK, len(data), zlib.crc32(data), 0.0))
+                except (OSError, ValueError):
+                    pass
+                except sqlite3.OperationalError as err:
+                    if not index_full(err):
+                        raise
             unlink_quiet(path)
 
     def open(
@@ -394,7 +412,11 @@ class CachedDataset:
                 if err.errno not in NO_ROOM:
                     raise
         self.manifest = manifest
-        cache.index.register(ds, name, source.url, len(self.manifest), self.manifest.total_bytes)
+        try:
+            cache.index.register(ds, name, source.url, len(self.manifest), self.manifest.total_bytes)
+        except sqlite3.OperationalError as err:  # a full disk: reported as not cached, read all the same
+            if not index_full(err):
+                raise
         self.sizes = self.manifest.sizes
         self.keys = self.manifest.keys
         self._mem_paths = [os.path.join(self._mem_root, k) for k in self.keys]
@@ -488,7 +510,8 @@ class CachedDataset:
             return read_exact(path, size)
         except ValueError:
             self.counters.corrupt_dropped += 1
-            self.cache.index.remove(self.ds, key, tier)
+            with contextlib.suppress(sqlite3.OperationalError):  # a full disk: recovery drops it
+                self.cache.index.remove(self.ds, key, tier)
             unlink_quiet(path)
             return None
         except OSError as err:
@@ -528,7 +551,11 @@ class CachedDataset:
         self.cache.drain()
         batch = [(k, int(c), t) for k, (c, t) in hits.items()]
         batch += [(self.keys[i], c, last[i]) for i, c in enumerate(counts) if c]
-        self.cache.index.touch(self.ds, batch)
+        try:
+            self.cache.index.touch(self.ds, batch)
+        except sqlite3.OperationalError as err:  # a full disk: these counts are lost
+            if not index_full(err):
+                raise
 
     def _fill(self, key: str, lockfile: str, off: int, size: int, produce: Callable[[], bytes]) -> bytes:
         """Single-flight miss: one thread of one process on the node fetches; the rest wait and
