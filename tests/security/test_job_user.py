@@ -116,7 +116,7 @@ def test_the_plane_names_a_job_interpreter_tenant_uids_cannot_run_when_it_starts
     private.chmod(0o755)
     assert interpreter_problem(str(python), USER) is None
     on = Isolation(True, "on")
-    settings = Settings(home=tmp_path / "h", job_python=str(python), job_uid_min=USER.uid)
+    settings = Settings(home=tmp_path / "h", job_python=str(python), job_uid_min=USER.uid, job_uid_max=USER.uid)
     assert job_python_problem(settings, on) is None
     private.chmod(0o700)
     assert job_python_problem(settings, on) is not None
