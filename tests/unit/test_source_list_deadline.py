@@ -37,6 +37,14 @@ class Index(BaseHTTPRequestHandler):
             self._send(b'<a href="c.bin">c</a> <a href="/few/">back up</a> <a href="/elsewhere/d.bin">not below</a>')
         elif self.path.startswith("/deep/"):  # folders without end
             self._send(b'<a href="f.bin">f</a> <a href="d/">d</a>')
+        elif self.path == "/stall/":  # the headers and a little of the page, then nothing for a minute
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b'<a href="x.bin">x</a>')
+            self.wfile.flush()
+            time.sleep(60)
         elif self.path == "/huge/":
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -119,3 +127,13 @@ def test_an_index_lists_the_files_below_it_as_before(server: str, tmp_path: Path
     (tmp_path / "a.bin").write_bytes(b"12345")
     local = Source(str(tmp_path)).list(timeout_s=5)  # a local folder: not timed, listed as before
     assert local.keys == ("a.bin",) and local.sizes == (5,)
+
+
+@pytest.mark.timeout(60)
+def test_an_index_page_that_stalls_mid_read_stops_at_the_deadline(server: str) -> None:
+    """One read of a page that the server stops sending was not given the deadline: the
+    listing waited for the server (or aiohttp's 5 minutes), whatever dataset_list_timeout_s said."""
+    t0 = time.monotonic()
+    with pytest.raises(ListingTimeout, match="took longer than 2s"):
+        Source(f"{server}/stall", retries=0).list(timeout_s=2)
+    assert time.monotonic() - t0 < 8

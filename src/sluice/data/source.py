@@ -190,17 +190,28 @@ class Source:
         is checked between pieces (each is bounded by the HTTP client's own timeout)."""
         parts: list[bytes] = []
         got = 0
-        with self._open_stream(path) as f:
-            while True:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise self._too_long(timeout_s)
-                chunk = f.read(min(1 << 20, limit + 1 - got))
-                if not chunk:
-                    return b"".join(parts)
-                parts.append(bytes(chunk))
-                got += len(chunk)
-                if got > limit:
-                    return None
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise self._too_long(timeout_s)
+        try:
+            # Over HTTP the request as a whole (headers and every read of the body) is given
+            # what is left: one read of a page the server stops sending otherwise waited for
+            # the server, past the deadline.
+            with self._open_stream(path, timeout=left) as f:
+                while True:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise self._too_long(timeout_s)
+                    chunk = f.read(min(1 << 20, limit + 1 - got))
+                    if not chunk:
+                        return b"".join(parts)
+                    parts.append(bytes(chunk))
+                    got += len(chunk)
+                    if got > limit:
+                        return None
+        except (FSTimeoutError, TimeoutError):
+            if deadline is None or time.monotonic() < deadline - 0.1:  # another timeout: said as itself
+                raise
+            raise self._too_long(timeout_s) from None
 
     def _read_manifest(self, path: str, deadline: float | None = None, timeout_s: float | None = None) -> bytes:
         """The source's own manifest, refused (SourceError) past MAX_MANIFEST_BYTES."""
@@ -316,12 +327,14 @@ class Source:
                 delay *= 2
         raise SourceError(f"{what}: reading {path} from {self.url} failed after {self.retries + 1} attempts: {last}")
 
-    def _open_stream(self, path: str) -> Any:
+    def _open_stream(self, path: str, timeout: float | None = None) -> Any:
         """`path` opened for reading front to back. Over HTTP: one GET read as it arrives
         (block_size 0); the `size` given only spares fsspec the HEAD it would send to learn one,
-        which a streamed read never uses."""
+        which a streamed read never uses; `timeout`: the most the whole GET may take (its
+        headers and body), else the HTTP client's own."""
         if self.protocol in ("http", "https"):
-            return self.fs.open(path, "rb", block_size=0, size=1)
+            kw = {} if timeout is None else {"timeout": timeout}
+            return self.fs.open(path, "rb", block_size=0, size=1, **kw)
         return self.fs.open(path, "rb")
 
     def _get(self, path: str, size: int | None) -> bytes:
