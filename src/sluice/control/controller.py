@@ -999,9 +999,15 @@ class Controller:
         if last is None or now <= last:
             return
         dt = now - last
-        # The interval is charged to the hours it falls in (split at an hour's turn).
-        turn = hour_of(now)
-        parts = [(hour_of(last), turn - last), (turn, now - turn)] if hour_of(last) != turn else [(turn, dt)]
+        # The interval is charged to the hours it falls in (split at each hour's turn: rounds
+        # more than an hour apart, after a store outage or a paused plane, span several).
+        parts: list[tuple[float, float]] = []
+        t = last
+        while t < now:
+            hour = hour_of(t)
+            end = min(now, hour + 3600.0)
+            parts.append((hour, end - t))
+            t = end
         for job in self.book.live():
             if job.allocation is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
                 gpus = job.allocation.total_gpus
