@@ -27,6 +27,7 @@ class Index(BaseHTTPRequestHandler):
     all); /huge/: an index page of PAGE_MIB MiB; /few/: two files of 3 and 5 bytes."""
 
     protocol_version = "HTTP/1.1"
+    empty_asked = 0
 
     def do_GET(self) -> None:
         if self.path == "/many/":
@@ -37,6 +38,11 @@ class Index(BaseHTTPRequestHandler):
             self._send(b'<a href="c.bin">c</a> <a href="/few/">back up</a> <a href="/elsewhere/d.bin">not below</a>')
         elif self.path.startswith("/deep/"):  # folders without end
             self._send(b'<a href="f.bin">f</a> <a href="d/">d</a>')
+        elif self.path in ("/empty", "/empty/"):  # an index page that links nothing, then no answer at all
+            Index.empty_asked += 1
+            if Index.empty_asked > 1:
+                time.sleep(60)
+            self._send(b"<p>nothing here</p>")
         elif self.path == "/stall/":  # the headers and a little of the page, then nothing for a minute
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -136,4 +142,15 @@ def test_an_index_page_that_stalls_mid_read_stops_at_the_deadline(server: str) -
     t0 = time.monotonic()
     with pytest.raises(ListingTimeout, match="took longer than 2s"):
         Source(f"{server}/stall", retries=0).list(timeout_s=2)
+    assert time.monotonic() - t0 < 8
+
+
+@pytest.mark.timeout(60)
+def test_an_empty_index_whose_server_then_stalls_stops_at_the_deadline(server: str) -> None:
+    """Saying why a listing is empty asks the server again whether the source exists: that
+    request was not given the deadline either."""
+    Index.empty_asked = 0
+    t0 = time.monotonic()
+    with pytest.raises(ListingTimeout, match="took longer than 2s"):
+        Source(f"{server}/empty", retries=0).list(timeout_s=2)
     assert time.monotonic() - t0 < 8

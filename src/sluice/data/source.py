@@ -157,7 +157,7 @@ class Source:
                 size = self._timed(deadline, timeout_s, self.fs.size, path)
             items.append((key, int(size)))
         if not items:
-            self._explain_empty()
+            self._explain_empty(deadline, timeout_s)
         items.sort()
         return Manifest(tuple(k for k, _ in items), tuple(s for _, s in items))
 
@@ -274,9 +274,9 @@ class Source:
                 out.add(folder + link.lstrip("/"))
         return tuple(sorted(out))
 
-    def _explain_empty(self) -> None:
+    def _explain_empty(self, deadline: float | None = None, timeout_s: float | None = None) -> None:
         """Raise the SourceError an empty listing stands for: no such source, an unreadable
-        one, or one that holds no files."""
+        one, or one that holds no files. A remote store is asked within the listing's deadline."""
         if self.protocol == "file":
             try:
                 os.listdir(self.root)
@@ -288,7 +288,7 @@ class Source:
                 raise SourceError(f"source {self.url} cannot be read: {err.strerror or err}") from None
         else:
             try:
-                found = bool(self.fs.exists(self.root))
+                found = bool(self._timed(deadline, timeout_s, self.fs.exists, self.root))
             except DataError:
                 raise
             except Exception as err:
