@@ -155,6 +155,33 @@ class JobBook:
         self._last_saved[job.id] = now
         return job
 
+    def create_many(self, tenant: str, specs: Sequence[tuple[JobSpec, str]]) -> list[JobRecord]:
+        """Accept several jobs (spec, id) at once, as `create` does one: all on disk in one
+        transaction before this returns, or none (a crash or a failed write halfway through a
+        job array left the jobs before it, which then ran)."""
+        now = self._clock()
+        made = [
+            JobRecord(
+                id=job_id,
+                tenant=tenant,
+                spec=spec,
+                phase=Phase.PENDING,
+                reason="accepted; waiting for admission",
+                submitted_at=now,
+            )
+            for spec, job_id in specs
+        ]
+        rows = [
+            (j, [NewEvent(now, "phase", f"{Phase.PENDING}: submitted by tenant {tenant}", job_id=j.id)]) for j in made
+        ]
+        self.failpoints.hit("book.create.before_write")
+        self._store.create_jobs(rows)
+        self.failpoints.hit("book.create.after_write")
+        for job in made:
+            self._live[job.id] = job
+            self._last_saved[job.id] = now
+        return made
+
     def transition(
         self,
         job_id: str,

@@ -218,6 +218,11 @@ class Controller:
         with self.lock:
             return self.book.create(tenant, spec, job_id=job_id)
 
+    def submit_many(self, tenant: str, specs: list[tuple[JobSpec, str]]) -> list[JobRecord]:
+        """Accept several jobs (spec, id) at once: all on disk before this returns, or none."""
+        with self.lock:
+            return self.book.create_many(tenant, specs)
+
     def cancel(self, job_id: str, reason: str = "cancelled by user") -> JobRecord:
         """Cancel a job: at once if it holds nothing, else through a checkpointing stop whose
         exit ends it as Cancelled. Cancelling a Stopping job turns its stop into a cancel."""

@@ -582,23 +582,22 @@ class ControlPlane:
     def _create_array(self, tenant: str, spec: JobSpec, cap: int | None) -> list[JobRecord]:
         """Every job of an array (`<id>-0` to `<id>-<count-1>`), each with its index, or none:
         all are made under one hold of the controller's lock, after checking the tenant's cap
-        for all of them, and any made before a failure are cancelled saying so."""
+        for all of them, and written in one transaction (a crash or a failed write halfway
+        through left the jobs before it on disk, which then ran)."""
         assert spec.array is not None
         array_id = f"j-{uuid.uuid4().hex[:10]}"
-        made: list[JobRecord] = []
+        specs = [
+            (
+                spec.model_copy(update={"array": spec.array.model_copy(update={"id": array_id, "index": i})}),
+                f"{array_id}-{i}",
+            )
+            for i in range(spec.array.count)
+        ]
         with self.controller.lock:
             if self.store.get_tenant(tenant) is None:
                 raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
             self._check_unfinished(tenant, cap, adding=spec.array.count)
-            try:
-                for i in range(spec.array.count):
-                    one = spec.model_copy(update={"array": spec.array.model_copy(update={"id": array_id, "index": i})})
-                    made.append(self.controller.submit(tenant, one, job_id=f"{array_id}-{i}"))
-            except Exception as err:
-                for job in made:
-                    self.controller.cancel(job.id, f"not started: submitting its array failed ({err})")
-                raise
-        return made
+            return self.controller.submit_many(tenant, specs)
 
     def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None, cap: int | None = None) -> JobRecord:
         """The job, on disk, if its tenant still exists when it is created (under the

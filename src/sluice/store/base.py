@@ -127,6 +127,11 @@ class Store(Protocol):
         """Insert a new job and its events in one transaction (DuplicateError if it exists)."""
         ...
 
+    def create_jobs(self, jobs: Sequence[tuple[JobRecord, Sequence[NewEvent]]]) -> None:
+        """Insert new jobs, each with its events, in one transaction: all or none (a job
+        array); DuplicateError if one exists."""
+        ...
+
     def save_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         """Write the job's whole record and append `events`, atomically: both or neither."""
         ...

@@ -45,6 +45,15 @@ class MemoryStore:
         self._jobs[job.id] = job
         self._append(events)
 
+    def create_jobs(self, jobs: Sequence[tuple[JobRecord, Sequence[NewEvent]]]) -> None:
+        ids = [job.id for job, _ in jobs]
+        taken = [i for i in ids if i in self._jobs]
+        if taken or len(set(ids)) != len(ids):
+            raise DuplicateError(f"job {(taken or ids)[0]} exists")
+        for job, events in jobs:
+            self._jobs[job.id] = job
+            self._append(events)
+
     def save_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         self._jobs[job.id] = job  # records are immutable: no copy needed
         self._append(events)

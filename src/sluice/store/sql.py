@@ -315,6 +315,15 @@ class SqlStore:
         except IntegrityError:
             raise DuplicateError(f"job {job.id} exists") from None
 
+    def create_jobs(self, jobs: Sequence[tuple[JobRecord, Sequence[NewEvent]]]) -> None:
+        try:
+            with self._write() as conn:
+                for job, events in jobs:
+                    conn.execute(insert(schema.jobs).values(**_job_values(job)))
+                    self._insert_events(conn, events)
+        except IntegrityError:
+            raise DuplicateError(f"one of jobs {jobs[0][0].id}.. exists") from None
+
     def save_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
         values = _job_values(job)
         with self._write() as conn:
