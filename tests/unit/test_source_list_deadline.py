@@ -36,6 +36,13 @@ class Index(BaseHTTPRequestHandler):
             self._send(b'<a href="a.bin">a</a> <a href="/few/b.bin">b</a> <a href="../">up</a> <a href="sub/">s</a>')
         elif self.path == "/few/sub/":
             self._send(b'<a href="c.bin">c</a> <a href="/few/">back up</a> <a href="/elsewhere/d.bin">not below</a>')
+        elif self.path == "/dots/":
+            links = ["ok.bin", "../secret.bin", "a/../../x.bin", "%2e%2e/y.bin", "/dots/../z.bin", "./w.bin"]
+            self._send("".join(f'<a href="{link}">l</a>' for link in links).encode())
+        elif self.path == "/broken/":
+            self._send(b'<a href="gone.bin">gone</a>')
+        elif self.path == "/wide/":
+            self._send("".join(f'<a href="f{i}">f</a>' for i in range(100)).encode())
         elif self.path.startswith("/deep/"):  # folders without end
             self._send(b'<a href="f.bin">f</a> <a href="d/">d</a>')
         elif self.path in ("/empty", "/empty/"):  # an index page that links nothing, then no answer at all
@@ -68,7 +75,7 @@ class Index(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         if self.path.startswith("/many/"):
             time.sleep(0.05)
-        sizes = {"/few/a.bin": 3, "/few/b.bin": 5, "/few/sub/c.bin": 7}
+        sizes = {"/few/a.bin": 3, "/few/b.bin": 5, "/few/sub/c.bin": 7, "/dots/ok.bin": 2}
         if self.path.startswith(("/many/", "/deep/")) or self.path in sizes:
             self.send_response(200)
             self.send_header("Content-Length", str(sizes.get(self.path, 10)))
@@ -154,3 +161,26 @@ def test_an_empty_index_whose_server_then_stalls_stops_at_the_deadline(server: s
     with pytest.raises(ListingTimeout, match="took longer than 2s"):
         Source(f"{server}/empty", retries=0).list(timeout_s=2)
     assert time.monotonic() - t0 < 8
+
+
+def test_links_that_step_out_of_the_folder_are_not_followed(server: str) -> None:
+    """`..` and `.` steps, plain or %-encoded, in relative or absolute links: not below the
+    source, whatever their text begins with."""
+    manifest = Source(f"{server}/dots", retries=0).list(timeout_s=10)
+    assert manifest.keys == ("ok.bin",)
+
+
+def test_an_index_page_links_at_most_what_a_listing_follows(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Links are gathered one by one up to the bound (a 64 MiB page of short links held
+    ~700 MB as one list before the item bound was checked)."""
+    import sluice.data.source as source
+
+    monkeypatch.setattr(source, "MAX_ITEMS", 10)
+    monkeypatch.setattr(source, "MAX_INDEX_FOLDERS", 5)
+    with pytest.raises(SourceError, match="links more than 15 files and folders"):
+        Source(f"{server}/wide", retries=0).list(timeout_s=10)
+
+
+def test_a_linked_file_that_is_not_there_is_a_source_error_naming_it(server: str) -> None:
+    with pytest.raises(SourceError, match=r"the size of gone\.bin"):
+        Source(f"{server}/broken", retries=0).list(timeout_s=10)

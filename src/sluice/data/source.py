@@ -12,8 +12,9 @@ import posixpath
 import re
 import time
 from collections.abc import Callable, Mapping
+from itertools import chain
 from typing import Any, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import fsspec
 from fsspec.exceptions import FSTimeoutError
@@ -52,6 +53,8 @@ and bare absolute URLs in its text."""
 LIST_TIMEOUT_S = 600.0
 """The most a listing of a remote source may take where no one chose (a node opening a dataset
 for a job or a warm; the plane's `dataset create` takes settings dataset_list_timeout_s)."""
+
+_DOT_STEP = frozenset({"..", "."})
 
 _T = TypeVar("_T")
 
@@ -154,7 +157,14 @@ class Source:
             self._local_check(path)
             size = info.get("size")
             if size is None:
-                size = self._timed(deadline, timeout_s, self.fs.size, path)
+                try:
+                    size = self._timed(deadline, timeout_s, self.fs.size, path)
+                except DataError:
+                    raise
+                except Exception as err:  # a linked file that is not there (404), a refused request
+                    raise SourceError(f"cannot list {self.url}: the size of {key}: {_why(err)}") from err
+            if size is None:
+                raise SourceError(f"cannot list {self.url}: its server gives no size for {key}")
             items.append((key, int(size)))
         if not items:
             self._explain_empty(deadline, timeout_s)
@@ -264,14 +274,22 @@ class Source:
         text = page.decode("utf-8", errors="ignore")
         parts = urlparse(folder)
         out: set[str] = set()
-        for link in _BARE_LINK.findall(text) + _LINK.findall(text):
+        most = MAX_ITEMS + MAX_INDEX_FOLDERS
+        links = chain((m.group(0) for m in _BARE_LINK.finditer(text)), (m.group(1) for m in _LINK.finditer(text)))
+        for link in links:
             if link.startswith("/") and len(link) > 1:
                 link = f"{parts.scheme}://{parts.netloc}{link}"
-            if link.startswith("http"):
-                if link.replace("https", "http").startswith(folder.replace("https", "http")) and link != folder:
-                    out.add(link)
-            elif link not in ("..", "../", ".", "./"):
-                out.add(folder + link.lstrip("/"))
+            if not link.startswith("http"):
+                link = folder + link.lstrip("/")
+            below = link.replace("https", "http").startswith(folder.replace("https", "http")) and link != folder
+            # A `..` or `.` step, plain or %-encoded, would lead out of the folder (or loop in it).
+            if below and not _DOT_STEP.intersection(unquote(urlparse(link).path).split("/")):
+                out.add(link)
+                if len(out) > most:  # found one by one: a page of short links is not all held at once
+                    raise SourceError(
+                        f"{self.url}: the index page {folder} links more than {most} files and folders, the most a "
+                        f"dataset's listing follows; give the source a {MANIFEST_NAME} listing its items and sizes"
+                    )
         return tuple(sorted(out))
 
     def _explain_empty(self, deadline: float | None = None, timeout_s: float | None = None) -> None:
