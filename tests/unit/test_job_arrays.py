@@ -98,6 +98,8 @@ def test_array_on_the_cli_submit_list_and_cancel(live: Live, tmp_path: Path) -> 
     assert code == 0 and out.count(f'"{array_id}-') == 3
     code, out, _ = sluice(live, "alice", "job", "list", "--array", array_id)
     assert code == 0 and "sweep[0]" in out and "sweep[2]" in out, out
+    code, out, _ = sluice(live, "alice", "job", "get", f"{array_id}-2")
+    assert code == 0 and f"2 of 3 in {array_id}, at most 1 at once" in out, out
     # bob sees none of it and cancels none of it.
     code, out, err = sluice(live, "bob", "job", "list", "--array", array_id)
     assert code == 0 and "no jobs of that array" in err

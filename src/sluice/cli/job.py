@@ -136,6 +136,12 @@ def _submitted(j: dict[str, Any]) -> None:
     )
 
 
+def _array_row(a: dict[str, Any]) -> str:
+    """Which job of which array, and how many of them run at once."""
+    turns = f", at most {a['parallel']} at once" if a.get("parallel") else ""
+    return f"{a.get('index')} of {a['count']} in {a.get('id')}{turns}"
+
+
 def _array(given: str) -> dict[str, int]:
     """--array N or N%K as the spec's `array`; a usage error otherwise."""
     m = re.fullmatch(r"([0-9]{1,6})(?:%([0-9]{1,6}))?", given.strip())
@@ -265,6 +271,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
             ("ran", _ran(j)),
             *([("after", ", ".join(spec["after"]))] if spec.get("after") else []),
+            *([("array", _array_row(spec["array"]))] if spec.get("array") else []),
             ("step", j["step"]),
             ("loss", number(j["loss"])),
             ("exit code", j["exit_code"]),
