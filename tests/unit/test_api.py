@@ -1450,8 +1450,8 @@ def test_after_names_only_the_callers_own_jobs_and_none_that_failed(env: Env) ->
     r = env.client.post("/v1/jobs", json={**GOOD, "after": [bobs["id"], "j-nope"]}, headers=env.alice)
     assert r.status_code == 422, r.text
     assert r.json()["problems"] == [
-        {"field": "after.0", "problem": f"you have no job {bobs['id']!r}"},
-        {"field": "after.1", "problem": "you have no job 'j-nope'"},
+        {"field": "after.0", "problem": f"you have no job or job array {bobs['id']!r}"},
+        {"field": "after.1", "problem": "you have no job or job array 'j-nope'"},
     ]
     r = env.client.post(f"/v1/jobs/{alices['id']}/cancel", headers=env.alice)
     assert r.status_code < 300, r.text

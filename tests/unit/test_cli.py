@@ -786,7 +786,7 @@ def test_submit_after_chains_jobs_and_names_a_bad_one(live: Live, tmp_path: Path
     code, out, _ = sluice("job", "get", out.strip())
     assert code == 0 and f"{first}, {second}" in out
     code, _, err = sluice("job", "submit", str(spec), "--after", "j-nope")
-    assert code == 2 and "after.0" in err and "you have no job 'j-nope'" in err
+    assert code == 2 and "after.0" in err and "you have no job or job array 'j-nope'" in err
     code, _, err = sluice("job", "submit", str(spec), "--after", first, "--after", first)
     assert code == 2 and "more than once" in err
 

@@ -113,3 +113,48 @@ def test_array_on_the_cli_submit_list_and_cancel(live: Live, tmp_path: Path) -> 
         assert code == 2 and "--array" in err, (bad, err)
     code, _, err = sluice(live, "alice", "job", "submit", str(spec), "--array", "5000")
     assert code == 2 and "array.count" in err, err
+
+
+def test_after_an_array_waits_for_every_job_of_it_and_is_cancelled_if_one_fails(live: Live) -> None:
+    """Slurm's afterok on an array job id: a job after an array starts once each of its jobs has
+    Succeeded; one that ends otherwise cancels it. Another tenant's array reads as none."""
+    array_id = submit_array(live, "alice", 3)["spec"]["array"]["id"]
+    ids = [f"{array_id}-{i}" for i in range(3)]
+    r = live.submit("alice", cpu=0.5, after=[array_id])
+    assert r.status_code == 201, r.text
+    gather = r.json()["id"]
+    assert "after.0" in problems(live.submit("bob", after=[array_id]))  # alice's array is not bob's
+    live.plane.step()
+    for job_id in ids:
+        live.start(job_id)
+    assert live.job(gather).phase == Phase.PENDING
+    assert (
+        live.job(gather).reason
+        == f"waiting for {ids[0]} (Running), {ids[1]} (Running), {ids[2]} (Running) to succeed (after)"
+    )
+    for job_id in ids[:2]:
+        live.engine.pending.append(JobExited(job_id, 1, live.engine.now, 0, retryable=False))
+    live.plane.step()
+    live.plane.step()
+    assert (
+        live.job(gather).phase == Phase.PENDING
+        and live.job(gather).reason == f"waiting for {ids[2]} (Running) to succeed (after)"
+    )
+    live.engine.pending.append(JobExited(ids[2], 1, live.engine.now, 0, retryable=False))
+    live.plane.step()
+    live.plane.step()
+    assert live.job(gather).phase in (Phase.QUEUED, Phase.STARTING)
+
+    # One job of the array failing cancels what waits for the array; a new one is a 409.
+    other = submit_array(live, "alice", 2)["spec"]["array"]["id"]
+    after_other = live.submit("alice", cpu=0.5, after=[other]).json()["id"]
+    live.plane.step()
+    live.start(f"{other}-0")
+    live.engine.pending.append(JobExited(f"{other}-0", 1, live.engine.now, 3, retryable=False))
+    live.plane.step()
+    live.plane.step()
+    assert live.job(f"{other}-0").phase == Phase.FAILED
+    assert live.job(after_other).phase == Phase.CANCELLED
+    assert f"job {other}-0, which it starts after, ended Failed" in live.job(after_other).reason
+    r = live.submit("alice", after=[other])
+    assert r.status_code == 409 and f"after: job {other}-0 ended Failed" in r.text

@@ -113,6 +113,15 @@ _ARRAY_TURN_PHASES = frozenset({Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Pha
 quota (a Stopping job still holds its node until it exits)."""
 
 
+def array_count(book: JobBook, array_id: str, tenant: str) -> int | None:
+    """How many jobs the array `array_id` of `tenant` has (its first job says), or None when
+    `tenant` has no such array: another tenant's reads as none."""
+    first = book.get(f"{array_id}-0")
+    if first is None or first.tenant != tenant or first.spec.array is None or first.spec.array.id != array_id:
+        return None
+    return first.spec.array.count
+
+
 class Controller:
     def __init__(
         self,
@@ -185,6 +194,8 @@ class Controller:
         """Pending jobs whose `spec.after` jobs have all succeeded: never held again."""
         self._after_done: dict[str, set[str]] = {}
         """Per pending job held for `spec.after`, the jobs of it seen Succeeded."""
+        self._after_of: dict[str, list[str]] = {}
+        """Per pending job held for `spec.after`, the jobs it names (arrays expanded, once)."""
         self._round_queues: dict[str, QueueConfig] | None = None
         """The queues as this round read them (`_queues_this_round`); None until it does."""
         self._refresh_nodes()
@@ -767,6 +778,7 @@ class Controller:
         self._trackers.pop(job_id, None)
         self._after_met.discard(job_id)
         self._after_done.pop(job_id, None)
+        self._after_of.pop(job_id, None)
         self._placed_at.pop(job_id, None)
         self._sizes.pop(job_id, None)
 
@@ -888,12 +900,16 @@ class Controller:
         self._after_met &= ids  # a job cancelled while pending leaves no entry behind
         for gone in self._after_done.keys() - ids:
             del self._after_done[gone]
+        for gone in self._after_of.keys() - ids:
+            del self._after_of[gone]
         for job in live:
             if job.phase != Phase.PENDING or not job.spec.after or job.id in self._after_met:
                 continue
             done = self._after_done.setdefault(job.id, set())
             waiting: list[str] = []
-            for dep in job.spec.after:
+            if job.id not in self._after_of:
+                self._after_of[job.id] = self._after_ids(job)
+            for dep in self._after_of[job.id]:
                 if dep in done:
                     continue
                 other = self.book.get(dep)
@@ -908,11 +924,24 @@ class Controller:
             else:
                 if waiting:
                     held.add(job.id)
-                    self.book.wait(job.id, f"waiting for {', '.join(waiting)} to succeed (after)")
+                    more = f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
+                    self.book.wait(job.id, f"waiting for {', '.join(waiting[:5])}{more} to succeed (after)")
                 else:
                     self._after_met.add(job.id)
                     self._after_done.pop(job.id, None)
+                    self._after_of.pop(job.id, None)
         return held
+
+    def _after_ids(self, job: JobRecord) -> list[str]:
+        """The jobs `job` starts after: each id in its `after`, an array's id standing for
+        every job of that array of the same tenant (`<id>-0` to `<id>-<count-1>`)."""
+        out: list[str] = []
+        for dep in job.spec.after:
+            if self.book.get(dep) is None and (count := array_count(self.book, dep, job.tenant)) is not None:
+                out.extend(f"{dep}-{i}" for i in range(count))
+            else:
+                out.append(dep)
+        return out
 
     def _hold_to_array_parallel(self, live: Iterable[JobRecord], held: set[str]) -> set[str]:
         """The pending jobs of arrays with `parallel` set that may not be admitted now: an

@@ -21,7 +21,7 @@ from sluice.agent.faults import FaultReport
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, Isolation, detect_isolation
 from sluice.control.auth import hash_token, new_token
 from sluice.control.confine import checkpoint_base, checkpoint_dir, confine_checkpoint
-from sluice.control.controller import Controller
+from sluice.control.controller import Controller, array_count
 from sluice.control.datasets import DatasetService
 from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
 from sluice.control.failpoints import Failpoints
@@ -551,19 +551,23 @@ class ControlPlane:
         Succeeded — such a job could never start (a 409 saying which)."""
         if not spec.after:
             return
+        book = self.controller.book
+        problems: list[FieldProblem] = []
+        ended: list[JobRecord] = []
         with self.controller.lock:
-            found = {dep: self.controller.book.get(dep) for dep in spec.after}
-        problems = [
-            FieldProblem(f"after.{i}", f"you have no job {dep!r}")
-            for i, dep in enumerate(spec.after)
-            if (job := found[dep]) is None or job.tenant != tenant
-        ]
+            for i, dep in enumerate(spec.after):
+                job = book.get(dep)
+                if job is None and (count := array_count(book, dep, tenant)) is not None:
+                    members = [book.get(f"{dep}-{k}") for k in range(count)]  # an array: every job of it
+                    ended += [m for m in members if m is not None and m.phase.terminal and m.phase != Phase.SUCCEEDED]
+                elif job is None or job.tenant != tenant:
+                    problems.append(FieldProblem(f"after.{i}", f"you have no job or job array {dep!r}"))
+                elif job.phase.terminal and job.phase != Phase.SUCCEEDED:
+                    ended.append(job)
         if problems:
             raise SpecError(problems)
-        for dep, job in found.items():
-            assert job is not None
-            if job.phase.terminal and job.phase != Phase.SUCCEEDED:
-                raise Conflict(f"after: job {dep} ended {job.phase}; a job started after it would never start")
+        if ended:
+            raise Conflict(f"after: job {ended[0].id} ended {ended[0].phase}; a job started after it would never start")
 
     def _check_unfinished(self, tenant: str, cap: int | None, adding: int = 1) -> None:
         """A 409 unless the tenant's jobs that have not ended stay within `cap` with `adding`
