@@ -77,8 +77,8 @@ def submit(
     after: Annotated[
         list[str] | None,
         typer.Option(
-            help="Start only once this job of yours has Succeeded (repeat for several; added to the spec's "
-            "`after`). A job it starts after that ends otherwise cancels it."
+            help="Start only once this job of yours (or every job of this job array) has Succeeded (repeat for "
+            "several; added to the spec's `after`). A job it starts after that ends otherwise cancels it."
         ),
     ] = None,
     array: Annotated[

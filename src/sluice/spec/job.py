@@ -297,8 +297,8 @@ class JobSpec(_Strict):
         list[Annotated[str, Field(pattern=JOB_ID_PATTERN)]],
         Field(
             max_length=MAX_AFTER,
-            description="Jobs of the same tenant this one starts after: it waits (Pending) until each has "
-            "Succeeded, and is cancelled, never started, if one ends otherwise.",
+            description="Jobs (or job arrays: every job of one) of the same tenant this one starts after: it "
+            "waits (Pending) until each has Succeeded, and is cancelled, never started, if one ends otherwise.",
         ),
     ] = []
     array: Annotated[
