@@ -60,18 +60,18 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 def _fill(where: Path) -> Path:
     """Write until the file system says ENOSPC; the file to delete to make room again."""
     filler = where / "filler"
-    with filler.open("wb") as f:
+    # Unbuffered: a buffered file's close flushed what the last write could not, and raised
+    # ENOSPC at the end of the block whenever the free space was not a multiple of a write.
+    with filler.open("wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError as err:
             assert err.errno == errno.ENOSPC
     # SQLite may still squeeze a page into the last few bytes: take those as well.
-    with contextlib.suppress(OSError), (where / "crumbs").open("wb") as f:
+    with contextlib.suppress(OSError), (where / "crumbs").open("wb", buffering=0) as f:
         while True:
             f.write(b"\0" * 512)
-            f.flush()
     return filler
 
 
