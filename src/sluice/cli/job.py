@@ -128,9 +128,8 @@ def _submitted(j: dict[str, Any]) -> None:
         typer.echo(j["id"])
         return
     typer.echo(a["id"])
-    turns = f", at most {a['parallel']} at once" if a.get("parallel") else ""
     err_console.print(
-        f"array {a['id']}: {a['count']} jobs, {a['id']}-0 to {a['id']}-{a['count'] - 1}{turns} "
+        f"array {a['id']}: {a['count']} jobs, {a['id']}-0 to {a['id']}-{a['count'] - 1}{_turns(a)} "
         f"(sluice job list --array {a['id']})",
         markup=False,
     )
@@ -138,8 +137,12 @@ def _submitted(j: dict[str, Any]) -> None:
 
 def _array_row(a: dict[str, Any]) -> str:
     """Which job of which array, and how many of them run at once."""
-    turns = f", at most {a['parallel']} at once" if a.get("parallel") else ""
-    return f"{a.get('index')} of {a['count']} in {a.get('id')}{turns}"
+    return f"{a.get('index')} of {a['count']} in {a.get('id')}{_turns(a)}"
+
+
+def _turns(a: dict[str, Any]) -> str:
+    """How many of an array's jobs run at once, where it sets `parallel`."""
+    return f", at most {a['parallel']} at once" if a.get("parallel") else ""
 
 
 def _array(given: str) -> dict[str, int]:
