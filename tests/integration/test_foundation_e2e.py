@@ -279,7 +279,10 @@ def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:
             assert len(lines) == 1, f"{n} ran {len(lines)} times: {lines}"
         assert pid_lines(files["long"])[0][0] == long_pid
         why = " ".join(e["message"] for e in api.get(f"/jobs/{ids['long']}/why").json()["items"])
-        assert "adopted" in why
+        assert "adopted" in why and "run while the plane was down counted" in why
+        # Its 72 steps of 0.25 s took at least 18 s, all of them counted against a time limit:
+        # the seconds it ran on while no plane watched are charged by the plane that adopted it.
+        assert api.get(f"/jobs/{ids['long']}").json()["run_s"] >= 17.0
     finally:
         try:
             os.killpg(server.pid, signal.SIGTERM)

@@ -160,6 +160,8 @@ class StoreContract:
             requeues=4,
             last_stop_s=1.25,
             qoe_met_at=99.5,
+            run_s=61.5,
+            run_until=101.25,
         )
         store.create_job(job)
         assert store.get_job("j1") == job
@@ -454,7 +456,7 @@ def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(t
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 5
+        assert again.schema_version == SCHEMA_VERSION == 6
         job = again.get_job("j1")
         assert job is not None and job.run_s == 0.0
         again.save_job(replace(job, run_s=12.5))
@@ -488,7 +490,7 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 5
+        assert again.schema_version == SCHEMA_VERSION == 6
         assert again.held_time() == [HeldTime("alice", 0.0, False, 94.0, 47.0)]
         assert again.held_time(since=7200.0) == [HeldTime("alice", 7200.0, False, 90.0, 45.0)]
         assert again.held_time(since=3600.0) == [HeldTime("alice", 3600.0, False, 94.0, 47.0)]
@@ -499,3 +501,29 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
         assert reopened.held_time() == [HeldTime("alice", 0.0, False, 94.0, 47.0)]
     finally:
         reopened.close()
+
+
+def test_a_version_5_database_gets_the_time_a_jobs_run_is_counted_to(tmp_path: Path) -> None:
+    """Version 6 adds `run_until` (JobRecord.run_until): a job from before it has none, so a
+    plane restarting under it charges nothing for the time it was down, as before."""
+    import sqlite3
+
+    db = tmp_path / "v5.db"
+    url = f"sqlite:///{db}"
+    store = SqlStore(url)
+    store.create_job(replace(make_job("j1"), run_s=30.0, run_until=99.0))
+    store.close()
+    with sqlite3.connect(db) as con:  # as version 5 left it
+        con.execute("ALTER TABLE jobs DROP COLUMN run_until")
+        con.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+    con.close()
+
+    again = SqlStore(url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 6
+        job = again.get_job("j1")
+        assert job is not None and job.run_s == 30.0 and job.run_until is None
+        again.save_job(replace(job, run_until=123.5))
+        assert again.get_job("j1").run_until == 123.5  # type: ignore[union-attr]
+    finally:
+        again.close()

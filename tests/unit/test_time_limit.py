@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.control.controller import Controller
+from sluice.control.recovery import recover
 from sluice.model import JobCheckpointed, JobExited, JobProgress, Phase, Preempt, StopKind
 from sluice.spec import SpecError, parse_job_spec
 from sluice.store import MemoryStore
@@ -111,6 +112,67 @@ def test_a_job_requeued_at_its_limit_fails_without_running_again(setup) -> None:
     final = store.get_job(job.id)
     assert final.phase == Phase.FAILED and final.reason.startswith("time limit: ran 10s")
     assert [r.attempt for r in engine.launched] == [1]
+
+
+def _restarted(store: MemoryStore, engine: FakeEngine, down_s: float) -> Controller:
+    """A new plane on the same store after `down_s` seconds without one (its jobs ran on)."""
+    engine.now += down_s
+    ctl = Controller(store, engine, Scripted(), checkpoint_root="/ckpt", restart_backoff_s=2.0)
+    recover(ctl)
+    return ctl
+
+
+def test_the_time_a_plane_was_down_counts_against_a_running_job(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=100))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 30)
+    ctl.book.flush(force=True)
+    ctl.flush_held_time(force=True)
+    engine.running = {job.id: 1}  # the plane dies here; the job runs on for 80 s
+    ctl2 = _restarted(store, engine, 80)
+    rec = ctl2.book.get(job.id)
+    assert rec.phase == Phase.RUNNING and rec.run_s == pytest.approx(110.0)
+    assert any("80s run while the plane was down counted" in e.message for e in store.events(job_id=job.id))
+    ctl2.step()  # the first round holds it to its limit
+    assert ctl2.book.get(job.id).stop_intent.kind == StopKind.TIME_LIMIT
+    ctl2.flush_held_time(force=True)
+    assert sum(h.run_s for h in store.held_time("t")) == pytest.approx(110.0)  # usage charges it too
+
+
+def test_a_restarted_plane_charges_neither_a_queued_job_nor_one_that_died(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, store = setup
+    ran = ctl.submit("t", spec(max_runtime_s=100))
+    start(ctl, engine, ran.id)
+    run_for(ctl, engine, 10)
+    push(ctl, Preempt(ran.id, "make room"))
+    exit_stop(ctl, engine, ran.id)  # back in the queue with 10 s run
+    ran_s = ctl.book.get(ran.id).run_s
+    died = ctl.submit("t", spec(max_runtime_s=100))
+    start(ctl, engine, died.id)
+    ctl.book.flush(force=True)
+    engine.running = {}  # nothing runs while the plane is down
+    ctl2 = _restarted(store, engine, 500)
+    assert ctl2.book.get(ran.id).run_s == pytest.approx(ran_s)  # queued: nothing to charge
+    assert ctl2.book.get(died.id).run_s < 2  # ended at an unknown time: not charged
+
+
+def test_an_attempt_launched_just_before_the_plane_died_counts_from_its_launch(setup) -> None:  # type: ignore[no-untyped-def]
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=1000))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 10)
+    ctl.suspend(job.id)
+    exit_stop(ctl, engine, job.id)
+    ran_s = ctl.book.get(job.id).run_s
+    engine.now += 200  # suspended for a while, then launched again
+    ctl.resume(job.id)
+    ctl.step()
+    assert ctl.book.get(job.id).phase == Phase.STARTING and ctl.book.get(job.id).attempt == 2
+    ctl.book.flush(force=True)
+    engine.running = {job.id: 2}  # the plane dies before the start is confirmed
+    ctl2 = _restarted(store, engine, 50)
+    assert ctl2.book.get(job.id).run_s == pytest.approx(ran_s + 50)  # not the 200 s it waited
 
 
 def test_no_limit_by_default_and_bad_limits_are_refused() -> None:

@@ -40,7 +40,7 @@ log = logging.getLogger("sluice.book")
 
 LIVE_PHASES = tuple(p for p in Phase if not p.terminal)
 
-OBSERVED_FIELDS = frozenset({"step", "loss", "attained_service", "run_s", "checkpoint", "checkpoint_step"})
+OBSERVED_FIELDS = frozenset({"step", "loss", "attained_service", "run_s", "run_until", "checkpoint", "checkpoint_step"})
 """Fields `observe` may change without a transition: facts reported by the job, not decisions."""
 
 
@@ -203,6 +203,8 @@ class JobBook:
         if dst.terminal:
             changes.setdefault("finished_at", now)
             changes["stop_intent"] = None
+        if dst == Phase.STARTING and src != Phase.STARTING:
+            changes.setdefault("run_until", now)  # a new attempt's run time counts from here
         new = replace(job, phase=dst, reason=reason, **changes)
         drafts = []
         if dst != src:

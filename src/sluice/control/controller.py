@@ -813,6 +813,14 @@ class Controller:
             job = self.book.get(job_id)
             assert job is not None
             msg = f"adopted running attempt {job.attempt} after control-plane restart"
+            now = self.engine.clock()
+            if job.phase in (Phase.STARTING, Phase.RUNNING) and job.run_until is not None and job.run_until < now:
+                # It ran on while no plane counted: that time is held against its limits too.
+                msg += f"; {now - job.run_until:.0f}s run while the plane was down counted"
+                self._charge(job, job.run_until, now)
+                job = self.book.get(job_id) or job
+            if self._last_step_time is None:
+                self._last_step_time = now  # the first round counts on from here, not from itself
             if job.phase == Phase.STARTING:
                 self.book.transition(
                     job_id, Phase.RUNNING, "adopted after control-plane restart", events=[("recovery", msg, None)]
@@ -1032,26 +1040,30 @@ class Controller:
         last, self._last_step_time = self._last_step_time, now
         if last is None or now <= last:
             return
-        dt = now - last
-        # The interval is charged to the hours it falls in (split at each hour's turn: rounds
-        # more than an hour apart, after a store outage or a paused plane, span several).
-        parts: list[tuple[float, float]] = []
-        t = last
-        while t < now:
-            hour = hour_of(t)
-            end = min(now, hour + 3600.0)
-            parts.append((hour, end - t))
-            t = end
         for job in self.book.live():
             if job.allocation is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
-                gpus = job.allocation.total_gpus
-                per_s = gpus if gpus else job.allocation.total_cpu_request
-                served = dt * per_s
-                self.book.observe(job.id, attained_service=job.attained_service + served, run_s=job.run_s + dt)
-                for hour, span in parts:
-                    acc = self._held.setdefault((job.tenant, hour, bool(job.spec.resources.gpus)), [0.0, 0.0])
-                    acc[0] += span * per_s
-                    acc[1] += span
+                self._charge(job, last, now)
+
+    def _charge(self, job: JobRecord, start: float, end: float) -> None:
+        """Count [start, end) as run and held by `job`: its `run_s` and attained service, and
+        its tenant's held time, split at each hour's turn (rounds more than an hour apart,
+        after a store outage, a paused plane or a plane that was down, span several)."""
+        if job.allocation is None or end <= start:
+            return
+        gpus = job.allocation.total_gpus
+        per_s = gpus if gpus else job.allocation.total_cpu_request
+        dt = end - start
+        self.book.observe(
+            job.id, attained_service=job.attained_service + dt * per_s, run_s=job.run_s + dt, run_until=end
+        )
+        t = start
+        while t < end:
+            hour = hour_of(t)
+            span = min(end, hour + 3600.0) - t
+            acc = self._held.setdefault((job.tenant, hour, bool(job.spec.resources.gpus)), [0.0, 0.0])
+            acc[0] += span * per_s
+            acc[1] += span
+            t += span
 
     def flush_held_time(self, *, force: bool = False) -> None:
         """Write the held time counted since the last write (what `sluice usage --since` sums),

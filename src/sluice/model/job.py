@@ -96,6 +96,10 @@ class JobRecord:
     run_s: float = 0.0
     """Seconds it has run (Starting or Running), summed over its attempts: what
     `spec.max_runtime_s` is held against."""
+    run_until: float | None = None
+    """The time `run_s` (and `attained_service`) is counted up to: set when an attempt starts,
+    moved on each round. A plane that restarts and finds the attempt still running charges
+    it from here, so the time the plane was down counts against its limits too."""
 
     @property
     def name(self) -> str:

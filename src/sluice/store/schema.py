@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -79,6 +79,8 @@ jobs = Table(
     Column("qoe_met_at", Double, nullable=True),
     # Version 4: seconds run, held against the spec's max_runtime_s.
     Column("run_s", Double, nullable=False, server_default="0"),
+    # Version 6: the time run_s is counted up to (JobRecord.run_until).
+    Column("run_until", Double, nullable=True),
 )
 Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
 
@@ -311,11 +313,19 @@ def _v5_held_time_by_hour(conn: Connection) -> None:
         )
 
 
+def _v6_job_run_until(conn: Connection) -> None:
+    """Version 6: the time a job's `run_s` is counted up to (`run_until`). Jobs from before it
+    have none: a plane restarting under them charges nothing for the time it was down, as before."""
+    if "run_until" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN run_until DOUBLE PRECISION"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _v2_typed_job_fields,
     3: _v3_tenant_caps_and_deleted_names,
     4: _v4_job_run_time,
     5: _v5_held_time_by_hour,
+    6: _v6_job_run_until,
 }
 """version -> step that turns a database at version-1 into this version."""
 

@@ -131,6 +131,7 @@ def _job_values(job: JobRecord) -> dict[str, Any]:
         "last_stop_s": job.last_stop_s,
         "qoe_met_at": job.qoe_met_at,
         "run_s": job.run_s,
+        "run_until": job.run_until,
     }
 
 
@@ -160,6 +161,7 @@ def _job_from_row(row: Row[Any]) -> JobRecord:
         last_stop_s=m["last_stop_s"],
         qoe_met_at=m["qoe_met_at"],
         run_s=m["run_s"] or 0.0,
+        run_until=m["run_until"],
     )
 
 
