@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,27 @@ def test_launch_sets_cgroup_quota_and_resize_changes_it_in_place(agent: NodeAgen
     exited = c.wait(JobExited, "quota")[0]
     assert exited.exit_code == -9 and "SIGKILL" in exited.reason
     assert not ctrl.cpu_dir.exists(), "the attempt's cgroup is removed once it exits"
+
+
+def test_usage_carries_the_attempts_cpu_seconds_to_its_end(agent: NodeAgent, tmp_path: Path) -> None:
+    """Each JobUsage says how many CPU-seconds the attempt has used so far (its cgroup's
+    counter), and a last one comes as it ends, before its exit: what a job used is counted
+    to its end, however short it was, not to its last periodic sample."""
+    if agent.layout.kind is CgroupKind.AFFINITY:
+        pytest.skip(f"no cgroup CPU counter here ({agent.layout.reason})")
+    c = Collector(agent)
+    began = time.monotonic()
+    # 1.5 s of wall time spinning (and the interpreter's start), all under a 0.5-core quota
+    agent.launch(_req(tmp_path, "used", 1, "--busy", "--sleep", "0.05", "--steps", "30", limit=0.5, request=0.5))
+    [exited] = c.wait(JobExited, "used")
+    wall = time.monotonic() - began
+    totals = [u.cpu_s for u in c.of(JobUsage, "used")]
+    assert totals and all(t is not None for t in totals)
+    assert totals == sorted(totals)  # a counter: never back
+    last = totals[-1]
+    # at least the spinning's share of the quota; at most the quota over the whole run
+    assert 0.5 <= last <= 0.5 * wall + 0.3, f"used {last:.2f} CPU-seconds in {wall:.1f} s under 0.5 cores"
+    assert c.of(JobUsage, "used")[-1].time >= exited.time  # read once it ended, not a sample before
 
 
 def test_stop_checkpoints_and_relaunch_resumes(agent: NodeAgent, tmp_path: Path) -> None:

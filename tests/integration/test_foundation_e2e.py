@@ -282,7 +282,14 @@ def test_kill9_control_plane_accounts_for_every_job(tmp_path: Path) -> None:
         assert "adopted" in why and "run while the plane was down counted" in why
         # Its 72 steps of 0.25 s took at least 18 s, all of them counted against a time limit:
         # the seconds it ran on while no plane watched are charged by the plane that adopted it.
-        assert api.get(f"/jobs/{ids['long']}").json()["run_s"] >= 17.0
+        long = api.get(f"/jobs/{ids['long']}").json()
+        assert long["run_s"] >= 17.0
+        # what it used, from its cgroup's counter, through the restart: more than nothing,
+        # less than its 1-core limit over its run
+        assert 0.0 < long["cpu_used_s"] <= long["run_s"] + 1
+        used = sum(api.get(f"/jobs/{ids[n]}").json()["cpu_used_s"] for n in ids)
+        # the tenant's usage has it too, once the held time is written (every 5 s)
+        wait_for(lambda: abs(api.get("/usage").json()[0]["cpu_used_hours"] * 3600 - used) < 0.5, 30, "usage")
     finally:
         try:
             os.killpg(server.pid, signal.SIGTERM)

@@ -104,6 +104,13 @@ def check_held_time(store: Store) -> None:
     store.add_held_time([HeldTime("bob", h1, False, 5, 5)])
     store.add_held_time([HeldTime("alice", h0, False, 1, 1), HeldTime("alice", h1, False, 2, 2)])
     store.add_held_time([])
+    # CPU-seconds used add up the same way (rows above used none)
+    store.add_held_time([HeldTime("alice", h0, True, 0, 0, 7.5), HeldTime("alice", h0, True, 0, 0, 0.5)])
+    assert store.held_time(tenant="alice") == [
+        HeldTime("alice", 0.0, False, 103, 53),
+        HeldTime("alice", 0.0, True, 20, 10, 8.0),
+    ]
+    store.add_held_time([HeldTime("alice", h0, True, 0, 0, -8.0)])  # back to none, for the checks below
     assert store.held_time() == [
         HeldTime("alice", 0.0, False, 103, 53),
         HeldTime("alice", 0.0, True, 20, 10),
@@ -162,6 +169,8 @@ class StoreContract:
             qoe_met_at=99.5,
             run_s=61.5,
             run_until=101.25,
+            cpu_used_s=88.25,
+            attempt_cpu_s=12.5,
         )
         store.create_job(job)
         assert store.get_job("j1") == job
@@ -503,18 +512,22 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
         reopened.close()
 
 
-def test_a_version_5_database_gets_the_time_a_jobs_run_is_counted_to(tmp_path: Path) -> None:
-    """Version 6 adds `run_until` (JobRecord.run_until): a job from before it has none, so a
-    plane restarting under it charges nothing for the time it was down, as before."""
+def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> None:
+    """Version 6 adds `run_until` (JobRecord.run_until) and the CPU-seconds used, by job and in
+    held time: a job from before it has no `run_until`, so a plane restarting under it charges
+    nothing for the time it was down, as before; what was used before it is 0 (not known)."""
     import sqlite3
 
     db = tmp_path / "v5.db"
     url = f"sqlite:///{db}"
     store = SqlStore(url)
     store.create_job(replace(make_job("j1"), run_s=30.0, run_until=99.0))
+    store.add_held_time([HeldTime("alice", 3600.0, False, 10.0, 5.0)])
     store.close()
     with sqlite3.connect(db) as con:  # as version 5 left it
-        con.execute("ALTER TABLE jobs DROP COLUMN run_until")
+        for column in ("run_until", "cpu_used_s", "attempt_cpu_s"):
+            con.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+        con.execute("ALTER TABLE held_time DROP COLUMN cpu_used_s")
         con.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
     con.close()
 
@@ -522,8 +535,11 @@ def test_a_version_5_database_gets_the_time_a_jobs_run_is_counted_to(tmp_path: P
     try:
         assert again.schema_version == SCHEMA_VERSION == 6
         job = again.get_job("j1")
-        assert job is not None and job.run_s == 30.0 and job.run_until is None
-        again.save_job(replace(job, run_until=123.5))
-        assert again.get_job("j1").run_until == 123.5  # type: ignore[union-attr]
+        assert job is not None and job.run_s == 30.0 and job.run_until is None and job.cpu_used_s == 0.0
+        again.save_job(replace(job, run_until=123.5, cpu_used_s=9.0, attempt_cpu_s=9.0))
+        assert again.get_job("j1") == replace(job, run_until=123.5, cpu_used_s=9.0, attempt_cpu_s=9.0)
+        assert again.held_time() == [HeldTime("alice", 0.0, False, 10.0, 5.0, 0.0)]  # used before: not known
+        again.add_held_time([HeldTime("alice", 3600.0, False, 1.0, 1.0, 2.5)])
+        assert again.held_time() == [HeldTime("alice", 0.0, False, 11.0, 6.0, 2.5)]
     finally:
         again.close()

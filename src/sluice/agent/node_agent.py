@@ -762,6 +762,9 @@ class NodeAgent:
                 dead = not att.alive()
                 events.extend(self._progress(att))
                 if dead:
+                    last = self._usage(att, now, final=True)  # its cgroup's counter, read before cleanup
+                    if last is not None:
+                        events.append(last)
                     events.append(self._finish(att, now))
                     del self._watched[key]
                     continue
@@ -797,11 +800,16 @@ class NodeAgent:
                 out.append(e)
         return thin(out)
 
-    def _usage(self, att: _Attempt, now: float) -> JobUsage | None:
+    def _usage(self, att: _Attempt, now: float, *, final: bool = False) -> JobUsage | None:
+        """The attempt's CPU use: its rate since the last sample, and its total (`cpu_s`). The
+        `final` one, as the attempt ends, carries the total even without a rate (0 then), so
+        a job's CPU-seconds are counted to its end, not to its last sample."""
         used = att.ctrl.usage_s()
         if used is None:
             return None
         prev, att.last_usage = att.last_usage, (now, used)
+        if final and (prev is None or now <= prev[0]):
+            return JobUsage(att.job_id, att.attempt, now, 0.0, cpu_s=used)
         if prev is None or now <= prev[0]:
             return None
         memory_mb = 0.0
@@ -813,7 +821,8 @@ class NodeAgent:
         if att.child is not None:
             with contextlib.suppress(psutil.Error):
                 memory_mb = att.child.memory_info().rss / (1024 * 1024)
-        return JobUsage(att.job_id, att.attempt, now, max(0.0, (used - prev[1]) / (now - prev[0])), memory_mb)
+        rate = max(0.0, (used - prev[1]) / (now - prev[0]))
+        return JobUsage(att.job_id, att.attempt, now, rate, memory_mb, cpu_s=used)
 
     def _finish(self, att: _Attempt, now: float) -> JobExited:
         if att.popen is not None:

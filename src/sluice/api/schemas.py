@@ -75,6 +75,11 @@ class JobOut(BaseModel):
     run_s: float = Field(
         0.0, description="Seconds run (Starting or Running), summed over attempts; held against max_runtime_s."
     )
+    cpu_used_s: float = Field(
+        0.0,
+        description="CPU-seconds the job's processes used, summed over attempts, as its nodes count them "
+        "(cgroup counters): what it used, beside what it held (attained_service).",
+    )
     time_limit_s: float | None = Field(
         None,
         description="Seconds the job may run (run_s) before it is stopped and fails: the smaller of its "
@@ -111,6 +116,7 @@ class JobOut(BaseModel):
             loss=job.loss if job.loss is None or math.isfinite(job.loss) else None,
             attained_service=job.attained_service,
             run_s=round(job.run_s, 3),
+            cpu_used_s=round(job.cpu_used_s, 3),
             time_limit_s=None if limit is None else limit.seconds,
             time_limit_of=None if limit is None else limit.of,
             spec=spec,

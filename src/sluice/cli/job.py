@@ -249,6 +249,17 @@ def _ran(j: dict[str, Any]) -> str:
     return f"{ran} of {limit:g}s ({whose} max_runtime_s)"
 
 
+def _cpu_used(j: dict[str, Any]) -> str:
+    """CPU-seconds used, and for a job without GPUs the share of the guaranteed core-seconds it
+    held (`attained_service`): Slurm's CPU efficiency (`seff`)."""
+    used = float(j.get("cpu_used_s") or 0.0)
+    out = f"{used:.0f} core-s"
+    held = float(j.get("attained_service") or 0.0)
+    if not (j["spec"].get("resources") or {}).get("gpus") and held > 0:
+        out += f" ({100 * used / held:.0f} % of the {held:.0f} core-s held)"
+    return out
+
+
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
@@ -273,6 +284,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("attempt", j["attempt"]),
             ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
             ("ran", _ran(j)),
+            ("cpu used", _cpu_used(j)),
             *([("after", ", ".join(spec["after"]))] if spec.get("after") else []),
             *([("array", _array_row(spec["array"]))] if spec.get("array") else []),
             ("step", j["step"]),

@@ -48,8 +48,9 @@ def usage(
     all_tenants: Annotated[bool, typer.Option("--all", help="Every tenant's (admin).")] = False,
     output: OutputOpt = Output.table,
 ) -> None:
-    """What jobs held and ran, per tenant: jobs by phase, GPU-hours and guaranteed core-hours
-    held (Starting or Running; cpu.min x replicas for jobs without GPUs), hours run, restarts.
+    """What jobs held, used and ran, per tenant: jobs by phase, GPU-hours and guaranteed core-hours
+    held (Starting or Running; cpu.min x replicas for jobs without GPUs), core-hours their
+    processes used (measured), hours run, restarts.
     Your own tenant's, or with --all / --tenant (an admin token) every tenant's or one."""
     with errors_reported():
         start = None if since is None else since_time(since)
@@ -60,7 +61,7 @@ def usage(
         if start is not None:
             typer.echo(f"jobs submitted since {when(start)}")
         table(
-            ["TENANT", "JOBS", "PHASES", "GPU-HOURS", "CORE-HOURS", "RUN HOURS", "RESTARTS"],
+            ["TENANT", "JOBS", "PHASES", "GPU-HOURS", "CORE-HOURS", "CPU USED (CORE-H)", "RUN HOURS", "RESTARTS"],
             [
                 [
                     u["tenant"],
@@ -68,6 +69,7 @@ def usage(
                     ", ".join(f"{p} {n}" for p, n in sorted(u["phases"].items())),
                     f"{u['gpu_hours']:.2f}",
                     f"{u['core_hours']:.2f}",
+                    f"{u.get('cpu_used_hours', 0.0):.2f}",
                     f"{u['run_hours']:.2f}",
                     u["restarts"],
                 ]

@@ -126,6 +126,7 @@ class UsageOut(_Open):
     gpu_hours: float = 0.0
     core_hours: float = 0.0
     run_hours: float = 0.0
+    cpu_used_hours: float = 0.0
     restarts: int = 0
 
 

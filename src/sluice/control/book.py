@@ -40,7 +40,19 @@ log = logging.getLogger("sluice.book")
 
 LIVE_PHASES = tuple(p for p in Phase if not p.terminal)
 
-OBSERVED_FIELDS = frozenset({"step", "loss", "attained_service", "run_s", "run_until", "checkpoint", "checkpoint_step"})
+OBSERVED_FIELDS = frozenset(
+    {
+        "step",
+        "loss",
+        "attained_service",
+        "run_s",
+        "run_until",
+        "cpu_used_s",
+        "attempt_cpu_s",
+        "checkpoint",
+        "checkpoint_step",
+    }
+)
 """Fields `observe` may change without a transition: facts reported by the job, not decisions."""
 
 
@@ -205,6 +217,7 @@ class JobBook:
             changes["stop_intent"] = None
         if dst == Phase.STARTING and src != Phase.STARTING:
             changes.setdefault("run_until", now)  # a new attempt's run time counts from here
+            changes.setdefault("attempt_cpu_s", 0.0)  # and its node's CPU counter from 0
         new = replace(job, phase=dst, reason=reason, **changes)
         drafts = []
         if dst != src:

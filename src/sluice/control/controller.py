@@ -176,7 +176,8 @@ class Controller:
         self._backlog: list[Event] = []
         self._last_step_time: float | None = None
         self._held: dict[tuple[str, float, bool], list[float]] = {}
-        """Held time not yet written: (tenant, hour, gpu) -> [service_s, run_s] (flush_held_time)."""
+        """Held time not yet written: (tenant, hour, gpu) -> [service_s, run_s, cpu_used_s]
+        (flush_held_time)."""
         self._held_saved_at = 0.0
         self._launch_env = launch_env
         self._run_as = run_as
@@ -433,6 +434,11 @@ class Controller:
             self._check_qoe(job, tr, e.time)
         elif isinstance(e, JobUsage):
             self._tracker(job).usage(e.time, e.cpu_cores)
+            if e.cpu_s is not None and e.cpu_s > job.attempt_cpu_s:
+                self._charge_cpu(job, e.cpu_s - job.attempt_cpu_s, e.time)
+                self.book.observe(
+                    job.id, cpu_used_s=job.cpu_used_s + e.cpu_s - job.attempt_cpu_s, attempt_cpu_s=e.cpu_s
+                )
         elif isinstance(e, JobCheckpointed):
             # Not logged as an event (jobs checkpoint often); the next placement names it.
             self.book.observe(job.id, checkpoint=e.path, checkpoint_step=e.step)
@@ -1060,10 +1066,18 @@ class Controller:
         while t < end:
             hour = hour_of(t)
             span = min(end, hour + 3600.0) - t
-            acc = self._held.setdefault((job.tenant, hour, bool(job.spec.resources.gpus)), [0.0, 0.0])
+            acc = self._held_acc(job, hour)
             acc[0] += span * per_s
             acc[1] += span
             t += span
+
+    def _charge_cpu(self, job: JobRecord, cpu_s: float, at: float) -> None:
+        """Count CPU-seconds a job's processes used (its node's counter) to the hour they were
+        read in: a reading covers the seconds since the one before, a few at most."""
+        self._held_acc(job, hour_of(at))[2] += cpu_s
+
+    def _held_acc(self, job: JobRecord, hour: float) -> list[float]:
+        return self._held.setdefault((job.tenant, hour, bool(job.spec.resources.gpus)), [0.0, 0.0, 0.0])
 
     def flush_held_time(self, *, force: bool = False) -> None:
         """Write the held time counted since the last write (what `sluice usage --since` sums),
@@ -1072,7 +1086,7 @@ class Controller:
         now = self.engine.clock()
         if not self._held or (not force and now - self._held_saved_at < self.book.save_progress_every_s):
             return
-        rows = [HeldTime(t, h, g, s, r) for (t, h, g), (s, r) in self._held.items()]
+        rows = [HeldTime(t, h, g, s, r, c) for (t, h, g), (s, r, c) in self._held.items()]
         try:
             self.store.add_held_time(rows)
         except StoreUnavailable:

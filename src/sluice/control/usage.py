@@ -5,7 +5,8 @@ job without GPUs — for as long as it was Starting or Running, as Slurm charges
 TRES rather than measured use. Held time is kept by tenant and hour (`Store.held_time`), so a
 window charges the hours in it, whenever the jobs were submitted; the job counts are of the
 jobs submitted in it (`Store.job_usage`). Both are one grouped read, so a report costs the
-same however many jobs a tenant has run."""
+same however many jobs a tenant has run. Beside what was held, what was used: the CPU-seconds
+the jobs' processes used, as the nodes' cgroup counters measure them (`cpu_used_hours`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ class TenantUsage:
     """Guaranteed core-hours held in the window by its jobs without GPUs."""
     run_hours: float = 0.0
     """Job-hours run in the window (Starting or Running): what max_runtime_s counts."""
+    cpu_used_hours: float = 0.0
+    """Core-hours its jobs' processes used in the window (GPU jobs' too), as the nodes count
+    them: what was used, beside what was held."""
     restarts: int = 0
     """Failed attempts that were retried, of the jobs submitted in the window."""
 
@@ -49,4 +53,5 @@ def by_tenant(rows: list[UsageRow], held: list[HeldTime]) -> list[TenantUsage]:
         else:
             u.core_hours += h.service_s / 3600
         u.run_hours += h.run_s / 3600
+        u.cpu_used_hours += h.cpu_used_s / 3600
     return [out[name] for name in sorted(out)]

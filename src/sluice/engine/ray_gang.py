@@ -64,6 +64,8 @@ class Gang:
     """The first failing replica's OOM kill, if that is how it died: the gang's exit says so."""
     retryable: bool = True
     """False when the first failing replica could never start as asked: nor can the gang."""
+    cpu_s: dict[int, float] = field(default_factory=dict)
+    """rank -> CPU-seconds its replica has used (its newest JobUsage): the gang's is their sum."""
 
     def running_ranks(self) -> list[int]:
         return [r for r in self.nodes if r not in self.exited]
@@ -125,6 +127,10 @@ class GangBook:
             return self._exited(
                 gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost, oom=e.oom, retryable=e.retryable
             )
+        if isinstance(e, JobUsage) and e.cpu_s is not None:
+            gang.cpu_s[rank] = max(e.cpu_s, gang.cpu_s.get(rank, 0.0))
+            if rank == 0:  # its rate stays rank 0's (what the CPU policy reads); its total is all ranks'
+                e = replace(e, cpu_s=sum(gang.cpu_s.values()))
         if rank != 0 or gang.closed:
             return [], []
         return [replace(e, job_id=job_id)], []

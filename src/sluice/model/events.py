@@ -29,13 +29,16 @@ class JobProgress:
 
 @dataclass(frozen=True, slots=True)
 class JobUsage:
-    """CPU actually consumed by a job's processes over the last sample interval (cores)."""
+    """CPU actually consumed by a job's processes over the last sample interval (cores), and
+    in all since its attempt began (`cpu_s`: the node's counter, so a lost sample or a plane
+    that was down loses none of it; None where the engine does not count it)."""
 
     job_id: str
     attempt: int
     time: float
     cpu_cores: float
     memory_mb: float = 0.0
+    cpu_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

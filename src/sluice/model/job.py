@@ -100,6 +100,12 @@ class JobRecord:
     """The time `run_s` (and `attained_service`) is counted up to: set when an attempt starts,
     moved on each round. A plane that restarts and finds the attempt still running charges
     it from here, so the time the plane was down counts against its limits too."""
+    cpu_used_s: float = 0.0
+    """CPU-seconds its processes used, summed over its attempts, as the nodes measure them
+    (cgroup counters): what it used, beside what it held (`attained_service`)."""
+    attempt_cpu_s: float = 0.0
+    """The current attempt's CPU-seconds as last counted into `cpu_used_s` (its node's counter
+    starts at 0 with each attempt): the next reading adds only what is past it."""
 
     @property
     def name(self) -> str:

@@ -59,6 +59,8 @@ class SimOracle:
 class _Run:
     attempt: int
     allocation: Allocation
+    cpu_s: float = 0.0
+    """CPU-seconds the attempt has had so far (the counter a real node reads from its cgroup)."""
 
 
 class SimEngine:
@@ -230,7 +232,8 @@ class SimEngine:
                     metrics.update(model.noise_metrics())
                 self._events.append(JobProgress(job_id, run.attempt, t, model.step, model.loss(), metrics))
             if model.kind == "cpu":
-                self._events.append(JobUsage(job_id, run.attempt, t, cpu))
+                run.cpu_s += cpu * (dt if used is None else used)
+                self._events.append(JobUsage(job_id, run.attempt, t, cpu, cpu_s=run.cpu_s))
         for job_id, at in finished:
             run = self._runs[job_id]
             model = self._models[job_id]

@@ -108,13 +108,15 @@ class UsageRow:
 class HeldTime:
     """What one tenant's jobs held in one hour (`hour`: its start, Unix seconds), those with
     GPUs apart from the others: `service_s` GPU-seconds (or guaranteed core-seconds) and
-    `run_s` job-seconds run, as `JobRecord.attained_service` and `run_s` count them."""
+    `run_s` job-seconds run, as `JobRecord.attained_service` and `run_s` count them, and
+    `cpu_used_s` the CPU-seconds their processes used (`JobRecord.cpu_used_s`)."""
 
     tenant: str
     hour: float
     gpu: bool
     service_s: float
     run_s: float
+    cpu_used_s: float = 0.0
 
 
 def hour_of(t: float) -> float:

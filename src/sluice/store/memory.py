@@ -36,7 +36,7 @@ class MemoryStore:
         self._published: dict[str, str] = {}
         self._queues: dict[str, QueueRecord] = {}
         self._priority_classes: dict[str, PriorityClass] = {}
-        self._held: dict[tuple[str, float, bool], tuple[float, float]] = {}
+        self._held: dict[tuple[str, float, bool], tuple[float, float, float]] = {}
         self._grants: set[tuple[str, str]] = set()
 
     def create_job(self, job: JobRecord, events: Sequence[NewEvent] = ()) -> None:
@@ -102,17 +102,17 @@ class MemoryStore:
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         for r in rows:
             key = (r.tenant, r.hour, r.gpu)
-            service, run = self._held.get(key, (0.0, 0.0))
-            self._held[key] = (service + r.service_s, run + r.run_s)
+            service, run, cpu = self._held.get(key, (0.0, 0.0, 0.0))
+            self._held[key] = (service + r.service_s, run + r.run_s, cpu + r.cpu_used_s)
 
     def held_time(self, tenant: str | None = None, since: float | None = None) -> list[HeldTime]:
         first = 0.0 if since is None else hour_of(since)
-        sums: dict[tuple[str, bool], tuple[float, float]] = {}
-        for (t, hour, gpu), (service, run) in self._held.items():
+        sums: dict[tuple[str, bool], tuple[float, float, float]] = {}
+        for (t, hour, gpu), (service, run, cpu) in self._held.items():
             if (tenant is None or t == tenant) and hour >= first:
-                s, r = sums.get((t, gpu), (0.0, 0.0))
-                sums[(t, gpu)] = (s + service, r + run)
-        return [HeldTime(t, first, g, s, r) for (t, g), (s, r) in sorted(sums.items())]
+                s, r, c = sums.get((t, gpu), (0.0, 0.0, 0.0))
+                sums[(t, gpu)] = (s + service, r + run, c + cpu)
+        return [HeldTime(t, first, g, s, r, c) for (t, g), (s, r, c) in sorted(sums.items())]
 
     def append_event(
         self,

@@ -79,8 +79,10 @@ jobs = Table(
     Column("qoe_met_at", Double, nullable=True),
     # Version 4: seconds run, held against the spec's max_runtime_s.
     Column("run_s", Double, nullable=False, server_default="0"),
-    # Version 6: the time run_s is counted up to (JobRecord.run_until).
+    # Version 6: the time run_s is counted up to (JobRecord.run_until), CPU-seconds used.
     Column("run_until", Double, nullable=True),
+    Column("cpu_used_s", Double, nullable=False, server_default="0"),
+    Column("attempt_cpu_s", Double, nullable=False, server_default="0"),
 )
 Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
 
@@ -212,6 +214,7 @@ held_time = Table(
     Column("gpu", Boolean, primary_key=True),
     Column("service_s", Double, nullable=False, server_default="0"),
     Column("run_s", Double, nullable=False, server_default="0"),
+    Column("cpu_used_s", Double, nullable=False, server_default="0"),  # version 6
 )
 """What each tenant's jobs held, by the hour it was held in (`hour`: its start, Unix seconds),
 GPU jobs apart from the others: what `sluice usage --since` sums, so a long job is charged to
@@ -313,11 +316,19 @@ def _v5_held_time_by_hour(conn: Connection) -> None:
         )
 
 
-def _v6_job_run_until(conn: Connection) -> None:
-    """Version 6: the time a job's `run_s` is counted up to (`run_until`). Jobs from before it
-    have none: a plane restarting under them charges nothing for the time it was down, as before."""
-    if "run_until" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
+def _v6_run_until_and_cpu_used(conn: Connection) -> None:
+    """Version 6: the time a job's `run_s` is counted up to (`run_until`), and the CPU-seconds
+    jobs used (`cpu_used_s`, by job and in held time). Jobs from before it have no `run_until`:
+    a plane restarting under them charges nothing for the time it was down, as before; what
+    they used before it is not known (0)."""
+    have = {c["name"] for c in inspect(conn).get_columns("jobs")}
+    if "run_until" not in have:
         conn.execute(text("ALTER TABLE jobs ADD COLUMN run_until DOUBLE PRECISION"))
+    for col in ("cpu_used_s", "attempt_cpu_s"):
+        if col not in have:
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {col} DOUBLE PRECISION NOT NULL DEFAULT 0"))
+    if "cpu_used_s" not in {c["name"] for c in inspect(conn).get_columns("held_time")}:
+        conn.execute(text("ALTER TABLE held_time ADD COLUMN cpu_used_s DOUBLE PRECISION NOT NULL DEFAULT 0"))
 
 
 MIGRATIONS: dict[int, Migration] = {
@@ -325,7 +336,7 @@ MIGRATIONS: dict[int, Migration] = {
     3: _v3_tenant_caps_and_deleted_names,
     4: _v4_job_run_time,
     5: _v5_held_time_by_hour,
-    6: _v6_job_run_until,
+    6: _v6_run_until_and_cpu_used,
 }
 """version -> step that turns a database at version-1 into this version."""
 

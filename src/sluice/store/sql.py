@@ -132,6 +132,8 @@ def _job_values(job: JobRecord) -> dict[str, Any]:
         "qoe_met_at": job.qoe_met_at,
         "run_s": job.run_s,
         "run_until": job.run_until,
+        "cpu_used_s": job.cpu_used_s,
+        "attempt_cpu_s": job.attempt_cpu_s,
     }
 
 
@@ -162,6 +164,8 @@ def _job_from_row(row: Row[Any]) -> JobRecord:
         qoe_met_at=m["qoe_met_at"],
         run_s=m["run_s"] or 0.0,
         run_until=m["run_until"],
+        cpu_used_s=m["cpu_used_s"] or 0.0,
+        attempt_cpu_s=m["attempt_cpu_s"] or 0.0,
     )
 
 
@@ -410,10 +414,22 @@ class SqlStore:
         stmt = dialect.insert(t)
         stmt = stmt.on_conflict_do_update(
             index_elements=[t.c.tenant, t.c.hour, t.c.gpu],
-            set_={"service_s": t.c.service_s + stmt.excluded.service_s, "run_s": t.c.run_s + stmt.excluded.run_s},
+            set_={
+                "service_s": t.c.service_s + stmt.excluded.service_s,
+                "run_s": t.c.run_s + stmt.excluded.run_s,
+                "cpu_used_s": t.c.cpu_used_s + stmt.excluded.cpu_used_s,
+            },
         )
         values = [
-            {"tenant": r.tenant, "hour": r.hour, "gpu": r.gpu, "service_s": r.service_s, "run_s": r.run_s} for r in rows
+            {
+                "tenant": r.tenant,
+                "hour": r.hour,
+                "gpu": r.gpu,
+                "service_s": r.service_s,
+                "run_s": r.run_s,
+                "cpu_used_s": r.cpu_used_s,
+            }
+            for r in rows
         ]
         with self._write() as conn:
             conn.execute(stmt, values)
@@ -421,13 +437,15 @@ class SqlStore:
     def held_time(self, tenant: str | None = None, since: float | None = None) -> list[HeldTime]:
         c = schema.held_time.c
         first = 0.0 if since is None else hour_of(since)
-        q = select(c.tenant, c.gpu, func.sum(c.service_s), func.sum(c.run_s)).where(c.hour >= first)
+        q = select(c.tenant, c.gpu, func.sum(c.service_s), func.sum(c.run_s), func.sum(c.cpu_used_s)).where(
+            c.hour >= first
+        )
         if tenant is not None:
             q = q.where(c.tenant == tenant)
         with self._read() as conn:
             rows = conn.execute(q.group_by(c.tenant, c.gpu)).all()
         return sorted(
-            (HeldTime(str(t), first, bool(g), float(s or 0), float(r or 0)) for t, g, s, r in rows),
+            (HeldTime(str(t), first, bool(g), float(s or 0), float(r or 0), float(u or 0)) for t, g, s, r, u in rows),
             key=lambda h: (h.tenant, h.gpu),
         )
 
