@@ -3,7 +3,7 @@
 dataset deleted and registered again under its name never reads the old bytes.
 
 The "job" here is a real process of the tenant's uid, given the environment a node agent gives
-a job (`launch_env`, then `tenant_dir` as `NodeAgent._tenant_cache_dirs` does), reading every
+a job (`launch_env`, then `tenant_job_env` as `NodeAgent._tenant_cache_dirs` does), reading every
 item the way `sluice.sdk.dataset` does. Tests that switch uids need root (as the suite runs in
 CI); the rest run anywhere.
 """
@@ -32,6 +32,8 @@ from sluice.agent.tenant_cache import (
     drop_everywhere,
     fractions_of,
     tenant_dir,
+    tenant_job_env,
+    tenant_share,
     warm_as,
 )
 from sluice.control.datasets import DatasetService, cache_folder, generation
@@ -105,8 +107,7 @@ def run_job(svc: DatasetService, tenant: str) -> dict[str, Any]:
     """A job of `tenant` mounting `imgs`, run as the tenant's uid with the agent's environment."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin"), **svc.launch_env(tenant, ["imgs"])}
     user = USERS[tenant]
-    for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
-        env[var] = str(tenant_dir(env[var], user))  # what NodeAgent._tenant_cache_dirs does
+    tenant_job_env(env, svc.cache_settings, user)  # what NodeAgent._tenant_cache_dirs does
     python = os.environ.get("SLUICE_JOB_PYTHON") or sys.executable
     done = subprocess.run(
         [python, "-c", JOB],
@@ -370,7 +371,9 @@ def test_nodes_report_each_tenants_own_cache_and_placement_reads_the_readers_cop
     # a helper runs again only when the tenant's cache changed
     calls: list[int] = []
     real = tenant_cache.fractions_of
-    monkeypatch.setattr(tenant_cache, "fractions_of", lambda s, u, p=None: calls.append(u.uid) or real(s, u, p))
+    monkeypatch.setattr(
+        tenant_cache, "fractions_of", lambda s, u, p=None, share=None: calls.append(u.uid) or real(s, u, p, share)
+    )
     reporter.tenants.refresh(2.0, wait=True)
     assert calls == []
     svc.delete(alice, "imgs")
@@ -389,7 +392,7 @@ def test_a_tenants_answer_only_names_cache_folders_and_is_bounded(
     tenant_dir(cache_settings.resolved_disk_dir(), me)
     many = {f"alice~x-{i:010x}": 1.0 for i in range(tenant_cache.MAX_REPORTED + 50)}
     bad = {"../../etc": 1.0, "alice/imgs": 1.0, "uid-1:alice~y-0123456789": 1.0, "a" * 300 + "-0123456789": 1.0}
-    monkeypatch.setattr(tenant_cache, "fractions_of", lambda s, u, p=None: {**many, **bad})
+    monkeypatch.setattr(tenant_cache, "fractions_of", lambda s, u, p=None, share=None: {**many, **bad})
     watch = TenantCacheWatch(cache_settings)
     watch.refresh(0.0, wait=True)
     got = watch.entries()
@@ -413,7 +416,7 @@ def test_a_tenant_cache_that_cannot_be_read_is_tried_again_only_when_it_changes(
     own = tenant_dir(cache_settings.resolved_disk_dir(), me)
     calls: list[int] = []
 
-    def broken(s: CacheSettings, u: JobUser, p: str | None = None) -> dict[str, float]:
+    def broken(s: CacheSettings, u: JobUser, p: str | None = None, share: object = None) -> dict[str, float]:
         calls.append(u.uid)
         raise tenant_cache.TenantCacheError("cannot run the cache helper")
 
@@ -426,6 +429,53 @@ def test_a_tenant_cache_that_cannot_be_read_is_tried_again_only_when_it_changes(
     watch.refresh(30.0, wait=True)
     watch.refresh(30.0 + tenant_cache.REPORT_MAX_AGE_S, wait=True)
     assert len(calls) == 3
+
+
+def capacity_as(settings: CacheSettings, user: JobUser) -> dict[str, int]:
+    """tier -> capacity of `user`'s own cache, read by a process of that uid (root opening the
+    tenant's index would leave root-owned WAL files in its folder)."""
+    index = Path(settings.resolved_disk_dir()) / f"uid-{user.uid}" / "index.sqlite"
+    code = (
+        "import json, sys; from sluice.data.index import Index; "
+        "print(json.dumps({t: c for t, (_u, c) in Index(sys.argv[1], 0.01).usage().items()}))"
+    )
+    python = os.environ.get("SLUICE_JOB_PYTHON") or sys.executable
+    done = subprocess.run(
+        [python, "-c", code, str(index)], capture_output=True, text=True, check=True, user=user.uid, group=user.gid
+    )
+    out: dict[str, int] = json.loads(done.stdout)
+    return out
+
+
+@needs_root
+def test_each_tenants_cache_holds_its_share_of_the_nodes(svc: DatasetService, tmp_path: Path) -> None:
+    """The node's tiers are split evenly among the tenants with a cache here: before, each
+    tenant's cache was sized as if it were the node's only one (N tenants could fill N
+    quarters of RAM in /dev/shm). A job is given its share at launch, and a cache sized for
+    fewer tenants is shrunk to its share by the node's next cache report — never grown."""
+    settings = svc.cache_settings  # memory tier 16 MiB, disk tier 20 GiB
+    mem, disk = 16 << 20, settings.disk_bytes
+    assert tenant_share(settings) == (mem, disk)  # no tenant cache here yet
+    want = write_source(tmp_path / "src", 3)
+    svc.create(Caller("alice"), DatasetSpec(name="imgs", source=str(tmp_path / "src")))
+    svc.publish(Caller("admin", admin=True), "imgs", "alice")
+    assert run_job(svc, "alice")["sha"] == want
+    assert capacity_as(settings, ALICE) == {"memory": mem, "disk": disk}  # alone: the node's
+    env = dict(svc.launch_env("bob", ["imgs"]))
+    tenant_job_env(env, settings, BOB)
+    assert (env["SLUICE_CACHE_MEMORY_BYTES"], env["SLUICE_CACHE_DISK_BYTES"]) == (str(mem // 2), str(disk // 2))
+    assert run_job(svc, "bob")["sha"] == want
+    assert capacity_as(settings, BOB) == {"memory": mem // 2, "disk": disk // 2}
+    assert capacity_as(settings, ALICE) == {"memory": mem, "disk": disk}  # sized for one, until...
+    TenantCacheWatch(settings, os.environ.get("SLUICE_JOB_PYTHON")).refresh(0.0, wait=True)
+    assert capacity_as(settings, ALICE) == {"memory": mem // 2, "disk": disk // 2}  # ... the report
+    # a share above what a cache holds leaves it as it is
+    fractions_of(settings, ALICE, os.environ.get("SLUICE_JOB_PYTHON"), (mem, disk))
+    assert capacity_as(settings, ALICE) == {"memory": mem // 2, "disk": disk // 2}
+    # and a warm fills within the share
+    [report] = svc.warm(Caller("bob"), "imgs")
+    assert report.error is None, report.error
+    assert capacity_as(settings, BOB) == {"memory": mem // 2, "disk": disk // 2}
 
 
 @needs_root

@@ -88,7 +88,7 @@ from sluice.agent.node_owners import NodeOwners
 from sluice.agent.progress_record import progress_event, thin
 from sluice.agent.shim import CHILD_FILE, ENV_FILE, EXIT_FILE, process_start_ticks, shim_env, write_json_atomic
 from sluice.agent.tail import JsonlTail
-from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_dir, warm_as
+from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_job_env, warm_as
 from sluice.data.cache import DatasetCache
 from sluice.data.guard import guard_from
 from sluice.data.settings import CacheSettings
@@ -672,18 +672,14 @@ class NodeAgent:
         env["SLUICE_CACHE_DISK_DIR"] = str(c.resolved_disk_dir())
         env["SLUICE_CACHE_MEMORY_DIR"] = str(c.resolved_memory_dir())
 
-    @staticmethod
-    def _tenant_cache_dirs(env: dict[str, str], user: JobUser) -> None:
+    def _tenant_cache_dirs(self, env: dict[str, str], user: JobUser) -> None:
         """A job that reads datasets writes into the node cache; under isolation each tenant uid
         gets its own cache folders (0700) inside the node's, so no tenant reads or poisons
-        another's cached bytes."""
-        for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
-            base = env.get(var)
-            if base:
-                try:
-                    env[var] = str(tenant_dir(base, user))
-                except OSError as err:  # a tier folder not the plane's: retrying cannot fix it
-                    raise LaunchError(f"dataset cache: {err}") from None
+        another's cached bytes, sized to its share of the node's (`tenant_job_env`)."""
+        try:
+            tenant_job_env(env, self.cache_settings, user)
+        except OSError as err:  # a tier folder not the plane's: retrying cannot fix it
+            raise LaunchError(f"dataset cache: {err}") from None
 
     def _release_gpus(self, job_id: str, attempt: int) -> None:
         for g, holder in list(self._gpu_holders.items()):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, own_dir, plane_dirs, plane_owned, unreachable
-from sluice.data.cache import TENANT_DIR, DatasetCache, folder_pattern, reader_key
+from sluice.data.cache import TENANT_DIR, DatasetCache, default_memory_bytes, folder_pattern, reader_key
 from sluice.data.guard import SourceGuard
 from sluice.data.settings import CacheSettings
 from sluice.data.warm import WarmReport
@@ -99,6 +99,34 @@ def tenants_here(settings: CacheSettings) -> dict[JobUser, tuple[Path, Path]]:
                 user = JobUser(st.st_uid, st.st_gid)
                 found[user] = (Path(bases[0]) / e.name, Path(bases[1]) / e.name)
     return found
+
+
+def tenant_job_env(env: dict[str, str], settings: CacheSettings, user: JobUser) -> None:
+    """Point a job of `user` that reads datasets (its env names the node's cache folders) at its
+    uid's own folders, made if missing, and size its cache to its share of the node's
+    (`tenant_share`): what a launch under isolation does (`NodeAgent._tenant_cache_dirs`).
+    OSError when a tier folder is not the plane's."""
+    made = False
+    for var in ("SLUICE_CACHE_DISK_DIR", "SLUICE_CACHE_MEMORY_DIR"):
+        base = env.get(var)
+        if base:
+            env[var] = str(tenant_dir(base, user))
+            made = True
+    if made:
+        memory, disk = tenant_share(settings)
+        env["SLUICE_CACHE_MEMORY_BYTES"], env["SLUICE_CACHE_DISK_BYTES"] = str(memory), str(disk)
+
+
+def tenant_share(settings: CacheSettings) -> tuple[int, int]:
+    """(memory, disk) bytes each tenant's own cache on this node may hold: the node's tier
+    capacities (SLUICE_CACHE_MEMORY_BYTES, else a quarter of RAM; SLUICE_CACHE_DISK_BYTES)
+    split evenly among the tenants that have a cache here. Without it every tenant's cache
+    was sized as if it were the node's only one, so N tenants could fill N quarters of RAM
+    in /dev/shm. A launch gives the job its share (SLUICE_CACHE_*_BYTES), a warm fills within
+    it, and the cache report shrinks a tenant's cache that holds more once another arrives."""
+    n = max(1, len(tenants_here(settings)))
+    memory = settings.memory_bytes if settings.memory_bytes is not None else default_memory_bytes()
+    return memory // n, settings.disk_bytes // n
 
 
 def holds(folders: tuple[Path, Path], name: str) -> bool:
@@ -223,12 +251,15 @@ def warm_as(
     g = guard or SourceGuard()
     try:
         disk, memory = tenant_dirs(settings, user)
+        memory_bytes, disk_bytes = tenant_share(settings)
         answer = run_helper(
             user,
             {
                 "op": "warm",
                 "disk_dir": str(disk),
                 "memory_dir": str(memory),
+                "memory_bytes": memory_bytes,
+                "disk_bytes": disk_bytes,
                 "node": node,
                 "name": name,
                 "source": source,
@@ -365,10 +396,13 @@ def drop_everywhere(
     return removed
 
 
-def fractions_of(settings: CacheSettings, user: JobUser, python: str | None = None) -> dict[str, float]:
+def fractions_of(
+    settings: CacheSettings, user: JobUser, python: str | None = None, share: tuple[int, int] | None = None
+) -> dict[str, float]:
     """Cache folder (`dataset_id`) -> share of it in `user`'s own cache on this node: what
     that tenant's jobs will find. Empty when the tenant never cached anything here (no helper
-    is started then, and nothing is made)."""
+    is started then, and nothing is made). With `share` ((memory, disk) bytes: `tenant_share`),
+    a tier of that cache sized above it is shrunk to it first (its least valuable items go)."""
     disk = Path(settings.resolved_disk_dir()) / f"uid-{user.uid}"
     try:
         st = os.lstat(disk)
@@ -377,7 +411,9 @@ def fractions_of(settings: CacheSettings, user: JobUser, python: str | None = No
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != user.uid:
         return {}
     memory = Path(settings.resolved_memory_dir()) / f"uid-{user.uid}"
-    request = {"op": "fractions", "disk_dir": str(disk), "memory_dir": str(memory)}
+    request: dict[str, Any] = {"op": "fractions", "disk_dir": str(disk), "memory_dir": str(memory)}
+    if share is not None:
+        request["memory_bytes"], request["disk_bytes"] = share
     answer = run_helper(user, request, REPORT_TIMEOUT_S, python)
     fractions = answer.get("fractions")
     try:
@@ -457,6 +493,8 @@ class TenantCacheWatch:
         self._mu = threading.Lock()
         self._reports: dict[int, dict[str, float]] = {}
         self._seen: dict[int, tuple[tuple[tuple[int, int], ...], float]] = {}
+        self._shared: dict[int, tuple[int, int]] = {}
+        """uid -> the share its cache was last held to (a new share is applied at once)."""
         self._busy: threading.Thread | None = None
 
     def entries(self) -> dict[str, float]:
@@ -487,18 +525,22 @@ class TenantCacheWatch:
 
     def _refresh(self, now: float) -> None:
         here = tenants_here(self.settings)
+        share = tenant_share(self.settings)
         uids = {u.uid for u in here}
         with self._mu:
             for uid in [u for u in self._reports if u not in uids]:
                 self._reports.pop(uid, None)
                 self._seen.pop(uid, None)
+                self._shared.pop(uid, None)
         for user, folders in sorted(here.items(), key=lambda kv: kv[0].uid):
             mark = _fingerprint(folders)
             seen = self._seen.get(user.uid)
-            if seen is not None and seen[0] == mark and now - seen[1] < REPORT_MAX_AGE_S:
+            fresh = seen is not None and seen[0] == mark and now - seen[1] < REPORT_MAX_AGE_S
+            if fresh and self._shared.get(user.uid) == share:
                 continue
+            self._shared[user.uid] = share
             try:
-                held = fractions_of(self.settings, user, self.python)
+                held = fractions_of(self.settings, user, self.python, share)
             except OSError as err:  # tried again when the cache changes, or after REPORT_MAX_AGE_S
                 log.warning("cannot read the cache of %s: %s", user, err)
                 with self._mu:

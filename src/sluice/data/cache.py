@@ -175,7 +175,12 @@ class DatasetCache:
         mem = memory_bytes if memory_bytes is not None else self.settings.memory_bytes
         if mem is not None or MEMORY not in usage:
             self.set_capacity(MEMORY, mem if mem is not None else default_memory_bytes())
-        disk = disk_bytes if disk_bytes is not None else None
+        # A disk size given explicitly (argument, or SLUICE_CACHE_DISK_BYTES: a tenant's share
+        # under isolation) is applied on every open, like the memory tier's; the default only
+        # sizes a new index.
+        disk = disk_bytes
+        if disk is None and "disk_bytes" in self.settings.model_fields_set:
+            disk = self.settings.disk_bytes
         if disk is not None or DISK not in usage:
             self.set_capacity(DISK, disk if disk is not None else self.settings.disk_bytes)
         self._open: dict[str, CachedDataset] = {}

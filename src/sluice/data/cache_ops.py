@@ -12,10 +12,13 @@ must do *inside* such a folder is done here, in a short process started as that 
 options may hold credentials, and every uid may read every process's command line) and
 writes one JSON answer as the last line of stdout (`{"failed": why}` if it could not):
 
-- `{"op": "warm", "disk_dir", "memory_dir", "node", "name", "source", "storage_options",
-  "generation", "workers", "guard": {"roots": [...], "allow_hosts": [...]}}` → a WarmReport;
+- `{"op": "warm", "disk_dir", "memory_dir", "memory_bytes", "disk_bytes", "node", "name",
+  "source", "storage_options", "generation", "workers", "guard": {"roots": [...],
+  "allow_hosts": [...]}}` → a WarmReport (the cache sized to the tenant's share first);
 - `{"op": "drop", "disk_dir", "memory_dir", "name"}` → `{"removed": n}`;
-- `{"op": "fractions", "disk_dir", "memory_dir"}` → `{"fractions": {folder: share}}`;
+- `{"op": "fractions", "disk_dir", "memory_dir"[, "memory_bytes", "disk_bytes"]}` →
+  `{"fractions": {folder: share}}`; a tier sized above the bytes given is shrunk to them
+  first (the tenant's share of the node, `agent.tenant_cache.tenant_share`);
 - `{"op": "list", "source", "storage_options", "guard"}` → `{"items": n, "total_bytes": b}`:
   `dataset create`'s listing of a local source, with the tenant's own file permissions (the
   plane, as root, would count the files of folders the tenant may not open, and an error
@@ -30,7 +33,7 @@ import os
 import sys
 from typing import Any
 
-from sluice.data.cache import DatasetCache, index_fractions
+from sluice.data.cache import DISK, MEMORY, DatasetCache, index_fractions
 from sluice.data.guard import SourceGuard
 from sluice.data.index import Index
 from sluice.data.settings import CacheSettings
@@ -59,8 +62,17 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         if not os.path.exists(path):
             return {"fractions": {}}
         index = Index(path, CacheSettings().lrfu_lambda)
+        _shrink_to(index, disk, memory, request)
         return {"fractions": {ds: frac for (ds, _name), frac in index_fractions(index).items()}}
-    cache = DatasetCache(disk_dir=disk, memory_dir=memory)
+    if op == "warm":
+        cache = DatasetCache(
+            disk_dir=disk,
+            memory_dir=memory,
+            memory_bytes=_share(request, "memory_bytes"),
+            disk_bytes=_share(request, "disk_bytes"),
+        )
+    else:
+        cache = DatasetCache(disk_dir=disk, memory_dir=memory)
     if op == "drop":
         return {"removed": cache.remove(str(request["name"]))}
     if op == "warm":
@@ -78,6 +90,33 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         cache.drain()
         return dataclasses.asdict(report)
     raise ValueError(f"op: {op!r} is not one of {', '.join(OPS)}")
+
+
+def _share(request: dict[str, Any], key: str) -> int | None:
+    """A tier size the request gives (bytes, ≥ 0), or None."""
+    value = request.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key}: {value!r} is not a number of bytes")
+    return value
+
+
+def _shrink_to(index: Index, disk: str, memory: str, request: dict[str, Any]) -> None:
+    """Shrink each tier of the cache sized above the request's share to it (its least valuable
+    items go); never grow one, nor touch a cache within its share."""
+    usage = index.usage()
+    now = {tier: usage[tier][1] for tier in (MEMORY, DISK) if tier in usage}
+    target = dict(now)
+    for tier, key in ((MEMORY, "memory_bytes"), (DISK, "disk_bytes")):
+        share = _share(request, key)
+        if share is not None and tier in target:
+            target[tier] = min(target[tier], share)
+    if target != now:  # both sizes given, so opening it grows neither to the environment's
+        cache = DatasetCache(
+            disk_dir=disk, memory_dir=memory, memory_bytes=target.get(MEMORY), disk_bytes=target.get(DISK)
+        )
+        cache.drain()
 
 
 def _guard(request: dict[str, Any]) -> SourceGuard:
