@@ -224,6 +224,17 @@ class Settings(BaseSettings):
     job_core_dumps: Annotated[
         bool, Field(description="Allow a job to write core dumps (RLIMIT_CORE). Default false.")
     ] = False
+    warm_memory_mb: Annotated[
+        int | None,
+        Field(
+            ge=64,
+            le=16 * 1024 * 1024,
+            description="Memory ceiling of a `dataset warm` under isolation, MiB: the helper that fetches as the "
+            "tenant's uid runs in a memory cgroup of this size (it holds up to `workers` items at once, whole, and a "
+            "tenant chooses how big they are); past it the warm fails, saying so. Default: a quarter of the node's "
+            "RAM. Without a cgroup memory controller the helper runs unbounded (the agent logs why).",
+        ),
+    ] = None
     resume_max_copy_mb: Annotated[
         int,
         Field(

@@ -1,8 +1,8 @@
 """A full cache tier is a cache that keeps nothing more, never a read that fails.
 
-Under isolation each tenant's cache has the node's full tier capacities of its own, and every
-tenant's memory tier lives on the one tmpfs (/dev/shm) and every disk tier on the one disk,
-which a tenant's jobs (and its warms) can fill. Red team s26: with /dev/shm full, another
+Under isolation each tenant's cache had the node's full tier capacities of its own (its share
+since s27), and every tenant's memory tier lives on the one tmpfs (/dev/shm) and every disk
+tier on the one disk, which a tenant's jobs (and its warms) can fill. Red team s26: with /dev/shm full, another
 tenant's job failed every cache miss, and every disk hit (promoted to memory), with
 `OSError: [Errno 28] No space left on device` instead of reading its bytes.
 """

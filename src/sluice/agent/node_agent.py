@@ -308,6 +308,9 @@ class NodeAgent:
         self._cache.recover()
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
+        self._warm_jails = 0
+        """Warm helpers put in a memory cgroup so far (a part of each one's group name)."""
+        self._warned_warm_jail = False
         self._warm_mu = threading.Lock()
         self.faults = FaultBoard(name, self.cpus, join=self.groups.fault_join(self.cpuset))
         """Faults an operator injected here (`sluice node fault`); stopped on close."""
@@ -965,6 +968,18 @@ class NodeAgent:
         with self._lock:
             return {a.job_id: a.attempt for a in self._watched.values() if a.alive()}
 
+    def _warm_jail(self, user: JobUser) -> MemoryController | None:
+        """The memory cgroup a warm helper of `user` runs in (settings `warm_memory_mb`, default a
+        quarter of RAM), or None where this node has no cgroup memory controller (logged once)."""
+        if self.layout.memory_parent is None or self.layout.memory_kind is None:
+            if not self._warned_warm_jail:
+                self._warned_warm_jail = True
+                log.warning("%s: dataset warms run without a memory limit: no cgroup memory controller", self.name)
+            return None
+        limit = self.settings.warm_memory_mb or psutil.virtual_memory().total // (4 * 1024 * 1024)
+        self._warm_jails += 1
+        return MemoryController(self.layout, f"sluice-warm-{user.uid}-{os.getpid()}-{self._warm_jails}", limit)
+
     def warm_dataset(
         self,
         name: str,
@@ -994,7 +1009,10 @@ class NodeAgent:
                 return WarmReport(self.name, 0, 0, 0, 0.0, 0.0, error=str(err))
             s = self._cache.settings
             python = self.settings.job_python
-            return warm_as(s, run_as, self.name, name, source, storage_options, workers, guard, generation, python)
+            jail = self._warm_jail(run_as)
+            return warm_as(
+                s, run_as, self.name, name, source, storage_options, workers, guard, generation, python, jail
+            )
         return warm_node(
             self._dataset_cache(), self.name, name, source, storage_options, workers, guard=guard, generation=generation
         )

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sluice.agent.cgroup import MemoryController
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, own_dir, plane_dirs, plane_owned, unreachable
 from sluice.data.cache import TENANT_DIR, DatasetCache, default_memory_bytes, folder_pattern, reader_key
 from sluice.data.guard import SourceGuard
@@ -144,12 +145,18 @@ def holds(folders: tuple[Path, Path], name: str) -> bool:
 
 
 def run_helper(
-    user: JobUser, request: dict[str, Any], timeout: float | None, python: str | None = None
+    user: JobUser,
+    request: dict[str, Any],
+    timeout: float | None,
+    python: str | None = None,
+    jail: MemoryController | None = None,
 ) -> dict[str, Any]:
     """Run one `sluice.data.cache_ops` request in a process of `user`'s uid (this process's own
     identity when it is that user already); its answer, or TenantCacheError saying why not.
     `python`: the interpreter tenants' jobs run (settings job_python; default this one): it
-    must be one the uid may run, with sluice importable, as for a job."""
+    must be one the uid may run, with sluice importable, as for a job. `jail`: a memory cgroup
+    the helper is put in before it is sent the request (so before it can fetch anything): a
+    warm holds items in memory, and a tenant chooses how big they are."""
     python = python or sys.executable
     me = (os.geteuid(), os.getegid())
     switch: dict[str, Any] = {}
@@ -175,7 +182,28 @@ def run_helper(
         )
     except (OSError, subprocess.SubprocessError) as err:
         raise TenantCacheError(f"could not start the cache helper as {user}: {err}") from None
-    out, err_text, why = _bounded(proc, json.dumps(request).encode(), timeout)
+    if jail is not None:
+        try:
+            jail.create()
+            jail.apply()
+            for procs in jail.procs_files():
+                Path(procs).write_text(str(proc.pid))
+        except OSError as err:
+            proc.kill()
+            proc.wait()
+            jail.cleanup()
+            raise TenantCacheError(f"could not hold the cache helper as {user} to its memory limit: {err}") from None
+    try:
+        out, err_text, why = _bounded(proc, json.dumps(request).encode(), timeout)
+        oom = jail.oom(proc.returncode if proc.returncode is not None else -9) if jail is not None else None
+    finally:
+        if jail is not None:
+            jail.cleanup()
+    if oom is not None:
+        raise TenantCacheError(
+            f"the cache helper ({request.get('op')}) as {user} went past its memory limit of {oom.limit_mb} MiB "
+            "and was killed: it holds up to `workers` items at once, whole (settings warm_memory_mb)"
+        )
     if why == "timeout":
         raise TenantCacheError(f"the cache helper ({request.get('op')}) as {user} took over {timeout:g} s")
     if why == "too much":
@@ -245,9 +273,11 @@ def warm_as(
     guard: SourceGuard | None = None,
     generation: str = "",
     python: str | None = None,
+    jail: MemoryController | None = None,
 ) -> WarmReport:
     """Warm the dataset into `user`'s own cache on this node: the folders that tenant's jobs
-    read. Errors are in the report, as `sluice.data.warm.warm_node` has them."""
+    read. Errors are in the report, as `sluice.data.warm.warm_node` has them. `jail`: the
+    memory cgroup the helper runs in (`run_helper`)."""
     g = guard or SourceGuard()
     try:
         disk, memory = tenant_dirs(settings, user)
@@ -270,6 +300,7 @@ def warm_as(
             },
             None,  # a warm takes as long as the dataset takes
             python,
+            jail,
         )
         # Taken field by field: the answer comes from a process of the tenant's uid.
         error = answer.get("error")
