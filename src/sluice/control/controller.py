@@ -1065,11 +1065,11 @@ class Controller:
         t = start
         while t < end:
             hour = hour_of(t)
-            span = min(end, hour + 3600.0) - t
+            turn = min(end, hour + 3600.0)  # assigned, not added: a float sum could stop short of it
             acc = self._held_acc(job, hour)
-            acc[0] += span * per_s
-            acc[1] += span
-            t += span
+            acc[0] += (turn - t) * per_s
+            acc[1] += turn - t
+            t = turn
 
     def _charge_cpu(self, job: JobRecord, cpu_s: float, at: float) -> None:
         """Count CPU-seconds a job's processes used (its node's counter) to the hour they were
