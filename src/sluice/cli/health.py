@@ -57,14 +57,14 @@ def eval_cmd(
         ),
     ] = None,
     smooth: Annotated[
-        int | None, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows [5].")
+        int | None, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows [8, chosen on ASD].")
     ] = None,
     decay: Annotated[
         float | None,
-        typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights) [0]."),
+        typer.Option(min=0.0, max=1.0, help="Flow score: weight of the newest window (0 = equal weights) [0.7]."),
     ] = None,
     dspot_depth: Annotated[
-        int | None, typer.Option(min=1, help="Drift-aware SPOT: mean of this many newest non-alarm scores [100].")
+        int | None, typer.Option(min=1, help="Drift-aware SPOT: mean of this many newest non-alarm scores [10].")
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write every row to this JSON file.")] = None,
     protocol: Annotated[
