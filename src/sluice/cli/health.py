@@ -57,7 +57,7 @@ def eval_cmd(
         ),
     ] = None,
     smooth: Annotated[
-        int | None, typer.Option(min=1, help="Flow score: weighted mean of this many newest windows [8, chosen on ASD].")
+        int | None, typer.Option(min=1, help="Flow score: weighted mean of the newest windows [8, chosen on ASD].")
     ] = None,
     decay: Annotated[
         float | None,
