@@ -143,6 +143,37 @@ def test_a_version_2_database_is_brought_forward(pg_url: str) -> None:
         again.close()
 
 
+def test_a_version_5_database_gets_run_until_and_cpu_used(pg_url: str) -> None:
+    """Version 6's step on PostgreSQL: jobs get `run_until`, `cpu_used_s`, `attempt_cpu_s`, held
+    time `cpu_used_s`; what was there before is kept (0 used, no run_until)."""
+    from dataclasses import replace
+
+    from sluice.store.base import HeldTime
+
+    store = SqlStore(pg_url)
+    with store._engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE jobs, held_time")
+    store.create_job(replace(_contract.make_job("old-6"), run_s=30.0))
+    store.add_held_time([HeldTime("alice", 3600.0, False, 10.0, 5.0)])
+    with store._engine.begin() as conn:  # as version 5 left it
+        for column in ("run_until", "cpu_used_s", "attempt_cpu_s"):
+            conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column}")
+        conn.exec_driver_sql("ALTER TABLE held_time DROP COLUMN cpu_used_s")
+        conn.exec_driver_sql("UPDATE meta SET value='5' WHERE key='schema_version'")
+    store.close()
+    again = SqlStore(pg_url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 6
+        job = again.get_job("old-6")
+        assert job is not None and job.run_s == 30.0 and job.run_until is None and job.cpu_used_s == 0.0
+        again.save_job(replace(job, run_until=12.5, cpu_used_s=3.0, attempt_cpu_s=3.0))
+        assert again.get_job("old-6") == replace(job, run_until=12.5, cpu_used_s=3.0, attempt_cpu_s=3.0)
+        again.add_held_time([HeldTime("alice", 3600.0, False, 1.0, 1.0, 2.5)])
+        assert again.held_time() == [HeldTime("alice", 0.0, False, 11.0, 6.0, 2.5)]
+    finally:
+        again.close()
+
+
 def test_one_database_serves_one_plane(pg_url: str) -> None:
     """A second plane on the same PostgreSQL database re-ran the first's running jobs
     (walkthrough 4): the advisory lock a plane holds refuses it, and goes with the session."""
