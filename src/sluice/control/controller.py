@@ -179,6 +179,9 @@ class Controller:
         """Held time not yet written: (tenant, hour, gpu) -> [service_s, run_s, cpu_used_s]
         (flush_held_time)."""
         self._held_saved_at = 0.0
+        self._cpu_readings: dict[str, tuple[int, float, float]] = {}
+        """job id -> (attempt, CPU-seconds, time) of its newest JobUsage not yet counted: counted
+        with the round's run time (one record change a job a round, not one per reading)."""
         self._launch_env = launch_env
         self._run_as = run_as
         """tenant -> the uid its jobs run as (tenant isolation); None: the agent's own user."""
@@ -434,11 +437,8 @@ class Controller:
             self._check_qoe(job, tr, e.time)
         elif isinstance(e, JobUsage):
             self._tracker(job).usage(e.time, e.cpu_cores)
-            if e.cpu_s is not None and e.cpu_s > job.attempt_cpu_s:
-                self._charge_cpu(job, e.cpu_s - job.attempt_cpu_s, e.time)
-                self.book.observe(
-                    job.id, cpu_used_s=job.cpu_used_s + e.cpu_s - job.attempt_cpu_s, attempt_cpu_s=e.cpu_s
-                )
+            if e.cpu_s is not None:
+                self._cpu_readings[job.id] = (e.attempt, e.cpu_s, e.time)
         elif isinstance(e, JobCheckpointed):
             # Not logged as an event (jobs checkpoint often); the next placement names it.
             self.book.observe(job.id, checkpoint=e.path, checkpoint_step=e.step)
@@ -475,6 +475,9 @@ class Controller:
                 st.cached, st.cache_free_bytes = dict(e.datasets), e.free_bytes
 
     def _on_exit(self, job: JobRecord, e: JobExited, now: float) -> None:
+        used = self._cpu_used(job)  # its last reading (it comes just before the exit) counted
+        if used:
+            job = self.book.observe(job.id, **used) or job
         intent = job.stop_intent
         code = f"exit code {e.exit_code}" + (f" ({e.reason})" if e.reason else "")
         if e.oom is not None:  # the typed fact leads: "OOMKilled: exceeded memory limit ..."
@@ -1049,6 +1052,8 @@ class Controller:
         for job in self.book.live():
             if job.allocation is not None and job.phase in (Phase.STARTING, Phase.RUNNING):
                 self._charge(job, last, now)
+        for job_id in [j for j in self._cpu_readings if not self.book.is_live(j)]:
+            del self._cpu_readings[job_id]  # ended otherwise (a lost node, a cancel): nothing to add to
 
     def _charge(self, job: JobRecord, start: float, end: float) -> None:
         """Count [start, end) as run and held by `job`: its `run_s` and attained service, and
@@ -1060,7 +1065,11 @@ class Controller:
         per_s = gpus if gpus else job.allocation.total_cpu_request
         dt = end - start
         self.book.observe(
-            job.id, attained_service=job.attained_service + dt * per_s, run_s=job.run_s + dt, run_until=end
+            job.id,
+            attained_service=job.attained_service + dt * per_s,
+            run_s=job.run_s + dt,
+            run_until=end,
+            **self._cpu_used(job),
         )
         t = start
         while t < end:
@@ -1071,10 +1080,19 @@ class Controller:
             acc[1] += turn - t
             t = turn
 
-    def _charge_cpu(self, job: JobRecord, cpu_s: float, at: float) -> None:
-        """Count CPU-seconds a job's processes used (its node's counter) to the hour they were
-        read in: a reading covers the seconds since the one before, a few at most."""
-        self._held_acc(job, hour_of(at))[2] += cpu_s
+    def _cpu_used(self, job: JobRecord) -> dict[str, float]:
+        """The record changes that count the job's newest CPU reading (none when it has none, or
+        it is of another attempt or not past what was counted): the CPU-seconds past the last
+        reading, added to `cpu_used_s` and to its tenant's held time in the hour it was read (a
+        reading covers the seconds since the one before, a few at most)."""
+        reading = self._cpu_readings.pop(job.id, None)
+        if reading is None:
+            return {}
+        attempt, cpu_s, at = reading
+        if attempt != job.attempt or cpu_s <= job.attempt_cpu_s:
+            return {}
+        self._held_acc(job, hour_of(at))[2] += cpu_s - job.attempt_cpu_s
+        return {"cpu_used_s": job.cpu_used_s + cpu_s - job.attempt_cpu_s, "attempt_cpu_s": cpu_s}
 
     def _held_acc(self, job: JobRecord, hour: float) -> list[float]:
         return self._held.setdefault((job.tenant, hour, bool(job.spec.resources.gpus)), [0.0, 0.0, 0.0])
