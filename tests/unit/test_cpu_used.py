@@ -81,3 +81,23 @@ def test_a_gangs_cpu_is_every_replicas_and_its_rate_rank_zeros() -> None:
     book.translate(JobUsage(rid[2], 1, 1.5, 2.0, cpu_s=25.0), "n2")  # a dip never takes back
     [usage], _ = book.translate(JobUsage(rid[0], 1, 2.0, 1.5, cpu_s=10.0), "n0")
     assert usage.job_id == "j" and usage.cpu_cores == 1.5 and usage.cpu_s == pytest.approx(80.0)
+
+
+def test_a_gangs_replicas_count_on_after_rank_zero_has_exited() -> None:
+    # Red team s27: only rank 0's samples were passed on, so what the other replicas used
+    # after rank 0's last reading was never counted: a gang whose rank 0 exits at once (code
+    # 0: the gang waits for the others) ran its other replicas for hours at ~0 CPU used.
+    book = GangBook()
+    rid = dict(enumerate(r for r, _ in book.open("j", 1, ["n0", "n1"])))
+    book.translate(JobUsage(rid[1], 1, 1.0, 1.0, cpu_s=5.0), "n1")
+    [first], _ = book.translate(JobUsage(rid[0], 1, 1.0, 0.0, cpu_s=1.0), "n0")  # rank 0's last reading
+    assert first.cpu_s == pytest.approx(6.0)
+    assert book.translate(JobExited(rid[0], 1, 1.0, 0), "n0") == ([], [])  # the gang waits for rank 1
+    totals = [first.cpu_s]
+    for t, used in ((60.0, 500.0), (120.0, 1000.0)):  # rank 1 works on, then its last reading
+        out, _ = book.translate(JobUsage(rid[1], 1, t, 8.0, cpu_s=used), "n1")
+        assert all(e.job_id == "j" and e.cpu_cores == 0.0 for e in out)  # rank 0's rate: it is gone
+        totals += [e.cpu_s for e in out if isinstance(e, JobUsage)]
+    [exited], _ = book.translate(JobExited(rid[1], 1, 120.0, 0), "n1")
+    assert isinstance(exited, JobExited) and exited.job_id == "j"
+    assert max(totals) == pytest.approx(1001.0)

@@ -131,6 +131,8 @@ class GangBook:
             gang.cpu_s[rank] = max(e.cpu_s, gang.cpu_s.get(rank, 0.0))
             if rank == 0:  # its rate stays rank 0's (what the CPU policy reads); its total is all ranks'
                 e = replace(e, cpu_s=sum(gang.cpu_s.values()))
+            elif 0 in gang.exited and not gang.closed:  # rank 0 reports no more: the others' go on counting
+                return [replace(e, job_id=job_id, cpu_cores=0.0, memory_mb=0.0, cpu_s=sum(gang.cpu_s.values()))], []
         if rank != 0 or gang.closed:
             return [], []
         return [replace(e, job_id=job_id)], []
