@@ -230,7 +230,8 @@ class Settings(BaseSettings):
             ge=64,
             le=16 * 1024 * 1024,
             description="Memory ceiling of a `dataset warm` under isolation, MiB: the helper that fetches as the "
-            "tenant's uid runs in a memory cgroup of this size (it holds up to `workers` items at once, whole, and a "
+            "tenant's uid runs in a memory cgroup of this size plus the tenant's share of the memory tier (tmpfs: "
+            "what it writes there is charged to that cgroup) (it holds up to `workers` items at once, whole, and a "
             "tenant chooses how big they are); past it the warm fails, saying so. Default: a quarter of the node's "
             "RAM. Without a cgroup memory controller the helper runs unbounded (the agent logs why).",
         ),

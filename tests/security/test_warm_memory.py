@@ -7,12 +7,15 @@ says why."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 from pathlib import Path
 
 import pytest
 
 from sluice.agent.node_agent import NodeAgent
+from sluice.data.settings import CacheSettings
 from sluice.model import JobUser
 from sluice.settings import Settings
 from tests.integration.conftest import remove_cgroups
@@ -31,7 +34,8 @@ def test_a_warm_past_its_memory_limit_is_killed_and_says_so(tmp_path: Path) -> N
         home=tmp_path / "home", cgroup_root=cgroup_root, warm_memory_mb=256, dataset_roots=[str(tmp_path)]
     )
     settings.home.mkdir(mode=0o711)
-    agent = NodeAgent("n0", settings.runs_dir, settings=settings)
+    cache = CacheSettings(disk_dir=tmp_path / "disk", memory_dir=tmp_path / "memory", memory_bytes=64 << 20)
+    agent = NodeAgent("n0", settings.runs_dir, settings=settings, cache=cache)  # the jail: 256 + 64 MiB
     try:
         parent = agent.layout.memory_parent
         if parent is None:
@@ -41,8 +45,39 @@ def test_a_warm_past_its_memory_limit_is_killed_and_says_so(tmp_path: Path) -> N
         with open(src / "big.bin", "wb") as f:
             f.truncate(700 << 20)  # sparse: no disk, but 700 MiB of bytes once read
         big = agent.warm_dataset("carol/big", str(src), workers=1, run_as=CAROL)
-        assert big.error is not None and "memory limit of 256 MiB" in big.error, big
+        assert big.error is not None and "memory limit of 320 MiB" in big.error, big
         assert not [d for d in parent.iterdir() if d.name.startswith("sluice-warm-")]  # each jail removed
     finally:
         agent.close()
         remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_a_warm_within_its_share_of_the_memory_tier_is_not_killed_for_it(tmp_path: Path) -> None:
+    # Red team s27: the memory tier is tmpfs, and what a warm writes there is charged to the
+    # memory cgroup of the process that writes it: the helper's jail. The jail held the
+    # helper's own memory to warm_memory_mb and its share of the memory tier too, so a warm
+    # that filled its share (by default a quarter of RAM, as the jail) was always killed.
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(60):
+        (src / f"f{i:03}.bin").write_bytes(os.urandom(2 << 20))  # 120 MiB, 2 MiB items
+    shm = Path(f"/dev/shm/sluice-test-{uuid.uuid4().hex[:8]}")
+    cache = CacheSettings(disk_dir=tmp_path / "disk", memory_dir=shm, memory_bytes=110 << 20)
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    settings = Settings(
+        home=tmp_path / "home", cgroup_root=cgroup_root, warm_memory_mb=128, dataset_roots=[str(tmp_path)]
+    )
+    settings.home.mkdir(mode=0o711)
+    agent = NodeAgent("n0", settings.runs_dir, settings=settings, cache=cache)
+    try:
+        if agent.layout.memory_parent is None:
+            pytest.skip(f"no cgroup memory controller here ({agent.layout.reason})")
+        if os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize < 256 << 20:
+            pytest.skip("/dev/shm has under 256 MiB free")
+        report = agent.warm_dataset("carol/many", str(src), workers=1, run_as=CAROL)
+        assert report.error is None and report.files_fetched == 60, report
+    finally:
+        agent.close()
+        remove_cgroups(cgroup_root)
+        shutil.rmtree(shm, ignore_errors=True)

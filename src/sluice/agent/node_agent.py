@@ -88,7 +88,7 @@ from sluice.agent.node_owners import NodeOwners
 from sluice.agent.progress_record import progress_event, thin
 from sluice.agent.shim import CHILD_FILE, ENV_FILE, EXIT_FILE, process_start_ticks, shim_env, write_json_atomic
 from sluice.agent.tail import JsonlTail
-from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_job_env, warm_as
+from sluice.agent.tenant_cache import claim_tiers, drop_everywhere, tenant_job_env, tenant_share, warm_as
 from sluice.data.cache import DatasetCache
 from sluice.data.guard import guard_from
 from sluice.data.settings import CacheSettings
@@ -970,13 +970,16 @@ class NodeAgent:
 
     def _warm_jail(self, user: JobUser) -> MemoryController | None:
         """The memory cgroup a warm helper of `user` runs in (settings `warm_memory_mb`, default a
-        quarter of RAM), or None where this node has no cgroup memory controller (logged once)."""
+        quarter of RAM), or None where this node has no cgroup memory controller (logged once).
+        What the warm writes into the memory tier (tmpfs) is charged to that cgroup too, so it
+        also holds the tenant's share of that tier (`tenant_share`), which the cache keeps to."""
         if self.layout.memory_parent is None or self.layout.memory_kind is None:
             if not self._warned_warm_jail:
                 self._warned_warm_jail = True
                 log.warning("%s: dataset warms run without a memory limit: no cgroup memory controller", self.name)
             return None
         limit = self.settings.warm_memory_mb or psutil.virtual_memory().total // (4 * 1024 * 1024)
+        limit += -(-tenant_share(self.cache_settings)[0] // (1024 * 1024))
         self._warm_jails += 1
         return MemoryController(self.layout, f"sluice-warm-{user.uid}-{os.getpid()}-{self._warm_jails}", limit)
 
