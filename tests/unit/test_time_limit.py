@@ -182,3 +182,21 @@ def test_no_limit_by_default_and_bad_limits_are_refused() -> None:
         with pytest.raises(SpecError) as err:
             parse_job_spec({"command": ["x"], "max_runtime_s": bad})
         assert "max_runtime_s" in str(err.value)
+
+
+def test_a_crash_between_two_writes_never_charges_the_same_seconds_twice(setup) -> None:  # type: ignore[no-untyped-def]
+    # Red team s27: a job's run_until and the tenant's held time were written on clocks of
+    # their own (each every save_progress_every_s); a plane that died after writing held time
+    # past the job's saved run_until charged that stretch again when it adopted the attempt.
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=1000))
+    start(ctl, engine, job.id)
+    for _ in range(7):  # rounds 1.5 s apart: the held time is written last at 1.5 s past the job
+        engine.now += 1.5
+        ctl.step()
+    engine.running = {job.id: 1}  # the plane dies here; the job runs on
+    ctl2 = _restarted(store, engine, 60)
+    ctl2.book.flush(force=True)
+    ctl2.flush_held_time(force=True)
+    run_s = store.get_job(job.id).run_s
+    assert sum(h.run_s for h in store.held_time("t")) <= run_s + 1e-6

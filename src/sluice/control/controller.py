@@ -1100,10 +1100,13 @@ class Controller:
     def flush_held_time(self, *, force: bool = False) -> None:
         """Write the held time counted since the last write (what `sluice usage --since` sums),
         at most every `save_progress_every_s` like jobs' progress (all with force): a crash
-        loses at most that much of it, as it does of `run_s`."""
+        loses at most that much of it, as it does of `run_s`. The jobs' counts (`run_until`,
+        `attempt_cpu_s`) are written first, so a plane that adopts them never charges again
+        what is written here."""
         now = self.engine.clock()
         if not self._held or (not force and now - self._held_saved_at < self.book.save_progress_every_s):
             return
+        self.book.flush(force=True)
         rows = [HeldTime(t, h, g, s, r, c) for (t, h, g), (s, r, c) in self._held.items()]
         try:
             self.store.add_held_time(rows)
