@@ -200,3 +200,22 @@ def test_a_crash_between_two_writes_never_charges_the_same_seconds_twice(setup) 
     ctl2.flush_held_time(force=True)
     run_s = store.get_job(job.id).run_s
     assert sum(h.run_s for h in store.held_time("t")) <= run_s + 1e-6
+
+
+def test_a_job_that_ended_while_the_plane_was_down_is_charged_to_its_exit(setup) -> None:  # type: ignore[no-untyped-def]
+    # Red team s27: only an attempt still running when the plane came back was charged for
+    # the time the plane was down; one whose exit (and its time) waited in the first poll was
+    # charged nothing after run_until, however long it had run on.
+    ctl, engine, store = setup
+    job = ctl.submit("t", spec(max_runtime_s=1000))
+    start(ctl, engine, job.id)
+    run_for(ctl, engine, 30)
+    ctl.book.flush(force=True)
+    ctl.flush_held_time(force=True)
+    engine.running = {}  # the plane dies here; the job runs on for 50 s, then exits
+    engine.pending.append(JobExited(job.id, 1, engine.now + 50, 0))
+    ctl2 = _restarted(store, engine, 80)
+    ctl2.flush_held_time(force=True)
+    done = store.get_job(job.id)
+    assert done.phase == Phase.SUCCEEDED and done.run_s == pytest.approx(80.0)
+    assert sum(h.run_s for h in store.held_time("t")) == pytest.approx(80.0)

@@ -443,6 +443,12 @@ class Controller:
             # Not logged as an event (jobs checkpoint often); the next placement names it.
             self.book.observe(job.id, checkpoint=e.path, checkpoint_step=e.step)
         elif isinstance(e, JobExited) and job.phase.active:
+            end, until = min(e.time, now), job.run_until
+            ran = job.phase in (Phase.STARTING, Phase.RUNNING) and until is not None and until < end
+            if ran and until is not None and self._last_step_time is None:
+                # A plane starting up: it ran on while none counted, until it exited (adopt_running's).
+                self._charge(job, until, end)
+                job = self.book.get(job.id) or job
             self._on_exit(job, e, now)
 
     def _apply_node(self, e: NodeUp | NodeLost | NodeCache, now: float) -> None:
