@@ -24,6 +24,7 @@ cgroup counter read per usage interval. No process spawning, no scans of all pro
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -308,8 +309,9 @@ class NodeAgent:
         self._cache.recover()
         self._warm_cache: DatasetCache | None = None
         """The node cache `warm_dataset` fills; opened on first use, kept (one per agent)."""
-        self._warm_jails = 0
-        """Warm helpers put in a memory cgroup so far (a part of each one's group name)."""
+        self._warm_jails = itertools.count(1)
+        """Numbers the warm helpers' memory cgroups (part of each one's name); `next` on it is
+        atomic, so two warms of one tenant at once never share a group."""
         self._warned_warm_jail = False
         self._warm_mu = threading.Lock()
         self.faults = FaultBoard(name, self.cpus, join=self.groups.fault_join(self.cpuset))
@@ -980,8 +982,8 @@ class NodeAgent:
             return None
         limit = self.settings.warm_memory_mb or psutil.virtual_memory().total // (4 * 1024 * 1024)
         limit += -(-tenant_share(self.cache_settings)[0] // (1024 * 1024))
-        self._warm_jails += 1
-        return MemoryController(self.layout, f"sluice-warm-{user.uid}-{os.getpid()}-{self._warm_jails}", limit)
+        name = f"sluice-warm-{user.uid}-{os.getpid()}-{next(self._warm_jails)}"
+        return MemoryController(self.layout, name, limit)
 
     def warm_dataset(
         self,
