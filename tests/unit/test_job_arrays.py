@@ -104,10 +104,14 @@ def test_array_on_the_cli_submit_list_and_cancel(live: Live, tmp_path: Path) -> 
     code, out, err = sluice(live, "bob", "job", "list", "--array", array_id)
     assert code == 0 and "no jobs of that array" in err
     code, _, err = sluice(live, "bob", "job", "cancel", "--array", array_id)
-    assert code != 0 and "none of your jobs of it" in err
-    code, out, err = sluice(live, "alice", "job", "cancel", "--array", array_id)
+    assert code != 0 and f"job array {array_id!r} not found" in err
+    assert phases(live, [f"{array_id}-{i}" for i in range(3)]) == [Phase.PENDING] * 3
+    code, out, err = sluice(live, "alice", "job", "cancel", "--array", array_id, "-o", "json")
     assert code == 0, err
+    assert out.count(f'"{array_id}-') == 3  # one request, every job of it, as a list
     assert phases(live, [f"{array_id}-{i}" for i in range(3)]) == [Phase.CANCELLED] * 3
+    code, _, err = sluice(live, "alice", "job", "cancel", "--array", array_id)
+    assert code != 0 and "none of your jobs of it is still to end" in err
     for bad in ("", "3%", "%2", "-3", "3%1%1", "x"):
         code, _, err = sluice(live, "alice", "job", "submit", str(spec), "--array", bad)
         assert code == 2 and "--array" in err, (bad, err)
@@ -158,3 +162,25 @@ def test_after_an_array_waits_for_every_job_of_it_and_is_cancelled_if_one_fails(
     assert f"job {other}-0, which it starts after, ended Failed" in live.job(after_other).reason
     r = live.submit("alice", after=[other])
     assert r.status_code == 409 and f"after: job {other}-0 ended Failed" in r.text
+
+
+def test_an_array_is_cancelled_in_one_request_only_by_its_tenant_or_an_admin(live: Live) -> None:
+    """`POST /v1/jobs/cancel {"array": ID}`: every job of the array not yet ended, in one
+    request. Another tenant's array is a 404 like its jobs (and nothing is cancelled); an
+    admin may cancel any; a body that is not exactly `{"array": "<id>"}` is a 422."""
+    array_id = submit_array(live, "alice", 4)["spec"]["array"]["id"]
+    ids = [f"{array_id}-{i}" for i in range(4)]
+    live.call("POST", f"/v1/jobs/{ids[0]}/cancel", "alice")  # one ended already
+    for bad in ({}, {"array": ""}, {"array": "x" * 65}, {"array": 7}, {"array": array_id, "ids": ids}, [array_id]):
+        r = live.call("POST", "/v1/jobs/cancel", "alice", bad)
+        assert r.status_code == 422, (bad, r.text)
+    for who, what in (("bob", array_id), ("alice", "j-nothing"), ("alice", ids[1])):
+        r = live.call("POST", "/v1/jobs/cancel", who, {"array": what})
+        assert r.status_code == 404 and "not found" in r.text, (who, what, r.text)
+    assert phases(live, ids[1:]) == [Phase.PENDING] * 3
+    r = live.call("POST", "/v1/jobs/cancel", "admin", {"array": array_id})
+    assert r.status_code == 200, r.text
+    assert [j["id"] for j in r.json()] == ids[1:]  # the ones not ended, lowest index first
+    assert phases(live, ids) == [Phase.CANCELLED] * 4
+    r = live.call("POST", "/v1/jobs/cancel", "alice", {"array": array_id})
+    assert r.status_code == 200 and r.json() == []  # all ended: nothing left to cancel

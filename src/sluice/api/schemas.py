@@ -243,6 +243,13 @@ class NodeWhyOut(BaseModel):
     alarm: AlarmWhyOut | None = None
 
 
+class CancelIn(RequestModel):
+    """Jobs to cancel in one request (`POST /v1/jobs/cancel`): every job of a job array that has
+    not ended. Unknown fields refused."""
+
+    array: str = Field(min_length=1, max_length=64, description="The job array's id (`j-…`, what submit printed).")
+
+
 class FaultIn(RequestModel):
     """A fault to inject on a node (`sluice node fault`): exact types (`seconds: true` is
     refused), unknown fields refused."""

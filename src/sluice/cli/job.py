@@ -385,11 +385,11 @@ def cancel(
     stop: SluiceError | None = None
     with errors_reported(), connect() as client:
         if array is not None:
-            of_array = [j.id for j in client.jobs(array=array) if not Phase(j.phase).terminal]
-            if not of_array and not job_ids:
+            done += client.cancel_array(array)  # one request for the whole array
+            if not done and not job_ids:
                 raise CliError(f"array {array!r}: none of your jobs of it is still to end", EXIT_FAILURE)
-            job_ids += of_array
-        todo = list(dict.fromkeys(job_ids))  # an id given twice is cancelled once
+        cancelled = {j.id for j in done}
+        todo = [i for i in dict.fromkeys(job_ids) if i not in cancelled]  # an id given twice is cancelled once
         for k, job_id in enumerate(todo):
             try:
                 done.append(client.cancel(job_id))
@@ -405,11 +405,12 @@ def cancel(
         for j in jobs if isinstance(jobs, list) else [jobs]:
             console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False)
 
+    one = array is None and len(job_ids) == 1  # -o json: one job for one id, else a list
     if done:
-        emit(done[0] if len(job_ids) == 1 else done, output, render)
+        emit(done[0] if one else done, output, render)
     if stop is not None:
         said = as_cli_error(stop)
-        rest = f"; not cancelled: {', '.join(todo)}" if len(job_ids) > 1 else ""
+        rest = "" if one else f"; not cancelled: {', '.join(todo)}"
         raise typer.Exit(report(CliError(f"{said}{rest}", said.code, said.problems)))
     if code:
         raise typer.Exit(code)

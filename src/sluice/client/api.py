@@ -318,6 +318,13 @@ class Client:
         """Cancel: a queued job ends now, a running one checkpoints and exits."""
         return self._one(JobOut, "POST", f"/v1/jobs/{_seg(job_id, _JOB)}/cancel")
 
+    def cancel_array(self, array_id: str) -> list[JobOut]:
+        """Cancel every job of a job array that has not ended, in one request; the jobs
+        cancelled (none when all had ended). NotFound for an array the caller has none of."""
+        path = "/v1/jobs/cancel"
+        answer = self.request("POST", path, json={"array": array_id})
+        return [_parse(JobOut, item, path) for item in (answer or [])]
+
     def suspend(self, job_id: str) -> JobOut:
         """Suspend: the job checkpoints, stops and gives its quota back until resumed."""
         return self._one(JobOut, "POST", f"/v1/jobs/{_seg(job_id, _JOB)}/suspend")

@@ -764,6 +764,26 @@ class ControlPlane:
         self.wake()
         return done
 
+    def cancel_array(self, caller: TenantRecord, array_id: str) -> list[JobRecord]:
+        """Cancel every job of a job array that has not ended, in one call (`sluice job cancel
+        --array`): the caller's own array, or any tenant's for an admin; another tenant's reads
+        as none (404). Returns the jobs cancelled, lowest index first (none when all had ended)."""
+        with self.controller.lock:
+            book = self.controller.book
+            first = book.get(f"{array_id}-0")
+            owner = first.tenant if first is not None and caller.admin else caller.name
+            count = array_count(book, array_id, owner)
+            if count is None:
+                raise NotFound(f"job array {array_id!r} not found")
+            live = [j for j in (book.get(f"{array_id}-{k}") for k in range(count)) if j is not None]
+        done = [
+            self.controller.cancel(j.id, f"cancelled with its array by {caller.name}")
+            for j in live
+            if not j.phase.terminal
+        ]
+        self.wake()
+        return done
+
     def suspend(self, caller: TenantRecord, job_id: str) -> JobRecord:
         """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
         job = self.get_job(caller, job_id)

@@ -19,7 +19,7 @@ from sluice.api import job_logs, pagination
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.errors import error_body
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
-from sluice.api.schemas import ErrorOut, EventOut, InvalidOut, JobOut, jsonable
+from sluice.api.schemas import CancelIn, ErrorOut, EventOut, InvalidOut, JobOut, jsonable
 from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
@@ -152,6 +152,16 @@ def _wire(s: str) -> int:
 @router.get("/{job_id}", response_model=JobOut, responses=_ERRORS)
 def get_job(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
     return _out(plane, caller, _get(plane, caller, job_id))
+
+
+@router.post("/cancel", response_model=list[JobOut], responses=_ERRORS)
+def cancel_many(plane: PlaneDep, caller: CallerDep, body: CancelIn) -> list[JobOut]:
+    """Cancel every job of a job array that has not ended (`{"array": ID}`), in one request: the
+    jobs cancelled, lowest index first (an empty list when all had ended). Another tenant's
+    array is a 404, as its jobs are."""
+    jobs = plane.cancel_array(caller, body.array)
+    limits = plane.queues.runtime_limits(jobs)
+    return [JobOut.of(j, caller.name, limits[j.id]) for j in jobs]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS)
