@@ -443,12 +443,9 @@ class Controller:
             # Not logged as an event (jobs checkpoint often); the next placement names it.
             self.book.observe(job.id, checkpoint=e.path, checkpoint_step=e.step)
         elif isinstance(e, JobExited) and job.phase.active:
-            end, until = min(e.time, now), job.run_until
-            ran = job.phase in (Phase.STARTING, Phase.RUNNING) and until is not None and until < end
-            if ran and until is not None and self._last_step_time is None:
+            if self._last_step_time is None:
                 # A plane starting up: it ran on while none counted, until it exited (adopt_running's).
-                self._charge(job, until, end)
-                job = self.book.get(job.id) or job
+                job, _ = self._charge_unwatched(job, min(e.time, now))
             self._on_exit(job, e, now)
 
     def _apply_node(self, e: NodeUp | NodeLost | NodeCache, now: float) -> None:
@@ -829,11 +826,9 @@ class Controller:
             assert job is not None
             msg = f"adopted running attempt {job.attempt} after control-plane restart"
             now = self.engine.clock()
-            if job.phase in (Phase.STARTING, Phase.RUNNING) and job.run_until is not None and job.run_until < now:
-                # It ran on while no plane counted: that time is held against its limits too.
-                msg += f"; {now - job.run_until:.0f}s run while the plane was down counted"
-                self._charge(job, job.run_until, now)
-                job = self.book.get(job_id) or job
+            job, unwatched = self._charge_unwatched(job, now)
+            if unwatched:
+                msg += f"; {unwatched:.0f}s run while the plane was down counted"
             if self._last_step_time is None:
                 self._last_step_time = now  # the first round counts on from here, not from itself
             if job.phase == Phase.STARTING:
@@ -842,6 +837,16 @@ class Controller:
                 )
             else:
                 self.book.update(job_id, "recovery", msg)
+
+    def _charge_unwatched(self, job: JobRecord, end: float) -> tuple[JobRecord, float]:
+        """Charge a Starting or Running attempt for [run_until, end): time it ran while no plane
+        counted (a restart adopting it, or reading its exit). The job as it is after, and the
+        seconds charged (0 when there were none)."""
+        start = job.run_until
+        if job.phase not in (Phase.STARTING, Phase.RUNNING) or start is None or start >= end:
+            return job, 0.0
+        self._charge(job, start, end)
+        return self.book.get(job.id) or job, end - start
 
     def resume_lost(self, job_id: str) -> None:
         """The job's process ended while the control plane was down and left no exit code."""

@@ -57,22 +57,20 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         return {"items": len(manifest), "total_bytes": manifest.total_bytes}
     disk, memory = str(request["disk_dir"]), str(request["memory_dir"])
     if op == "fractions":
-        # Read the index only: a report must not resize tiers or create anything.
+        # A report creates nothing and never grows a tier; it only shrinks one above the share.
         path = os.path.join(disk, "index.sqlite")
         if not os.path.exists(path):
             return {"fractions": {}}
         index = Index(path, CacheSettings().lrfu_lambda)
         _shrink_to(index, disk, memory, request)
         return {"fractions": {ds: frac for (ds, _name), frac in index_fractions(index).items()}}
-    if op == "warm":
-        cache = DatasetCache(
-            disk_dir=disk,
-            memory_dir=memory,
-            memory_bytes=_share(request, "memory_bytes"),
-            disk_bytes=_share(request, "disk_bytes"),
-        )
-    else:
-        cache = DatasetCache(disk_dir=disk, memory_dir=memory)
+    # Sized to the tenant's share where the request gives one (a warm), else as it stands.
+    cache = DatasetCache(
+        disk_dir=disk,
+        memory_dir=memory,
+        memory_bytes=_share(request, "memory_bytes"),
+        disk_bytes=_share(request, "disk_bytes"),
+    )
     if op == "drop":
         return {"removed": cache.remove(str(request["name"]))}
     if op == "warm":

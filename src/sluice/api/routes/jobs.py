@@ -58,7 +58,13 @@ def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
 
 def _out(plane: ControlPlane, caller: Any, job: JobRecord) -> JobOut:
     """The job as the caller sees it, with how long it may run."""
-    return JobOut.of(job, caller.name, plane.queues.runtime_limits([job])[job.id])
+    return _outs(plane, caller, [job])[0]
+
+
+def _outs(plane: ControlPlane, caller: Any, jobs: list[JobRecord]) -> list[JobOut]:
+    """`_out` of each job, the queues' limits read once."""
+    limits = plane.queues.runtime_limits(jobs)
+    return [JobOut.of(j, caller.name, limits[j.id]) for j in jobs]
 
 
 @router.post(
@@ -100,8 +106,7 @@ def list_jobs(
     after = decode_cursor("jobs", cursor, (float, str))
     jobs = _fetch_jobs(plane, caller, phase or None, after, limit + 1)
     page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id), _job_bytes)
-    limits = plane.queues.runtime_limits(page)
-    return Page[JobOut](items=[JobOut.of(j, caller.name, limits[j.id]) for j in page], next_cursor=nxt)
+    return Page[JobOut](items=_outs(plane, caller, page), next_cursor=nxt)
 
 
 JOB_BATCH = 50
@@ -159,9 +164,7 @@ def cancel_many(plane: PlaneDep, caller: CallerDep, body: CancelIn) -> list[JobO
     """Cancel every job of a job array that has not ended (`{"array": ID}`), in one request: the
     jobs cancelled, lowest index first (an empty list when all had ended). Another tenant's
     array is a 404, as its jobs are."""
-    jobs = plane.cancel_array(caller, body.array)
-    limits = plane.queues.runtime_limits(jobs)
-    return [JobOut.of(j, caller.name, limits[j.id]) for j in jobs]
+    return _outs(plane, caller, plane.cancel_array(caller, body.array))
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, responses=_ERRORS)
