@@ -360,6 +360,18 @@ class Settings(BaseSettings):
             "Default 10000.",
         ),
     ] = 10_000
+    job_retention_days: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=36_500,
+            description="Days an ended job is kept after it finished: past them the plane forgets it — its "
+            "record, events, log and run folder (with the checkpoints kept there; not those under "
+            "checkpoint_roots) — and node events older than that go too. A job another job still waits for "
+            "(`after`) and an array with a job that ended later are kept. Usage's held time is not touched. "
+            "0 keeps everything for ever. Default 90.",
+        ),
+    ] = 90.0
     metrics_token: Annotated[
         str | None,
         Field(

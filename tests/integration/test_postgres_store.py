@@ -163,7 +163,7 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(pg_url: str) -> None:
     store.close()
     again = SqlStore(pg_url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 6
+        assert again.schema_version == SCHEMA_VERSION == 7
         job = again.get_job("old-6")
         assert job is not None and job.run_s == 30.0 and job.run_until is None and job.cpu_used_s == 0.0
         again.save_job(replace(job, run_until=12.5, cpu_used_s=3.0, attempt_cpu_s=3.0))

@@ -5,6 +5,7 @@ a time limit."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sluice.cli.main import app as cli
-from sluice.control.errors import Conflict
+from sluice.control.errors import Conflict, NotFound
 from sluice.control.plane import ControlPlane
+from sluice.control.retention import DAY_S
 from sluice.model import JobRecord, Phase
 from sluice.settings import Settings
 from sluice.spec import GrantSpec, PriorityClassSpec, QueueSpec, SpecError, TenantSpec, parse_job_spec
@@ -239,3 +241,40 @@ def test_a_job_after_another_runs_once_it_succeeds_and_is_stopped_at_its_time_li
     assert limited.checkpoint_step is not None and limited.step > 0  # it ran, and kept a checkpoint
     assert wait_for(lambda: get(p, third).phase == Phase.CANCELLED, 10), get(p, third).reason
     assert get(p, third).attempt == 0  # never launched
+
+
+def test_retention_forgets_ended_jobs_with_their_folders_but_not_one_a_live_job_waits_for(plane: ControlPlane) -> None:
+    """Real processes and run folders: two jobs succeed (their logs and checkpoint folders on disk); a third
+    waits for one of them and for a job still running. A retention pass 92 days on (the
+    default keeps 90; the pass is run with its clock moved) forgets the free one — record,
+    events, folder — and keeps the one waited for; once nothing waits, that one goes too."""
+    p = plane
+    assert p.retention is not None and p.settings.job_retention_days == 90
+    retention = p.retention.retention
+    caller = p.store.get_tenant("default")
+    assert caller is not None
+    short = ["python", str(JOBS / "sdk_loop.py"), "--steps", "20"]
+    kept = p.submit(caller, loop(name="kept", command=short))
+    free = p.submit(caller, loop(name="free", command=short))
+    for j in (kept, free):
+        assert wait_for(lambda j=j: get(p, j).phase == Phase.SUCCEEDED, 60), get(p, j).reason
+    long = p.submit(caller, loop(name="long"))
+    waiting = p.submit(caller, loop(name="waiting", after=[kept.id, long.id]))
+    assert wait_for(lambda: running(p, long), 30), get(p, long).reason
+    runs = p.settings.runs_dir
+    assert (runs / free.id / "job.log").exists() and (runs / free.id / "checkpoints").is_dir()
+
+    later = retention.run(time.time() + 92 * DAY_S)  # past the 90 days
+    assert (later.jobs, later.kept) == (1, 1), later
+    assert p.store.get_job(free.id) is None and p.store.get_job(kept.id) is not None
+    assert not (runs / free.id).exists() and (runs / kept.id / "job.log").exists()
+    assert p.store.events(job_id=free.id) == [] and get(p, waiting).phase == Phase.PENDING
+    with pytest.raises(NotFound):
+        p.get_job(caller, free.id)
+
+    p.cancel(caller, long.id)  # `waiting` can never start now: it is cancelled, and nothing waits
+    assert wait_for(lambda: get(p, waiting).phase == Phase.CANCELLED and get(p, long).phase.terminal, 30)
+    last = retention.run(time.time() + 91 * DAY_S)
+    assert last.jobs == 3 and last.kept == 0, last
+    assert [j.id for j in p.list_jobs(caller)] == []
+    assert not any((runs / j.id).exists() for j in (kept, long, waiting))

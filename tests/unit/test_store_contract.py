@@ -143,6 +143,36 @@ def check_deleted_tenant(store: Store) -> None:
     assert store.tenant_deleted_at("carol") == 7.5
 
 
+def check_retention(store: Store) -> None:
+    """What job retention reads and deletes: ended jobs by when they finished (never a live
+    one, however old), a job's events with it, and the old events of no job, oldest first."""
+    ended = {"old-ok": (Phase.SUCCEEDED, 10.0), "old-fail": (Phase.FAILED, 20.0), "new": (Phase.CANCELLED, 500.0)}
+    for job_id, (phase, at) in ended.items():
+        store.create_job(replace(make_job(job_id), phase=phase, finished_at=at))
+    store.create_job(replace(make_job("running"), phase=Phase.RUNNING, started_at=1.0))
+    store.create_job(replace(make_job("pending"), phase=Phase.PENDING))
+    for job_id in ("old-ok", "running", "new"):
+        store.append_event(5.0, "phase", f"{job_id} moved", job_id=job_id, node="n0")
+    for t in (1.0, 2.0, 3.0, 600.0):
+        store.append_event(t, "health", f"node at {t}", node="n0")
+    assert [j.id for j in store.ended_before(100.0, 10)] == ["old-ok", "old-fail"]
+    assert [j.id for j in store.ended_before(100.0, 1)] == ["old-ok"]
+    assert [j.id for j in store.ended_before(100.0, 10, after=(10.0, "old-ok"))] == ["old-fail"]
+    assert [j.id for j in store.ended_before(10.0, 10)] == []  # strictly before
+    assert store.delete_jobs(["old-ok", "old-ok", "no-such-job"]) == 1
+    assert store.get_job("old-ok") is None and store.events(job_id="old-ok") == []
+    assert [e.message for e in store.events(job_id="running")] == ["running moved"]
+    assert store.delete_jobs([]) == 0
+    last = store.events()[-1].seq
+    assert store.delete_events_before(100.0, 2) == 2  # the two oldest of no job
+    left = ["running moved", "new moved", "node at 3.0", "node at 600.0"]
+    assert [e.message for e in store.events(node="n0")] == left
+    assert store.delete_events_before(100.0, 10) == 1
+    store.append_event(700.0, "health", "after", node="n0")
+    assert store.events()[-1].seq > last  # no seq is given out twice
+    assert sorted(j.id for j in store.list_jobs()) == ["new", "old-fail", "pending", "running"]
+
+
 class StoreContract:
     """Checks every Store must pass; subclasses provide the `store` fixture."""
 
@@ -315,6 +345,9 @@ class StoreContract:
     def test_held_time_adds_up_by_tenant_and_hour(self, store: SqlStore) -> None:
         check_held_time(store)
 
+    def test_retention_reads_and_deletes_ended_jobs_and_old_node_events(self, store: SqlStore) -> None:
+        check_retention(store)
+
 
 class TestSqliteStore(StoreContract):
     @pytest.fixture
@@ -331,6 +364,10 @@ def test_memory_store_pages_the_same_way() -> None:
 def test_memory_store_sums_usage_the_same_way() -> None:
     check_usage(MemoryStore())
     check_held_time(MemoryStore())
+
+
+def test_memory_store_keeps_retention_the_same_way() -> None:
+    check_retention(MemoryStore())
 
 
 def test_memory_store_retires_deleted_tenant_names() -> None:
@@ -465,7 +502,7 @@ def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(t
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 6
+        assert again.schema_version == SCHEMA_VERSION == 7
         job = again.get_job("j1")
         assert job is not None and job.run_s == 0.0
         again.save_job(replace(job, run_s=12.5))
@@ -499,7 +536,7 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 6
+        assert again.schema_version == SCHEMA_VERSION == 7
         assert again.held_time() == [HeldTime("alice", 0.0, False, 94.0, 47.0)]
         assert again.held_time(since=7200.0) == [HeldTime("alice", 7200.0, False, 90.0, 45.0)]
         assert again.held_time(since=3600.0) == [HeldTime("alice", 3600.0, False, 94.0, 47.0)]
@@ -533,7 +570,7 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 6
+        assert again.schema_version == SCHEMA_VERSION == 7
         job = again.get_job("j1")
         assert job is not None and job.run_s == 30.0 and job.run_until is None and job.cpu_used_s == 0.0
         again.save_job(replace(job, run_until=123.5, cpu_used_s=9.0, attempt_cpu_s=9.0))
@@ -543,3 +580,24 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
         assert again.held_time() == [HeldTime("alice", 0.0, False, 11.0, 6.0, 2.5)]
     finally:
         again.close()
+
+
+def test_a_version_6_database_gets_the_retention_indexes(tmp_path: Path) -> None:
+    """Version 7 indexes what retention reads by (when jobs finished, when events happened):
+    `create_all` makes indexes only with a new table, so an older database needs the step."""
+    import sqlite3
+
+    db = tmp_path / "v6.db"
+    url = f"sqlite:///{db}"
+    SqlStore(url).close()
+    with sqlite3.connect(db) as con:  # as version 6 left it
+        con.execute("DROP INDEX ix_jobs_finished")
+        con.execute("DROP INDEX ix_events_time")
+        con.execute("UPDATE meta SET value='6' WHERE key='schema_version'")
+    con.close()
+    SqlStore(url).close()
+    with sqlite3.connect(db) as con:
+        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        version = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    con.close()
+    assert {"ix_jobs_finished", "ix_events_time"} <= names and version == "7"

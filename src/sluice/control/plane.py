@@ -29,9 +29,10 @@ from sluice.control.priorities import PriorityClassService
 from sluice.control.queues import QueueService, QueueStatus
 from sluice.control.recovery import RecoveryReport, recover
 from sluice.control.resume import CopySlots, copy_checkpoints
+from sluice.control.retention import DAY_S, Retention, RetentionThread
 from sluice.control.usage import TenantUsage, by_tenant
 from sluice.data.guard import guard_from
-from sluice.engine.base import Engine, FaultInjector
+from sluice.engine.base import Engine, FaultInjector, RunFolders
 from sluice.health.monitor import HealthMonitor, MonitorConfig
 from sluice.model import JobRecord, JobUser, NodeHealth, Phase, ProgressSignals
 from sluice.model.queue import PriorityClass
@@ -267,6 +268,23 @@ class ControlPlane:
         """Set when another plane took the database from this one (a PostgreSQL restart ended
         this plane's session and lock): this plane stops reconciling, /healthz says why."""
         self.health = self._attach_health(settings) if settings.health_enabled else None
+        self.retention = self._retention(settings)
+
+    def _retention(self, settings: Settings) -> RetentionThread | None:
+        """Ended jobs forgotten `job_retention_days` after they finished (control/retention.py);
+        None when that is 0 (keep everything)."""
+        if settings.job_retention_days <= 0:
+            return None
+        book = self.controller.book
+        retention = Retention(
+            self.store,
+            settings.job_retention_days * DAY_S,
+            live=book.live,
+            get=book.get,
+            lock=self.controller.lock,
+            remove_folders=self.engine.remove_run_folders if isinstance(self.engine, RunFolders) else None,
+        )
+        return RetentionThread(retention, clock=self.engine.clock)
 
     def _attach_health(self, settings: Settings) -> object:
         """The node health monitor as a controller observer (issue 5). Virtual nodes share
@@ -320,6 +338,8 @@ class ControlPlane:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="sluice-reconcile", daemon=True)
         self._thread.start()
+        if self.retention is not None:
+            self.retention.start()
 
     def _loop(self) -> None:
         interval = self.settings.reconcile_interval_s
@@ -361,6 +381,8 @@ class ControlPlane:
         """Stop reconciling. Job processes keep running and are adopted on the next start."""
         self._stop.set()
         self._wake.set()
+        if self.retention is not None:
+            self.retention.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
         try:  # the last seconds of held time (a round writes it every few seconds)

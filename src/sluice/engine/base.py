@@ -112,6 +112,20 @@ class CacheWarmer(Protocol):
 
 
 @runtime_checkable
+class RunFolders(Protocol):
+    """An engine that keeps each job's run folder where the control plane can reach it (this
+    machine, or a mount every node shares): it can remove a forgotten job's folders (job
+    retention). Optional: the simulator keeps none."""
+
+    def remove_run_folders(self, job_id: str) -> int:
+        """Remove the ended job's run folders (its log, its attempts' files, the checkpoints
+        kept there; its replicas' on every node) and any checkpoint folder of it under the
+        engine's checkpoint root; how many folders went. Checkpoints under an admin's
+        `checkpoint_roots` are left."""
+        ...
+
+
+@runtime_checkable
 class FaultInjector(Protocol):
     """An engine whose node agents can make their node sick on purpose (`sluice node fault`):
     how operators test that the health loop cordons a sick node and moves its jobs. Optional:

@@ -38,6 +38,7 @@ from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
 from sluice.engine.ray_gang import GangBook, Stop, parse_replica
+from sluice.engine.run_folders import remove_job_folders
 from sluice.model import (
     Allocation,
     EngineCapabilities,
@@ -247,6 +248,10 @@ class LocalEngine:
 
     def earlier_logs(self, job_id: str) -> list[str]:
         return []  # every attempt appends to the one log, whichever virtual node runs it
+
+    def remove_run_folders(self, job_id: str) -> int:
+        """Every virtual node shares this machine's runs folder (checkpoints included)."""
+        return remove_job_folders(Path(self.settings.runs_dir), job_id)
 
     def replica_log(self, job_id: str, rank: int) -> str | None:
         return None  # every replica's lines are in the one log, prefixed [rankK]

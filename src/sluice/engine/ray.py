@@ -31,6 +31,7 @@ from sluice.engine.base import pick_nodes
 from sluice.engine.ray_connect import check_reachable, resolve_address
 from sluice.engine.ray_gang import GangBook, Stop
 from sluice.engine.ray_membership import Membership, RayNode
+from sluice.engine.run_folders import remove_job_folders
 from sluice.model import (
     Allocation,
     EngineCapabilities,
@@ -478,6 +479,19 @@ class RayEngine:
         current = self.log_path(job_id)
         newest = Path(current).resolve() if current else None
         return [str(p) for p in self._logs_on_disk(job_id) if p.resolve() != newest]
+
+    def remove_run_folders(self, job_id: str) -> int:
+        """The job's folders on every node's part of the shared runs folder, and its checkpoint
+        folder under the shared checkpoint root."""
+        self._log_paths.pop(job_id, None)
+        gone = 0
+        with contextlib.suppress(FileNotFoundError):
+            for node_dir in (self.runs_root / "nodes").iterdir():
+                if node_dir.is_dir() and not node_dir.is_symlink():
+                    gone += remove_job_folders(node_dir, job_id)
+        if self.checkpoint_root is not None:
+            gone += remove_job_folders(Path(self.checkpoint_root), job_id)
+        return gone
 
     def close(self) -> None:
         """Disconnect; the detached agents and their jobs keep running — except on a one-node

@@ -158,6 +158,23 @@ class Store(Protocol):
         summed by tenant, phase and GPU use: one grouped read, however many jobs there are."""
         ...
 
+    def ended_before(self, before: float, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
+        """Up to `limit` ended jobs (Succeeded, Failed, Cancelled) that finished before `before`,
+        ordered by (finished_at, id); `after`: only those strictly after that key. The
+        candidates of job retention (`control/retention.py`)."""
+        ...
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete these jobs and every event of theirs in one transaction; how many jobs were
+        deleted (an unknown id is skipped). Retention's: nothing else removes a job."""
+        ...
+
+    def delete_events_before(self, before: float, limit: int) -> int:
+        """Delete up to `limit` of the oldest events that belong to no job (node health,
+        cordons, plane notes) and happened before `before`; how many. A job's own events go
+        with the job (`delete_jobs`)."""
+        ...
+
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         """Add each row to its (tenant, hour, gpu) total, made at 0 if new; in one transaction."""
         ...

@@ -27,6 +27,7 @@ class MemoryStore:
         self.keep_events = keep_events
         self._jobs: dict[str, JobRecord] = {}
         self._events: list[EventRecord] = []
+        self._last_seq = 0  # a deleted event's seq is never given out again
         self._tenants: dict[str, TenantRecord] = {}
         self._deleted_tenants: dict[str, float] = {}
         self._uids: dict[str, int] = {}
@@ -99,6 +100,30 @@ class MemoryStore:
             sums[key] = (n + 1, service + j.attained_service, run + j.run_s, restarts + j.restarts)
         return [UsageRow(t, p, g, *v) for (t, p, g), v in sorted(sums.items())]
 
+    def ended_before(self, before: float, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
+        ended = [
+            j
+            for j in self._jobs.values()
+            if j.phase.terminal
+            and j.finished_at is not None
+            and j.finished_at < before
+            and (after is None or (j.finished_at, j.id) > after)
+        ]
+        ended.sort(key=lambda j: (j.finished_at or 0.0, j.id))
+        return ended[:limit]
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        gone = {i for i in job_ids if self._jobs.pop(i, None) is not None}
+        if gone:
+            self._events = [e for e in self._events if e.job_id not in gone]
+        return len(gone)
+
+    def delete_events_before(self, before: float, limit: int) -> int:
+        doomed = {e.seq for e in self._events if e.job_id is None and e.time < before}
+        doomed = set(sorted(doomed)[:limit])
+        self._events = [e for e in self._events if e.seq not in doomed]
+        return len(doomed)
+
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         for r in rows:
             key = (r.tenant, r.hour, r.gpu)
@@ -124,7 +149,8 @@ class MemoryStore:
         data: dict[str, Any] | None = None,
     ) -> None:
         if self.keep_events:
-            self._events.append(EventRecord(len(self._events) + 1, time, kind, message, job_id, node, data or {}))
+            self._last_seq += 1
+            self._events.append(EventRecord(self._last_seq, time, kind, message, job_id, node, data or {}))
 
     def events(
         self,

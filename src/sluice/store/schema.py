@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -85,6 +85,8 @@ jobs = Table(
     Column("attempt_cpu_s", Double, nullable=False, server_default="0"),
 )
 Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
+ix_jobs_finished = Index("ix_jobs_finished", jobs.c.finished_at)
+"""Job retention reads the earliest-finished jobs (`Store.ended_before`)."""
 
 events = Table(
     "events",
@@ -98,6 +100,8 @@ events = Table(
     Column("data", JSON, nullable=False),
     sqlite_autoincrement=True,  # never reuse a seq, even after the newest row is gone
 )
+ix_events_time = Index("ix_events_time", events.c.time)
+"""Retention deletes the old events of no job (`Store.delete_events_before`)."""
 
 tenants = Table(
     "tenants",
@@ -331,12 +335,20 @@ def _v6_run_until_and_cpu_used(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE held_time ADD COLUMN cpu_used_s DOUBLE PRECISION NOT NULL DEFAULT 0"))
 
 
+def _v7_retention_indexes(conn: Connection) -> None:
+    """Version 7: indexes job retention reads by (when a job finished, when an event happened);
+    `create_all` makes them only with a new table."""
+    ix_jobs_finished.create(conn, checkfirst=True)
+    ix_events_time.create(conn, checkfirst=True)
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _v2_typed_job_fields,
     3: _v3_tenant_caps_and_deleted_names,
     4: _v4_job_run_time,
     5: _v5_held_time_by_hour,
     6: _v6_run_until_and_cpu_used,
+    7: _v7_retention_indexes,
 }
 """version -> step that turns a database at version-1 into this version."""
 

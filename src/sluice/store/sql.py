@@ -254,6 +254,10 @@ URL's query names them: a network that drops packets (a partition, not a reset) 
 within about 30 s. Without them a read waited for the kernel's retransmissions, ~15 min, and
 the reconcile loop, which checks the plane's hold on the database every round, stopped with it."""
 
+_IN_BATCH = 500
+"""Most ids one `IN (...)` of a delete names: SQLite allows 32,766 bound parameters a
+statement, older builds 999."""
+
 PLANE_LOCK_KEY = 0x736C75696365
 """PostgreSQL advisory-lock key a control plane holds its database with ("sluice" in ASCII)."""
 
@@ -403,6 +407,42 @@ class SqlStore:
                 for t, p, g, n, s, r, k in conn.execute(q)
             ]
         return sorted(rows, key=lambda u: (u.tenant, u.phase, u.gpu))
+
+    def ended_before(self, before: float, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
+        c = schema.jobs.c
+        ended = [p.value for p in Phase if p.terminal]
+        q = (
+            select(schema.jobs)
+            .where(c.finished_at < before, c.phase.in_(ended))
+            .order_by(c.finished_at, c.id)
+            .limit(limit)
+        )
+        if after is not None:  # keyset: (finished_at, id) > after
+            t, jid = after
+            q = q.where(or_(c.finished_at > t, and_(c.finished_at == t, c.id > jid)))
+        with self._read() as conn:
+            return [_job_from_row(r) for r in conn.execute(q)]
+
+    def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return 0
+        gone = 0
+        with self._write() as conn:
+            for i in range(0, len(ids), _IN_BATCH):  # a bound on the statement's parameters
+                part = ids[i : i + _IN_BATCH]
+                conn.execute(delete(schema.events).where(schema.events.c.job_id.in_(part)))
+                gone += conn.execute(delete(schema.jobs).where(schema.jobs.c.id.in_(part))).rowcount
+        return gone
+
+    def delete_events_before(self, before: float, limit: int) -> int:
+        e = schema.events.c
+        oldest = select(e.seq).where(e.job_id.is_(None), e.time < before).order_by(e.seq).limit(limit)
+        with self._write() as conn:
+            seqs = [r[0] for r in conn.execute(oldest)]
+            for i in range(0, len(seqs), _IN_BATCH):
+                conn.execute(delete(schema.events).where(e.seq.in_(seqs[i : i + _IN_BATCH])))
+        return len(seqs)
 
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         if not rows:

@@ -1,0 +1,280 @@
+"""Job retention (control/retention.py, engine/run_folders.py): an ended job is forgotten —
+record, events, run folders — `job_retention_days` after it finished, except one a live job
+waits for and an array not all ended; folders go without following a job's links."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.api.app import create_app
+from sluice.control.plane import ControlPlane
+from sluice.control.retention import DAY_S, Retention, forgettable
+from sluice.engine.local import LocalEngine
+from sluice.engine.run_folders import remove_job_folders
+from sluice.model import JobRecord, Phase
+from sluice.policy import make_policy
+from sluice.settings import Settings
+from sluice.spec import JobSpec
+from sluice.store.memory import MemoryStore
+from sluice.store.sql import SqlStore
+
+from .fake_engine import FakeEngine
+
+SPEC = JobSpec.model_validate({"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}})
+
+
+def job(job_id: str, phase: Phase = Phase.SUCCEEDED, finished: float | None = 10.0, **spec: object) -> JobRecord:
+    s = SPEC.model_copy(update=spec) if spec else SPEC
+    return JobRecord(id=job_id, tenant="alice", spec=s, phase=phase, finished_at=finished if phase.terminal else None)
+
+
+def array_job(
+    array_id: str, index: int, count: int, phase: Phase = Phase.SUCCEEDED, finished: float = 10.0
+) -> JobRecord:
+    arr = SPEC.model_validate({**SPEC.model_dump(), "array": {"count": count}}).array
+    assert arr is not None
+    return job(f"{array_id}-{index}", phase, finished, array=arr.model_copy(update={"id": array_id, "index": index}))
+
+
+# ---------------------------------------------------------------- what is forgotten
+
+
+def test_a_job_a_live_job_starts_after_is_kept_and_the_others_go() -> None:
+    waits = job("waiting", Phase.PENDING, after=["dep"])
+    ids, kept = forgettable([job("dep"), job("other")], [waits], cutoff=100.0, get=lambda _: None)
+    assert ids == ["other"] and kept == 1
+
+
+def test_an_array_goes_whole_only_once_every_job_of_it_ended_before_the_cutoff() -> None:
+    jobs = {j.id: j for j in (array_job("a", 0, 3), array_job("a", 1, 3), array_job("a", 2, 3, finished=500.0))}
+    ids, kept = forgettable([jobs["a-0"], jobs["a-1"]], [], cutoff=100.0, get=jobs.get)
+    assert ids == [] and kept == 1  # a-2 ended after the cutoff: all three stay
+    jobs["a-2"] = array_job("a", 2, 3, finished=50.0)
+    ids, kept = forgettable([jobs["a-0"]], [], cutoff=100.0, get=jobs.get)
+    assert ids == ["a-0", "a-1", "a-2"] and kept == 0  # members past the page go with it
+    running = {**jobs, "a-1": array_job("a", 1, 3, Phase.RUNNING)}
+    assert forgettable([jobs["a-0"]], [], cutoff=100.0, get=running.get) == ([], 1)
+
+
+def test_an_array_a_live_job_waits_for_is_kept_whole() -> None:
+    jobs = {j.id: j for j in (array_job("a", 0, 2), array_job("a", 1, 2))}
+    for after in (["a"], ["a-1"]):
+        waits = job("w", Phase.PENDING, after=after)
+        assert forgettable(list(jobs.values()), [waits], cutoff=100.0, get=jobs.get) == ([], 1)
+
+
+def _retention(store: MemoryStore, live: list[JobRecord] | None = None, **kw: int) -> tuple[Retention, list[str]]:
+    removed: list[str] = []
+
+    def remove(job_id: str) -> int:
+        removed.append(job_id)
+        return 1
+
+    r = Retention(
+        store,
+        keep_s=DAY_S,
+        live=lambda: list(live or []),
+        get=store.get_job,
+        lock=threading.RLock(),
+        remove_folders=remove,
+        **kw,  # type: ignore[arg-type]
+    )
+    return r, removed
+
+
+def test_a_pass_forgets_jobs_past_their_time_with_their_events_folders_and_old_node_events() -> None:
+    store = MemoryStore()
+    now = 10 * DAY_S
+    for jid, at in (("old", now - 2 * DAY_S), ("recent", now - 0.5 * DAY_S)):
+        store.create_job(job(jid, finished=at))
+        store.append_event(at, "phase", f"{jid} ended", job_id=jid)
+    store.create_job(job("live", Phase.RUNNING))
+    store.append_event(now - 3 * DAY_S, "health", "n0 cordoned", node="n0")
+    store.append_event(now - 0.1 * DAY_S, "health", "n0 healthy", node="n0")
+    retention, removed = _retention(store)
+
+    done = retention.run(now)
+
+    assert (done.jobs, done.events, done.folders, done.kept, done.more) == (1, 1, 1, 0, False)
+    assert store.get_job("old") is None and store.events(job_id="old") == [] and removed == ["old"]
+    assert store.get_job("recent") is not None and store.get_job("live") is not None
+    assert [e.message for e in store.events(node="n0")] == ["n0 healthy"]
+    note = store.events(kinds=["retention"])
+    assert len(note) == 1 and "forgot 1 jobs" in note[0].message and "removed 1 run folders" in note[0].message
+    again = retention.run(now)  # nothing left: no second note
+    assert (again.jobs, again.events) == (0, 0) and len(store.events(kinds=["retention"])) == 1
+
+
+def test_kept_jobs_do_not_stall_a_pass_behind_them_and_a_pass_is_bounded() -> None:
+    """Candidates come earliest-finished first, a page at a time: a page of kept ones (waited
+    for) must not hide the later ones; a pass stops at its bound and says more is left."""
+    store = MemoryStore()
+    now = 10 * DAY_S
+    deps = [f"dep{i}" for i in range(4)]
+    for i, jid in enumerate(deps):
+        store.create_job(job(jid, finished=float(i)))
+    for i in range(6):
+        store.create_job(job(f"late{i}", finished=100.0 + i))
+    waiting = job("w", Phase.PENDING, after=deps)
+    retention, _ = _retention(store, [waiting], batch=2, most_per_pass=8)
+    first = retention.run(now)
+    assert (first.jobs, first.kept, first.more) == (4, 4, True)
+    second = retention.run(now)
+    assert (second.jobs, second.more) == (2, False)
+    assert sorted(j.id for j in store.list_jobs()) == sorted(deps)
+
+
+def test_zero_days_keeps_everything_and_a_negative_keep_is_refused(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", job_retention_days=0)
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    try:
+        assert plane.retention is None
+    finally:
+        plane.store.close()
+    with pytest.raises(ValueError, match="positive"):
+        Retention(MemoryStore(), 0, live=list, get=lambda _: None, lock=threading.Lock())
+    with pytest.raises(ValueError, match="job_retention_days"):
+        Settings(home=tmp_path / "h2", job_retention_days=-1)
+
+
+# ---------------------------------------------------------------- through the plane
+
+
+@pytest.fixture
+def plane(tmp_path: Path) -> Iterator[tuple[ControlPlane, FakeEngine, TestClient, dict[str, str]]]:
+    settings = Settings(home=tmp_path / "home", job_retention_days=1)
+    engine = FakeEngine()
+    plane = ControlPlane(settings, SqlStore(settings.db_url), engine, make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    with TestClient(create_app(plane)) as client:
+        yield plane, engine, client, {"Authorization": f"Bearer {tokens['admin']}"}
+    plane.store.close()
+
+
+def test_a_cancelled_job_is_gone_from_the_api_a_day_after_and_a_live_one_stays(
+    plane: tuple[ControlPlane, FakeEngine, TestClient, dict[str, str]],
+) -> None:
+    cp, engine, client, admin = plane
+    body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+    ended = client.post("/v1/jobs", json=body, headers=admin).json()["id"]
+    live = client.post("/v1/jobs", json=body, headers=admin).json()["id"]
+    assert client.post(f"/v1/jobs/{ended}/cancel", headers=admin).status_code == 200
+    assert cp.retention is not None
+    engine.now += 0.9 * DAY_S
+    assert cp.retention.retention.run(engine.now).jobs == 0  # not yet its time
+    assert client.get(f"/v1/jobs/{ended}", headers=admin).status_code == 200
+    engine.now += 0.2 * DAY_S
+    assert cp.retention.retention.run(engine.now).jobs == 1
+    assert client.get(f"/v1/jobs/{ended}", headers=admin).status_code == 404
+    assert client.get(f"/v1/jobs/{live}", headers=admin).status_code == 200
+    listed = [j["id"] for j in client.get("/v1/jobs", headers=admin).json()["items"]]
+    assert listed == [live]
+    # a job that starts after a forgotten one is refused like one after a job never made
+    refused = client.post("/v1/jobs", json={**body, "after": [ended]}, headers=admin)
+    assert refused.status_code == 422 and "after.0" in refused.text
+
+
+# ---------------------------------------------------------------- folders
+
+
+def _folder(path: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+
+
+def test_a_jobs_folders_and_its_replicas_go_and_no_other_jobs(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for name in ("j-1", "j-1--r0of2", "j-1--r1of2", "j-10", "j-1x", "j-1--r0of1"):
+        _folder(runs / name, {"job.log": name, "attempt-1/state.json": "{}", "checkpoints/c.pt": "x"})
+    assert remove_job_folders(runs, "j-1") == 3
+    assert sorted(os.listdir(runs)) == ["j-1--r0of1", "j-10", "j-1x"]
+    assert remove_job_folders(runs, "j-1") == 0 and remove_job_folders(tmp_path / "none", "j-1") == 0
+    for bad in ("", "..", ".", "a/b"):
+        with pytest.raises(ValueError):
+            remove_job_folders(runs, bad)
+
+
+def test_links_a_job_left_are_removed_not_followed(tmp_path: Path) -> None:
+    """A job's folder may hold links to anything its uid could name (another tenant's files,
+    the plane's database): removing the folder must not reach through them."""
+    precious = tmp_path / "precious"
+    _folder(precious, {"keep.txt": "mine", "sub/deep.txt": "mine too"})
+    runs = tmp_path / "runs"
+    _folder(runs / "j-1", {"job.log": "x"})
+    os.symlink(precious, runs / "j-1" / "link-to-dir")
+    os.symlink(precious / "keep.txt", runs / "j-1" / "link-to-file")
+    os.symlink(precious, runs / "j-2")  # a link where a job's folder would be
+    assert remove_job_folders(runs, "j-1") == 1 and remove_job_folders(runs, "j-2") == 1
+    assert (precious / "keep.txt").read_text() == "mine" and (precious / "sub" / "deep.txt").exists()
+    assert os.listdir(runs) == []
+
+
+def test_a_folder_the_job_locked_is_still_removed(tmp_path: Path) -> None:
+    """Without isolation the job runs as the plane's own user and may take every permission
+    off a folder of its own; the plane (the owner, not root) opens it up to remove it. Run
+    as an unprivileged uid here, where root would not notice the lock."""
+    runs = tmp_path / "runs"
+    _folder(runs / "j-1", {"locked/inner/f": "x", "job.log": "y"})
+    owner = 600_913 if os.geteuid() == 0 else os.geteuid()
+    for here, dirs, files in os.walk(tmp_path):
+        for name in (here, *(os.path.join(here, n) for n in dirs + files)):
+            os.chown(name, owner, owner)
+    os.chmod(runs / "j-1" / "locked" / "inner", 0)
+    os.chmod(runs / "j-1" / "locked", 0)
+    pid = os.fork()
+    if pid == 0:  # the child removes, as the folder's owner
+        try:
+            if os.geteuid() == 0:
+                os.setgid(owner)
+                os.setuid(owner)
+            os._exit(0 if remove_job_folders(runs, "j-1") == 1 else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and not (runs / "j-1").exists()
+
+
+def test_the_local_engine_removes_the_folders_in_its_runs_folder(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    engine = LocalEngine(settings)
+    try:
+        _folder(settings.runs_dir / "j-gone", {"job.log": "x", "checkpoints/step-1/model.pt": "w"})
+        _folder(settings.runs_dir / "j-kept", {"job.log": "y"})
+        assert engine.remove_run_folders("j-gone") == 1
+        assert not (settings.runs_dir / "j-gone").exists() and (settings.runs_dir / "j-kept" / "job.log").exists()
+    finally:
+        engine.close()
+
+
+def test_an_old_record_without_events_is_forgotten_too() -> None:
+    store = MemoryStore()
+    store.create_job(replace(job("bare"), finished_at=1.0))
+    retention, _ = _retention(store)
+    assert retention.run(10 * DAY_S).jobs == 1 and store.get_job("bare") is None
+
+
+def test_the_ray_engine_removes_the_jobs_folders_on_every_node_and_its_checkpoints(tmp_path: Path) -> None:
+    """Read through the shared root the plane reads logs from: every node's part of the runs
+    folder (a moved job ran on several; a gang's replicas each have one) and the checkpoint
+    root. The method needs no cluster, so it is called on a bare holder of those paths."""
+    from types import SimpleNamespace
+
+    from sluice.engine.ray import RayEngine
+
+    runs, ckpt = tmp_path / "runs", tmp_path / "checkpoints"
+    for node, name in (("n0", "j-1"), ("n1", "j-1"), ("n1", "j-1--r1of2"), ("n0", "j-2")):
+        _folder(runs / "nodes" / node / name, {"job.log": name})
+    _folder(ckpt / "j-1", {"checkpoints/step-3/model.pt": "w"})
+    _folder(ckpt / "j-2", {"checkpoints/step-1/model.pt": "w"})
+    holder = SimpleNamespace(runs_root=runs, checkpoint_root=str(ckpt), _log_paths={"j-1": "x", "j-2": "y"})
+    assert RayEngine.remove_run_folders(holder, "j-1") == 4  # type: ignore[arg-type]
+    assert sorted(str(p.relative_to(runs)) for p in runs.glob("nodes/*/*")) == ["nodes/n0/j-2"]
+    assert os.listdir(ckpt) == ["j-2"] and holder._log_paths == {"j-2": "y"}
