@@ -102,7 +102,9 @@ def test_array_on_the_cli_submit_list_and_cancel(live: Live, tmp_path: Path) -> 
     assert code == 0 and f"2 of 3 in {array_id}, at most 1 at once" in out, out
     # bob sees none of it and cancels none of it.
     code, out, err = sluice(live, "bob", "job", "list", "--array", array_id)
-    assert code == 0 and "no jobs of that array" in err
+    assert code != 0 and f"job array {array_id!r} not found" in err and array_id not in out
+    code, out, err = sluice(live, "alice", "job", "list", "--array", array_id, "--phase", "running")
+    assert code == 0 and "no jobs of that phase and array" in err
     code, _, err = sluice(live, "bob", "job", "cancel", "--array", array_id)
     assert code != 0 and f"job array {array_id!r} not found" in err
     assert phases(live, [f"{array_id}-{i}" for i in range(3)]) == [Phase.PENDING] * 3
@@ -184,3 +186,38 @@ def test_an_array_is_cancelled_in_one_request_only_by_its_tenant_or_an_admin(liv
     assert phases(live, ids) == [Phase.CANCELLED] * 4
     r = live.call("POST", "/v1/jobs/cancel", "alice", {"array": array_id})
     assert r.status_code == 200 and r.json() == []  # all ended: nothing left to cancel
+
+
+def test_the_jobs_of_an_array_are_listed_by_the_server_a_page_at_a_time(live: Live) -> None:
+    """`GET /v1/jobs?array=ID` reads the array's jobs by id (never the tenant's whole list):
+    every job once across pages, in the list's own order, with the phase filter; another
+    tenant's array, or one never made, is a 404; an admin sees any."""
+    other = submit_array(live, "alice", 3)  # another array of alice's: never listed with it
+    first = submit_array(live, "alice", 12)
+    array_id = first["spec"]["array"]["id"]
+    live.call("POST", f"/v1/jobs/{array_id}-4/cancel", "alice")
+    walked = live.plane.list_jobs
+    live.plane.list_jobs = None  # type: ignore[assignment,method-assign]  # the array path must not walk the list
+    try:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            q = f"/v1/jobs?array={array_id}&limit=5" + (f"&cursor={cursor}" if cursor else "")
+            r = live.call("GET", q, "alice")
+            assert r.status_code == 200, r.text
+            seen += [j["id"] for j in r.json()["items"]]
+            cursor = r.json()["next_cursor"]
+            if not cursor:
+                break
+        assert seen == sorted(f"{array_id}-{k}" for k in range(12))  # one submit time: by id
+        r = live.call("GET", f"/v1/jobs?array={array_id}&phase=cancelled", "alice")
+        assert [j["id"] for j in r.json()["items"]] == [f"{array_id}-4"]
+        assert len(live.call("GET", f"/v1/jobs?array={array_id}", "admin").json()["items"]) == 12
+        for who, arr in (("bob", array_id), ("alice", "j-nosuchthing"), ("alice", other["id"])):  # a job's id
+            r = live.call("GET", f"/v1/jobs?array={arr}", who)
+            assert r.status_code == 404 and "not found" in r.text, (who, arr, r.text)
+        for bad in ("", "x" * 65):
+            r = live.call("GET", f"/v1/jobs?array={bad}", "alice")
+            assert r.status_code == 422 and "array" in r.text, bad
+    finally:
+        live.plane.list_jobs = walked  # type: ignore[method-assign]

@@ -508,7 +508,8 @@ def plot(
 ) -> None:
     """Plot a job's loss, throughput (steps/s) and CPU (requested, limit, used) over time.
     Loss, throughput and CPU used come from its progress, which the server keeps while the
-    job is live; the CPU it was given comes from its events, kept for good."""
+    job is live; the CPU it was given comes from its events, kept until the job is forgotten
+    (job_retention_days after it ended)."""
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = client.job(job_id)
         progress = client.progress(job_id)

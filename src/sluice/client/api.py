@@ -234,11 +234,13 @@ class Client:
         array: str | None = None,
     ) -> list[JobOut]:
         """Your jobs (every tenant's for an admin), oldest first, all pages. The server
-        filters by phase; `tenant`, `queue`, `labels` (each given label with that value) and
-        `array` (the jobs of one job array, by its id) are filtered here (the API has no such
-        filter)."""
+        filters by phase and `array` (the jobs of one job array, by its id: reading only
+        those; NotFound for an array you have not); `tenant`, `queue` and `labels` (each
+        given label with that value) are filtered here (the API has no such filter)."""
         phases = [phase] if isinstance(phase, Phase | str) else list(phase or [])
         params = [("phase", Phase(p).value if isinstance(p, Phase) else _phase(p)) for p in phases]
+        if array is not None:
+            params.append(("array", array))
         out = self._all(JobOut, "/v1/jobs", params)
         if tenant is not None:
             out = [j for j in out if j.tenant == tenant]
@@ -247,7 +249,7 @@ class Client:
         if labels:
             want = dict(labels)
             out = [j for j in out if all((j.spec.get("labels") or {}).get(k) == v for k, v in want.items())]
-        if array is not None:
+        if array is not None:  # a server from before the filter ignores it
             out = [j for j in out if (j.spec.get("array") or {}).get("id") == array]
         return out
 

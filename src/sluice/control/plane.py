@@ -786,17 +786,54 @@ class ControlPlane:
         self.wake()
         return done
 
+    def _array(self, caller: TenantRecord, array_id: str) -> tuple[JobRecord, int]:
+        """An array's first job and how many jobs it has: the caller's own array, or any
+        tenant's for an admin; NotFound for another tenant's, as for one that never was (or
+        was forgotten). Call under the controller's lock."""
+        book = self.controller.book
+        first = book.get(f"{array_id}-0")
+        owner = first.tenant if first is not None and caller.admin else caller.name
+        count = array_count(book, array_id, owner)
+        if first is None or count is None:
+            raise NotFound(f"job array {array_id!r} not found")
+        return first, count
+
+    def array_jobs(
+        self,
+        caller: TenantRecord,
+        array_id: str,
+        phases: Iterable[Phase] | None = None,
+        *,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[JobRecord]:
+        """The jobs of one job array (`GET /v1/jobs?array=`), in `list_jobs`' (submitted_at, id)
+        order — an array's jobs were all submitted at once, so by id —, strictly after `after`,
+        at most `limit`. Each job is read by its id: as many reads as the array has jobs
+        (at most MAX_ARRAY), never the tenant's whole list. Another tenant's array is a
+        NotFound (an admin sees any)."""
+        ph = set(phases) if phases is not None else None
+        out: list[JobRecord] = []
+        with self.controller.lock:
+            first, count = self._array(caller, array_id)
+            for job_id in sorted(f"{array_id}-{k}" for k in range(count)):
+                if after is not None and (first.submitted_at, job_id) <= after:
+                    continue
+                job = self.controller.book.get(job_id)
+                if job is None or (ph is not None and job.phase not in ph):
+                    continue
+                out.append(job)
+                if limit and len(out) >= limit:
+                    break
+        return out
+
     def cancel_array(self, caller: TenantRecord, array_id: str) -> list[JobRecord]:
         """Cancel every job of a job array that has not ended, in one call (`sluice job cancel
         --array`): the caller's own array, or any tenant's for an admin; another tenant's reads
         as none (404). Returns the jobs cancelled, lowest index first (none when all had ended)."""
         with self.controller.lock:
             book = self.controller.book
-            first = book.get(f"{array_id}-0")
-            owner = first.tenant if first is not None and caller.admin else caller.name
-            count = array_count(book, array_id, owner)
-            if count is None:
-                raise NotFound(f"job array {array_id!r} not found")
+            _, count = self._array(caller, array_id)
             live = [j for j in (book.get(f"{array_id}-{k}") for k in range(count)) if j is not None]
         done = [
             self.controller.cancel(j.id, f"cancelled with its array by {caller.name}")

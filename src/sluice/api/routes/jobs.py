@@ -101,10 +101,26 @@ def list_jobs(
     ] = None,
     limit: LimitQ = DEFAULT_LIMIT,
     cursor: CursorQ = None,
+    array: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=64,
+            description="Only the jobs of this job array (its id): read by id, not by walking your whole list. "
+            "Another tenant's array (or one that never was) is a 404; an admin sees any.",
+        ),
+    ] = None,
 ) -> Page[JobOut]:
     """The caller's jobs (every tenant's for an admin), oldest first, a page at a time."""
     after = decode_cursor("jobs", cursor, (float, str))
-    jobs = _fetch_jobs(plane, caller, phase or None, after, limit + 1)
+    phases = phase or None
+
+    def read(key: tuple[float, str] | None, ask: int) -> list[JobRecord]:
+        if array is None:
+            return plane.list_jobs(caller, phases=phases, after=key, limit=ask)
+        return plane.array_jobs(caller, array, phases, after=key, limit=ask)
+
+    jobs = _fetch_jobs(read, after, limit + 1)
     page, nxt = page_of(jobs, limit, "jobs", lambda j: (j.submitted_at, j.id), _job_bytes)
     return Page[JobOut](items=_outs(plane, caller, page), next_cursor=nxt)
 
@@ -113,11 +129,11 @@ JOB_BATCH = 50
 """Jobs read from the plane at a time while a page is filled."""
 
 
-def _fetch_jobs(plane: ControlPlane, caller: Any, phases: Any, after: Any, want: int) -> list[Any]:
-    """Up to `want` jobs after `after`, read JOB_BATCH at a time and no more once they pass
-    the page's byte budget (a page of a thousand 1 MiB specs read them all, 1 GB, to send a
-    few: red-team pass 6). Past the budget it keeps at least two, so `page_of` can tell that
-    more follow."""
+def _fetch_jobs(read: Callable[[Any, int], list[Any]], after: Any, want: int) -> list[Any]:
+    """Up to `want` jobs after `after` (`read(after, n)`: the next n), read JOB_BATCH at a
+    time and no more once they pass the page's byte budget (a page of a thousand 1 MiB specs
+    read them all, 1 GB, to send a few: red-team pass 6). Past the budget it keeps at least
+    two, so `page_of` can tell that more follow."""
     out: list[Any] = []
     total = 0
     while len(out) < want:
@@ -126,7 +142,7 @@ def _fetch_jobs(plane: ControlPlane, caller: Any, phases: Any, after: Any, want:
             ask = min(ask, 2 - len(out))
             if ask <= 0:
                 break
-        batch = plane.list_jobs(caller, phases=phases, after=after, limit=ask)
+        batch = read(after, ask)
         out += batch
         total += sum(_job_bytes(j) for j in batch)
         if len(batch) < ask:
