@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
+from sluice.agent.cgroup import MemoryController
 from sluice.agent.node_agent import NodeAgent
+from sluice.agent.tenant_cache import _ENTER as ENTER
+from sluice.agent.tenant_cache import TenantCacheError, run_helper
 from sluice.data.settings import CacheSettings
 from sluice.model import JobUser
 from sluice.settings import Settings
@@ -81,3 +86,58 @@ def test_a_warm_within_its_share_of_the_memory_tier_is_not_killed_for_it(tmp_pat
         agent.close()
         remove_cgroups(cgroup_root)
         shutil.rmtree(shm, ignore_errors=True)
+
+
+def _jail(tmp_path: Path, cgroup_root: str) -> tuple[NodeAgent, MemoryController]:
+    settings = Settings(home=tmp_path / "home", cgroup_root=cgroup_root)
+    settings.home.mkdir(mode=0o711)
+    agent = NodeAgent("n0", settings.runs_dir, settings=settings)
+    if agent.layout.memory_parent is None:
+        agent.close()
+        pytest.skip(f"no cgroup memory controller here ({agent.layout.reason})")
+    jail = MemoryController(agent.layout, f"sluice-warm-test-{uuid.uuid4().hex[:6]}", 128)
+    return agent, jail
+
+
+@needs_root
+def test_the_warm_helper_is_in_its_jail_and_the_tenants_from_its_first_instruction(tmp_path: Path) -> None:
+    """Red team s27 (seen, not shown): the helper ran as the tenant's uid for a moment before
+    the agent moved it into its jail, and a job of the same uid that may trace it could make
+    it fork outside. Now a launcher joins the jail as the plane and only then becomes the
+    tenant and the helper. The `python` the helper runs is a script that writes down, as its
+    very first act, its cgroups and uid: they are the jail's and the tenant's."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    agent, jail = _jail(tmp_path, cgroup_root)
+    seen = tmp_path / "seen"
+    seen.mkdir(mode=0o777)
+    seen.chmod(0o777)
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\n{{ id -u; cat /proc/self/cgroup; }} > {seen}/first\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    for p in (tmp_path, *tmp_path.parents):
+        os.chmod(p, os.stat(p).st_mode | 0o001)  # the tenant must reach the wrapper
+    try:
+        with pytest.raises(TenantCacheError):  # an op the helper refuses: what it ran first is the point
+            run_helper(CAROL, {"op": "no-such-op"}, timeout=30, python=str(wrapper), jail=jail)
+        first = (seen / "first").read_text().splitlines()
+        assert first[0] == str(CAROL.uid), first
+        assert any(
+            line.endswith("/" + jail.dir.name) for line in first[1:] if "memory" in line or line.startswith("0::")
+        ), first
+        assert not jail.dir.exists()  # removed after
+    finally:
+        agent.close()
+        remove_cgroups(cgroup_root)
+
+
+@needs_root
+def test_the_launcher_runs_nothing_when_it_cannot_join_a_jail_it_must(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    argv = [sys.executable, str(ENTER), "--strict", "--user", "231301:231301", str(tmp_path / "no" / "cgroup.procs")]
+    done = subprocess.run([*argv, "--", "/bin/touch", str(marker)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 125 and "could not join" in done.stderr and not marker.exists()
+    loose = subprocess.run([sys.executable, str(ENTER), str(tmp_path / "no" / "cgroup.procs"), "--", "/bin/true"])
+    assert loose.returncode == 0  # without --strict (a fault's launcher): reported, and run
+    for bad in (["--user", "x:1"], ["--user"], ["--user", "5"]):
+        done = subprocess.run([sys.executable, str(ENTER), *bad, "--", "/bin/true"], capture_output=True, text=True)
+        assert done.returncode == 2, bad

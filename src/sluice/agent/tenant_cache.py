@@ -42,6 +42,10 @@ from sluice.model import JobUser
 
 log = logging.getLogger("sluice.agent")
 
+_ENTER = Path(__file__).with_name("enter.py")
+"""The launcher that starts a warm's helper inside its memory jail (sluice.agent.enter), by
+path: it must not depend on how sluice is installed."""
+
 HELPER_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
 """What the helper inherits of the plane's environment (no token, no database URL), plus the
 cache's knobs (SLUICE_CACHE_*), as a job does (agent/launchenv.py)."""
@@ -155,8 +159,9 @@ def run_helper(
     identity when it is that user already); its answer, or TenantCacheError saying why not.
     `python`: the interpreter tenants' jobs run (settings job_python; default this one): it
     must be one the uid may run, with sluice importable, as for a job. `jail`: a memory cgroup
-    the helper is put in before it is sent the request (so before it can fetch anything): a
-    warm holds items in memory, and a tenant chooses how big they are."""
+    the helper runs in from its first instruction (made first; a launcher joins it, then
+    becomes the tenant's uid and the helper): a warm holds items in memory, and a tenant
+    chooses how big they are."""
     python = python or sys.executable
     me = (os.geteuid(), os.getegid())
     switch: dict[str, Any] = {}
@@ -169,9 +174,23 @@ def run_helper(
     env.pop("SLUICE_CACHE_DISK_DIR", None)
     env.pop("SLUICE_CACHE_MEMORY_DIR", None)
     env["HOME"] = "/"
+    argv = [python, "-m", "sluice.data.cache_ops"]
+    if jail is not None:
+        # Made first, and the helper started in it by a launcher that joins it while it is
+        # still the plane's, then drops to the tenant's uid (sluice.agent.enter): moved in
+        # after it started, the helper was the tenant's for a moment outside it.
+        try:
+            jail.create()
+            jail.apply()
+        except OSError as err:
+            jail.cleanup()
+            raise TenantCacheError(f"could not hold the cache helper as {user} to its memory limit: {err}") from None
+        as_user = ["--user", f"{switch['user']}:{switch['group']}"] if switch else []
+        argv = [sys.executable, str(_ENTER), "--strict", *as_user, *jail.procs_files(), "--", *argv]
+        switch = {}
     try:
         proc = subprocess.Popen(
-            [python, "-m", "sluice.data.cache_ops"],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -181,18 +200,9 @@ def run_helper(
             **switch,
         )
     except (OSError, subprocess.SubprocessError) as err:
-        raise TenantCacheError(f"could not start the cache helper as {user}: {err}") from None
-    if jail is not None:
-        try:
-            jail.create()
-            jail.apply()
-            for procs in jail.procs_files():
-                Path(procs).write_text(str(proc.pid))
-        except OSError as err:
-            proc.kill()
-            proc.wait()
+        if jail is not None:
             jail.cleanup()
-            raise TenantCacheError(f"could not hold the cache helper as {user} to its memory limit: {err}") from None
+        raise TenantCacheError(f"could not start the cache helper as {user}: {err}") from None
     try:
         out, err_text, why = _bounded(proc, json.dumps(request).encode(), timeout)
         oom = jail.oom(proc.returncode if proc.returncode is not None else -9) if jail is not None else None
