@@ -39,6 +39,7 @@ def _actor(agent: _Agent) -> RayNodeAgent:
     actor._raylet_pid = os.getppid()
     actor._agent = agent  # type: ignore[assignment]
     actor._warms = {}
+    actor._warm_done = {}
     return actor
 
 
@@ -55,5 +56,32 @@ def test_slow_warms_of_two_tenants_do_not_hold_up_a_third_tenants_warm() -> None
         assert report is not None, "carol's warm waited behind alice's and bob's slow ones"
         assert report.error is None
         assert all(actor.warm_result(t, 0.0) is None for t in slow)  # still under way
+    finally:
+        agent.release.set()
+
+
+def test_a_warm_whose_result_nobody_fetches_is_forgotten_later(monkeypatch: Any) -> None:
+    """A plane that dies while it waits for a warm never asks for its result; the actor lives
+    on, and every such warm was kept for good. One that ended WARM_UNCLAIMED_S ago is dropped
+    at the next warm's start; one still running, or one fetched in time, is not touched."""
+    import sluice.agent.ray_actor as ray_actor
+
+    agent = _Agent()
+    actor = _actor(agent)
+    try:
+        abandoned = actor.warm_start("carol/imgs", "/src")
+        running = actor.warm_start("slow-bob", "/src")
+        deadline = time.monotonic() + 5
+        while abandoned not in actor._warm_done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        monkeypatch.setattr(ray_actor, "WARM_UNCLAIMED_S", 0.0)
+        time.sleep(0.01)
+        fresh = actor.warm_start("carol/more", "/src")
+        assert abandoned not in actor._warms and running in actor._warms and fresh in actor._warms
+        monkeypatch.setattr(ray_actor, "WARM_UNCLAIMED_S", 600.0)
+        report = None
+        while report is None and time.monotonic() < deadline:
+            report = actor.warm_result(fresh, 0.5)
+        assert report is not None and fresh not in actor._warms and fresh not in actor._warm_done
     finally:
         agent.release.set()

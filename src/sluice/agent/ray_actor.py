@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from sluice.settings import Settings
 
 log = logging.getLogger(__name__)
+
+WARM_UNCLAIMED_S = 600.0
+"""How long a warm that ended keeps its result for a plane that never comes to fetch it (s)."""
 
 
 class RayNodeAgent:
@@ -90,6 +94,9 @@ class RayNodeAgent:
         )
         self._warms: dict[str, Future[WarmReport]] = {}
         """Dataset warms under way on this node, by ticket (see warm_start)."""
+        self._warm_done: dict[str, float] = {}
+        """When each warm in `_warms` ended (monotonic s): one whose result nobody fetched (the
+        plane died while it waited) is dropped WARM_UNCLAIMED_S later."""
 
     def _raylet_env(self) -> Mapping[str, str]:
         """The raylet's environment, whose CUDA_VISIBLE_DEVICES maps Ray's GPUs of this node to
@@ -174,6 +181,7 @@ class RayNodeAgent:
         many warms run at once is the plane's bound (dataset_source_ops, per tenant
         dataset_source_ops_per_tenant)."""
         self._require_node()
+        self._drop_unclaimed()
         ticket = uuid.uuid4().hex
         future: Future[WarmReport] = Future()
 
@@ -184,6 +192,8 @@ class RayNodeAgent:
                 future.set_result(self._agent.warm_dataset(name, source, storage_options, workers, generation, run_as))
             except BaseException as err:  # warm_result reports it as this node's error
                 future.set_exception(err)
+            finally:
+                self._warm_done[ticket] = time.monotonic()
 
         self._warms[ticket] = future
         threading.Thread(target=run, name=f"sluice-warm-{ticket[:8]}", daemon=True).start()
@@ -193,7 +203,10 @@ class RayNodeAgent:
         """The warm's report once it is done (None while it runs, waiting up to wait_s)."""
         future = self._warms.get(ticket)
         if future is None:
-            raise KeyError(f"no warm {ticket} on node {self.node_name}: its agent restarted while warming")
+            raise KeyError(
+                f"no warm {ticket} on node {self.node_name}: its agent restarted while warming, or its result "
+                f"went unclaimed for {WARM_UNCLAIMED_S:g} s"
+            )
         try:
             report = future.result(timeout=wait_s)
         except FutureTimeout:
@@ -201,7 +214,17 @@ class RayNodeAgent:
         except Exception as err:  # a bug, not a source error (those are in the report): say so
             report = WarmReport(self.node_name, 0, 0, 0, 0.0, 0.0, f"{type(err).__name__}: {err}")
         del self._warms[ticket]
+        self._warm_done.pop(ticket, None)
         return report
+
+    def _drop_unclaimed(self) -> None:
+        """Forget warms that ended WARM_UNCLAIMED_S ago with nobody asking for their result:
+        a plane that died mid-warm never fetches it, and the actor lives on."""
+        now = time.monotonic()
+        for ticket, ended in list(self._warm_done.items()):
+            if now - ended > WARM_UNCLAIMED_S:
+                self._warms.pop(ticket, None)
+                self._warm_done.pop(ticket, None)
 
     def drop_dataset(self, name: str, owner: JobUser | None = None) -> int:
         self._require_node()
