@@ -360,6 +360,26 @@ class Settings(BaseSettings):
             "Default 10000.",
         ),
     ] = 10_000
+    disk_check_s: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=3600,
+            description="Seconds between measurements of each running job's run folder on its node (its "
+            "resources.disk_mb and the node's disk reserve are judged on them). Default 15.",
+        ),
+    ] = 15.0
+    disk_reserve_percent: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=50,
+            description="Share of the disk holding the runs folder (and, by default, the database) kept free: "
+            "while less is free, the job whose run folder holds the most (at least 64 MiB) is stopped and fails, "
+            "one each check, so no tenant's job can fill the disk the plane and every other tenant need. "
+            "0 turns the reserve off. Default 5.",
+        ),
+    ] = 5.0
     job_retention_days: Annotated[
         float,
         Field(

@@ -56,6 +56,7 @@ from sluice.agent.cgroup import (
     node_cpuset,
     warn_once,
 )
+from sluice.agent.disk_watch import DiskWatch, Watched
 from sluice.agent.faults import FaultBoard, FaultReport
 from sluice.agent.gpu_fence import (
     DeviceFence,
@@ -317,6 +318,11 @@ class NodeAgent:
         self.faults = FaultBoard(name, self.cpus, join=self.groups.fault_join(self.cpuset))
         """Faults an operator injected here (`sluice node fault`); stopped on close."""
         self._adopt()
+        self.disk = DiskWatch(
+            self.runs_dir, self._disk_watched, self.settings.disk_check_s, self.settings.disk_reserve_percent
+        )
+        """Measures the running jobs' run folders; poll() stops those over a bound (agent/disk_watch.py)."""
+        self.disk.start()
 
     # ------------------------------------------------------------------ facts
     def info(self) -> NodeInfo:
@@ -471,6 +477,8 @@ class NodeAgent:
             att.popen, att.proc, att.log_job, att.fence = popen, proc, log_job, fence
             att.next_usage = now + self.settings.usage_sample_s
             kept: dict[str, Any] = {"memory_mb": mem.limit_mb} if mem is not None else {}
+            if req.spec.resources.disk_mb is not None:
+                kept["disk_mb"] = req.spec.resources.disk_mb
             if fence is not None and fence.active and fence.support.kind is FenceKind.V1:
                 kept["fence_dir"] = str(fence.dir)  # removed by whichever agent sees the end
             if user is not None and self.net_fence.available:
@@ -755,9 +763,38 @@ class NodeAgent:
             log.warning("cannot signal job %s: %s", att.job_id, err)
 
     # ------------------------------------------------------------------ poll
+    def _disk_watched(self) -> list[Watched]:
+        """The running attempts, their folders (their own run folder, and their job's, which
+        holds a gang's log) and their resources.disk_mb, for the disk watch's thread."""
+        with self._lock:
+            return [
+                Watched(
+                    key,
+                    tuple(dict.fromkeys((self.job_dir(att.job_id), self.job_dir(att.log_job or att.job_id)))),
+                    att.extra.get("disk_mb") if isinstance(att.extra.get("disk_mb"), int) else None,
+                )
+                for key, att in self._watched.items()
+                if att.stop_signal is None and att.alive()
+            ]
+
+    def _stop_for_disk(self, now: float) -> None:
+        """Kill the attempts the disk watch found over a bound; the reason goes in the job's
+        log and in the stop file, where `_finish` reads it (after an agent restart too)."""
+        for key, why in self.disk.take().items():
+            att = self._watched.get(key)
+            if att is None or att.stop_signal is not None or not att.alive():
+                continue
+            log.warning("%s: stopping %s attempt %d: %s", self.name, att.job_id, att.attempt, why)
+            write_json_atomic(att.dir / STOP_FILE, {"signal": "SIGKILL", "time": now, "deadline": None, "disk": why})
+            self._note_in_log(att.log_job or att.job_id, f"[sluice] {why}")
+            self._signal(att, signal.SIGKILL)
+            att.stop_signal, att.stop_deadline = "SIGKILL", None
+            att.extra["disk_stop"] = why
+
     def poll(self) -> list[Event]:
         with self._lock:
             now = self.clock()
+            self._stop_for_disk(now)
             events, self._pending = self._pending, []
             for key, att in list(self._watched.items()):
                 dead = not att.alive()
@@ -855,7 +892,10 @@ class NodeAgent:
             code, reason, when = -int(signal.SIGKILL), "killed", now
         else:
             code, reason, when = -int(signal.SIGKILL), "job and its supervisor vanished without an exit record", now
-        if stop_sig is not None:
+        disk = (stop or {}).get("disk") or att.extra.get("disk_stop")
+        if isinstance(disk, str) and disk:
+            reason = disk  # the bound it passed, not "stopped by sluice (SIGKILL)"
+        elif stop_sig is not None:
             reason = f"stopped by sluice ({stop_sig}): {reason}"
         oom = None if att.mem is None or node_lost else att.mem.oom(code)
         if oom is not None:
@@ -871,7 +911,8 @@ class NodeAgent:
             self.net_fence.remove(att.ctrl.name)
         self._release_gpus(att.job_id, att.attempt)
         own_file(att.dir / REPORTED_FILE, None)
-        return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom)
+        retryable = not (isinstance(disk, str) and disk)  # its folder outlives it: a retry meets the same bound
+        return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom, retryable=retryable)
 
     def _note_in_log(self, job_id: str, line: str) -> None:
         """A line of the plane's in the job's log (the user reads why their job ended there)."""
@@ -909,7 +950,7 @@ class NodeAgent:
                 JsonlTail(adir / PROGRESS_FILE),
                 mem,
             )
-            kept = ("launched_at", "memory_mb", "log_job", "fence_dir", "net_fence_uid")
+            kept = ("launched_at", "memory_mb", "disk_mb", "log_job", "fence_dir", "net_fence_uid")
             att.extra = {k: v for k, v in state.items() if k in kept}
             att.fence = self._adopted_fence(state)
             att.log_job = str(state.get("log_job") or job_id)
@@ -1056,6 +1097,7 @@ class NodeAgent:
         Injected faults are stopped: they belong to this agent, not to a job."""
         self.faults.stop_all()
         self._cache.close()
+        self.disk.close()
         with self._lock:
             for att in self._watched.values():
                 if att.popen is not None and att.popen.poll() is not None:

@@ -110,6 +110,17 @@ class Resources(_Strict):
 
     cpu: CpuRange = CpuRange()
     memory_mb: Annotated[int | None, Field(gt=0, le=16 * 1024 * 1024, description="Memory limit in MiB.")] = None
+    disk_mb: Annotated[
+        int | None,
+        Field(
+            gt=0,
+            le=1024 * 1024 * 1024,
+            description="Most its run folder (working folder, HOME, log, checkpoints kept there) may hold on disk, "
+            "MiB; measured every disk_check_s while it runs, and past it the job is stopped and fails, not retried "
+            "(Kubernetes' ephemeral-storage limit). A bound, not a request: placement does not count it. "
+            "Default: none (the node's disk reserve still applies).",
+        ),
+    ] = None
     gpus: Annotated[int, Field(ge=0, le=64, description="GPUs per replica.")] = 0
     replicas: ReplicaRange = ReplicaRange()
 

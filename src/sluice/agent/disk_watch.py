@@ -1,0 +1,194 @@
+"""How much disk each running job's run folder holds, and which job to stop for it.
+
+A job writes where its uid may: its run folder (its default working folder and HOME, its log,
+the checkpoints kept there) lies on the disk that also holds the control plane's database, so
+without a bound one tenant's job could fill the disk and stop every tenant's work with the
+plane's own. No kernel quota can be counted on (it needs a mount option), so, as Kubernetes'
+kubelet does for ephemeral storage, the node agent measures: every `disk_check_s` a thread
+walks each running attempt's folders and the agent then stops
+
+- a job whose folders hold more than its `resources.disk_mb` (it asked for that bound), and
+- while the disk's free space is under the node's reserve (`disk_reserve_percent`), the job
+  whose folders hold the most, one a check (the others may be what is filling it).
+
+Both end the job Failed and not retried: its folder outlives the attempt, so a retry would
+meet the same bound. The walk never follows a link, counts each inode once (a hard link
+cannot double a job's size, nor shrink it), counts blocks on disk (a sparse file costs what
+it holds), and stops at MAX_ENTRIES (a job making millions of files to slow the walk is
+stopped for that instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+MAX_ENTRIES = 1_000_000
+"""Files and folders one job's run folder may hold before the walk stops and the job is
+stopped for it (a walk of this many takes a few seconds)."""
+RESERVE_MIN_HOLD = 64 * MIB
+"""Under the reserve, a job is stopped only if its folders hold at least this much: a disk
+filled by something else is not cured by stopping a job that wrote a log."""
+
+
+@dataclass(frozen=True)
+class FolderSize:
+    bytes: int
+    entries: int
+    complete: bool = True
+    """False when the walk stopped at its bound of entries."""
+
+
+def folder_size(folders: Iterable[Path], most_entries: int = MAX_ENTRIES) -> FolderSize:
+    """Bytes on disk under `folders` (blocks, so sparse files count what they hold), each
+    inode once, never through a link; stops after `most_entries` entries."""
+    seen: set[tuple[int, int]] = set()
+    total = entries = 0
+    stack = [str(f) for f in folders]
+    while stack:
+        here = stack.pop()
+        try:
+            st = os.lstat(here)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        total += st.st_blocks * 512
+        entries += 1
+        if entries > most_entries:
+            return FolderSize(total, entries, complete=False)
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        try:
+            with os.scandir(here) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                            continue
+                        est = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if (est.st_dev, est.st_ino) in seen:
+                        continue
+                    seen.add((est.st_dev, est.st_ino))
+                    total += est.st_blocks * 512
+                    entries += 1
+                    if entries > most_entries:
+                        return FolderSize(total, entries, complete=False)
+        except OSError:
+            continue
+    return FolderSize(total, entries)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One running attempt as the watch sees it: its key, its folders, its bound (None: none)."""
+
+    key: tuple[str, int]
+    folders: tuple[Path, ...]
+    limit_mb: int | None
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1024 * MIB):.2f} GiB" if n >= 1024 * MIB else f"{n / MIB:.0f} MiB"
+
+
+def verdicts(
+    sizes: dict[tuple[str, int], FolderSize],
+    limits: dict[tuple[str, int], int | None],
+    free_bytes: int,
+    reserve_bytes: int,
+) -> dict[tuple[str, int], str]:
+    """Which attempts to stop, and why (pure: the watch's decision on its measurements)."""
+    out: dict[tuple[str, int], str] = {}
+    for key, size in sizes.items():
+        limit = limits.get(key)
+        if not size.complete:
+            out[key] = (
+                f"disk: its run folder holds more than {MAX_ENTRIES:,} files and folders, the most sluice "
+                "measures; stopped (write fewer, larger files, or keep them outside the run folder)"
+            )
+        elif limit is not None and size.bytes > limit * MIB:
+            out[key] = f"disk: its run folder holds {_gib(size.bytes)}, past its resources.disk_mb of {limit} MiB"
+    if reserve_bytes > 0 and free_bytes < reserve_bytes:
+        rest = [(s.bytes, k) for k, s in sizes.items() if k not in out and s.bytes >= RESERVE_MIN_HOLD]
+        if rest:
+            held, key = max(rest)
+            out[key] = (
+                f"disk: the node's disk had {_gib(free_bytes)} free, under its reserve of {_gib(reserve_bytes)} "
+                f"(disk_reserve_percent), and this job's run folder held the most of the jobs there ({_gib(held)})"
+            )
+    return out
+
+
+class DiskWatch:
+    """Measures in a thread of its own every `every_s`; the agent takes what it found
+    (`take`) in its poll and stops those jobs. `root`: a folder on the disk to watch (the
+    runs folder); `reserve_percent` of that disk's size is kept free (0: no reserve)."""
+
+    def __init__(
+        self,
+        root: Path,
+        watched: Callable[[], list[Watched]],
+        every_s: float,
+        reserve_percent: float,
+    ) -> None:
+        self.root = root
+        self._watched = watched
+        self.every_s = every_s
+        self.reserve_percent = reserve_percent
+        self.sizes: dict[tuple[str, int], FolderSize] = {}
+        """The newest measurement of each running attempt (for reports)."""
+        self._found: dict[tuple[str, int], str] = {}
+        self._mu = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sluice-disk-watch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.check()
+            except Exception:
+                log.exception("disk watch: a check failed")
+
+    def check(self) -> dict[tuple[str, int], str]:
+        """Measure every watched attempt once; what to stop (also kept for `take`)."""
+        watched = self._watched()
+        sizes = {w.key: folder_size(w.folders) for w in watched}
+        limits = {w.key: w.limit_mb for w in watched}
+        try:
+            du = shutil.disk_usage(self.root)
+            free, reserve = du.free, int(du.total * self.reserve_percent / 100)
+        except OSError:
+            free, reserve = 0, 0
+        found = verdicts(sizes, limits, free, reserve)
+        with self._mu:
+            self.sizes = sizes
+            self._found.update(found)
+        return found
+
+    def take(self) -> dict[tuple[str, int], str]:
+        """What the checks since the last call found (each once)."""
+        with self._mu:
+            found, self._found = self._found, {}
+        return found
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,130 @@
+"""A job's disk, on the real local engine: past its resources.disk_mb it is stopped and fails,
+not retried, saying so in its reason and its log, while a neighbour runs on; on a disk short of
+the node's reserve (a small tmpfs holding the plane's home), the job holding the most is
+stopped before the disk is full, and the plane's database still takes writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluice.control.plane import ControlPlane
+from sluice.model import JobRecord, Phase
+from sluice.settings import Settings
+from sluice.spec import parse_job_spec
+from tests.integration.conftest import kill_runs, remove_cgroups, wait_for
+from tests.isolating import needs_root
+
+pytestmark = pytest.mark.integration
+
+WRITER = (
+    "import os, sys, time\n"
+    "mb, every = int(sys.argv[1]), float(sys.argv[2])\n"
+    "with open('out.bin', 'wb') as f:\n"
+    "    for _ in range(mb):\n"
+    "        f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno()); time.sleep(every)\n"
+    "time.sleep(float(sys.argv[3]))\n"
+)
+
+
+def _plane(home: Path, **kw: object) -> ControlPlane:
+    settings = Settings(
+        home=home,
+        cgroup_root=f"sluice-test-{uuid.uuid4().hex[:8]}",
+        reconcile_interval_s=0.1,
+        restart_backoff_s=0.2,
+        stop_grace_s=5,
+        policy="kube",
+        disk_check_s=0.3,
+        **kw,  # type: ignore[arg-type]
+    )
+    p = ControlPlane.from_settings(settings)
+    p.bootstrap_tenants()
+    p.start()
+    return p
+
+
+def _close(p: ControlPlane) -> None:
+    p.stop()
+    kill_runs(p.settings.runs_dir)
+    assert p.settings.cgroup_root is not None
+    remove_cgroups(p.settings.cgroup_root)
+
+
+@pytest.fixture
+def plane(tmp_path: Path) -> Iterator[ControlPlane]:
+    p = _plane(tmp_path / "home")
+    try:
+        yield p
+    finally:
+        _close(p)
+
+
+def _writer(name: str, mb: int, every: float = 0.0, then: float = 30.0, **resources: object) -> object:
+    return parse_job_spec(
+        {
+            "name": name,
+            "command": ["python", "-c", WRITER, str(mb), str(every), str(then)],
+            "resources": {"cpu": {"min": 0.25}, **resources},
+            "max_restarts": 3,
+        }
+    )
+
+
+def _ended(p: ControlPlane, job: JobRecord) -> JobRecord:
+    got = p.controller.book.get(job.id)
+    assert got is not None
+    return got
+
+
+def test_a_job_past_its_disk_mb_fails_unretried_and_its_neighbour_runs_on(plane: ControlPlane) -> None:
+    caller = plane.store.get_tenant("default")
+    assert caller is not None
+    hog = plane.submit(caller, _writer("hog", 40, every=0.05, disk_mb=16))  # type: ignore[arg-type]
+    calm = plane.submit(caller, _writer("calm", 2, then=3.0, disk_mb=64))  # type: ignore[arg-type]
+    assert wait_for(lambda: _ended(plane, hog).phase.terminal, 60), _ended(plane, hog).reason
+    done = _ended(plane, hog)
+    assert done.phase == Phase.FAILED and done.restarts == 0, done.reason
+    assert "disk: its run folder holds" in done.reason and "past its resources.disk_mb of 16 MiB" in done.reason
+    assert "not retried" in done.reason
+    log = Path(plane.engine.log_path(hog.id) or "").read_text()
+    assert "[sluice] disk: its run folder holds" in log
+    written = os.path.getsize(plane.settings.runs_dir / hog.id / "work" / "out.bin")
+    assert 16 << 20 < written < 40 << 20  # stopped on its way, not at the end
+    assert wait_for(lambda: _ended(plane, calm).phase.terminal, 60)
+    assert _ended(plane, calm).phase == Phase.SUCCEEDED, _ended(plane, calm).reason
+
+
+@needs_root
+def test_a_job_filling_the_disk_is_stopped_at_the_reserve_and_the_plane_keeps_writing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=0755", "tmpfs", str(home)])
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        p = _plane(home, disk_reserve_percent=40)  # keep about 102 MiB of 256 free
+        try:
+            caller = p.store.get_tenant("default")
+            assert caller is not None
+            # No disk_mb: only the reserve bounds it. Unbounded, 300 MiB would fill the disk.
+            filler = p.submit(caller, _writer("filler", 300, every=0.01))  # type: ignore[arg-type]
+            small = p.submit(caller, _writer("small", 1, then=2.0))  # type: ignore[arg-type]
+            assert wait_for(lambda: _ended(p, filler).phase.terminal, 90), _ended(p, filler).reason
+            done = _ended(p, filler)
+            assert done.phase == Phase.FAILED and done.restarts == 0, done.reason
+            assert "under its reserve of" in done.reason and "held the most of the jobs there" in done.reason
+            assert os.statvfs(home).f_bavail * os.statvfs(home).f_frsize > 40 << 20  # never full
+            assert wait_for(lambda: _ended(p, small).phase.terminal, 60)
+            assert _ended(p, small).phase == Phase.SUCCEEDED, _ended(p, small).reason
+            after = p.submit(caller, _writer("after", 1, then=0.0))  # type: ignore[arg-type]
+            assert p.store.get_job(after.id) is not None  # the database took it
+        finally:
+            _close(p)
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)

@@ -1,0 +1,87 @@
+"""The disk watch's measure and its decisions (agent/disk_watch.py): blocks on disk, each inode
+once, no link followed, a bound on the walk; a job past its resources.disk_mb, and under the
+node's reserve the one holding the most."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sluice.agent.disk_watch import MIB, RESERVE_MIN_HOLD, DiskWatch, FolderSize, Watched, folder_size, verdicts
+from sluice.spec import SpecError, parse_job_spec
+
+
+def _write(path: Path, n: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(os.urandom(n))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_a_folder_is_measured_by_what_it_holds_on_disk_each_file_once_and_never_through_a_link(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "runs" / "j-1"
+    _write(job / "work" / "data.bin", 3 * MIB)
+    with open(job / "work" / "sparse.bin", "wb") as f:
+        f.truncate(1 << 30)  # 1 GiB of size, nothing on disk
+    os.link(job / "work" / "data.bin", job / "work" / "again.bin")  # a hard link: the same blocks
+    outside = tmp_path / "outside"
+    _write(outside / "big.bin", 8 * MIB)
+    os.symlink(outside, job / "work" / "link-to-dir")
+    os.symlink(outside / "big.bin", job / "work" / "link-to-file")
+    size = folder_size([job])
+    assert size.complete
+    assert 3 * MIB <= size.bytes < 4 * MIB, size  # not the 1 GiB sparse size, not the link's 8 MiB, data once
+    assert folder_size([job, job / "work"]).bytes == size.bytes  # a folder named twice counts once
+    assert folder_size([tmp_path / "none"]) == FolderSize(0, 0)
+
+
+def test_the_walk_stops_at_its_bound_of_entries(tmp_path: Path) -> None:
+    for i in range(30):
+        (tmp_path / f"f{i}").touch()
+    assert not folder_size([tmp_path], most_entries=10).complete
+    assert folder_size([tmp_path], most_entries=100).complete
+
+
+A, B, C = ("j-a", 1), ("j-b", 1), ("j-c", 1)
+
+
+def test_a_job_past_its_own_bound_is_stopped_saying_so() -> None:
+    sizes = {A: FolderSize(40 * MIB, 3), B: FolderSize(40 * MIB, 3), C: FolderSize(1, 1, complete=False)}
+    found = verdicts(sizes, {A: 16, B: None, C: None}, free_bytes=10 << 30, reserve_bytes=1 << 30)
+    assert set(found) == {A, C}
+    assert found[A] == "disk: its run folder holds 40 MiB, past its resources.disk_mb of 16 MiB"
+    assert "more than 1,000,000 files and folders" in found[C]
+
+
+def test_under_the_reserve_the_job_holding_the_most_is_stopped_one_a_check() -> None:
+    sizes = {A: FolderSize(300 * MIB, 3), B: FolderSize(2 << 30, 3), C: FolderSize(RESERVE_MIN_HOLD - 1, 1)}
+    found = verdicts(sizes, {}, free_bytes=100 * MIB, reserve_bytes=1 << 30)
+    assert list(found) == [B] and "held the most of the jobs there (2.00 GiB)" in found[B]
+    assert "100 MiB free, under its reserve of 1.00 GiB" in found[B]
+    assert verdicts(sizes, {}, free_bytes=2 << 30, reserve_bytes=1 << 30) == {}  # enough free
+    assert verdicts(sizes, {}, free_bytes=0, reserve_bytes=0) == {}  # no reserve
+    # a disk filled by something else: no job holds enough to be the cause
+    assert verdicts({C: sizes[C]}, {}, free_bytes=0, reserve_bytes=1 << 30) == {}
+    # one already stopped for its own bound is not counted twice
+    both = verdicts(sizes, {B: 1024}, free_bytes=0, reserve_bytes=1 << 30)
+    assert set(both) == {A, B} and "resources.disk_mb" in both[B] and "held the most" in both[A]
+
+
+def test_the_watch_keeps_what_it_found_until_taken_once(tmp_path: Path) -> None:
+    _write(tmp_path / "j-a" / "big.bin", 2 * MIB)
+    watch = DiskWatch(tmp_path, lambda: [Watched(A, (tmp_path / "j-a",), 1)], every_s=3600, reserve_percent=0)
+    assert A in watch.check() and A in watch.sizes
+    assert list(watch.take()) == [A] and watch.take() == {}
+
+
+def test_disk_mb_is_a_positive_bounded_number_of_mib() -> None:
+    base = {"command": ["python", "t.py"]}
+    assert parse_job_spec({**base, "resources": {"disk_mb": 512}}).resources.disk_mb == 512
+    for bad in (0, -1, 2**40, "lots", 1.5):
+        with pytest.raises(SpecError, match=r"resources\.disk_mb"):
+            parse_job_spec({**base, "resources": {"disk_mb": bad}})
