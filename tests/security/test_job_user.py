@@ -44,7 +44,7 @@ print('PROBE ' + json.dumps({
     'no_new_privs': status['NoNewPrivs'].strip(), 'nofile': resource.getrlimit(resource.RLIMIT_NOFILE),
     'nproc': resource.getrlimit(resource.RLIMIT_NPROC), 'core': resource.getrlimit(resource.RLIMIT_CORE),
     'umask': old, 'home': os.environ['HOME'], 'user': os.environ.get('USER'), 'cwd': os.getcwd(),
-    'getuser': getpass.getuser(),
+    'getuser': getpass.getuser(), 'tmp': __import__('tempfile').gettempdir(),
 }), flush=True)
 """
 
@@ -80,6 +80,10 @@ def test_the_job_runs_as_its_tenant_uid_confined(agent: NodeAgent, tmp_path: Pat
     assert got["user"] == got["getuser"] == f"sluice-{USER.uid}"
     # The folders it may write are its own; the plane's around them are passable only.
     assert (work.stat().st_uid, stat.S_IMODE(work.stat().st_mode)) == (USER.uid, 0o700)
+    # Its temporary files go in its run folder (counted against its disk bound, removed with
+    # it), not the host's /tmp, in a folder of its own no other uid may enter.
+    tmp = agent.job_dir("probe") / "tmp"
+    assert got["tmp"] == str(tmp) and (tmp.stat().st_uid, stat.S_IMODE(tmp.stat().st_mode)) == (USER.uid, 0o700)
     adir = agent.attempt_dir("probe", 1)
     assert (adir / "progress.jsonl").stat().st_uid == USER.uid
     assert stat.S_IMODE(adir.stat().st_mode) == 0o711 and adir.stat().st_uid == os.geteuid()

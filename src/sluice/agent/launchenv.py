@@ -106,8 +106,10 @@ def build_env(
     job_home: Path | None = None,
     net_interface: str | None = None,
     visible: Sequence[str] | None = None,
+    tmp_dir: Path | None = None,
 ) -> dict[str, str]:
     """`job_home`: the job's HOME when it runs as a tenant uid of its own (isolation);
+    `tmp_dir`: its TMPDIR (a spec's own `env` may still name another);
     `visible`: the job's CUDA_VISIBLE_DEVICES where it differs from the node's ids `gpus`
     (inside a GPU fence CUDA numbers the job's GPUs from 0: agent/gpu_fence.py)."""
     src = os.environ if base is None else base
@@ -118,6 +120,8 @@ def build_env(
         env["USER"] = env["LOGNAME"] = name
     if home is not None:
         env["SLUICE_HOME"] = str(home)  # the node's dataset cache lives under it
+    if tmp_dir is not None:
+        env["TMPDIR"] = str(tmp_dir)
     threads = str(job_cpu_max(req, node_cpus))
     env.update({"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
     env.update(net_env(net_interface))  # before the spec's env: a job may name its own interface

@@ -378,6 +378,7 @@ class NodeAgent:
             try:
                 own_file(adir / PROGRESS_FILE, user)  # the one file of the attempt folder the job writes
                 cwd = resolve_workdir(req, own_dir(jdir / WORK_DIR, PRIVATE_DIR_MODE, user))
+                tmp = own_dir(jdir / runfolder.TMP_DIR, PRIVATE_DIR_MODE, user)
                 gpus = self._take_gpus(req)
                 plan = None
                 if self.fence.kind is not FenceKind.NONE:
@@ -393,6 +394,7 @@ class NodeAgent:
                     job_home=jdir / WORK_DIR if user is not None else None,
                     net_interface=self.settings.net_interface,
                     visible=plan.visible if plan is not None else None,
+                    tmp_dir=tmp,
                 )
                 self._node_cache_dirs(env)
                 python = self.settings.job_python or sys.executable

@@ -17,6 +17,9 @@ appended by the agent before the attempt writes. A job moved back to a node it r
 attempts 1 and 3 in that node's log and 2 in another's; this is how a read puts them in order."""
 WORK_DIR = "work"
 """The job's default working folder and HOME: its uid's, so the plane makes nothing in it."""
+TMP_DIR = "tmp"
+"""The job's TMPDIR: its uid's, as WORK_DIR, so what `tempfile` writes lies in its run folder,
+where its disk bound counts it and retention removes it (not in the host's shared /tmp)."""
 ATTEMPT_PREFIX = "attempt-"
 """`attempt-<n>/`: one attempt's plane files; the agent adopts every `*/attempt-*/state.json`."""
 CHECKPOINTS_DIR = "checkpoints"
@@ -36,6 +39,8 @@ def plane_name(name: str) -> str | None:
         return "the plane's index of the job's log (where each attempt starts)"
     if name == WORK_DIR:
         return "the job's working folder (the plane makes nothing inside it)"
+    if name == TMP_DIR:
+        return "the job's temporary folder (its TMPDIR)"
     if name.startswith(ATTEMPT_PREFIX):
         return "an attempt folder of the plane's (attempt-<n> holds the files it reads back)"
     return None
