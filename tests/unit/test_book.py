@@ -266,3 +266,46 @@ def test_a_preemption_in_flight_survives_a_restart_and_resumes(tmp_path: Path) -
     job = ctl.store.get_job(jid)
     assert job is not None and job.phase == Phase.STARTING and job.attempt == 2, job.reason
     assert job.restarts == 0, "a preemption is not a failure"
+
+
+class CountingStore(MemoryStore):
+    """A MemoryStore that counts the job rows its lists hand back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = 0
+
+    def list_jobs(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = super().list_jobs(*args, **kwargs)
+        self.rows += len(out)
+        return out
+
+
+def test_a_page_of_jobs_reads_the_store_for_ended_jobs_only_and_pages_exactly() -> None:
+    """A page merges the ended jobs (from the store) with the live ones (from the book), both
+    in key order: a tenant with thousands of queued jobs cost a read of every one of them for
+    each page (they were read from the store, then skipped as live)."""
+    store = CountingStore()
+    t = [0.0]
+    book = JobBook(store, lambda: t[0])
+    ids = []
+    for i in range(1000):
+        t[0] = float(i)
+        ids.append(book.create("alice", spec()).id)
+    for job_id in ids[::7]:  # some ended, spread among the live
+        book.transition(job_id, Phase.CANCELLED, "cancelled")
+    book.flush(force=True)
+    store.rows = 0
+    first = book.query(tenant="alice", limit=50)
+    assert store.rows <= 50, store.rows  # at most a page of ended jobs, not the 1,000
+    seen, after = [j.id for j in first], (first[-1].submitted_at, first[-1].id)
+    while page := book.query(tenant="alice", limit=50, after=after):
+        seen += [j.id for j in page]
+        after = (page[-1].submitted_at, page[-1].id)
+    assert seen == ids  # every job once, in submit order, ended and live alike
+    live = book.query(tenant="alice", phases=[Phase.PENDING], limit=10)
+    assert [j.id for j in live] == [i for i in ids if i not in ids[::7]][:10]
+    store.rows = 0
+    book.query(tenant="alice", phases=[Phase.PENDING, Phase.RUNNING], limit=10)
+    assert store.rows == 0  # only live phases asked for: the store is not read
+    assert [j.id for j in book.query(tenant="alice", phases=[Phase.CANCELLED], limit=3)] == ids[::7][:3]

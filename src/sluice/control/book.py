@@ -25,6 +25,7 @@ benchmarks use; they return immutable records, never something to edit.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -58,6 +59,10 @@ OBSERVED_FIELDS = frozenset(
 
 class UnknownJob(KeyError):
     """No live job by that id in the book."""
+
+
+def _job_key(job: JobRecord) -> tuple[float, str]:
+    return (job.submitted_at, job.id)
 
 
 class JobBook:
@@ -114,31 +119,29 @@ class JobBook:
         them now (newer than the store by up to one progress flush), in (submitted_at, id)
         order, strictly after `after`, at most `limit`; fewer than `limit` means no more.
 
-        A page: the store is read in key order, page by page, skipping live jobs (judged by
-        the book's copy instead); a live job is added only up to the last key read, so
-        nothing between two pages is skipped or repeated."""
+        Two sources, each read in key order and merged: the store for ended jobs (a job is in
+        the book's live set exactly while its stored phase has not ended: both change in one
+        write), the book for live ones. The store was read for every phase, skipping the live
+        rows it returned, so a tenant with 10,000 queued jobs cost a read of all of them for
+        each page of 50 (about 1 s a page at 4,000)."""
         ph = set(phases) if phases is not None else None
+        ended = {p for p in Phase if p.terminal}
+        stored_phases = ended if ph is None else ph & ended
         out: dict[str, JobRecord] = {}
-        cursor, bound = after, None
-        while True:
-            batch = self._store.list_jobs(tenant=tenant, phases=ph, limit=limit, after=cursor)
-            out.update((j.id, j) for j in batch if j.id not in self._live)
-            if limit is None or len(batch) < limit:
-                break
-            cursor = (batch[-1].submitted_at, batch[-1].id)
-            if len(out) >= limit:
-                bound = cursor
-                break
-        for jid, j in self._live.items():
-            key = (j.submitted_at, j.id)
-            if (
-                (tenant is None or j.tenant == tenant)
-                and (ph is None or j.phase in ph)
-                and (after is None or key > after)
-                and (bound is None or key <= bound)
-            ):
-                out[jid] = j
-        jobs = sorted(out.values(), key=lambda j: (j.submitted_at, j.id))
+        if stored_phases:
+            for j in self._store.list_jobs(tenant=tenant, phases=stored_phases, limit=limit, after=after):
+                out[j.id] = j
+        live = [
+            j
+            for j in self._live.values()
+            if (tenant is None or j.tenant == tenant)
+            and (ph is None or j.phase in ph)
+            and (after is None or (j.submitted_at, j.id) > after)
+        ]
+        key = _job_key
+        for j in heapq.nsmallest(limit, live, key=key) if limit else live:
+            out[j.id] = j  # the book's copy is the newer
+        jobs = sorted(out.values(), key=key)
         return jobs[:limit] if limit else jobs
 
     def events(self, job_id: str, after_seq: int = 0, limit: int | None = None) -> list[EventRecord]:
