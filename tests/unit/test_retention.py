@@ -278,3 +278,22 @@ def test_the_ray_engine_removes_the_jobs_folders_on_every_node_and_its_checkpoin
     assert RayEngine.remove_run_folders(holder, "j-1") == 4  # type: ignore[arg-type]
     assert sorted(str(p.relative_to(runs)) for p in runs.glob("nodes/*/*")) == ["nodes/n0/j-2"]
     assert os.listdir(ckpt) == ["j-2"] and holder._log_paths == {"j-2": "y"}
+
+
+def test_a_bound_of_kept_jobs_does_not_starve_the_jobs_behind_it_pass_after_pass() -> None:
+    """More kept candidates (waited for; arrays with a live job) than a pass looks at: each
+    pass began again at the earliest, saw only those, and no later job was ever forgotten —
+    a tenant with ten 1,000-job arrays, one job of each left running, stopped retention for
+    every tenant. A pass goes on from where the last one stopped."""
+    store = MemoryStore()
+    now = 10 * DAY_S
+    deps = [f"dep{i}" for i in range(4)]
+    for i, jid in enumerate(deps):
+        store.create_job(job(jid, finished=float(i)))
+    for i in range(3):
+        store.create_job(job(f"late{i}", finished=100.0 + i))
+    waiting = job("w", Phase.PENDING, after=deps)
+    retention, _ = _retention(store, [waiting], batch=2, most_per_pass=4)
+    for _ in range(3):
+        retention.run(now)
+    assert sorted(j.id for j in store.list_jobs()) == sorted(deps)

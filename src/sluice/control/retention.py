@@ -14,9 +14,9 @@ their time, because forgetting them would change what a live job does:
   found by its first job (`<id>-0`), so it goes whole or not at all.
 
 A pass runs in a thread of its own (`RetentionThread`), hourly, and looks at a bounded
-number of candidates; the controller's lock is held only while it chooses and deletes a
-batch, never while folders are removed. What a pass did is one event of no job
-(`kind` "retention") and a log line.
+number of candidates (the next pass goes on after the last one it looked at); the
+controller's lock is held only while it chooses and deletes a batch, never while folders
+are removed. What a pass did is one event of no job (`kind` "retention") and a log line.
 """
 
 from __future__ import annotations
@@ -136,20 +136,25 @@ class Retention:
         self._remove_folders = remove_folders
         self.most_per_pass = most_per_pass
         self.batch = batch
+        self._resume: tuple[float, str] | None = None
+        """The candidate key a pass stopped at its bound after: the next goes on from there (begun
+        again at the earliest, a bound's worth of kept jobs hid every later one for ever)."""
 
     def run(self, now: float) -> RetentionPass:
         cutoff = now - self.keep_s
         seen = jobs = folders = kept = 0
-        after: tuple[float, str] | None = None
+        after = self._resume
         arrays: set[str] = set()
         more = False
         while True:
             if seen >= self.most_per_pass:
                 more = True
+                self._resume = after
                 break
             with self._lock:
                 page = self.store.ended_before(cutoff, min(self.batch, self.most_per_pass - seen), after=after)
                 if not page:
+                    self._resume = None  # the end: the next pass begins at the earliest again
                     break
                 seen += len(page)
                 after = (page[-1].finished_at or 0.0, page[-1].id)
