@@ -171,6 +171,8 @@ def check_retention(store: Store) -> None:
     store.append_event(700.0, "health", "after", node="n0")
     assert store.events()[-1].seq > last  # no seq is given out twice
     assert sorted(j.id for j in store.list_jobs()) == ["new", "old-fail", "pending", "running"]
+    many = ["new", "no-such-job", "running", *(f"x{i}" for i in range(600))]  # past one IN's bound
+    assert store.job_phases(many) == {"new": Phase.CANCELLED, "running": Phase.RUNNING}
 
 
 class StoreContract:

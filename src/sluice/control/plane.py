@@ -809,17 +809,23 @@ class ControlPlane:
     ) -> list[JobRecord]:
         """The jobs of one job array (`GET /v1/jobs?array=`), in `list_jobs`' (submitted_at, id)
         order — an array's jobs were all submitted at once, so by id —, strictly after `after`,
-        at most `limit`. Each job is read by its id: as many reads as the array has jobs
-        (at most MAX_ARRAY), never the tenant's whole list. Another tenant's array is a
-        NotFound (an admin sees any)."""
+        at most `limit`. Each job is read by its id, never the tenant's whole list, and only
+        the ones listed: with `phases`, the phases of the array's jobs are read first (one
+        read of two columns), not every record whole. Another tenant's array is a NotFound
+        (an admin sees any)."""
         ph = set(phases) if phases is not None else None
         out: list[JobRecord] = []
         with self.controller.lock:
+            book = self.controller.book
             first, count = self._array(caller, array_id)
-            for job_id in sorted(f"{array_id}-{k}" for k in range(count)):
-                if after is not None and (first.submitted_at, job_id) <= after:
-                    continue
-                job = self.controller.book.get(job_id)
+            ids = sorted(f"{array_id}-{k}" for k in range(count))
+            ids = [i for i in ids if after is None or (first.submitted_at, i) > after]
+            if ph is not None:  # by phase first: an ended job is read whole only if it is listed
+                phase = self.store.job_phases([i for i in ids if not book.is_live(i)])
+                phase |= {j.id: j.phase for j in (book.get(i) for i in ids if book.is_live(i)) if j is not None}
+                ids = [i for i in ids if phase.get(i) in ph]
+            for job_id in ids:
+                job = book.get(job_id)
                 if job is None or (ph is not None and job.phase not in ph):
                     continue
                 out.append(job)

@@ -149,6 +149,12 @@ class Store(Protocol):
         """Jobs ordered by (submitted_at, id); `after` = only those strictly after that key."""
         ...
 
+    def job_phases(self, job_ids: Sequence[str]) -> dict[str, Phase]:
+        """The phase of each of these jobs that exists (an unknown id is left out): one read of
+        two columns, not of whole records (`GET /v1/jobs?array=&phase=` filters an array's
+        jobs by it before reading the ones it lists)."""
+        ...
+
     def count_jobs(self) -> dict[str, int]:
         """Jobs by phase value (for metrics: a scrape must not read every record)."""
         ...

@@ -84,6 +84,9 @@ class MemoryStore:
         out.sort(key=lambda j: (j.submitted_at, j.id))
         return out[:limit] if limit else out
 
+    def job_phases(self, job_ids: Sequence[str]) -> dict[str, Phase]:
+        return {i: self._jobs[i].phase for i in job_ids if i in self._jobs}
+
     def count_jobs(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for j in self._jobs.values():

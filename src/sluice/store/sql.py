@@ -386,6 +386,16 @@ class SqlStore:
         with self._read() as conn:
             return [_job_from_row(r) for r in conn.execute(q)]
 
+    def job_phases(self, job_ids: Sequence[str]) -> dict[str, Phase]:
+        ids = list(dict.fromkeys(job_ids))
+        c = schema.jobs.c
+        out: dict[str, Phase] = {}
+        with self._read() as conn:
+            for i in range(0, len(ids), _IN_BATCH):  # a bound on the statement's parameters
+                q = select(c.id, c.phase).where(c.id.in_(ids[i : i + _IN_BATCH]))
+                out.update((str(jid), Phase(phase)) for jid, phase in conn.execute(q))
+        return out
+
     def count_jobs(self) -> dict[str, int]:
         q = select(schema.jobs.c.phase, func.count()).group_by(schema.jobs.c.phase)
         with self._read() as conn:
