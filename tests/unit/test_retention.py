@@ -18,7 +18,7 @@ from sluice.control.plane import ControlPlane
 from sluice.control.retention import DAY_S, Retention, forgettable
 from sluice.engine.local import LocalEngine
 from sluice.engine.run_folders import remove_job_folders
-from sluice.model import JobRecord, Phase
+from sluice.model import JobExited, JobRecord, JobStarted, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import JobSpec
@@ -179,6 +179,39 @@ def test_a_cancelled_job_is_gone_from_the_api_a_day_after_and_a_live_one_stays(
     # a job that starts after a forgotten one is refused like one after a job never made
     refused = client.post("/v1/jobs", json={**body, "after": [ended]}, headers=admin)
     assert refused.status_code == 422 and "after.0" in refused.text
+
+
+def test_a_job_forgotten_between_the_after_check_and_the_submit_is_refused_not_cancelled(
+    plane: tuple[ControlPlane, FakeEngine, TestClient, dict[str, str]],
+) -> None:
+    """`after` was checked under the controller's lock, then the lock let go until the job was
+    made: a retention pass in between forgot the predecessor, and the job was accepted (201)
+    only to be cancelled at once, "ended and is gone". It is checked again where it is made."""
+    cp, engine, client, admin = plane
+    body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+    dep = client.post("/v1/jobs", json=body, headers=admin).json()["id"]
+    cp.step()
+    job = cp.controller.book.get(dep)
+    assert job is not None and job.allocation is not None
+    engine.pending.append(JobStarted(dep, job.attempt, job.allocation.nodes[0], engine.now))
+    cp.step()
+    engine.pending.append(JobExited(dep, job.attempt, engine.now, 0, retryable=False))
+    cp.step()
+    assert client.get(f"/v1/jobs/{dep}", headers=admin).json()["phase"] == "Succeeded"
+    engine.now += 2 * DAY_S
+    assert cp.retention is not None
+    resolve = cp.priorities.resolve
+
+    def pass_between(spec: JobSpec) -> JobSpec:  # the retention thread takes the lock here
+        cp.retention.retention.run(engine.now)  # type: ignore[union-attr]
+        return resolve(spec)
+
+    cp.priorities.resolve = pass_between  # type: ignore[method-assign]
+    r = client.post("/v1/jobs", json={**body, "after": [dep]}, headers=admin)
+    cp.priorities.resolve = resolve  # type: ignore[method-assign]
+    assert cp.controller.book.get(dep) is None  # the pass did run between
+    assert r.status_code == 422 and "after.0" in r.text, r.text
+    assert [j["id"] for j in client.get("/v1/jobs", headers=admin).json()["items"]] == []
 
 
 # ---------------------------------------------------------------- folders

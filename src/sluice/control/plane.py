@@ -623,17 +623,22 @@ class ControlPlane:
             if self.store.get_tenant(tenant) is None:
                 raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
             self._check_unfinished(tenant, cap, adding=spec.array.count)
+            self._check_after(tenant, spec)  # again, under the lock: retention may have forgotten one
             return self.controller.submit_many(tenant, specs)
 
     def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None, cap: int | None = None) -> JobRecord:
         """The job, on disk, if its tenant still exists when it is created (under the
         controller's lock, as `delete_tenant` checks and deletes): a tenant deleted while its
         submit was on its way (a `--resume-from` copy takes a while) gets no job; nor one
-        whose concurrent submits took the last of its `cap` unfinished jobs."""
+        whose concurrent submits took the last of its `cap` unfinished jobs, nor one whose
+        `after` no longer holds (a job it names forgotten by retention meanwhile)."""
         with self.controller.lock:
             if self.store.get_tenant(tenant) is None:
                 raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
             self._check_unfinished(tenant, cap)
+            # Again, under the lock it is made in: a retention pass since the first check may
+            # have forgotten a job it starts after (it keeps only what a live job waits for).
+            self._check_after(tenant, spec)
             return self.controller.submit(tenant, spec, job_id=job_id)
 
     def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str, cap: int | None = None) -> JobRecord:
