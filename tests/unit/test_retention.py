@@ -214,6 +214,24 @@ def test_a_job_forgotten_between_the_after_check_and_the_submit_is_refused_not_c
     assert [j["id"] for j in client.get("/v1/jobs", headers=admin).json()["items"]] == []
 
 
+def test_a_plane_that_lost_its_database_to_another_forgets_nothing(
+    plane: tuple[ControlPlane, FakeEngine, TestClient, dict[str, str]],
+) -> None:
+    """A plane whose database another plane took (StoreInUse: its reconcile loop stopped, it
+    "no longer acts on its jobs") went on forgetting jobs every hour, judged against its own
+    stale book: a job the other plane's live jobs start after could go, and with it its
+    folders. It forgets nothing once it lost the database."""
+    cp, engine, client, admin = plane
+    body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+    ended = client.post("/v1/jobs", json=body, headers=admin).json()["id"]
+    assert client.post(f"/v1/jobs/{ended}/cancel", headers=admin).status_code == 200
+    engine.now += 2 * DAY_S
+    cp.lost_database = "another control plane holds the database"
+    assert cp.retention is not None
+    assert cp.retention.retention.run(engine.now).jobs == 0
+    assert client.get(f"/v1/jobs/{ended}", headers=admin).status_code == 200
+
+
 # ---------------------------------------------------------------- folders
 
 

@@ -283,6 +283,7 @@ class ControlPlane:
             get=book.get,
             lock=self.controller.lock,
             remove_folders=self.engine.remove_run_folders if isinstance(self.engine, RunFolders) else None,
+            halted=lambda: self.lost_database is not None,
         )
         return RetentionThread(retention, clock=self.engine.clock)
 

@@ -123,6 +123,7 @@ class Retention:
         get: Callable[[str], JobRecord | None],
         lock: threading.RLock | threading.Lock,
         remove_folders: Callable[[str], int] | None = None,
+        halted: Callable[[], bool] = lambda: False,
         most_per_pass: int = MOST_PER_PASS,
         batch: int = BATCH,
     ) -> None:
@@ -134,6 +135,9 @@ class Retention:
         self._get = get
         self._lock = lock
         self._remove_folders = remove_folders
+        self._halted = halted
+        """True once the plane no longer acts on its jobs (another plane took its database):
+        its book is stale then, and the jobs are the other plane's to forget."""
         self.most_per_pass = most_per_pass
         self.batch = batch
         self._resume: tuple[float, str] | None = None
@@ -152,6 +156,8 @@ class Retention:
                 self._resume = after
                 break
             with self._lock:
+                if self._halted():
+                    break
                 page = self.store.ended_before(cutoff, min(self.batch, self.most_per_pass - seen), after=after)
                 if not page:
                     self._resume = None  # the end: the next pass begins at the earliest again
@@ -169,13 +175,14 @@ class Retention:
                     except Exception:  # one folder's trouble must not keep the others
                         log.exception("could not remove the run folders of forgotten job %s", job_id)
         events = 0
-        while events < self.most_per_pass:
+        while not self._halted():
+            if events >= self.most_per_pass:
+                more = True
+                break
             n = self.store.delete_events_before(cutoff, self.batch)
             events += n
             if n < self.batch:
                 break
-        else:
-            more = True
         done = RetentionPass(cutoff, jobs, events, folders, kept, more)
         if jobs or events:
             self.store.append_event(now, "retention", done.summary(), data={"jobs": jobs, "events": events})
