@@ -63,6 +63,29 @@ def test_an_array_goes_whole_only_once_every_job_of_it_ended_before_the_cutoff()
     assert forgettable([jobs["a-0"]], [], cutoff=100.0, get=running.get) == ([], 1)
 
 
+def test_an_array_with_a_live_job_is_kept_without_reading_its_ended_jobs() -> None:
+    """An array with a job not ended was judged by reading every job of it from the store,
+    under the controller's lock, pass after pass: a tenant's arrays of 1,000 jobs, one left
+    running in each, cost a thousand record reads each. A live job (the book has it) keeps
+    its array at once; otherwise reading stops at the first job that keeps it."""
+    jobs = {j.id: j for j in (array_job("a", k, 1000) for k in range(1000))}
+    running = array_job("a", 999, 1000, Phase.RUNNING)
+    jobs["a-999"] = running
+    reads: list[str] = []
+
+    def get(job_id: str) -> JobRecord | None:
+        reads.append(job_id)
+        return jobs.get(job_id)
+
+    assert forgettable([jobs["a-0"]], [running], cutoff=100.0, get=get) == ([], 1)
+    assert len(reads) <= 1, len(reads)
+    reads.clear()
+    jobs["a-5"] = array_job("a", 5, 1000, finished=500.0)  # ended after the cutoff
+    jobs["a-999"] = array_job("a", 999, 1000)
+    assert forgettable([jobs["a-0"]], [], cutoff=100.0, get=get) == ([], 1)
+    assert len(reads) <= 6, len(reads)
+
+
 def test_an_array_a_live_job_waits_for_is_kept_whole() -> None:
     jobs = {j.id: j for j in (array_job("a", 0, 2), array_job("a", 1, 2))}
     for after in (["a"], ["a-1"]):

@@ -78,7 +78,9 @@ def forgettable(
     many jobs and arrays were kept: none that a `live` job starts after, arrays only whole
     (every job of one ended before `cutoff`; read through `get`). `arrays`: the ids of the
     arrays already decided in this pass (each is judged once; updated)."""
+    live = list(live)
     waited_for = {dep for job in live for dep in job.spec.after}
+    live_ids = {job.id for job in live}
     out: list[str] = []
     kept = 0
     arrays = set() if arrays is None else arrays
@@ -93,15 +95,22 @@ def forgettable(
         if a.id in arrays:
             continue  # decided with an earlier job of it
         arrays.add(a.id)
-        members = [m for m in (get(f"{a.id}-{k}") for k in range(a.count)) if m is not None]
-        whole = a.id not in waited_for and all(
-            m.tenant == job.tenant
-            and m.phase.terminal
-            and m.finished_at is not None
-            and m.finished_at < cutoff
-            and m.id not in waited_for
-            for m in members
-        )
+        ids = [f"{a.id}-{k}" for k in range(a.count)]
+        # A job of it not ended (the book has every live one), or waited for, keeps it: no
+        # record is read. Else its jobs are read until the first that keeps it (reading the
+        # whole array, under the controller's lock, pass after pass, cost a tenant's arrays
+        # with one job left running a thousand reads each).
+        whole = a.id not in waited_for and not any(i in live_ids or i in waited_for for i in ids)
+        members: list[JobRecord] = []
+        for i in ids if whole else ():
+            m = get(i)
+            if m is None:
+                continue
+            ended = m.phase.terminal and m.finished_at is not None and m.finished_at < cutoff
+            if m.tenant != job.tenant or not ended:
+                whole = False
+                break
+            members.append(m)
         if whole:
             out.extend(m.id for m in members)
         else:
