@@ -421,15 +421,18 @@ class SqlStore:
     def ended_before(self, before: float, limit: int, after: tuple[float, str] | None = None) -> list[JobRecord]:
         c = schema.jobs.c
         ended = [p.value for p in Phase if p.terminal]
+        # `phase || ''`: an expression, so SQLite reads the finished_at index in order and stops
+        # at `limit`; on the bare column it chose the phase index (an equality) and sorted every
+        # ended job by finish time for each batch. The keyset's `>=` is that index's range.
         q = (
             select(schema.jobs)
-            .where(c.finished_at < before, c.phase.in_(ended))
+            .where(c.finished_at < before, c.phase.concat("").in_(ended))
             .order_by(c.finished_at, c.id)
             .limit(limit)
         )
         if after is not None:  # keyset: (finished_at, id) > after
             t, jid = after
-            q = q.where(or_(c.finished_at > t, and_(c.finished_at == t, c.id > jid)))
+            q = q.where(c.finished_at >= t, or_(c.finished_at > t, c.id > jid))
         with self._read() as conn:
             return [_job_from_row(r) for r in conn.execute(q)]
 
