@@ -292,6 +292,29 @@ def test_links_a_job_left_are_removed_not_followed(tmp_path: Path) -> None:
     assert os.listdir(runs) == []
 
 
+def test_a_folder_nested_deeper_than_python_recurses_is_removed_whole(tmp_path: Path) -> None:
+    """A job may nest folders thousands deep (each opened from the last: no path too long).
+    shutil.rmtree recurses once a level: past ~1,000 it raised RecursionError half way, the
+    replicas' folders after it were never tried, and the job's record being gone, nothing
+    ever removed the rest — the tenant's files outlived retention on the runs disk."""
+    runs = tmp_path / "runs"
+    _folder(runs / "j-1", {"job.log": "x"})
+    _folder(runs / "j-10", {"job.log": "another job's"})
+    fd = os.open(runs / "j-1", os.O_RDONLY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as f:
+            f.write("x")
+        nxt = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.symlink(tmp_path / "runs" / "j-10", "link", dir_fd=fd)
+    os.close(fd)
+    _folder(runs / "j-1--r1of2", {"job.log": "replica"})
+    assert remove_job_folders(runs, "j-1") == 2
+    assert sorted(os.listdir(runs)) == ["j-10"] and (runs / "j-10" / "job.log").read_text() == "another job's"
+
+
 def test_a_folder_the_job_locked_is_still_removed(tmp_path: Path) -> None:
     """Without isolation the job runs as the plane's own user and may take every permission
     off a folder of its own; the plane (the owner, not root) opens it up to remove it. Run

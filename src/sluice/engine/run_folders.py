@@ -10,10 +10,12 @@ job left inside them (`shutil.rmtree` works through directory descriptors on Lin
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
 import stat
+import uuid
 from pathlib import Path
 
 from sluice.engine.ray_gang import parse_replica
@@ -52,6 +54,10 @@ def remove_job_folders(parent: Path, job_id: str) -> int:
     return gone
 
 
+DEPTH = 200
+"""Deepest a tree is walked with one folder descriptor open a level (`_flatten`)."""
+
+
 def _remove_tree(path: Path) -> None:
     try:
         shutil.rmtree(path)
@@ -60,6 +66,63 @@ def _remove_tree(path: Path) -> None:
         # job's too without isolation): opened up, then removed once more.
         _open_up(path)
         shutil.rmtree(path)
+    except (RecursionError, OSError) as err:
+        # shutil.rmtree (Python < 3.13) recurses, and holds a descriptor, once a level: a job
+        # that nested folders thousands deep stopped it half way. Flattened, then once more.
+        if isinstance(err, OSError) and err.errno != errno.EMFILE:
+            raise
+        _flatten(path)
+        shutil.rmtree(path)
+
+
+def _flatten(top: Path, depth: int = DEPTH) -> None:
+    """Move every folder more than `depth` below `top` up into `top` (renamed by descriptor,
+    never through a link), so that no folder under it is deeper than `depth`: each moved one
+    is walked from its new place, so every folder is visited once, with at most `depth`
+    descriptors open."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    top_fd = os.open(top, flags)
+    try:
+        roots: list[str | None] = [None]  # None: `top` itself; else a folder moved into it
+        while roots:
+            name = roots.pop()
+            try:
+                first = os.dup(top_fd) if name is None else os.open(name, flags, dir_fd=top_fd)
+            except OSError:
+                continue  # gone, or a link put in its place: rmtree deals with it
+            fds, todo = [first], [_subfolders(first)]
+            try:
+                while fds:
+                    if not todo[-1]:
+                        os.close(fds.pop())
+                        todo.pop()
+                        continue
+                    sub = todo[-1].pop()
+                    if len(fds) >= depth:
+                        moved = f".sluice-deep-{uuid.uuid4().hex}"
+                        try:
+                            os.rename(sub, moved, src_dir_fd=fds[-1], dst_dir_fd=top_fd)
+                        except FileNotFoundError:
+                            continue
+                        roots.append(moved)
+                        continue
+                    try:
+                        fd = os.open(sub, flags, dir_fd=fds[-1])
+                    except OSError:
+                        continue  # gone, or now a link: not followed
+                    fds.append(fd)
+                    todo.append(_subfolders(fd))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    finally:
+        os.close(top_fd)
+
+
+def _subfolders(fd: int) -> list[str]:
+    """The names of the folders (not links) in the folder open at `fd`."""
+    with os.scandir(fd) as entries:
+        return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
 
 
 def _open_up(top: Path) -> None:
