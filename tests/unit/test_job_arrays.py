@@ -5,6 +5,7 @@ with the FakeEngine (no processes)."""
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlencode
 
 from sluice.agent.launchenv import build_env
 from sluice.model import JobExited, Phase
@@ -260,3 +261,15 @@ def test_a_phase_filter_on_an_array_reads_only_the_jobs_it_lists(live: Live) -> 
         assert len(reads) <= 40 + 3 * 3, len(reads)
     finally:
         store.get_job = get  # type: ignore[method-assign]
+
+
+def test_an_array_id_that_no_job_id_could_be_is_refused_before_any_read(live: Live) -> None:
+    """`?array=` and the cancel body took any 1-64 characters and read `<it>-0` from the
+    store: on PostgreSQL an id with a NUL (`%00`) is a ValueError from the driver, a 500;
+    any other shape was a read for nothing. Array ids are job ids (JOB_ID_PATTERN), as
+    `after` and `resume_from` are checked."""
+    for bad in ("j-1\x00", "../j-1", "j-1/x", "é", "j 1", "%", "-j"):
+        r = live.call("GET", "/v1/jobs?" + urlencode({"array": bad}), "alice")
+        assert r.status_code == 422 and "array" in r.text, (bad, r.status_code, r.text)
+        r = live.call("POST", "/v1/jobs/cancel", "alice", {"array": bad})
+        assert r.status_code == 422 and "array" in r.text, (bad, r.status_code, r.text)

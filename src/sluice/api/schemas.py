@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sluice.model import JobRecord
 from sluice.model.queue import PriorityClass, RuntimeLimit
 from sluice.spec.base import RequestModel
+from sluice.spec.job import JOB_ID_PATTERN
 
 
 def jsonable(obj: Any) -> Any:
@@ -247,7 +248,12 @@ class CancelIn(RequestModel):
     """Jobs to cancel in one request (`POST /v1/jobs/cancel`): every job of a job array that has
     not ended. Unknown fields refused."""
 
-    array: str = Field(min_length=1, max_length=64, description="The job array's id (`j-…`, what submit printed).")
+    array: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=JOB_ID_PATTERN,
+        description="The job array's id (`j-…`, what submit printed).",
+    )
 
 
 class FaultIn(RequestModel):

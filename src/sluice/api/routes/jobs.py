@@ -25,6 +25,7 @@ from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.spec import JobSpec
 from sluice.spec.errors import FieldProblem, SpecError
+from sluice.spec.job import JOB_ID_PATTERN
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -106,6 +107,7 @@ def list_jobs(
         Query(
             min_length=1,
             max_length=64,
+            pattern=JOB_ID_PATTERN,
             description="Only the jobs of this job array (its id): read by id, not by walking your whole list. "
             "Another tenant's array (or one that never was) is a 404; an admin sees any.",
         ),
