@@ -309,3 +309,21 @@ def test_a_page_of_jobs_reads_the_store_for_ended_jobs_only_and_pages_exactly() 
     book.query(tenant="alice", phases=[Phase.PENDING, Phase.RUNNING], limit=10)
     assert store.rows == 0  # only live phases asked for: the store is not read
     assert [j.id for j in book.query(tenant="alice", phases=[Phase.CANCELLED], limit=3)] == ids[::7][:3]
+
+
+def test_a_name_no_job_id_can_have_is_no_job_without_asking_the_store() -> None:
+    """PostgreSQL's driver raises on a NUL in a query parameter: `GET /v1/jobs/a%00b` was a
+    500 there (red team s28). The book answers such names itself."""
+
+    class Refusing(MemoryStore):
+        def get_job(self, job_id):  # type: ignore[no-untyped-def]
+            raise AssertionError(f"store asked for {job_id!r}")
+
+        def events(self, *a, **kw):  # type: ignore[no-untyped-def]
+            raise AssertionError("store asked for events")
+
+    book = JobBook(Refusing(), lambda: 0.0)
+    for bad in ("a\x00b", "", "../x", "x" * 65, "-leading", "a/b", "a b"):
+        assert book.get(bad) is None and book.events(bad) == [], bad
+    with pytest.raises(AssertionError, match="store asked"):
+        book.get("j-0123456789")  # a real id still reads the store

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -35,6 +36,7 @@ from typing import Any
 from sluice.control.failpoints import Failpoints
 from sluice.model import IllegalTransition, JobRecord, Phase, can_transition
 from sluice.spec import JobSpec
+from sluice.spec.job import JOB_ID_PATTERN
 from sluice.store.base import EventRecord, NewEvent, Store, StoreUnavailable
 
 log = logging.getLogger("sluice.book")
@@ -59,6 +61,9 @@ OBSERVED_FIELDS = frozenset(
 
 class UnknownJob(KeyError):
     """No live job by that id in the book."""
+
+
+_JOB_ID = re.compile(JOB_ID_PATTERN)
 
 
 def _job_key(job: JobRecord) -> tuple[float, str]:
@@ -89,9 +94,13 @@ class JobBook:
     # ------------------------------------------------------------------ reads
 
     def get(self, job_id: str) -> JobRecord | None:
-        """The newest record of a job, live or finished (None if it never existed)."""
+        """The newest record of a job, live or finished (None if it never existed). A name
+        no job id can have (JOB_ID_PATTERN) is none without asking the store: a path segment
+        with a NUL (`%00`) made PostgreSQL's driver raise, a 500 (red team s28)."""
         job = self._live.get(job_id)
-        return job if job is not None else self._store.get_job(job_id)
+        if job is not None:
+            return job
+        return self._store.get_job(job_id) if _JOB_ID.fullmatch(job_id) else None
 
     def live(self) -> list[JobRecord]:
         """Every non-terminal job, oldest submission first."""
@@ -147,6 +156,8 @@ class JobBook:
     def events(self, job_id: str, after_seq: int = 0, limit: int | None = None) -> list[EventRecord]:
         """The job's history, oldest first: what `sluice job why` prints (a page of it:
         events after `after_seq`, at most `limit`)."""
+        if not _JOB_ID.fullmatch(job_id):
+            return []
         return self._store.events(job_id=job_id, since_seq=after_seq, limit=limit)
 
     # ------------------------------------------------------------------ writes
