@@ -141,3 +141,27 @@ def test_the_launcher_runs_nothing_when_it_cannot_join_a_jail_it_must(tmp_path: 
     for bad in (["--user", "x:1"], ["--user"], ["--user", "5"]):
         done = subprocess.run([sys.executable, str(ENTER), *bad, "--", "/bin/true"], capture_output=True, text=True)
         assert done.returncode == 2, bad
+
+
+@needs_root
+def test_what_the_helper_left_in_its_jail_is_killed_and_the_jail_removed(tmp_path: Path) -> None:
+    """Red team s28: only the helper's own pid was killed; a child it left behind kept running
+    in the jail, and the jail (a cgroup with a process in it) could not be removed."""
+    cgroup_root = f"sluice-test-{uuid.uuid4().hex[:8]}"
+    agent, jail = _jail(tmp_path, cgroup_root)
+    marker = f"sleep 3000.{uuid.uuid4().int % 10**9}"  # a child of its own, and a name to find it by
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nsetsid {marker} </dev/null >/dev/null 2>&1 &\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    for p in (tmp_path, *tmp_path.parents):
+        os.chmod(p, os.stat(p).st_mode | 0o001)
+    try:
+        with pytest.raises(TenantCacheError):
+            run_helper(CAROL, {"op": "no-such-op"}, timeout=30, python=str(wrapper), jail=jail)
+        assert not jail.dir.exists()
+        left = subprocess.run(["pgrep", "-fx", marker], capture_output=True, text=True).stdout.split()
+        assert left == [], left
+    finally:
+        subprocess.run(["pkill", "-fx", marker], check=False)
+        agent.close()
+        remove_cgroups(cgroup_root)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sluice.agent.cgroup import MemoryController
+from sluice.agent.cgroup import MemoryController, kill_members
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, own_dir, plane_dirs, plane_owned, unreachable
 from sluice.data.cache import TENANT_DIR, DatasetCache, default_memory_bytes, folder_pattern, reader_key
 from sluice.data.guard import SourceGuard
@@ -208,6 +208,10 @@ def run_helper(
         oom = jail.oom(proc.returncode if proc.returncode is not None else -9) if jail is not None else None
     finally:
         if jail is not None:
+            # What the helper left in its jail (a child it forked, as a job of the same uid that
+            # traces it could make it) is killed with it: `_bounded` kills the helper's pid only,
+            # and a group with a process in it cannot be removed, so both stayed behind.
+            kill_members((jail.dir,))
             jail.cleanup()
     if oom is not None:
         raise TenantCacheError(
