@@ -85,3 +85,39 @@ def test_disk_mb_is_a_positive_bounded_number_of_mib() -> None:
     for bad in (0, -1, 2**40, "lots", 1.5):
         with pytest.raises(SpecError, match=r"resources\.disk_mb"):
             parse_job_spec({**base, "resources": {"disk_mb": bad}})
+
+
+def _nest(top: Path, levels: int, name: str = "d" * 200) -> int:
+    """Folders nested `levels` deep under `top` by relative names (their path passes PATH_MAX
+    soon, as a job's chdir-and-mkdir loop makes them); an open descriptor of the deepest."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir(name, dir_fd=fd)
+        deeper = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    return fd
+
+
+def test_a_file_below_a_path_longer_than_path_max_is_counted(tmp_path: Path) -> None:
+    job = tmp_path / "j-1"
+    job.mkdir()
+    fd = _nest(job, 30)  # about 6,000 bytes of path: no lstat or scandir by name reaches it
+    try:
+        f = os.open("big.bin", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+        os.write(f, os.urandom(4 * MIB))
+        os.fsync(f)
+        os.close(f)
+    finally:
+        os.close(fd)
+    size = folder_size([job])
+    assert size.complete and size.bytes >= 4 * MIB, size
+
+
+def test_folders_nested_past_the_walks_depth_stop_it_and_the_job(tmp_path: Path) -> None:
+    os.close(_nest(tmp_path, 12, "d"))
+    assert folder_size([tmp_path], most_depth=20).complete
+    deep = folder_size([tmp_path], most_depth=10)
+    assert not deep.complete and deep.too_deep
+    found = verdicts({A: deep}, {A: None}, free_bytes=10 << 30, reserve_bytes=0)
+    assert "nested more than 256 deep" in found[A]

@@ -20,12 +20,12 @@ stopped for that instead).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
-import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,54 +40,100 @@ RESERVE_MIN_HOLD = 64 * MIB
 filled by something else is not cured by stopping a job that wrote a log."""
 
 
+MAX_DEPTH = 256
+"""Folders nested deeper than this in a run folder stop the walk, and the job as past
+MAX_ENTRIES: the walk holds one descriptor a level, and opens each folder from its parent's
+(no path is ever too long to measure, nor followed through a symlink swapped in mid-walk)."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 @dataclass(frozen=True)
 class FolderSize:
     bytes: int
     entries: int
     complete: bool = True
-    """False when the walk stopped at its bound of entries."""
+    """False when the walk stopped at its bound of entries (or of depth)."""
+    too_deep: bool = False
+    """The walk stopped at MAX_DEPTH."""
 
 
-def folder_size(folders: Iterable[Path], most_entries: int = MAX_ENTRIES) -> FolderSize:
+class _Bound(Exception):
+    def __init__(self, too_deep: bool = False) -> None:
+        self.too_deep = too_deep
+
+
+def folder_size(folders: Iterable[Path], most_entries: int = MAX_ENTRIES, most_depth: int = MAX_DEPTH) -> FolderSize:
     """Bytes on disk under `folders` (blocks, so sparse files count what they hold), each
-    inode once, never through a link; stops after `most_entries` entries."""
+    inode once, never through a link; stops after `most_entries` entries or `most_depth`
+    levels. Each folder is opened from its parent's descriptor (O_NOFOLLOW), never by a
+    path: folders nested past PATH_MAX by relative names hide nothing."""
     seen: set[tuple[int, int]] = set()
     total = entries = 0
-    stack = [str(f) for f in folders]
-    while stack:
-        here = stack.pop()
-        try:
-            st = os.lstat(here)
-        except OSError:
-            continue
+
+    def count(st: os.stat_result) -> bool:
+        nonlocal total, entries
         if (st.st_dev, st.st_ino) in seen:
-            continue
+            return False
         seen.add((st.st_dev, st.st_ino))
         total += st.st_blocks * 512
         entries += 1
         if entries > most_entries:
-            return FolderSize(total, entries, complete=False)
-        if not stat.S_ISDIR(st.st_mode):
-            continue
+            raise _Bound()
+        return True
+
+    def visit(fd: int) -> list[str]:
+        """Counts the folder open at `fd` and its files; the names of its folders (none if seen)."""
+        if not count(os.fstat(fd)):
+            return []
+        subs: list[str] = []
         try:
-            with os.scandir(here) as it:
+            with os.scandir(fd) as it:
                 for e in it:
                     try:
                         if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
+                            subs.append(e.name)
+                            if entries + len(subs) > most_entries:
+                                raise _Bound()
                             continue
-                        est = e.stat(follow_symlinks=False)
+                        count(e.stat(follow_symlinks=False))
                     except OSError:
                         continue
-                    if (est.st_dev, est.st_ino) in seen:
-                        continue
-                    seen.add((est.st_dev, est.st_ino))
-                    total += est.st_blocks * 512
-                    entries += 1
-                    if entries > most_entries:
-                        return FolderSize(total, entries, complete=False)
         except OSError:
-            continue
+            pass
+        return subs
+
+    stack: list[tuple[int, Iterator[str]]] = []
+    try:
+        for top in folders:
+            try:
+                fd = os.open(top, _DIR_FLAGS)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    count(os.lstat(top))  # a file (or a link) where a folder was named: itself only
+                continue
+            stack.append((fd, iter(())))
+            stack[-1] = (fd, iter(visit(fd)))
+            while stack:
+                here, names = stack[-1]
+                name = next(names, None)
+                if name is None:
+                    os.close(here)
+                    stack.pop()
+                    continue
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=here)
+                except OSError:
+                    continue  # gone since listed, or no longer a folder (a link is never followed)
+                stack.append((fd, iter(())))
+                if len(stack) > most_depth:
+                    raise _Bound(too_deep=True)
+                stack[-1] = (fd, iter(visit(fd)))
+    except _Bound as b:
+        return FolderSize(total, entries, complete=False, too_deep=b.too_deep)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
     return FolderSize(total, entries)
 
 
@@ -114,7 +160,12 @@ def verdicts(
     out: dict[tuple[str, int], str] = {}
     for key, size in sizes.items():
         limit = limits.get(key)
-        if not size.complete:
+        if size.too_deep:
+            out[key] = (
+                f"disk: its run folder holds folders nested more than {MAX_DEPTH} deep, the most sluice "
+                "measures; stopped (keep deep trees outside the run folder)"
+            )
+        elif not size.complete:
             out[key] = (
                 f"disk: its run folder holds more than {MAX_ENTRIES:,} files and folders, the most sluice "
                 "measures; stopped (write fewer, larger files, or keep them outside the run folder)"
