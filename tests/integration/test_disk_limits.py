@@ -128,3 +128,30 @@ def test_a_job_filling_the_disk_is_stopped_at_the_reserve_and_the_plane_keeps_wr
             _close(p)
     finally:
         subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def test_what_a_job_writes_to_a_temporary_file_with_no_name_counts_against_its_disk_mb(plane: ControlPlane) -> None:
+    """tempfile.TemporaryFile (in its TMPDIR, the run folder's tmp/) has no name in any folder
+    the walk reads; its blocks are the job's all the same, and count."""
+    caller = plane.store.get_tenant("default")
+    assert caller is not None
+    spool = (
+        "import os, tempfile, time\n"
+        "f = tempfile.TemporaryFile()\n"
+        "for _ in range(40):\n"
+        "    f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno()); time.sleep(0.05)\n"
+        "time.sleep(30)\n"
+    )
+    spec = parse_job_spec(
+        {
+            "name": "spool",
+            "command": ["python", "-c", spool],
+            "resources": {"cpu": {"min": 0.25}, "disk_mb": 16},
+            "max_restarts": 3,
+        }
+    )
+    job = plane.submit(caller, spec)
+    assert wait_for(lambda: _ended(plane, job).phase.terminal, 60), _ended(plane, job).reason
+    done = _ended(plane, job)
+    assert done.phase == Phase.FAILED and done.restarts == 0, done.reason
+    assert "past its resources.disk_mb of 16 MiB" in done.reason

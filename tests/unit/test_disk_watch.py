@@ -5,6 +5,8 @@ node's reserve the one holding the most."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,40 @@ def test_folders_nested_past_the_walks_depth_stop_it_and_the_job(tmp_path: Path)
     assert not deep.complete and deep.too_deep
     found = verdicts({A: deep}, {A: None}, free_bytes=10 << 30, reserve_bytes=0)
     assert "nested more than 256 deep" in found[A]
+
+
+HOLDER = (
+    "import mmap, os, sys, tempfile\n"
+    "where, how = sys.argv[1], sys.argv[2]\n"
+    "if how == 'tempfile':\n"
+    "    f = tempfile.TemporaryFile(dir=where)\n"  # O_TMPFILE, or unlinked at once: no name
+    "    f.write(os.urandom(3 << 20)); f.flush(); os.fsync(f.fileno())\n"
+    "else:\n"  # mapped, then unlinked and its descriptor closed: only the mapping holds it
+    "    path = os.path.join(where, 'gone.bin')\n"
+    "    with open(path, 'wb') as g:\n"
+    "        g.write(os.urandom(5 << 20)); g.flush(); os.fsync(g.fileno())\n"
+    "    g = open(path, 'rb'); m = mmap.mmap(g.fileno(), 0, prot=mmap.PROT_READ); g.close(); os.unlink(path)\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+@pytest.mark.parametrize(("how", "held"), [("tempfile", 3 * MIB), ("mapped", 5 * MIB)])
+def test_a_file_the_job_holds_open_with_no_name_is_counted(tmp_path: Path, how: str, held: int) -> None:
+    """tempfile.TemporaryFile in its TMPDIR (the run folder's tmp/) names nothing in the folder,
+    nor does a file unlinked while open or mapped: its blocks stay taken all the same."""
+    job = tmp_path / "j-1"
+    (job / "tmp").mkdir(parents=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(job / "tmp"), how], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+        assert folder_size([job]).bytes < MIB  # the walk alone sees nothing
+        assert folder_size([job], pids=[p.pid]).bytes >= held
+        assert folder_size([job], pids=[os.getpid()]).bytes < MIB  # not another process's
+        watch = DiskWatch(tmp_path, lambda: [Watched(A, (job,), 2, pid=p.pid)], every_s=3600, reserve_percent=0)
+        assert "past its resources.disk_mb of 2 MiB" in watch.check()[A]
+    finally:
+        p.kill()
+        p.wait()

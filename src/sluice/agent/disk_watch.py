@@ -24,10 +24,13 @@ import contextlib
 import logging
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +66,22 @@ class _Bound(Exception):
         self.too_deep = too_deep
 
 
-def folder_size(folders: Iterable[Path], most_entries: int = MAX_ENTRIES, most_depth: int = MAX_DEPTH) -> FolderSize:
+def folder_size(
+    folders: Iterable[Path],
+    most_entries: int = MAX_ENTRIES,
+    most_depth: int = MAX_DEPTH,
+    pids: Iterable[int] = (),
+) -> FolderSize:
     """Bytes on disk under `folders` (blocks, so sparse files count what they hold), each
     inode once, never through a link; stops after `most_entries` entries or `most_depth`
     levels. Each folder is opened from its parent's descriptor (O_NOFOLLOW), never by a
-    path: folders nested past PATH_MAX by relative names hide nothing."""
+    path: folders nested past PATH_MAX by relative names hide nothing.
+
+    `pids`: the job's processes; the files they hold open or mapped that no folder names any
+    more (unlinked, or made with O_TMPFILE, as `tempfile.TemporaryFile` does) on the folders'
+    disks are counted too: their blocks stay taken until the job lets go of them."""
     seen: set[tuple[int, int]] = set()
+    devices: set[int] = set()
     total = entries = 0
 
     def count(st: os.stat_result) -> bool:
@@ -113,6 +126,7 @@ def folder_size(folders: Iterable[Path], most_entries: int = MAX_ENTRIES, most_d
                     count(os.lstat(top))  # a file (or a link) where a folder was named: itself only
                 continue
             stack.append((fd, iter(())))
+            devices.add(os.fstat(fd).st_dev)
             stack[-1] = (fd, iter(visit(fd)))
             while stack:
                 here, names = stack[-1]
@@ -134,7 +148,55 @@ def folder_size(folders: Iterable[Path], most_entries: int = MAX_ENTRIES, most_d
     finally:
         for fd, _ in stack:
             os.close(fd)
-    return FolderSize(total, entries)
+    return FolderSize(total + held_unlinked(pids, devices, seen), entries)
+
+
+def held_unlinked(pids: Iterable[int], devices: set[int], seen: set[tuple[int, int]] | None = None) -> int:
+    """Bytes on disk of the regular files on `devices` that `pids` hold open or mapped and
+    no folder names (st_nlink 0), each inode once (`seen`: inodes already counted)."""
+    seen = set() if seen is None else seen
+    total = 0
+
+    def count(path: str) -> None:
+        nonlocal total
+        try:
+            st = os.stat(path)  # the open file itself, through /proc's link
+        except OSError:
+            return
+        held = st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and st.st_dev in devices
+        if held and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+
+    if not devices:
+        return 0
+    for pid in set(pids):
+        proc = f"/proc/{pid}"
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"{proc}/fd"):
+                # its name first (no filesystem asked): a file on a hung NFS mount is never stat'ed
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"{proc}/fd/{fd}").endswith(" (deleted)"):
+                        count(f"{proc}/fd/{fd}")
+        with contextlib.suppress(OSError), open(f"{proc}/maps", "rb") as maps:
+            for line in maps:
+                if line.rstrip().endswith(b" (deleted)"):
+                    count(f"{proc}/map_files/{line.split(b' ', 1)[0].decode()}")
+    return total
+
+
+def job_pids(procs_files: Iterable[str], pid: int | None) -> set[int]:
+    """A job's processes: its cgroups' members (the shim joins them before the job starts);
+    where it has none, `pid` (its shim) and its descendants (a walk of every process's)."""
+    pids: set[int] = set()
+    for f in procs_files:
+        with contextlib.suppress(OSError, ValueError):
+            pids.update(int(p) for p in Path(f).read_text().split())
+    if not pids and pid is not None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            pids.update(p.pid for p in (root, *root.children(recursive=True)))
+    return pids
 
 
 @dataclass(frozen=True)
@@ -144,6 +206,10 @@ class Watched:
     key: tuple[str, int]
     folders: tuple[Path, ...]
     limit_mb: int | None
+    procs_files: tuple[str, ...] = ()
+    """Its cgroups' cgroup.procs: its processes, whose unlinked open files count too."""
+    pid: int | None = None
+    """Its shim's pid (the processes below it count too, where it has no cgroup)."""
 
 
 def _gib(n: int) -> str:
@@ -220,7 +286,7 @@ class DiskWatch:
     def check(self) -> dict[tuple[str, int], str]:
         """Measure every watched attempt once; what to stop (also kept for `take`)."""
         watched = self._watched()
-        sizes = {w.key: folder_size(w.folders) for w in watched}
+        sizes = {w.key: folder_size(w.folders, pids=job_pids(w.procs_files, w.pid)) for w in watched}
         limits = {w.key: w.limit_mb for w in watched}
         try:
             du = shutil.disk_usage(self.root)

@@ -774,6 +774,12 @@ class NodeAgent:
                     key,
                     tuple(dict.fromkeys((self.job_dir(att.job_id), self.job_dir(att.log_job or att.job_id)))),
                     att.extra.get("disk_mb") if isinstance(att.extra.get("disk_mb"), int) else None,
+                    tuple(
+                        str(d / "cgroup.procs")
+                        for d in (att.ctrl.cpu_dir, att.ctrl.acct_dir, att.mem.dir if att.mem is not None else None)
+                        if d is not None
+                    ),
+                    att.shim_pid,
                 )
                 for key, att in self._watched.items()
                 if att.stop_signal is None and att.alive()
