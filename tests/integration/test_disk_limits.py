@@ -155,3 +155,32 @@ def test_what_a_job_writes_to_a_temporary_file_with_no_name_counts_against_its_d
     done = _ended(plane, job)
     assert done.phase == Phase.FAILED and done.restarts == 0, done.reason
     assert "past its resources.disk_mb of 16 MiB" in done.reason
+
+
+def test_a_job_asked_to_stop_is_still_measured_through_its_grace(plane: ControlPlane) -> None:
+    """Cancelled (SIGTERM, then stop_grace_s), a job that ignores SIGTERM and writes on is
+    still bounded: its grace is no window for writing unmeasured."""
+    caller = plane.store.get_tenant("default")
+    assert caller is not None
+    deaf = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open('started', 'w').close()\n"
+        "while not os.path.exists('go'): time.sleep(0.02)\n"
+        "with open('out.bin', 'wb') as f:\n"
+        "    for _ in range(40):\n"
+        "        f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno()); time.sleep(0.08)\n"
+        "time.sleep(30)\n"
+    )
+    spec = parse_job_spec(
+        {"name": "deaf", "command": ["python", "-c", deaf], "resources": {"cpu": {"min": 0.25}, "disk_mb": 16}}
+    )
+    job = plane.submit(caller, spec)
+    work = plane.settings.runs_dir / job.id / "work"
+    assert wait_for(lambda: (work / "started").exists(), 30), _ended(plane, job).reason
+    plane.cancel(caller, job.id)
+    (work / "go").touch()  # writes only once asked to stop (stop_grace_s is 5 here, 40 MiB take 3.2 s)
+    assert wait_for(lambda: _ended(plane, job).phase.terminal, 60), _ended(plane, job).reason
+    assert _ended(plane, job).phase == Phase.CANCELLED, _ended(plane, job).reason
+    assert os.path.getsize(work / "out.bin") < 40 << 20  # stopped on its way, not at its grace's end
+    assert "[sluice] disk: its run folder holds" in Path(plane.engine.log_path(job.id) or "").read_text()

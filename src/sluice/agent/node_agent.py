@@ -782,7 +782,8 @@ class NodeAgent:
                     att.shim_pid,
                 )
                 for key, att in self._watched.items()
-                if att.stop_signal is None and att.alive()
+                # one given SIGTERM is still measured: it may write all through its stop_grace_s
+                if att.stop_signal in (None, "SIGTERM") and att.alive()
             ]
 
     def _stop_for_disk(self, now: float) -> None:
@@ -790,7 +791,7 @@ class NodeAgent:
         log and in the stop file, where `_finish` reads it (after an agent restart too)."""
         for key, why in self.disk.take().items():
             att = self._watched.get(key)
-            if att is None or att.stop_signal is not None or not att.alive():
+            if att is None or att.stop_signal not in (None, "SIGTERM") or not att.alive():
                 continue
             log.warning("%s: stopping %s attempt %d: %s", self.name, att.job_id, att.attempt, why)
             write_json_atomic(att.dir / STOP_FILE, {"signal": "SIGKILL", "time": now, "deadline": None, "disk": why})
