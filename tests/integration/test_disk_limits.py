@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.agent.node_agent import NodeAgent
 from sluice.control.plane import ControlPlane
-from sluice.model import JobRecord, Phase
+from sluice.model import Allocation, JobExited, JobRecord, LaunchRequest, Phase
 from sluice.settings import Settings
 from sluice.spec import parse_job_spec
 from tests.integration.conftest import kill_runs, remove_cgroups, wait_for
@@ -184,3 +185,33 @@ def test_a_job_asked_to_stop_is_still_measured_through_its_grace(plane: ControlP
     assert _ended(plane, job).phase == Phase.CANCELLED, _ended(plane, job).reason
     assert os.path.getsize(work / "out.bin") < 40 << 20  # stopped on its way, not at its grace's end
     assert "[sluice] disk: its run folder holds" in Path(plane.engine.log_path(job.id) or "").read_text()
+
+
+def test_a_disk_stop_keeps_its_reason_through_a_later_stop_and_an_agent_restart(tmp_path: Path) -> None:
+    """The plane's own stop (a cancel, a gang's) landing after the watch killed a job, before
+    the agent saw it die, rewrote the stop file without the disk reason: the next agent then
+    reported a plain SIGKILL, retryable."""
+    settings = Settings(home=tmp_path / "home", cgroup_root=f"sluice-test-{uuid.uuid4().hex[:8]}", disk_check_s=3600)
+    spec = parse_job_spec({"command": ["python", "-c", WRITER, "4", "0", "60"], "resources": {"disk_mb": 1}})
+    req = LaunchRequest("fat", 1, "t1", spec, Allocation.single("n0", 1.0, None), str(tmp_path / "ckpt"))
+    try:
+        first = NodeAgent("n0", settings.runs_dir, settings=settings)
+        first.launch(req)
+        out = settings.runs_dir / "fat" / "work" / "out.bin"
+        assert wait_for(lambda: out.exists() and out.stat().st_size >= 4 << 20, 30)
+        assert "disk_mb of 1 MiB" in first.disk.check()[("fat", 1)]
+        with first._lock:
+            first._stop_for_disk(first.clock())  # what poll does first
+        first.stop("fat", 1, checkpoint=False)  # the plane's, before any poll saw the end
+        first.close()
+        second = NodeAgent("n0", settings.runs_dir, settings=settings)
+        try:
+            exits: list[JobExited] = []
+            assert wait_for(lambda: bool(exits.extend(e for e in second.poll() if isinstance(e, JobExited)) or exits))
+            assert "past its resources.disk_mb of 1 MiB" in exits[0].reason and not exits[0].retryable, exits[0]
+        finally:
+            second.close()
+    finally:
+        kill_runs(settings.runs_dir)
+        assert settings.cgroup_root is not None
+        remove_cgroups(settings.cgroup_root)

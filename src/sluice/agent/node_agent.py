@@ -751,9 +751,10 @@ class NodeAgent:
             elif not checkpoint:
                 self._signal(att, signal.SIGKILL)
                 att.stop_signal, att.stop_deadline = "SIGKILL", None
-            write_json_atomic(
-                att.dir / STOP_FILE, {"signal": att.stop_signal, "time": now, "deadline": att.stop_deadline}
-            )
+            record: dict[str, Any] = {"signal": att.stop_signal, "time": now, "deadline": att.stop_deadline}
+            if att.extra.get("disk_stop"):
+                record["disk"] = att.extra["disk_stop"]  # killed for its disk first: that stays its end
+            write_json_atomic(att.dir / STOP_FILE, record)
 
     @staticmethod
     def _signal(att: _Attempt, sig: signal.Signals) -> None:
