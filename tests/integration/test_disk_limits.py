@@ -5,6 +5,7 @@ stopped before the disk is full, and the plane's database still takes writes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.agent.disk_watch import DiskWatch, Watched
 from sluice.agent.node_agent import NodeAgent
 from sluice.control.plane import ControlPlane
 from sluice.model import Allocation, JobExited, JobRecord, LaunchRequest, Phase
@@ -215,3 +217,25 @@ def test_a_disk_stop_keeps_its_reason_through_a_later_stop_and_an_agent_restart(
         kill_runs(settings.runs_dir)
         assert settings.cgroup_root is not None
         remove_cgroups(settings.cgroup_root)
+
+
+@needs_root
+def test_a_job_taking_the_disks_inodes_is_stopped_at_the_reserve(tmp_path: Path) -> None:
+    """A disk of few inodes (a tmpfs of 40,000) that a job fills with empty files: no byte
+    reserve sees it, the reserve of inodes does (10 %: 4,000)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=40000", "tmpfs", str(disk)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        job = disk / "j-1"
+        job.mkdir()
+        with contextlib.suppress(OSError):  # until the disk takes no more
+            for i in range(40_000):
+                (job / f"f{i}").touch()
+        assert os.statvfs(disk).f_favail < 4_000 and os.statvfs(disk).f_bavail > 0
+        watch = DiskWatch(disk, lambda: [Watched(("j-1", 1), (job,), None)], every_s=3600, reserve_percent=10)
+        found = watch.check()
+        assert "inodes free, under its reserve of 4,000" in found[("j-1", 1)], found
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from sluice.agent.disk_watch import MIB, RESERVE_MIN_HOLD, DiskWatch, FolderSize, Watched, folder_size, verdicts
+from sluice.agent.disk_watch import (
+    MIB,
+    RESERVE_MIN_ENTRIES,
+    RESERVE_MIN_HOLD,
+    DiskWatch,
+    FolderSize,
+    Watched,
+    folder_size,
+    verdicts,
+)
 from sluice.spec import SpecError, parse_job_spec
 
 
@@ -160,3 +169,14 @@ def test_a_file_the_job_holds_open_with_no_name_is_counted(tmp_path: Path, how: 
     finally:
         p.kill()
         p.wait()
+
+
+def test_under_the_reserve_of_inodes_the_job_holding_the_most_files_is_stopped() -> None:
+    """Empty files take inodes, not bytes: a disk out of inodes takes no new file (the plane's
+    database's journal included) with its bytes free."""
+    sizes = {A: FolderSize(MIB, 50_000), B: FolderSize(MIB, 200_000), C: FolderSize(MIB, RESERVE_MIN_ENTRIES - 1)}
+    found = verdicts(sizes, {}, free_bytes=10 << 30, reserve_bytes=1 << 30, free_inodes=100, reserve_inodes=5_000)
+    assert list(found) == [B] and "100 inodes free, under its reserve of 5,000" in found[B]
+    assert "held the most files and folders of the jobs there (200,000)" in found[B]
+    assert verdicts(sizes, {}, 10 << 30, 1 << 30, free_inodes=6_000, reserve_inodes=5_000) == {}  # enough
+    assert verdicts({C: sizes[C]}, {}, 10 << 30, 1 << 30, free_inodes=0, reserve_inodes=5_000) == {}  # not its doing

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +40,9 @@ stopped for it (a walk of this many takes a few seconds)."""
 RESERVE_MIN_HOLD = 64 * MIB
 """Under the reserve, a job is stopped only if its folders hold at least this much: a disk
 filled by something else is not cured by stopping a job that wrote a log."""
+RESERVE_MIN_ENTRIES = 10_000
+"""Under the reserve of inodes, a job is stopped only if its folders hold at least this many
+files and folders (as RESERVE_MIN_HOLD for bytes)."""
 
 
 MAX_DEPTH = 256
@@ -221,8 +223,12 @@ def verdicts(
     limits: dict[tuple[str, int], int | None],
     free_bytes: int,
     reserve_bytes: int,
+    free_inodes: int = 0,
+    reserve_inodes: int = 0,
 ) -> dict[tuple[str, int], str]:
-    """Which attempts to stop, and why (pure: the watch's decision on its measurements)."""
+    """Which attempts to stop, and why (pure: the watch's decision on its measurements).
+    The reserve is of bytes and of inodes: millions of empty files exhaust a disk's inodes
+    (the plane's database can then make no file) with its bytes still free."""
     out: dict[tuple[str, int], str] = {}
     for key, size in sizes.items():
         limit = limits.get(key)
@@ -245,6 +251,15 @@ def verdicts(
             out[key] = (
                 f"disk: the node's disk had {_gib(free_bytes)} free, under its reserve of {_gib(reserve_bytes)} "
                 f"(disk_reserve_percent), and this job's run folder held the most of the jobs there ({_gib(held)})"
+            )
+    if reserve_inodes > 0 and free_inodes < reserve_inodes:
+        many = [(s.entries, k) for k, s in sizes.items() if k not in out and s.entries >= RESERVE_MIN_ENTRIES]
+        if many:
+            held_n, key = max(many)
+            out[key] = (
+                f"disk: the node's disk had {free_inodes:,} inodes free, under its reserve of {reserve_inodes:,} "
+                f"(disk_reserve_percent), and this job's run folder held the most files and folders of the jobs "
+                f"there ({held_n:,})"
             )
     return out
 
@@ -289,11 +304,13 @@ class DiskWatch:
         sizes = {w.key: folder_size(w.folders, pids=job_pids(w.procs_files, w.pid)) for w in watched}
         limits = {w.key: w.limit_mb for w in watched}
         try:
-            du = shutil.disk_usage(self.root)
-            free, reserve = du.free, int(du.total * self.reserve_percent / 100)
+            vfs = os.statvfs(self.root)
+            free, reserve = vfs.f_bavail * vfs.f_frsize, int(vfs.f_blocks * vfs.f_frsize * self.reserve_percent / 100)
+            # f_files 0: a filesystem with no fixed count of inodes (btrfs): none to keep
+            free_inodes, reserve_inodes = vfs.f_favail, int(vfs.f_files * self.reserve_percent / 100)
         except OSError:
-            free, reserve = 0, 0
-        found = verdicts(sizes, limits, free, reserve)
+            free, reserve, free_inodes, reserve_inodes = 0, 0, 0, 0
+        found = verdicts(sizes, limits, free, reserve, free_inodes, reserve_inodes)
         with self._mu:
             self.sizes = sizes
             self._found.update(found)
