@@ -239,3 +239,31 @@ def test_a_job_taking_the_disks_inodes_is_stopped_at_the_reserve(tmp_path: Path)
         assert "inodes free, under its reserve of 4,000" in found[("j-1", 1)], found
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@needs_root
+def test_under_the_reserve_a_neighbour_writing_nothing_outlives_the_job_that_filled_the_disk(tmp_path: Path) -> None:
+    """The filler is stopped, its 90-odd MiB stay in its run folder, the disk stays short of its
+    reserve: a neighbour holding 70 MiB (past the 64 MiB floor) that writes nothing more was the
+    next job stopped, Failed and not retried, for what another tenant wrote."""
+    home = tmp_path / "home"
+    home.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=0755", "tmpfs", str(home)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        p = _plane(home, disk_reserve_percent=40)
+        try:
+            caller = p.store.get_tenant("default")
+            assert caller is not None
+            keeper = p.submit(caller, _writer("keeper", 70, then=8.0))  # type: ignore[arg-type]
+            out = p.settings.runs_dir / keeper.id / "work" / "out.bin"
+            assert wait_for(lambda: out.exists() and out.stat().st_size >= 70 << 20, 60)
+            filler = p.submit(caller, _writer("filler", 300, every=0.01))  # type: ignore[arg-type]
+            assert wait_for(lambda: _ended(p, filler).phase.terminal, 90), _ended(p, filler).reason
+            assert "under its reserve of" in _ended(p, filler).reason
+            assert wait_for(lambda: _ended(p, keeper).phase.terminal, 60)
+            assert _ended(p, keeper).phase == Phase.SUCCEEDED, _ended(p, keeper).reason
+        finally:
+            _close(p)
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)

@@ -180,3 +180,16 @@ def test_under_the_reserve_of_inodes_the_job_holding_the_most_files_is_stopped()
     assert "held the most files and folders of the jobs there (200,000)" in found[B]
     assert verdicts(sizes, {}, 10 << 30, 1 << 30, free_inodes=6_000, reserve_inodes=5_000) == {}  # enough
     assert verdicts({C: sizes[C]}, {}, 10 << 30, 1 << 30, free_inodes=0, reserve_inodes=5_000) == {}  # not its doing
+
+
+def test_under_the_reserve_a_job_that_wrote_nothing_since_the_last_check_is_not_stopped() -> None:
+    """The job filling the disk is stopped, but its folder stays: the disk stays short, and a
+    neighbour holding 64 MiB of checkpoints and writing nothing is not the next one stopped."""
+    still, growing = FolderSize(300 * MIB, 3), FolderSize(100 * MIB, 4)
+    before = {A: still, B: FolderSize(90 * MIB, 3)}
+    found = verdicts({A: still, B: growing}, {}, free_bytes=0, reserve_bytes=1 << 30, before=before)
+    assert list(found) == [B]
+    assert verdicts({A: still}, {}, free_bytes=0, reserve_bytes=1 << 30, before=before) == {}
+    assert list(verdicts({C: still}, {}, free_bytes=0, reserve_bytes=1 << 30, before=before)) == [
+        C
+    ]  # new: measured first now

@@ -225,10 +225,21 @@ def verdicts(
     reserve_bytes: int,
     free_inodes: int = 0,
     reserve_inodes: int = 0,
+    before: dict[tuple[str, int], FolderSize] | None = None,
 ) -> dict[tuple[str, int], str]:
     """Which attempts to stop, and why (pure: the watch's decision on its measurements).
     The reserve is of bytes and of inodes: millions of empty files exhaust a disk's inodes
-    (the plane's database can then make no file) with its bytes still free."""
+    (the plane's database can then make no file) with its bytes still free.
+
+    `before`: the check before's sizes. Under the reserve only a job whose folders grew since
+    (or that it did not measure) is stopped: a stopped job's folder outlives it, so the disk
+    stays short after the job filling it is stopped, and each check would otherwise stop the
+    next job holding 64 MiB — any tenant's, writing nothing — until none were left."""
+
+    def grew(key: tuple[str, int], of: str) -> bool:
+        was = None if before is None else before.get(key)
+        return was is None or getattr(sizes[key], of) > getattr(was, of)
+
     out: dict[tuple[str, int], str] = {}
     for key, size in sizes.items():
         limit = limits.get(key)
@@ -245,7 +256,9 @@ def verdicts(
         elif limit is not None and size.bytes > limit * MIB:
             out[key] = f"disk: its run folder holds {_gib(size.bytes)}, past its resources.disk_mb of {limit} MiB"
     if reserve_bytes > 0 and free_bytes < reserve_bytes:
-        rest = [(s.bytes, k) for k, s in sizes.items() if k not in out and s.bytes >= RESERVE_MIN_HOLD]
+        rest = [
+            (s.bytes, k) for k, s in sizes.items() if k not in out and s.bytes >= RESERVE_MIN_HOLD and grew(k, "bytes")
+        ]
         if rest:
             held, key = max(rest)
             out[key] = (
@@ -253,7 +266,11 @@ def verdicts(
                 f"(disk_reserve_percent), and this job's run folder held the most of the jobs there ({_gib(held)})"
             )
     if reserve_inodes > 0 and free_inodes < reserve_inodes:
-        many = [(s.entries, k) for k, s in sizes.items() if k not in out and s.entries >= RESERVE_MIN_ENTRIES]
+        many = [
+            (s.entries, k)
+            for k, s in sizes.items()
+            if k not in out and s.entries >= RESERVE_MIN_ENTRIES and grew(k, "entries")
+        ]
         if many:
             held_n, key = max(many)
             out[key] = (
@@ -310,7 +327,9 @@ class DiskWatch:
             free_inodes, reserve_inodes = vfs.f_favail, int(vfs.f_files * self.reserve_percent / 100)
         except OSError:
             free, reserve, free_inodes, reserve_inodes = 0, 0, 0, 0
-        found = verdicts(sizes, limits, free, reserve, free_inodes, reserve_inodes)
+        with self._mu:
+            before = self.sizes
+        found = verdicts(sizes, limits, free, reserve, free_inodes, reserve_inodes, before)
         with self._mu:
             self.sizes = sizes
             self._found.update(found)
