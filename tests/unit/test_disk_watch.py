@@ -193,3 +193,16 @@ def test_under_the_reserve_a_job_that_wrote_nothing_since_the_last_check_is_not_
     assert list(verdicts({C: still}, {}, free_bytes=0, reserve_bytes=1 << 30, before=before)) == [
         C
     ]  # new: measured first now
+
+
+def test_hard_links_of_one_file_count_towards_the_walks_bound(tmp_path: Path) -> None:
+    """Counted once for their blocks, but each a name the walk reads: links to one inode (65,000
+    each on ext4, as many inodes as one likes) made the walk as long as a job wished, past its
+    bound, and every job's check waited on it."""
+    _write(tmp_path / "one.bin", 4096)
+    for i in range(30):
+        os.link(tmp_path / "one.bin", tmp_path / f"link{i}")
+    bounded = folder_size([tmp_path], most_entries=10)
+    assert not bounded.complete and not bounded.too_deep
+    size = folder_size([tmp_path])
+    assert size.complete and size.bytes < 64 * 1024  # the blocks still once

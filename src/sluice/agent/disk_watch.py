@@ -87,14 +87,16 @@ def folder_size(
     total = entries = 0
 
     def count(st: os.stat_result) -> bool:
+        """Counts an entry walked (each, towards the bound: a million hard links of one file
+        cost the walk a million entries) and its inode's blocks once; False: a seen inode."""
         nonlocal total, entries
+        entries += 1
+        if entries > most_entries:
+            raise _Bound()
         if (st.st_dev, st.st_ino) in seen:
             return False
         seen.add((st.st_dev, st.st_ino))
         total += st.st_blocks * 512
-        entries += 1
-        if entries > most_entries:
-            raise _Bound()
         return True
 
     def visit(fd: int) -> list[str]:
