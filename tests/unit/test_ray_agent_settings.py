@@ -16,3 +16,11 @@ def test_the_plane_s_fence_settings_travel_to_every_ray_node(tmp_path: Path) -> 
     node = Settings.model_validate({**carried, "home": tmp_path})
     assert (node.gpu_fence, node.net_fence, node.unix_fence) == ("off", "off", "off")
     assert carried["cgroup_root"] == plane.cgroup_root
+
+
+def test_the_plane_s_disk_settings_travel_to_every_ray_node(tmp_path: Path) -> None:
+    """A plane's disk_reserve_percent (0: off, or a larger reserve) and disk_check_s were not
+    carried: every Ray node's agent watched with its own defaults (5 %, 15 s)."""
+    plane = Settings(home=tmp_path, disk_check_s=2.5, disk_reserve_percent=0)
+    node = Settings.model_validate({**agent_settings_from(plane), "home": tmp_path})
+    assert (node.disk_check_s, node.disk_reserve_percent) == (2.5, 0)

@@ -641,6 +641,8 @@ AGENT_SETTINGS = (
     "gpu_fence",
     "net_fence",
     "unix_fence",
+    "disk_check_s",
+    "disk_reserve_percent",
 )
 """The settings fields that shape what a node agent does (the plane's win over a node's own
 SLUICE_* environment: without the fences here, a plane's `*_fence: off` was ignored on Ray)."""
