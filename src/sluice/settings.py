@@ -376,8 +376,8 @@ class Settings(BaseSettings):
             le=50,
             description="Share of the disk holding the runs folder (and, by default, the database) kept free: "
             "while less is free, the job whose run folder holds the most (at least 64 MiB) of those that grew "
-            "since the check before is stopped and fails, "
-            "one each check, so no tenant's job can fill the disk the plane and every other tenant need; "
+            "since the check before is stopped and fails, one each check, so a job writing by mistake does not "
+            "fill the disk the plane and every other tenant need (a hostile one can: docs/security.md, Disk); "
             "the same share of its inodes, the job holding the most files (at least 10,000) stopped. "
             "0 turns the reserve off. Default 5.",
         ),
