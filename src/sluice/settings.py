@@ -363,7 +363,7 @@ class Settings(BaseSettings):
     disk_check_s: Annotated[
         float,
         Field(
-            gt=0,
+            ge=0.1,
             le=3600,
             description="Seconds between measurements of each running job's run folder on its node (its "
             "resources.disk_mb and the node's disk reserve are judged on them). Default 15.",

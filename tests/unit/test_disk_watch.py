@@ -206,3 +206,12 @@ def test_hard_links_of_one_file_count_towards_the_walks_bound(tmp_path: Path) ->
     assert not bounded.complete and not bounded.too_deep
     size = folder_size([tmp_path])
     assert size.complete and size.bytes < 64 * 1024  # the blocks still once
+
+
+def test_the_check_interval_has_a_floor() -> None:
+    """A near-zero interval made the watch walk without a pause, taking the agent's CPU."""
+    from sluice.settings import Settings
+
+    with pytest.raises(ValueError, match="disk_check_s"):
+        Settings(disk_check_s=1e-9)
+    assert Settings(disk_check_s=0.1).disk_check_s == 0.1
