@@ -8,14 +8,20 @@ kubelet does for ephemeral storage, the node agent measures: every `disk_check_s
 walks each running attempt's folders and the agent then stops
 
 - a job whose folders hold more than its `resources.disk_mb` (it asked for that bound), and
-- while the disk's free space is under the node's reserve (`disk_reserve_percent`), the job
-  whose folders hold the most, one a check (the others may be what is filling it).
+- while the disk's free bytes (or free inodes) are under the node's reserve
+  (`disk_reserve_percent`), the job whose folders hold the most among those that grew since
+  the check before, one a check (a stopped job's folder outlives it: a neighbour writing
+  nothing is not stopped for the disk it left full).
 
 Both end the job Failed and not retried: its folder outlives the attempt, so a retry would
-meet the same bound. The walk never follows a link, counts each inode once (a hard link
-cannot double a job's size, nor shrink it), counts blocks on disk (a sparse file costs what
-it holds), and stops at MAX_ENTRIES (a job making millions of files to slow the walk is
-stopped for that instead).
+meet the same bound. The walk never follows a link, opens each folder from its parent's
+descriptor, counts each inode once (a hard link cannot double a job's size, nor shrink it)
+and the unlinked files the job's processes still hold, counts blocks on disk (a sparse file
+costs what it holds), and stops at MAX_ENTRIES names or MAX_DEPTH levels (a job making
+millions of files to slow the walk is stopped for that instead). It bounds what honest jobs
+write by mistake; a hostile job can still fill the disk faster than any walk sees
+(`fallocate`), so where tenants are not trusted the runs folder wants a filesystem of its
+own (docs/security.md, "Disk").
 """
 
 from __future__ import annotations

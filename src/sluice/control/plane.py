@@ -621,26 +621,26 @@ class ControlPlane:
             for i in range(spec.array.count)
         ]
         with self.controller.lock:
-            if self.store.get_tenant(tenant) is None:
-                raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
-            self._check_unfinished(tenant, cap, adding=spec.array.count)
-            self._check_after(tenant, spec)  # again, under the lock: retention may have forgotten one
+            self._may_still_create(tenant, spec, cap, adding=spec.array.count)
             return self.controller.submit_many(tenant, specs)
 
     def _create_job(self, tenant: str, spec: JobSpec, job_id: str | None = None, cap: int | None = None) -> JobRecord:
-        """The job, on disk, if its tenant still exists when it is created (under the
-        controller's lock, as `delete_tenant` checks and deletes): a tenant deleted while its
-        submit was on its way (a `--resume-from` copy takes a while) gets no job; nor one
-        whose concurrent submits took the last of its `cap` unfinished jobs, nor one whose
-        `after` no longer holds (a job it names forgotten by retention meanwhile)."""
+        """The job, on disk, if it may still be made when it is (`_may_still_create`)."""
         with self.controller.lock:
-            if self.store.get_tenant(tenant) is None:
-                raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
-            self._check_unfinished(tenant, cap)
-            # Again, under the lock it is made in: a retention pass since the first check may
-            # have forgotten a job it starts after (it keeps only what a live job waits for).
-            self._check_after(tenant, spec)
+            self._may_still_create(tenant, spec, cap)
             return self.controller.submit(tenant, spec, job_id=job_id)
+
+    def _may_still_create(self, tenant: str, spec: JobSpec, cap: int | None, adding: int = 1) -> None:
+        """Checked again under the controller's lock, in which the job is made (as
+        `delete_tenant` checks and deletes, and retention chooses and deletes): a tenant
+        deleted while its submit was on its way (a `--resume-from` copy takes a while) gets
+        no job; nor one whose concurrent submits took the last of its `cap` unfinished jobs,
+        nor one whose `after` no longer holds (a job it names forgotten by retention meanwhile:
+        it keeps only what a live job waits for)."""
+        if self.store.get_tenant(tenant) is None:
+            raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
+        self._check_unfinished(tenant, cap, adding=adding)
+        self._check_after(tenant, spec)
 
     def _submit_resuming(self, tenant: str, spec: JobSpec, source_id: str, cap: int | None = None) -> JobRecord:
         """A job that starts from another job's newest checkpoint: the same tenant's only
