@@ -23,6 +23,19 @@ def submit_array(live: Live, who: str, count: int, parallel: int | None = None, 
     return r.json()  # type: ignore[no-any-return]
 
 
+def walk_pages(live: Live, query: str, who: str) -> list[str]:
+    """The ids of every page of a list, following its cursor."""
+    seen: list[str] = []
+    cursor = None
+    while True:
+        r = live.call("GET", query + (f"&cursor={cursor}" if cursor else ""), who)
+        assert r.status_code == 200, r.text
+        seen += [j["id"] for j in r.json()["items"]]
+        cursor = r.json()["next_cursor"]
+        if not cursor:
+            return seen
+
+
 def phases(live: Live, ids: list[str]) -> list[Phase]:
     return [live.job(i).phase for i in ids]
 
@@ -200,16 +213,7 @@ def test_the_jobs_of_an_array_are_listed_by_the_server_a_page_at_a_time(live: Li
     walked = live.plane.list_jobs
     live.plane.list_jobs = None  # type: ignore[assignment,method-assign]  # the array path must not walk the list
     try:
-        seen: list[str] = []
-        cursor = None
-        while True:
-            q = f"/v1/jobs?array={array_id}&limit=5" + (f"&cursor={cursor}" if cursor else "")
-            r = live.call("GET", q, "alice")
-            assert r.status_code == 200, r.text
-            seen += [j["id"] for j in r.json()["items"]]
-            cursor = r.json()["next_cursor"]
-            if not cursor:
-                break
+        seen = walk_pages(live, f"/v1/jobs?array={array_id}&limit=5", "alice")
         assert seen == sorted(f"{array_id}-{k}" for k in range(12))  # one submit time: by id
         r = live.call("GET", f"/v1/jobs?array={array_id}&phase=cancelled", "alice")
         assert [j["id"] for j in r.json()["items"]] == [f"{array_id}-4"]
@@ -247,16 +251,7 @@ def test_a_phase_filter_on_an_array_reads_only_the_jobs_it_lists(live: Live) -> 
         assert r.status_code == 200 and r.json()["items"] == [], r.text
         assert len(reads) <= 2, reads  # the array's first job (who owns it, how many), no more
         reads.clear()
-        seen: list[str] = []
-        cursor = None
-        while True:
-            q = f"/v1/jobs?array={array_id}&phase=cancelled&limit=15" + (f"&cursor={cursor}" if cursor else "")
-            r = live.call("GET", q, "alice")
-            assert r.status_code == 200, r.text
-            seen += [j["id"] for j in r.json()["items"]]
-            cursor = r.json()["next_cursor"]
-            if not cursor:
-                break
+        seen = walk_pages(live, f"/v1/jobs?array={array_id}&phase=cancelled&limit=15", "alice")
         assert seen == ids
         assert len(reads) <= 40 + 3 * 3, len(reads)
     finally:
