@@ -421,3 +421,20 @@ def test_candidates_are_read_through_the_finished_index_not_every_ended_job(tmp_
                 assert "ix_jobs_finished" in plan and "ix_jobs_phase" not in plan, plan
     finally:
         store.close()
+
+
+def test_a_plane_that_is_stopping_forgets_nothing(
+    plane: tuple[ControlPlane, FakeEngine, TestClient, dict[str, str]],
+) -> None:
+    """Its store is about to close: a pass that went on past the stop (the thread is waited
+    for 10 s) met a closed store (red team s28). A pass of a stopping plane does nothing."""
+    cp, engine, client, admin = plane
+    body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+    ended = client.post("/v1/jobs", json=body, headers=admin).json()["id"]
+    assert client.post(f"/v1/jobs/{ended}/cancel", headers=admin).status_code == 200
+    assert cp.retention is not None
+    engine.now += 2 * DAY_S
+    cp._stop.set()  # what stop() does first
+    assert cp.retention.retention.run(engine.now).jobs == 0
+    cp._stop.clear()
+    assert cp.retention.retention.run(engine.now).jobs == 1

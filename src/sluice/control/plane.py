@@ -283,7 +283,8 @@ class ControlPlane:
             get=book.get,
             lock=self.controller.lock,
             remove_folders=self.engine.remove_run_folders if isinstance(self.engine, RunFolders) else None,
-            halted=lambda: self.lost_database is not None,
+            # A plane that lost its database acts on nothing; one stopping closes its store.
+            halted=lambda: self.lost_database is not None or self._stop.is_set(),
         )
         return RetentionThread(retention, clock=self.engine.clock)
 
