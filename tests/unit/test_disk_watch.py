@@ -215,3 +215,41 @@ def test_the_check_interval_has_a_floor() -> None:
     with pytest.raises(ValueError, match="disk_check_s"):
         Settings(disk_check_s=1e-9)
     assert Settings(disk_check_s=0.1).disk_check_s == 0.1
+
+
+def test_nodes_sharing_a_disk_share_a_watch_one_stop_a_check_each_taking_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Virtual nodes are agents on one disk: each with a watch of its own, a disk short of its
+    reserve had each stop its own biggest job in the same check (red team s28). One watch
+    judges both; each agent takes only what was found for its own jobs."""
+    import sluice.agent.disk_watch as dw
+
+    monkeypatch.setattr(dw, "RESERVE_MIN_HOLD", 1)
+    _write(tmp_path / "j-a" / "a.bin", 2 * MIB)
+    _write(tmp_path / "j-b" / "b.bin", 3 * MIB)
+    node0 = lambda: [Watched(A, (tmp_path / "j-a",), None)]  # noqa: E731
+    node1 = lambda: [Watched(B, (tmp_path / "j-b",), None)]  # noqa: E731
+    watch = DiskWatch(tmp_path, None, every_s=3600, reserve_percent=100)  # always short
+    watch.add(node0)
+    watch.add(node1)
+    assert list(watch.check()) == [B]  # one for the disk: the biggest of both nodes
+    assert watch.take([A]) == {} and list(watch.take([B])) == [B]
+    watch.remove(node1)
+    _write(tmp_path / "j-a" / "more.bin", 2 * MIB)
+    assert list(watch.check()) == [A]  # node1's jobs no longer judged
+
+
+def test_the_local_engines_virtual_nodes_share_one_watch(tmp_path: Path) -> None:
+    from sluice.engine.local import LocalEngine
+    from sluice.settings import Settings
+
+    engine = LocalEngine(Settings(home=tmp_path / "home", virtual_nodes=2, cgroup_root=f"sluice-test-dw{os.getpid()}"))
+    try:
+        watches = {id(agent.disk) for agent in engine.agents.values()}
+        assert watches == {id(engine.disk_watch)} and len(engine.agents) == 2
+    finally:
+        engine.close()
+        from tests.integration.conftest import remove_cgroups
+
+        remove_cgroups(f"sluice-test-dw{os.getpid()}")

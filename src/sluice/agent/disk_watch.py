@@ -290,19 +290,22 @@ def verdicts(
 
 
 class DiskWatch:
-    """Measures in a thread of its own every `every_s`; the agent takes what it found
-    (`take`) in its poll and stops those jobs. `root`: a folder on the disk to watch (the
-    runs folder); `reserve_percent` of that disk's size is kept free (0: no reserve)."""
+    """Measures in a thread of its own every `every_s`; each agent takes what was found for
+    its own jobs (`take`) in its poll and stops those jobs. `root`: a folder on the disk to
+    watch (the runs folder); `reserve_percent` of that disk's size is kept free (0: no
+    reserve). Several agents on one disk (virtual nodes) share one watch (`add`): each with
+    its own, every one stopped its own biggest job under the reserve in the same check, so
+    N nodes stopped N jobs for one filler."""
 
     def __init__(
         self,
         root: Path,
-        watched: Callable[[], list[Watched]],
+        watched: Callable[[], list[Watched]] | None,
         every_s: float,
         reserve_percent: float,
     ) -> None:
         self.root = root
-        self._watched = watched
+        self._providers: list[Callable[[], list[Watched]]] = [] if watched is None else [watched]
         self.every_s = every_s
         self.reserve_percent = reserve_percent
         self.sizes: dict[tuple[str, int], FolderSize] = {}
@@ -311,6 +314,15 @@ class DiskWatch:
         self._mu = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def add(self, watched: Callable[[], list[Watched]]) -> None:
+        """Watch another agent's jobs too (its running attempts, as `Watched`)."""
+        with self._mu:
+            self._providers.append(watched)
+
+    def remove(self, watched: Callable[[], list[Watched]]) -> None:
+        with self._mu:
+            self._providers = [p for p in self._providers if p is not watched]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="sluice-disk-watch", daemon=True)
@@ -325,7 +337,9 @@ class DiskWatch:
 
     def check(self) -> dict[tuple[str, int], str]:
         """Measure every watched attempt once; what to stop (also kept for `take`)."""
-        watched = self._watched()
+        with self._mu:
+            providers = list(self._providers)
+        watched = [w for provider in providers for w in provider()]
         sizes = {w.key: folder_size(w.folders, pids=job_pids(w.procs_files, w.pid)) for w in watched}
         limits = {w.key: w.limit_mb for w in watched}
         try:
@@ -343,10 +357,16 @@ class DiskWatch:
             self._found.update(found)
         return found
 
-    def take(self) -> dict[tuple[str, int], str]:
-        """What the checks since the last call found (each once)."""
+    def take(self, keys: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], str]:
+        """What the checks since the last call found (each once): of the attempts `keys` (an
+        agent's own), or every one (None); the others' stay for their agents."""
         with self._mu:
-            found, self._found = self._found, {}
+            if keys is None:
+                found, self._found = self._found, {}
+            else:
+                mine = set(keys)
+                found = {k: v for k, v in self._found.items() if k in mine}
+                self._found = {k: v for k, v in self._found.items() if k not in mine}
         return found
 
     def close(self) -> None:

@@ -233,6 +233,7 @@ class NodeAgent:
         guard_pid: int | None = None,
         cache: CacheSettings | None = None,
         gpu_table: GpuTable | None = None,
+        disk_watch: DiskWatch | None = None,
     ) -> None:
         """`cpus`: the cores this node's jobs may run on (default: all of this machine's);
         `cpu`: cores offered to the scheduler (default settings.node_cpus, else len(cpus));
@@ -242,7 +243,9 @@ class NodeAgent:
         `cache`: this node's dataset cache (default settings.cache, the home's): the folders
         `warm_dataset`, `drop_dataset` and the cache reports work on, and the ones every job
         that reads datasets is pointed at (SLUICE_CACHE_DISK_DIR/MEMORY_DIR) at launch;
-        `gpu_table`: the driver's GPUs (default: read from /proc; tests pass a fake one)."""
+        `gpu_table`: the driver's GPUs (default: read from /proc; tests pass a fake one);
+        `disk_watch`: the watch of this node's disk when other nodes share it (virtual nodes;
+        the engine starts and closes it), else the agent makes and runs its own."""
         self.settings = settings or Settings()
         self.cache_settings = cache or self.settings.cache
         self.name = name
@@ -318,11 +321,15 @@ class NodeAgent:
         self.faults = FaultBoard(name, self.cpus, join=self.groups.fault_join(self.cpuset))
         """Faults an operator injected here (`sluice node fault`); stopped on close."""
         self._adopt()
-        self.disk = DiskWatch(
-            self.runs_dir, self._disk_watched, self.settings.disk_check_s, self.settings.disk_reserve_percent
+        self._own_disk_watch = disk_watch is None
+        self.disk = disk_watch or DiskWatch(
+            self.runs_dir, None, self.settings.disk_check_s, self.settings.disk_reserve_percent
         )
-        """Measures the running jobs' run folders; poll() stops those over a bound (agent/disk_watch.py)."""
-        self.disk.start()
+        """Measures the running jobs' run folders; poll() stops those over a bound (agent/disk_watch.py).
+        The engine's, shared by the nodes on one disk, when it gives one."""
+        self.disk.add(self._disk_watched)
+        if self._own_disk_watch:
+            self.disk.start()
 
     # ------------------------------------------------------------------ facts
     def info(self) -> NodeInfo:
@@ -790,7 +797,7 @@ class NodeAgent:
     def _stop_for_disk(self, now: float) -> None:
         """Kill the attempts the disk watch found over a bound; the reason goes in the job's
         log and in the stop file, where `_finish` reads it (after an agent restart too)."""
-        for key, why in self.disk.take().items():
+        for key, why in self.disk.take(self._watched).items():
             att = self._watched.get(key)
             if att is None or att.stop_signal not in (None, "SIGTERM") or not att.alive():
                 continue
@@ -1107,7 +1114,9 @@ class NodeAgent:
         Injected faults are stopped: they belong to this agent, not to a job."""
         self.faults.stop_all()
         self._cache.close()
-        self.disk.close()
+        self.disk.remove(self._disk_watched)
+        if self._own_disk_watch:
+            self.disk.close()
         with self._lock:
             for att in self._watched.values():
                 if att.popen is not None and att.popen.poll() is not None:

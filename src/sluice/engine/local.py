@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
+from sluice.agent.disk_watch import DiskWatch
 from sluice.agent.faults import FaultReport
 from sluice.agent.gpus import discover_gpus
 from sluice.agent.launchenv import LaunchError, gang_env
@@ -108,6 +109,11 @@ class LocalEngine:
         (log.warning if found.left_out else log.info)("%s", found.summary())
         names = [f"node-{i}" for i in range(n)] if n > 1 else [default_node_name()]
         self.agents: dict[str, NodeAgent] = {}
+        # Every virtual node's jobs are on this machine's one disk: one watch judges them all,
+        # so a disk short of its reserve stops one job a check, not one a node.
+        self.disk_watch = DiskWatch(
+            self.settings.runs_dir, None, self.settings.disk_check_s, self.settings.disk_reserve_percent
+        )
         for i, (node, cores) in enumerate(zip(names, slices, strict=True)):
             self.agents[node] = NodeAgent(
                 node,
@@ -117,7 +123,9 @@ class LocalEngine:
                 layout=layout,
                 gpus=gpus[i::n],
                 labels={"engine": "local"},
+                disk_watch=self.disk_watch,
             )
+        self.disk_watch.start()
         self._extra: list[Event] = []
         self.gangs = GangBook()
         self._unstarted: list[tuple[Event, str]] = []
@@ -292,3 +300,4 @@ class LocalEngine:
     def close(self) -> None:
         for agent in self.agents.values():
             agent.close()
+        self.disk_watch.close()
