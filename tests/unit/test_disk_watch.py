@@ -253,3 +253,24 @@ def test_the_local_engines_virtual_nodes_share_one_watch(tmp_path: Path) -> None
         from tests.integration.conftest import remove_cgroups
 
         remove_cgroups(f"sluice-test-dw{os.getpid()}")
+
+
+def test_an_agent_closed_leaves_the_shared_watch(tmp_path: Path) -> None:
+    """An agent adds and removes its bound method, a new object at each access: removed by
+    identity, a closed agent was asked for its jobs for as long as the watch ran."""
+
+    class Agent:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def watched(self) -> list[Watched]:
+            self.asked += 1
+            return []
+
+    agent = Agent()
+    watch = DiskWatch(tmp_path, None, every_s=3600, reserve_percent=0)
+    watch.add(agent.watched)
+    watch.check()
+    watch.remove(agent.watched)
+    watch.check()
+    assert agent.asked == 1

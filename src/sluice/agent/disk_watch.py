@@ -321,8 +321,10 @@ class DiskWatch:
             self._providers.append(watched)
 
     def remove(self, watched: Callable[[], list[Watched]]) -> None:
+        """Stop watching an agent's jobs. Compared by equality: an agent's bound method is a new
+        object at each access, equal to the one it added."""
         with self._mu:
-            self._providers = [p for p in self._providers if p is not watched]
+            self._providers = [p for p in self._providers if p != watched]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="sluice-disk-watch", daemon=True)
