@@ -136,17 +136,22 @@ def test_a_pass_forgets_jobs_past_their_time_with_their_events_folders_and_old_n
     assert (again.jobs, again.events) == (0, 0) and len(store.events(kinds=["retention"])) == 1
 
 
-def test_kept_jobs_do_not_stall_a_pass_behind_them_and_a_pass_is_bounded() -> None:
-    """Candidates come earliest-finished first, a page at a time: a page of kept ones (waited
-    for) must not hide the later ones; a pass stops at its bound and says more is left."""
+def _kept_then_late(late: int) -> tuple[MemoryStore, list[str], JobRecord]:
+    """Four ended jobs a pending job waits for (kept), finished first; then `late` free ones."""
     store = MemoryStore()
-    now = 10 * DAY_S
     deps = [f"dep{i}" for i in range(4)]
     for i, jid in enumerate(deps):
         store.create_job(job(jid, finished=float(i)))
-    for i in range(6):
+    for i in range(late):
         store.create_job(job(f"late{i}", finished=100.0 + i))
-    waiting = job("w", Phase.PENDING, after=deps)
+    return store, deps, job("w", Phase.PENDING, after=deps)
+
+
+def test_kept_jobs_do_not_stall_a_pass_behind_them_and_a_pass_is_bounded() -> None:
+    """Candidates come earliest-finished first, a page at a time: a page of kept ones (waited
+    for) must not hide the later ones; a pass stops at its bound and says more is left."""
+    store, deps, waiting = _kept_then_late(late=6)
+    now = 10 * DAY_S
     retention, _ = _retention(store, [waiting], batch=2, most_per_pass=8)
     first = retention.run(now)
     assert (first.jobs, first.kept, first.more) == (4, 4, True)
@@ -383,14 +388,8 @@ def test_a_bound_of_kept_jobs_does_not_starve_the_jobs_behind_it_pass_after_pass
     pass began again at the earliest, saw only those, and no later job was ever forgotten —
     a tenant with ten 1,000-job arrays, one job of each left running, stopped retention for
     every tenant. A pass goes on from where the last one stopped."""
-    store = MemoryStore()
+    store, deps, waiting = _kept_then_late(late=3)
     now = 10 * DAY_S
-    deps = [f"dep{i}" for i in range(4)]
-    for i, jid in enumerate(deps):
-        store.create_job(job(jid, finished=float(i)))
-    for i in range(3):
-        store.create_job(job(f"late{i}", finished=100.0 + i))
-    waiting = job("w", Phase.PENDING, after=deps)
     retention, _ = _retention(store, [waiting], batch=2, most_per_pass=4)
     for _ in range(3):
         retention.run(now)

@@ -524,6 +524,15 @@ class MemoryController:
     def create(self) -> None:
         self.dir.mkdir(exist_ok=True)
 
+    def make(self) -> None:
+        """create() then apply(); on an OSError nothing is left behind (cleanup) and it is raised."""
+        try:
+            self.create()
+            self.apply()
+        except OSError:
+            self.cleanup()
+            raise
+
     def apply(self) -> None:
         """Write the ceiling, swap included: memory + swap may not exceed it either."""
         limit = str(self.limit_mb * MIB)

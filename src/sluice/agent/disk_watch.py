@@ -363,6 +363,8 @@ class DiskWatch:
         """What the checks since the last call found (each once): of the attempts `keys` (an
         agent's own), or every one (None); the others' stay for their agents."""
         with self._mu:
+            if not self._found:  # the usual answer, every poll: no set of keys built for it
+                return {}
             if keys is None:
                 found, self._found = self._found, {}
             else:

@@ -580,10 +580,8 @@ class NodeAgent:
             )
         mem = MemoryController(self.layout, cgroup_name(req.job_id, req.attempt), limit_mb)
         try:
-            mem.create()
-            mem.apply()
+            mem.make()
         except OSError as err:
-            mem.cleanup()
             raise LaunchError(f"resources.memory_mb: could not set a {limit_mb} MiB limit: {err}") from None
         return mem
 

@@ -180,10 +180,8 @@ def run_helper(
         # still the plane's, then drops to the tenant's uid (sluice.agent.enter): moved in
         # after it started, the helper was the tenant's for a moment outside it.
         try:
-            jail.create()
-            jail.apply()
+            jail.make()
         except OSError as err:
-            jail.cleanup()
             raise TenantCacheError(f"could not hold the cache helper as {user} to its memory limit: {err}") from None
         as_user = ["--user", f"{switch['user']}:{switch['group']}"] if switch else []
         argv = [sys.executable, str(_ENTER), "--strict", *as_user, *jail.procs_files(), "--", *argv]
