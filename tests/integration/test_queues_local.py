@@ -278,3 +278,28 @@ def test_retention_forgets_ended_jobs_with_their_folders_but_not_one_a_live_job_
     assert last.jobs == 3 and last.kept == 0, last
     assert [j.id for j in p.list_jobs(caller)] == []
     assert not any((runs / j.id).exists() for j in (kept, long, waiting))
+
+
+def test_job_delete_through_the_cli_forgets_an_ended_job_and_its_folder_at_once(
+    plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real processes and run folders: a job that succeeded is deleted by its tenant through the
+    CLI, record, events and folder (its log and checkpoints), the moment it ended; a running
+    job is refused and keeps its folder."""
+    p = plane
+    caller = p.store.get_tenant("default")
+    assert caller is not None
+    done = p.submit(caller, loop(name="done", command=["python", str(JOBS / "sdk_loop.py"), "--steps", "20"]))
+    long = p.submit(caller, loop(name="long"))
+    assert wait_for(lambda: get(p, done).phase == Phase.SUCCEEDED and running(p, long), 60), get(p, done).reason
+    runs = p.settings.runs_dir
+    assert (runs / done.id / "job.log").exists() and (runs / done.id / "checkpoints").is_dir()
+    runner = CliRunner()
+    with serve_for_cli(p, p.settings.home, p.tokens, monkeypatch):  # type: ignore[attr-defined]
+        r = runner.invoke(cli, ["job", "delete", long.id, done.id])
+        assert r.exit_code == 1, r.output
+        assert f"{done.id}: deleted" in r.output and "run folders removed: 1" in r.output
+        assert f"job {long.id} is Running: only an ended job can be deleted" in r.output
+    assert not (runs / done.id).exists() and (runs / long.id / "job.log").exists()
+    assert p.store.get_job(done.id) is None and p.store.events(job_id=done.id) == []
+    assert get(p, long).phase == Phase.RUNNING

@@ -185,6 +185,10 @@ def test_cancel_several_goes_on_past_one_that_fails_and_reaches_no_other_tenants
     assert {live.plane.store.get_job(j).phase for j in mine} == {Phase.CANCELLED}  # type: ignore[union-attr]
     code, out, _ = sluice("job", "cancel", mine[0], "-o", "json")  # one id: one object, as before
     assert code == 1 and out == ""
+    # each failure is said, not only the first (the rest went unsaid, with the exit code right)
+    code, out, err = sluice("job", "cancel", mine[0], "j-nosuch", mine[1])
+    assert code == 1 and out == "" and err.count("error:") == 3, err
+    assert f"{mine[0]} already Cancelled" in err and "j-nosuch" in err and f"{mine[1]} already Cancelled" in err
     code, _, err = sluice("job", "cancel", *(["j-x"] * 1001))
     assert code == 2 and "at most 1000" in err
 

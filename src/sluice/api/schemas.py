@@ -245,8 +245,8 @@ class NodeWhyOut(BaseModel):
 
 
 class CancelIn(RequestModel):
-    """Jobs to cancel in one request (`POST /v1/jobs/cancel`): every job of a job array that has
-    not ended. Unknown fields refused."""
+    """The job array a request acts on (`POST /v1/jobs/cancel`: every job of it that has not
+    ended; `POST /v1/jobs/delete`: every job of it, once all ended). Unknown fields refused."""
 
     array: str = Field(
         min_length=1,
@@ -322,6 +322,16 @@ class DeletedOut(BaseModel):
     name: str
     nodes: dict[str, str]
     """Per node, what dropping the dataset from its cache did ("removed", "not cached", or an error)."""
+
+
+class JobsDeletedOut(BaseModel):
+    """What `DELETE /v1/jobs/{id}` or `POST /v1/jobs/delete` forgot: the jobs (record and events)
+    and how many run folders were removed with them. Shared with the Python client."""
+
+    deleted: list[str]
+    """The ids of the jobs deleted (an array's, lowest index first)."""
+    folders: int
+    """Run folders removed (a gang has one per replica; the simulator keeps none)."""
 
 
 class PriorityClassOut(BaseModel):

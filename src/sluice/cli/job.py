@@ -399,7 +399,8 @@ def cancel(
                     # (they went unsaid, as if none had been), naming those not reached.
                     stop, todo = err, todo[k:]
                     break
-                code = code or report(as_cli_error(err, missing=f"job {job_id!r}"))
+                failed = report(as_cli_error(err, missing=f"job {job_id!r}"))  # each failure said
+                code = code or failed
 
     def render(jobs: Any) -> None:
         for j in jobs if isinstance(jobs, list) else [jobs]:
@@ -411,6 +412,65 @@ def cancel(
     if stop is not None:
         said = as_cli_error(stop)
         rest = "" if one else f"; not cancelled: {', '.join(todo)}"
+        raise typer.Exit(report(CliError(f"{said}{rest}", said.code, said.problems)))
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def delete(
+    job_ids: Annotated[list[str] | None, typer.Argument(help="The ids of the ended jobs to delete.")] = None,
+    array: Annotated[
+        str | None, typer.Option("--array", help="Also every job of this array (its id), once all of them ended.")
+    ] = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Delete ended jobs now, as retention does after `job_retention_days`: each job's record,
+    events and run folder (its log, files and the checkpoints kept there) are gone for good.
+    Refused, deleting nothing of it, for a job that has not ended (cancel it first), for one job
+    of an array (delete the array with --array), or for a job another job starts after. With
+    several ids, one that fails does not stop the others; the exit code is then the first
+    failure's. -o json prints what each delete answered."""
+    job_ids = list(job_ids or [])
+    if not job_ids and array is None:
+        bad_input("JOB_IDS", "give the ids of the jobs to delete, or --array ID")
+    if len(job_ids) > MAX_IDS:
+        bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
+    done: list[Any] = []
+    code = 0
+    stop: SluiceError | None = None
+    todo: list[str] = []
+    with errors_reported(), connect() as client:
+        if array is not None:
+            try:
+                done.append(client.delete_array(array))
+            except SluiceError as err:
+                if isinstance(err, UnreachableError) or err.status == 401:
+                    raise
+                code = report(as_cli_error(err, missing=f"job array {array!r}"))
+        todo = list(dict.fromkeys(job_ids))  # an id given twice is deleted once
+        for k, job_id in enumerate(todo):
+            try:
+                done.append(client.delete(job_id))
+            except SluiceError as err:
+                if isinstance(err, UnreachableError) or err.status == 401:
+                    stop, todo = err, todo[k:]
+                    break
+                failed = report(as_cli_error(err, missing=f"job {job_id!r}"))  # each failure said
+                code = code or failed
+
+    def render(answers: Any) -> None:
+        answers = answers if isinstance(answers, list) else [answers]
+        for d in answers:
+            for job_id in d["deleted"]:
+                console.print(f"{job_id}: deleted", markup=False)
+        console.print(f"run folders removed: {sum(d['folders'] for d in answers)}", markup=False)
+
+    if done:
+        emit(done[0] if len(done) == 1 and array is None and len(job_ids) == 1 else done, output, render)
+    if stop is not None:
+        said = as_cli_error(stop)
+        rest = "" if len(job_ids) == 1 and array is None else f"; not deleted: {', '.join(todo)}"
         raise typer.Exit(report(CliError(f"{said}{rest}", said.code, said.problems)))
     if code:
         raise typer.Exit(code)

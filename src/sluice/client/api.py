@@ -32,6 +32,7 @@ from sluice.client.models import (
     EventOut,
     FaultOut,
     JobOut,
+    JobsDeletedOut,
     NewTenantOut,
     NodeOut,
     PriorityClassOut,
@@ -326,6 +327,15 @@ class Client:
         path = "/v1/jobs/cancel"
         answer = self.request("POST", path, json={"array": array_id})
         return [_parse(JobOut, item, path) for item in (answer or [])]
+
+    def delete(self, job_id: str) -> JobsDeletedOut:
+        """Forget an ended job now: its record, events and run folders (ConflictError while it
+        has not ended, for one job of an array, or while a live job starts after it)."""
+        return self._one(JobsDeletedOut, "DELETE", f"/v1/jobs/{_seg(job_id, _JOB)}")
+
+    def delete_array(self, array_id: str) -> JobsDeletedOut:
+        """Forget every job of a job array once all of them ended, in one request."""
+        return self._one(JobsDeletedOut, "POST", "/v1/jobs/delete", json={"array": array_id})
 
     def suspend(self, job_id: str) -> JobOut:
         """Suspend: the job checkpoints, stops and gives its quota back until resumed."""

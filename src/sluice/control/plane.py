@@ -76,6 +76,14 @@ class NodeStatus:
 
 
 @dataclass(frozen=True)
+class JobsDeleted:
+    """What a delete forgot: the jobs (records and events) and how many run folders went."""
+
+    ids: list[str]
+    folders: int
+
+
+@dataclass(frozen=True)
 class CordonOutcome:
     """What a cordon set in motion: the jobs it moves off the node (each checkpoints, stops
     and waits for a place again) and how many other nodes can take new jobs."""
@@ -855,6 +863,83 @@ class ControlPlane:
         ]
         self.wake()
         return done
+
+    def delete_job(self, caller: TenantRecord, job_id: str) -> JobsDeleted:
+        """Forget an ended job now, as retention would later (`sluice job delete`): its record and
+        events, then its run folders (log, files, checkpoints kept there). The caller's own job,
+        or any tenant's for an admin; another tenant's is a NotFound, as one that never was. A
+        Conflict, deleting nothing, for a job that has not ended, a job of an array (an array
+        goes whole: retention and `after` find one by its first job), or one a live job starts
+        after."""
+        with self.controller.lock:
+            job = self._visible(caller, self.controller.book.get(job_id), job_id)
+            a = job.spec.array
+            if a is not None and a.id is not None:
+                raise Conflict(
+                    f"job {job_id} is one of job array {a.id}, which is deleted whole: sluice job delete --array {a.id}"
+                )
+            gone = self._delete_ended(caller, [job_id], job.tenant)
+        return self._remove_folders_of(caller, gone)
+
+    def delete_array(self, caller: TenantRecord, array_id: str) -> JobsDeleted:
+        """Forget every job of a job array once all of them ended (`sluice job delete --array`);
+        a Conflict while any has not, or while a live job starts after the array or one of its
+        jobs. Another tenant's array is a NotFound."""
+        with self.controller.lock:
+            first, count = self._array(caller, array_id)
+            ids = [f"{array_id}-{k}" for k in range(count)]
+            gone = self._delete_ended(caller, ids, first.tenant, array_id)
+        return self._remove_folders_of(caller, gone)
+
+    def _delete_ended(
+        self, caller: TenantRecord, ids: list[str], tenant: str, array_id: str | None = None
+    ) -> list[str]:
+        """Delete the records and events of `ids` (one tenant's) if every one has ended and no
+        live job waits for any of them; the ids deleted. Under the controller's lock, which a
+        submit naming them in `after` takes to check that they still exist."""
+        book = self.controller.book
+        what = f"job array {array_id}" if array_id else f"job {ids[0]}"
+        running = [i for i in ids if book.is_live(i)]
+        if running:
+            job = book.get(running[0])
+            phase = job.phase if job is not None else "not ended"
+            more = f" (and {len(running) - 1} more of the array)" if len(running) > 1 else ""
+            cancel = f"--array {array_id}" if array_id else running[0]
+            raise Conflict(
+                f"job {running[0]} is {phase}{more}: only an ended job can be deleted; cancel it first "
+                f"(sluice job cancel {cancel})"
+            )
+        names = {*ids, *([array_id] if array_id else [])}
+        waiting = [j for j in book.live() if names.intersection(j.spec.after)]
+        if waiting:
+            w = waiting[0]
+            who = f"job {w.id}" if w.tenant == caller.name or caller.admin else "a job"
+            raise Conflict(
+                f"{who} starts after {what}, which cannot be deleted before that job has ended "
+                "(cancel that job first, or wait)"
+            )
+        deleted = self.store.delete_jobs(ids)
+        if deleted:
+            self.store.append_event(
+                self.engine.clock(),
+                "deleted",
+                f"{what} of tenant {tenant} deleted by {caller.name}",
+                data={"jobs": deleted, "tenant": tenant},
+            )
+            log.info("%s of tenant %s deleted by %s", what, tenant, caller.name)
+        return ids if deleted else []
+
+    def _remove_folders_of(self, caller: TenantRecord, ids: list[str]) -> JobsDeleted:
+        """Remove the deleted jobs' run folders (outside the controller's lock: a big folder
+        takes a while); trouble with one is logged and leaves the others."""
+        folders = 0
+        if isinstance(self.engine, RunFolders):
+            for job_id in ids:
+                try:
+                    folders += self.engine.remove_run_folders(job_id)
+                except Exception:
+                    log.exception("could not remove the run folders of deleted job %s", job_id)
+        return JobsDeleted(ids, folders)
 
     def suspend(self, caller: TenantRecord, job_id: str) -> JobRecord:
         """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""

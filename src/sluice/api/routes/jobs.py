@@ -1,4 +1,4 @@
-"""/v1/jobs: submit, list, inspect, cancel, explain, follow logs, progress."""
+"""/v1/jobs: submit, list, inspect, cancel, delete, explain, follow logs, progress."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sluice.api import job_logs, pagination
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.errors import error_body
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
-from sluice.api.schemas import CancelIn, ErrorOut, EventOut, InvalidOut, JobOut, jsonable
+from sluice.api.schemas import CancelIn, ErrorOut, EventOut, InvalidOut, JobOut, JobsDeletedOut, jsonable
 from sluice.control.errors import NotFound
 from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
@@ -190,6 +190,30 @@ def cancel(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobOut:
     """Cancel a job: a queued job ends at once; a running one is asked to checkpoint and exit."""
     _get(plane, caller, job_id)
     return _out(plane, caller, plane.cancel(caller, job_id))
+
+
+_DELETE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    409: {"model": ErrorOut, "description": "Not ended, one job of an array, or a live job starts after it."},
+}
+
+
+@router.delete("/{job_id}", response_model=JobsDeletedOut, responses=_DELETE_ERRORS)
+def delete(plane: PlaneDep, caller: CallerDep, job_id: str) -> JobsDeletedOut:
+    """Forget an ended job now, as retention does after `job_retention_days`: its record and
+    events, then its run folders (log, files, the checkpoints kept there). 409, deleting
+    nothing, while it has not ended, for one job of an array (`POST /v1/jobs/delete`), or
+    while a job not yet ended starts after it."""
+    done = plane.delete_job(caller, job_id)
+    return JobsDeletedOut(deleted=done.ids, folders=done.folders)
+
+
+@router.post("/delete", response_model=JobsDeletedOut, responses=_DELETE_ERRORS)
+def delete_many(plane: PlaneDep, caller: CallerDep, body: CancelIn) -> JobsDeletedOut:
+    """Forget every job of a job array (`{"array": ID}`) once all of them ended, in one request.
+    Another tenant's array is a 404, as its jobs are."""
+    done = plane.delete_array(caller, body.array)
+    return JobsDeletedOut(deleted=done.ids, folders=done.folders)
 
 
 @router.post("/{job_id}/suspend", response_model=JobOut, responses={**_ERRORS, 409: {"model": ErrorOut}})
