@@ -390,10 +390,20 @@ class Settings(BaseSettings):
             description="Days an ended job is kept after it finished: past them the plane forgets it — its "
             "record, events, log and run folder (with the checkpoints kept there; not those under "
             "checkpoint_roots) — and node events older than that go too. A job another job still waits for "
-            "(`after`) and an array with a job that ended later are kept. Usage's held time is not touched. "
-            "0 keeps everything for ever. Default 90.",
+            "(`after`) and an array with a job that ended later are kept. Usage's held time is not touched "
+            "(usage_retention_days). 0 keeps everything for ever. Default 90.",
         ),
     ] = 90.0
+    usage_retention_days: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=36_500,
+            description="Days usage's held time (what each tenant's jobs held and used, by the hour: what "
+            "`sluice usage` sums) is kept: whole hours older than that are deleted, so `usage --since` "
+            "reaches back at most this far. 0 keeps it for ever. Default 400 (a year and a month).",
+        ),
+    ] = 400.0
     metrics_token: Annotated[
         str | None,
         Field(

@@ -23,6 +23,7 @@ from sluice.model import JobExited, JobRecord, JobStarted, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import JobSpec
+from sluice.store.base import HeldTime, hour_of
 from sluice.store.memory import MemoryStore
 from sluice.store.sql import SqlStore
 
@@ -161,7 +162,7 @@ def test_kept_jobs_do_not_stall_a_pass_behind_them_and_a_pass_is_bounded() -> No
 
 
 def test_zero_days_keeps_everything_and_a_negative_keep_is_refused(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", job_retention_days=0)
+    settings = Settings(home=tmp_path / "home", job_retention_days=0, usage_retention_days=0)
     plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
     try:
         assert plane.retention is None
@@ -169,8 +170,32 @@ def test_zero_days_keeps_everything_and_a_negative_keep_is_refused(tmp_path: Pat
         plane.store.close()
     with pytest.raises(ValueError, match="positive"):
         Retention(MemoryStore(), 0, live=list, get=lambda _: None, lock=threading.Lock())
-    with pytest.raises(ValueError, match="job_retention_days"):
-        Settings(home=tmp_path / "h2", job_retention_days=-1)
+    with pytest.raises(ValueError, match="negative"):
+        Retention(MemoryStore(), DAY_S, live=list, get=lambda _: None, lock=threading.Lock(), usage_keep_s=-1)
+    for name in ("job_retention_days", "usage_retention_days"):
+        with pytest.raises(ValueError, match=name):
+            Settings(home=tmp_path / "h2", **{name: -1})
+
+
+def test_held_time_goes_after_its_own_window_and_jobs_kept_for_ever_stay() -> None:
+    """Usage's held time grew for ever (two rows a tenant-hour); it goes past
+    usage_retention_days, whole hours, while jobs (kept for ever here: 0 days) stay."""
+    store = MemoryStore()
+    now = 500 * DAY_S
+    old, recent = hour_of(now - 401 * DAY_S), hour_of(now - 399 * DAY_S)
+    store.add_held_time([HeldTime(t, old, g, 3600, 3600) for t in ("alice", "bob") for g in (False, True)])
+    store.add_held_time([HeldTime("alice", recent, True, 60, 60)])
+    store.create_job(job("ancient", finished=1.0))
+    retention = Retention(
+        store, 0, live=list, get=store.get_job, lock=threading.Lock(), usage_keep_s=400 * DAY_S, batch=2
+    )
+    done = retention.run(now)
+    assert (done.jobs, done.held_rows) == (0, 4), done
+    assert store.held_time() == [HeldTime("alice", 0.0, True, 60, 60)]
+    assert store.get_job("ancient") is not None
+    (note,) = store.events(kinds=["retention"])
+    assert note.message == "deleted 4 rows of held time past the usage window" and note.data["held_rows"] == 4
+    assert retention.run(now).held_rows == 0
 
 
 # ---------------------------------------------------------------- through the plane

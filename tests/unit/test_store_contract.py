@@ -119,6 +119,19 @@ def check_held_time(store: Store) -> None:
     assert store.held_time(since=h1 + 59) == [HeldTime("alice", h1, False, 2, 2), HeldTime("bob", h1, False, 5, 5)]
     assert store.held_time(tenant="bob", since=h0) == [HeldTime("bob", h0, False, 5, 5)]
     assert store.held_time(since=h1 + 3600) == [] and store.held_time(tenant="nobody") == []
+    # usage retention: the oldest whole hours ended by `before` go, each hour whole
+    h2 = h1 + 3600
+    store.add_held_time([HeldTime(t, h2, False, 1, 1) for t in ("alice", "bob", "carol")])
+    assert store.delete_held_time_before(h1 + 3599, 10) == 2  # h0 ended; h1 had not
+    assert store.held_time(since=0) == [
+        HeldTime("alice", 0.0, False, 3, 3),
+        HeldTime("bob", 0.0, False, 6, 6),
+        HeldTime("carol", 0.0, False, 1, 1),
+    ]
+    assert store.delete_held_time_before(h2 + 3600, 1) == 2  # the limit reached in h1: all of h1
+    assert store.delete_held_time_before(h2 + 3600, 0) == 0
+    assert store.delete_held_time_before(h2 + 3600, 100) == 3
+    assert store.held_time() == [] and store.delete_held_time_before(h2 + 7200, 100) == 0
 
 
 def check_deleted_tenant(store: Store) -> None:

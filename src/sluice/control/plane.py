@@ -279,14 +279,16 @@ class ControlPlane:
         self.retention = self._retention(settings)
 
     def _retention(self, settings: Settings) -> RetentionThread | None:
-        """Ended jobs forgotten `job_retention_days` after they finished (control/retention.py);
-        None when that is 0 (keep everything)."""
-        if settings.job_retention_days <= 0:
+        """Ended jobs forgotten `job_retention_days` after they finished, usage's held time
+        `usage_retention_days` after its hour (control/retention.py); None when both are 0
+        (keep everything)."""
+        if settings.job_retention_days <= 0 and settings.usage_retention_days <= 0:
             return None
         book = self.controller.book
         retention = Retention(
             self.store,
             settings.job_retention_days * DAY_S,
+            usage_keep_s=settings.usage_retention_days * DAY_S,
             live=book.live,
             get=book.get,
             lock=self.controller.lock,

@@ -13,6 +13,10 @@ their time, because forgetting them would change what a live job does:
 - a job of an array whose other jobs have not all ended before the cutoff: an array is
   found by its first job (`<id>-0`), so it goes whole or not at all.
 
+Usage's held time (by tenant and hour: what `sluice usage` sums) outlives the jobs — it is
+what a tenant is charged, and deleting jobs must not hide it — and goes after its own window,
+`usage_retention_days` (default 400: a year and its month, for year-on-year reports).
+
 A pass runs in a thread of its own (`RetentionThread`), hourly, and looks at a bounded
 number of candidates (the next pass goes on after the last one it looked at); the
 controller's lock is held only while it chooses and deletes a batch, never while folders
@@ -57,14 +61,22 @@ class RetentionPass:
     kept: int = 0
     more: bool = False
     """The pass stopped at its bound with candidates left."""
+    held_rows: int = 0
+    """Rows of usage's held time (tenant, hour, kind) past `usage_retention_days` deleted."""
 
     def summary(self) -> str:
         when = datetime.fromtimestamp(self.cutoff, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        kept = f"; kept {self.kept} (waited for by a live job, or in an array not all ended)" if self.kept else ""
-        return (
-            f"forgot {self.jobs} jobs that ended before {when} and {self.events} older events of no job; "
-            f"removed {self.folders} run folders{kept}"
-        )
+        said = []
+        if self.jobs or self.events or self.folders or self.kept:
+            said.append(
+                f"forgot {self.jobs} jobs that ended before {when} and {self.events} older events of no job; "
+                f"removed {self.folders} run folders"
+            )
+        if self.kept:
+            said.append(f"kept {self.kept} (waited for by a live job, or in an array not all ended)")
+        if self.held_rows:
+            said.append(f"deleted {self.held_rows} rows of held time past the usage window")
+        return "; ".join(said) or "nothing to forget"
 
 
 def forgettable(
@@ -119,9 +131,10 @@ def forgettable(
 
 
 class Retention:
-    """Forgets ended jobs past `keep_s` (see the module's docstring). `lock` is the
-    controller's: held while a batch is chosen against the live jobs and deleted, so a job
-    submitted to start `after` one cannot see it vanish between its check and its creation."""
+    """Forgets ended jobs past `keep_s`, and usage's held time past `usage_keep_s` (see the
+    module's docstring; 0 keeps that kind for ever). `lock` is the controller's: held while a
+    batch is chosen against the live jobs and deleted, so a job submitted to start `after` one
+    cannot see it vanish between its check and its creation."""
 
     def __init__(
         self,
@@ -135,11 +148,13 @@ class Retention:
         halted: Callable[[], bool] = lambda: False,
         most_per_pass: int = MOST_PER_PASS,
         batch: int = BATCH,
+        usage_keep_s: float = 0.0,
     ) -> None:
-        if keep_s <= 0:
-            raise ValueError("keep_s must be positive (0 days means: no retention, so no Retention)")
+        if keep_s < 0 or usage_keep_s < 0 or not (keep_s or usage_keep_s):
+            raise ValueError("keep_s or usage_keep_s must be positive, neither negative (0: keep that kind)")
         self.store = store
         self.keep_s = keep_s
+        self.usage_keep_s = usage_keep_s
         self._live = live
         self._get = get
         self._lock = lock
@@ -155,11 +170,11 @@ class Retention:
 
     def run(self, now: float) -> RetentionPass:
         cutoff = now - self.keep_s
-        seen = jobs = folders = kept = 0
+        seen = jobs = folders = kept = events = 0
         after = self._resume
         arrays: set[str] = set()
         more = False
-        while True:
+        while self.keep_s:
             if seen >= self.most_per_pass:
                 more = True
                 self._resume = after
@@ -183,8 +198,7 @@ class Retention:
                         folders += self._remove_folders(job_id)
                     except Exception:  # one folder's trouble must not keep the others
                         log.exception("could not remove the run folders of forgotten job %s", job_id)
-        events = 0
-        while not self._halted():
+        while self.keep_s and not self._halted():
             if events >= self.most_per_pass:
                 more = True
                 break
@@ -192,9 +206,19 @@ class Retention:
             events += n
             if n < self.batch:
                 break
-        done = RetentionPass(cutoff, jobs, events, folders, kept, more)
-        if jobs or events:
-            self.store.append_event(now, "retention", done.summary(), data={"jobs": jobs, "events": events})
+        held = 0
+        while self.usage_keep_s and not self._halted():
+            if held >= self.most_per_pass:
+                more = True
+                break
+            n = self.store.delete_held_time_before(now - self.usage_keep_s, self.batch)
+            held += n
+            if n < self.batch:
+                break
+        done = RetentionPass(cutoff, jobs, events, folders, kept, more, held)
+        if jobs or events or held:
+            data = {"jobs": jobs, "events": events, "held_rows": held}
+            self.store.append_event(now, "retention", done.summary(), data=data)
             log.info("retention: %s", done.summary())
         return done
 

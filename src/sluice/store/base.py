@@ -181,6 +181,12 @@ class Store(Protocol):
         with the job (`delete_jobs`)."""
         ...
 
+    def delete_held_time_before(self, before: float, limit: int) -> int:
+        """Delete the held time of the oldest whole hours that ended by `before` (usage
+        retention), about `limit` rows (every row of the last hour reached goes, so a few
+        more); how many."""
+        ...
+
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         """Add each row to its (tenant, hour, gpu) total, made at 0 if new; in one transaction."""
         ...

@@ -127,6 +127,16 @@ class MemoryStore:
         self._events = [e for e in self._events if e.seq not in doomed]
         return len(doomed)
 
+    def delete_held_time_before(self, before: float, limit: int) -> int:
+        hours = sorted(k[1] for k in self._held if k[1] + 3600.0 <= before)
+        if not hours or limit <= 0:
+            return 0
+        last = hours[min(limit, len(hours)) - 1]
+        doomed = [k for k in self._held if k[1] <= last]
+        for k in doomed:
+            del self._held[k]
+        return len(doomed)
+
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         for r in rows:
             key = (r.tenant, r.hour, r.gpu)

@@ -457,6 +457,21 @@ class SqlStore:
                 conn.execute(delete(schema.events).where(e.seq.in_(seqs[i : i + _IN_BATCH])))
         return len(seqs)
 
+    def delete_held_time_before(self, before: float, limit: int) -> int:
+        c = schema.held_time.c
+        if limit <= 0:
+            return 0
+        # The hour of the limit-th oldest row: every row up to that hour goes (rows of one hour
+        # are one per tenant and kind, so a batch passes `limit` by at most one hour's worth).
+        nth = select(c.hour).where(c.hour + 3600.0 <= before).order_by(c.hour).offset(limit - 1).limit(1)
+        with self._write() as conn:
+            last = conn.execute(nth).scalar()
+            if last is None:  # fewer than `limit` rows old enough: all of them
+                last = conn.execute(select(func.max(c.hour)).where(c.hour + 3600.0 <= before)).scalar()
+            if last is None:
+                return 0
+            return int(conn.execute(delete(schema.held_time).where(c.hour <= last)).rowcount)
+
     def add_held_time(self, rows: Sequence[HeldTime]) -> None:
         if not rows:
             return
