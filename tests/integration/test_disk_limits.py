@@ -101,6 +101,11 @@ def test_a_job_past_its_disk_mb_fails_unretried_and_its_neighbour_runs_on(plane:
     assert 16 << 20 < written < 40 << 20  # stopped on its way, not at the end
     assert wait_for(lambda: _ended(plane, calm).phase.terminal, 60)
     assert _ended(plane, calm).phase == Phase.SUCCEEDED, _ended(plane, calm).reason
+    # what each held at its last check is on its record (`job get`'s disk row): the neighbour's
+    # 2 MiB and its log; the hog past its 16 MiB
+    calm_mb, hog_mb = _ended(plane, calm).disk_mb, done.disk_mb
+    assert calm_mb is not None and 2.0 <= calm_mb < 3.0, calm_mb
+    assert hog_mb is not None and 16.0 < hog_mb <= 40.0, hog_mb
 
 
 @needs_root

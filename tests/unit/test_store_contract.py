@@ -517,7 +517,7 @@ def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(t
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 7
+        assert again.schema_version == SCHEMA_VERSION == 8
         job = again.get_job("j1")
         assert job is not None and job.run_s == 0.0
         again.save_job(replace(job, run_s=12.5))
@@ -551,7 +551,7 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 7
+        assert again.schema_version == SCHEMA_VERSION == 8
         assert again.held_time() == [HeldTime("alice", 0.0, False, 94.0, 47.0)]
         assert again.held_time(since=7200.0) == [HeldTime("alice", 7200.0, False, 90.0, 45.0)]
         assert again.held_time(since=3600.0) == [HeldTime("alice", 3600.0, False, 94.0, 47.0)]
@@ -585,7 +585,7 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
 
     again = SqlStore(url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 7
+        assert again.schema_version == SCHEMA_VERSION == 8
         job = again.get_job("j1")
         assert job is not None and job.run_s == 30.0 and job.run_until is None and job.cpu_used_s == 0.0
         again.save_job(replace(job, run_until=123.5, cpu_used_s=9.0, attempt_cpu_s=9.0))
@@ -593,6 +593,30 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
         assert again.held_time() == [HeldTime("alice", 0.0, False, 10.0, 5.0, 0.0)]  # used before: not known
         again.add_held_time([HeldTime("alice", 3600.0, False, 1.0, 1.0, 2.5)])
         assert again.held_time() == [HeldTime("alice", 0.0, False, 11.0, 6.0, 2.5)]
+    finally:
+        again.close()
+
+
+def test_a_version_7_database_gets_the_job_disk_column_and_its_jobs_read_as_never_measured(tmp_path: Path) -> None:
+    """Version 8 keeps what a job's run folders held at the newest disk check (`disk_mb`)."""
+    import sqlite3
+
+    db = tmp_path / "v7.db"
+    url = f"sqlite:///{db}"
+    store = SqlStore(url)
+    store.create_job(make_job("old"))
+    store.close()
+    with sqlite3.connect(db) as con:  # as version 7 left it
+        con.execute("ALTER TABLE jobs DROP COLUMN disk_mb")
+        con.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
+    con.close()
+    again = SqlStore(url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 8
+        old = again.get_job("old")
+        assert old is not None and old.disk_mb is None
+        again.save_job(replace(old, disk_mb=12.5))
+        assert again.get_job("old").disk_mb == 12.5  # type: ignore[union-attr]
     finally:
         again.close()
 
@@ -615,4 +639,4 @@ def test_a_version_6_database_gets_the_retention_indexes(tmp_path: Path) -> None
         names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index'")}
         version = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
     con.close()
-    assert {"ix_jobs_finished", "ix_events_time"} <= names and version == "7"
+    assert {"ix_jobs_finished", "ix_events_time"} <= names and version == "8"

@@ -359,6 +359,11 @@ class DiskWatch:
             self._found.update(found)
         return found
 
+    def measured(self, key: tuple[str, int]) -> FolderSize | None:
+        """The newest measurement of one attempt (job or replica id, attempt), if any."""
+        with self._mu:
+            return self.sizes.get(key)
+
     def take(self, keys: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], str]:
         """What the checks since the last call found (each once): of the attempts `keys` (an
         agent's own), or every one (None); the others' stay for their agents."""

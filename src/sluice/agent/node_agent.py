@@ -56,7 +56,7 @@ from sluice.agent.cgroup import (
     node_cpuset,
     warn_once,
 )
-from sluice.agent.disk_watch import DiskWatch, Watched
+from sluice.agent.disk_watch import MIB, DiskWatch, Watched
 from sluice.agent.faults import FaultBoard, FaultReport
 from sluice.agent.gpu_fence import (
     DeviceFence,
@@ -860,9 +860,11 @@ class NodeAgent:
         used = att.ctrl.usage_s()
         if used is None:
             return None
+        size = self.disk.measured((att.job_id, att.attempt))
+        disk_mb = None if size is None else size.bytes / MIB
         prev, att.last_usage = att.last_usage, (now, used)
         if final and (prev is None or now <= prev[0]):
-            return JobUsage(att.job_id, att.attempt, now, 0.0, cpu_s=used)
+            return JobUsage(att.job_id, att.attempt, now, 0.0, cpu_s=used, disk_mb=disk_mb)
         if prev is None or now <= prev[0]:
             return None
         memory_mb = 0.0
@@ -875,7 +877,7 @@ class NodeAgent:
             with contextlib.suppress(psutil.Error):
                 memory_mb = att.child.memory_info().rss / (1024 * 1024)
         rate = max(0.0, (used - prev[1]) / (now - prev[0]))
-        return JobUsage(att.job_id, att.attempt, now, rate, memory_mb, cpu_s=used)
+        return JobUsage(att.job_id, att.attempt, now, rate, memory_mb, cpu_s=used, disk_mb=disk_mb)
 
     def _finish(self, att: _Attempt, now: float) -> JobExited:
         if att.popen is not None:

@@ -81,6 +81,12 @@ class JobOut(BaseModel):
         description="CPU-seconds the job's processes used, summed over attempts, as its nodes count them "
         "(cgroup counters): what it used, beside what it held (attained_service).",
     )
+    disk_mb: float | None = Field(
+        None,
+        description="MiB its run folders held at the newest disk check (every disk_check_s while it runs; "
+        "a gang's: every replica's), what resources.disk_mb is held against. An ended job keeps its last "
+        "(what it left on disk until deleted). null: never measured.",
+    )
     time_limit_s: float | None = Field(
         None,
         description="Seconds the job may run (run_s) before it is stopped and fails: the smaller of its "
@@ -118,6 +124,7 @@ class JobOut(BaseModel):
             attained_service=job.attained_service,
             run_s=round(job.run_s, 3),
             cpu_used_s=round(job.cpu_used_s, 3),
+            disk_mb=None if job.disk_mb is None else round(job.disk_mb, 3),
             time_limit_s=None if limit is None else limit.seconds,
             time_limit_of=None if limit is None else limit.of,
             spec=spec,

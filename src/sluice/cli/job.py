@@ -260,6 +260,21 @@ def _cpu_used(j: dict[str, Any]) -> str:
     return out
 
 
+def _disk_limit(j: dict[str, Any]) -> int | None:
+    limit = (j["spec"].get("resources") or {}).get("disk_mb")
+    return int(limit) if isinstance(limit, int) else None
+
+
+def _disk(j: dict[str, Any]) -> str:
+    """What its run folders held at the newest check (an ended job: what it left, until it is
+    deleted), against its `resources.disk_mb`."""
+    used, limit = j.get("disk_mb"), _disk_limit(j)
+    out = "not measured yet" if used is None else f"{used:.1f} MiB"
+    if limit is not None:
+        out += f" (limit {limit} MiB{f', {100 * used / limit:.0f} %' if used is not None else ''})"
+    return out
+
+
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
@@ -285,6 +300,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("restarts", f"{j['restarts']} of {spec['max_restarts']}"),
             ("ran", _ran(j)),
             ("cpu used", _cpu_used(j)),
+            *([("disk", _disk(j))] if j.get("disk_mb") is not None or _disk_limit(j) is not None else []),
             *([("after", ", ".join(spec["after"]))] if spec.get("after") else []),
             *([("array", _array_row(spec["array"]))] if spec.get("array") else []),
             ("step", j["step"]),

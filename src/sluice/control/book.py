@@ -52,6 +52,7 @@ OBSERVED_FIELDS = frozenset(
         "run_until",
         "cpu_used_s",
         "attempt_cpu_s",
+        "disk_mb",
         "checkpoint",
         "checkpoint_step",
     }

@@ -439,6 +439,8 @@ class Controller:
             self._tracker(job).usage(e.time, e.cpu_cores)
             if e.cpu_s is not None:
                 self._cpu_readings[job.id] = (e.attempt, e.cpu_s, e.time)
+            if e.disk_mb is not None and e.attempt == job.attempt and e.disk_mb != job.disk_mb:
+                self.book.observe(job.id, disk_mb=e.disk_mb)
         elif isinstance(e, JobCheckpointed):
             # Not logged as an event (jobs checkpoint often); the next placement names it.
             self.book.observe(job.id, checkpoint=e.path, checkpoint_step=e.step)

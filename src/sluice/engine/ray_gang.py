@@ -66,6 +66,9 @@ class Gang:
     """False when the first failing replica could never start as asked: nor can the gang."""
     cpu_s: dict[int, float] = field(default_factory=dict)
     """rank -> CPU-seconds its replica has used (its newest JobUsage): the gang's is their sum."""
+    disk_mb: dict[int, float] = field(default_factory=dict)
+    """rank -> MiB its replica's run folder held at its node's newest disk check: the gang's is
+    their sum."""
 
     def running_ranks(self) -> list[int]:
         return [r for r in self.nodes if r not in self.exited]
@@ -127,12 +130,17 @@ class GangBook:
             return self._exited(
                 gang, rank, e.exit_code, e.reason, e.time, node_lost=e.node_lost, oom=e.oom, retryable=e.retryable
             )
-        if isinstance(e, JobUsage) and e.cpu_s is not None:
-            gang.cpu_s[rank] = max(e.cpu_s, gang.cpu_s.get(rank, 0.0))
-            if rank == 0:  # its rate stays rank 0's (what the CPU policy reads); its total is all ranks'
-                e = replace(e, cpu_s=sum(gang.cpu_s.values()))
+        if isinstance(e, JobUsage) and (e.cpu_s is not None or e.disk_mb is not None):
+            if e.cpu_s is not None:
+                gang.cpu_s[rank] = max(e.cpu_s, gang.cpu_s.get(rank, 0.0))
+            if e.disk_mb is not None:
+                gang.disk_mb[rank] = e.disk_mb
+            cpu_s = sum(gang.cpu_s.values()) if gang.cpu_s else None
+            disk_mb = sum(gang.disk_mb.values()) if gang.disk_mb else None
+            if rank == 0:  # its rate stays rank 0's (what the CPU policy reads); its totals are all ranks'
+                e = replace(e, cpu_s=cpu_s if e.cpu_s is not None else None, disk_mb=disk_mb)
             elif 0 in gang.exited and not gang.closed:  # rank 0 reports no more: the others' go on counting
-                return [replace(e, job_id=job_id, cpu_cores=0.0, memory_mb=0.0, cpu_s=sum(gang.cpu_s.values()))], []
+                return [replace(e, job_id=job_id, cpu_cores=0.0, memory_mb=0.0, cpu_s=cpu_s, disk_mb=disk_mb)], []
         if rank != 0 or gang.closed:
             return [], []
         return [replace(e, job_id=job_id)], []

@@ -39,6 +39,9 @@ class JobUsage:
     cpu_cores: float
     memory_mb: float = 0.0
     cpu_s: float | None = None
+    disk_mb: float | None = None
+    """MiB its run folders held at the node's newest disk check (agent/disk_watch.py: blocks on
+    disk, open files with no name too); None where none has measured it yet."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,10 @@ class JobRecord:
     attempt_cpu_s: float = 0.0
     """The current attempt's CPU-seconds as last counted into `cpu_used_s` (its node's counter
     starts at 0 with each attempt): the next reading adds only what is past it."""
+    disk_mb: float | None = None
+    """MiB its run folders held at the newest disk check of its newest attempt (every
+    `disk_check_s` while it runs; a gang's: every replica's), what `resources.disk_mb` is held
+    against; None before the first check. An ended job keeps its last: what it left behind."""
 
     @property
     def name(self) -> str:

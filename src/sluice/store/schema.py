@@ -33,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -83,6 +83,8 @@ jobs = Table(
     Column("run_until", Double, nullable=True),
     Column("cpu_used_s", Double, nullable=False, server_default="0"),
     Column("attempt_cpu_s", Double, nullable=False, server_default="0"),
+    # Version 8: what its run folders held at the newest disk check (JobRecord.disk_mb).
+    Column("disk_mb", Double, nullable=True),
 )
 Index("ix_jobs_submitted", jobs.c.submitted_at, jobs.c.id)
 ix_jobs_finished = Index("ix_jobs_finished", jobs.c.finished_at)
@@ -342,6 +344,13 @@ def _v7_retention_indexes(conn: Connection) -> None:
     ix_events_time.create(conn, checkfirst=True)
 
 
+def _v8_job_disk(conn: Connection) -> None:
+    """Version 8: what a job's run folders held at the newest disk check (`disk_mb`); jobs from
+    before it were never reported (null)."""
+    if "disk_mb" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN disk_mb DOUBLE PRECISION"))
+
+
 MIGRATIONS: dict[int, Migration] = {
     2: _v2_typed_job_fields,
     3: _v3_tenant_caps_and_deleted_names,
@@ -349,6 +358,7 @@ MIGRATIONS: dict[int, Migration] = {
     5: _v5_held_time_by_hour,
     6: _v6_run_until_and_cpu_used,
     7: _v7_retention_indexes,
+    8: _v8_job_disk,
 }
 """version -> step that turns a database at version-1 into this version."""
 

@@ -134,6 +134,7 @@ def _job_values(job: JobRecord) -> dict[str, Any]:
         "run_until": job.run_until,
         "cpu_used_s": job.cpu_used_s,
         "attempt_cpu_s": job.attempt_cpu_s,
+        "disk_mb": job.disk_mb,
     }
 
 
@@ -166,6 +167,7 @@ def _job_from_row(row: Row[Any]) -> JobRecord:
         run_until=m["run_until"],
         cpu_used_s=m["cpu_used_s"] or 0.0,
         attempt_cpu_s=m["attempt_cpu_s"] or 0.0,
+        disk_mb=m["disk_mb"],
     )
 
 
