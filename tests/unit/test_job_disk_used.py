@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.api.schemas import JobOut
-from sluice.cli.job import _disk
+from sluice.cli.job import _cpu_used, _disk
 from sluice.control.controller import Controller
 from sluice.engine.ray_gang import GangBook
 from sluice.model import JobExited, JobUsage, Phase
@@ -63,3 +63,13 @@ def test_job_get_shows_it_against_the_jobs_limit() -> None:
     assert _disk(job) == "12.2 MiB (limit 50 MiB, 24 %)"
     assert _disk({**job, "disk_mb": None}) == "not measured yet (limit 50 MiB)"
     assert _disk({**job, "spec": {"resources": {}}}) == "12.2 MiB"
+
+
+def test_job_get_shows_a_short_jobs_cpu_in_more_than_whole_seconds() -> None:
+    """A job that held 0.43 core-s read "47 % of the 0 core-s held"."""
+    job = {"cpu_used_s": 0.2, "attained_service": 0.43, "spec": {"resources": {}}}
+    assert _cpu_used(job) == "0.2 core-s (47 % of the 0.43 core-s held)"
+    assert (
+        _cpu_used({**job, "cpu_used_s": 812.4, "attained_service": 933.0}) == "812 core-s (87 % of the 933 core-s held)"
+    )
+    assert _cpu_used({**job, "cpu_used_s": 0.0}) == "0 core-s (0 % of the 0.43 core-s held)"

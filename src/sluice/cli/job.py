@@ -253,11 +253,17 @@ def _cpu_used(j: dict[str, Any]) -> str:
     """CPU-seconds used, and for a job without GPUs the share of the guaranteed core-seconds it
     held (`attained_service`): Slurm's CPU efficiency (`seff`)."""
     used = float(j.get("cpu_used_s") or 0.0)
-    out = f"{used:.0f} core-s"
+    out = f"{_core_s(used)} core-s"
     held = float(j.get("attained_service") or 0.0)
     if not (j["spec"].get("resources") or {}).get("gpus") and held > 0:
-        out += f" ({100 * used / held:.0f} % of the {held:.0f} core-s held)"
+        out += f" ({100 * used / held:.0f} % of the {_core_s(held)} core-s held)"
     return out
+
+
+def _core_s(x: float) -> str:
+    """Whole core-seconds, or two significant digits under 10 (a short job's held 0.4 core-s
+    read "47 % of the 0 core-s held")."""
+    return f"{x:.0f}" if x >= 10 or x == 0 else f"{x:.2g}"
 
 
 def _disk_limit(j: dict[str, Any]) -> int | None:
