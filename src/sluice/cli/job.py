@@ -1,10 +1,11 @@
-"""`sluice job ...`: Submit, list, follow, cancel and explain training jobs."""
+"""`sluice job ...`: Submit, list, follow, cancel, delete and explain training jobs."""
 
 from __future__ import annotations
 
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,7 +39,7 @@ from sluice.client import BadRequestError, Client, JobOut, SluiceError, Unreacha
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
 
-app = typer.Typer(help="Submit, list, follow, cancel and explain training jobs.", no_args_is_help=True)
+app = typer.Typer(help="Submit, list, follow, cancel, delete and explain training jobs.", no_args_is_help=True)
 
 MAX_IDS = 1000
 """Most job ids one `job cancel` takes (each is one request)."""
@@ -403,8 +404,6 @@ def cancel(
     if len(job_ids) > MAX_IDS:
         bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
     done: list[Any] = []
-    code = 0
-    stop: SluiceError | None = None
     with errors_reported(), connect() as client:
         if array is not None:
             done += client.cancel_array(array)  # one request for the whole array
@@ -412,17 +411,8 @@ def cancel(
                 raise CliError(f"array {array!r}: none of your jobs of it is still to end", EXIT_FAILURE)
         cancelled = {j.id for j in done}
         todo = [i for i in dict.fromkeys(job_ids) if i not in cancelled]  # an id given twice is cancelled once
-        for k, job_id in enumerate(todo):
-            try:
-                done.append(client.cancel(job_id))
-            except SluiceError as err:
-                if isinstance(err, UnreachableError) or err.status == 401:
-                    # The same for every id: said once, after the jobs already cancelled
-                    # (they went unsaid, as if none had been), naming those not reached.
-                    stop, todo = err, todo[k:]
-                    break
-                failed = report(as_cli_error(err, missing=f"job {job_id!r}"))  # each failure said
-                code = code or failed
+        more, code, stop, todo = _each_id(todo, client.cancel)
+        done += more
 
     def render(jobs: Any) -> None:
         for j in jobs if isinstance(jobs, list) else [jobs]:
@@ -431,12 +421,7 @@ def cancel(
     one = array is None and len(job_ids) == 1  # -o json: one job for one id, else a list
     if done:
         emit(done[0] if one else done, output, render)
-    if stop is not None:
-        said = as_cli_error(stop)
-        rest = "" if one else f"; not cancelled: {', '.join(todo)}"
-        raise typer.Exit(report(CliError(f"{said}{rest}", said.code, said.problems)))
-    if code:
-        raise typer.Exit(code)
+    _exit_after_each(code, stop, todo, "not cancelled" if not one else "")
 
 
 @app.command()
@@ -459,9 +444,7 @@ def delete(
     if len(job_ids) > MAX_IDS:
         bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
     done: list[Any] = []
-    code = 0
-    stop: SluiceError | None = None
-    todo: list[str] = []
+    array_code = 0
     with errors_reported(), connect() as client:
         if array is not None:
             try:
@@ -469,17 +452,10 @@ def delete(
             except SluiceError as err:
                 if isinstance(err, UnreachableError) or err.status == 401:
                     raise
-                code = report(as_cli_error(err, missing=f"job array {array!r}"))
-        todo = list(dict.fromkeys(job_ids))  # an id given twice is deleted once
-        for k, job_id in enumerate(todo):
-            try:
-                done.append(client.delete(job_id))
-            except SluiceError as err:
-                if isinstance(err, UnreachableError) or err.status == 401:
-                    stop, todo = err, todo[k:]
-                    break
-                failed = report(as_cli_error(err, missing=f"job {job_id!r}"))  # each failure said
-                code = code or failed
+                array_code = report(as_cli_error(err, missing=f"job array {array!r}"))
+        # an id given twice is deleted once
+        more, code, stop, todo = _each_id(list(dict.fromkeys(job_ids)), client.delete)
+        done += more
 
     def render(answers: Any) -> None:
         answers = answers if isinstance(answers, list) else [answers]
@@ -488,11 +464,36 @@ def delete(
                 console.print(f"{job_id}: deleted", markup=False)
         console.print(f"run folders removed: {sum(d['folders'] for d in answers)}", markup=False)
 
+    one = array is None and len(job_ids) == 1  # -o json: one answer for one id, else a list
     if done:
-        emit(done[0] if len(done) == 1 and array is None and len(job_ids) == 1 else done, output, render)
+        emit(done[0] if one else done, output, render)
+    _exit_after_each(array_code or code, stop, todo, "not deleted" if not one else "")
+
+
+def _each_id(ids: list[str], act: Callable[[str], Any]) -> tuple[list[Any], int, SluiceError | None, list[str]]:
+    """`act` on each id in turn (`job cancel`, `job delete`): what it answered, and the first
+    failure's exit code, each failure said as it comes (one failure does not stop the others).
+    A lost server or a refused token is the same for every id: that error and the ids not
+    reached are returned, to be said once after what was done (`_exit_after_each`)."""
+    done: list[Any] = []
+    code = 0
+    for k, job_id in enumerate(ids):
+        try:
+            done.append(act(job_id))
+        except SluiceError as err:
+            if isinstance(err, UnreachableError) or err.status == 401:
+                return done, code, err, ids[k:]
+            failed = report(as_cli_error(err, missing=f"job {job_id!r}"))  # said, each one
+            code = code or failed
+    return done, code, None, []
+
+
+def _exit_after_each(code: int, stop: SluiceError | None, todo: list[str], not_done: str) -> None:
+    """Exit as `_each_id` ended: with the error that stopped it, naming the ids `not_done`
+    (a label; empty for one id), or with the first failure's code."""
     if stop is not None:
         said = as_cli_error(stop)
-        rest = "" if len(job_ids) == 1 and array is None else f"; not deleted: {', '.join(todo)}"
+        rest = f"; {not_done}: {', '.join(todo)}" if not_done else ""
         raise typer.Exit(report(CliError(f"{said}{rest}", said.code, said.problems)))
     if code:
         raise typer.Exit(code)
