@@ -145,7 +145,8 @@ def test_a_version_2_database_is_brought_forward(pg_url: str) -> None:
 
 def test_a_version_5_database_gets_run_until_and_cpu_used(pg_url: str) -> None:
     """Version 6's step on PostgreSQL: jobs get `run_until`, `cpu_used_s`, `attempt_cpu_s`, held
-    time `cpu_used_s`; what was there before is kept (0 used, no run_until)."""
+    time `cpu_used_s`; what was there before is kept (0 used, no run_until). And version 8's:
+    jobs' `disk_mb` (none measured), tenants' `max_disk_mb`."""
     from dataclasses import replace
 
     from sluice.store.base import HeldTime
@@ -159,13 +160,16 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(pg_url: str) -> None:
         for column in ("run_until", "cpu_used_s", "attempt_cpu_s"):
             conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column}")
         conn.exec_driver_sql("ALTER TABLE held_time DROP COLUMN cpu_used_s")
+        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN disk_mb")  # and version 8's (7 added none here)
+        conn.exec_driver_sql("ALTER TABLE tenants DROP COLUMN max_disk_mb")
         conn.exec_driver_sql("UPDATE meta SET value='5' WHERE key='schema_version'")
     store.close()
     again = SqlStore(pg_url)
     try:
-        assert again.schema_version == SCHEMA_VERSION == 7
+        assert again.schema_version == SCHEMA_VERSION == 8
         job = again.get_job("old-6")
         assert job is not None and job.run_s == 30.0 and job.run_until is None and job.cpu_used_s == 0.0
+        assert job.disk_mb is None
         again.save_job(replace(job, run_until=12.5, cpu_used_s=3.0, attempt_cpu_s=3.0))
         assert again.get_job("old-6") == replace(job, run_until=12.5, cpu_used_s=3.0, attempt_cpu_s=3.0)
         again.add_held_time([HeldTime("alice", 3600.0, False, 1.0, 1.0, 2.5)])

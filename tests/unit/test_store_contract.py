@@ -156,6 +156,28 @@ def check_deleted_tenant(store: Store) -> None:
     assert store.tenant_deleted_at("carol") == 7.5
 
 
+def check_ended_disk(store: Store) -> None:
+    """A tenant's ended jobs' disk use (its `max_disk_mb`): their last measured `disk_mb`,
+    summed per tenant asked for; live and never-measured jobs and other tenants left out."""
+    rows = [
+        ("a1", "alice", Phase.SUCCEEDED, 10.5),
+        ("a2", "alice", Phase.FAILED, 2.0),
+        ("a3", "alice", Phase.RUNNING, 100.0),
+        ("a4", "alice", Phase.CANCELLED, None),
+        ("b1", "bob", Phase.SUCCEEDED, 7.0),
+        ("c1", "carol", Phase.SUCCEEDED, 3.0),
+    ]
+    for job_id, tenant, phase, mb in rows:
+        store.create_job(replace(make_job(job_id, tenant), phase=phase, disk_mb=mb))
+    assert store.ended_disk_mb(["alice", "bob", "dave"]) == {"alice": 12.5, "bob": 7.0}
+    assert store.ended_disk_mb([]) == {}
+    many = [f"t{i}" for i in range(600)] + ["carol"]  # past one IN's bound
+    assert store.ended_disk_mb(many) == {"carol": 3.0}
+    tenant = TenantRecord("erin", hash_token("e"), max_disk_mb=4096)
+    store.create_tenant(tenant)
+    assert store.get_tenant("erin") == tenant
+
+
 def check_retention(store: Store) -> None:
     """What job retention reads and deletes: ended jobs by when they finished (never a live
     one, however old), a job's events with it, and the old events of no job, oldest first."""
@@ -363,6 +385,9 @@ class StoreContract:
     def test_retention_reads_and_deletes_ended_jobs_and_old_node_events(self, store: SqlStore) -> None:
         check_retention(store)
 
+    def test_ended_jobs_disk_is_summed_per_tenant(self, store: SqlStore) -> None:
+        check_ended_disk(store)
+
 
 class TestSqliteStore(StoreContract):
     @pytest.fixture
@@ -383,6 +408,7 @@ def test_memory_store_sums_usage_the_same_way() -> None:
 
 def test_memory_store_keeps_retention_the_same_way() -> None:
     check_retention(MemoryStore())
+    check_ended_disk(MemoryStore())
 
 
 def test_memory_store_retires_deleted_tenant_names() -> None:
@@ -597,7 +623,7 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
         again.close()
 
 
-def test_a_version_7_database_gets_the_job_disk_column_and_its_jobs_read_as_never_measured(tmp_path: Path) -> None:
+def test_a_version_7_database_gets_the_disk_columns_and_its_jobs_read_as_never_measured(tmp_path: Path) -> None:
     """Version 8 keeps what a job's run folders held at the newest disk check (`disk_mb`)."""
     import sqlite3
 
@@ -608,6 +634,7 @@ def test_a_version_7_database_gets_the_job_disk_column_and_its_jobs_read_as_neve
     store.close()
     with sqlite3.connect(db) as con:  # as version 7 left it
         con.execute("ALTER TABLE jobs DROP COLUMN disk_mb")
+        con.execute("ALTER TABLE tenants DROP COLUMN max_disk_mb")
         con.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
     con.close()
     again = SqlStore(url)
@@ -617,6 +644,8 @@ def test_a_version_7_database_gets_the_job_disk_column_and_its_jobs_read_as_neve
         assert old is not None and old.disk_mb is None
         again.save_job(replace(old, disk_mb=12.5))
         assert again.get_job("old").disk_mb == 12.5  # type: ignore[union-attr]
+        again.create_tenant(TenantRecord("t", hash_token("t"), max_disk_mb=5))
+        assert again.get_tenant("t").max_disk_mb == 5  # type: ignore[union-attr]
     finally:
         again.close()
 

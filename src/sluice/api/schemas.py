@@ -164,6 +164,11 @@ class TenantOut(BaseModel):
     max_priority: int | None = Field(
         default=None, description="The highest priority its jobs may have; null: no cap (admins are never capped)."
     )
+    max_disk_mb: int | None = Field(
+        default=None,
+        description="MiB its jobs' run folders may hold, ended jobs' included, before its pending jobs wait; "
+        "null: no cap.",
+    )
 
     @staticmethod
     def of(t: Any) -> TenantOut:
@@ -174,6 +179,7 @@ class TenantOut(BaseModel):
             weight=float(t.weight),
             created_at=float(getattr(t, "created_at", 0.0)),
             max_priority=getattr(t, "max_priority", None),
+            max_disk_mb=getattr(t, "max_disk_mb", None),
         )
 
 

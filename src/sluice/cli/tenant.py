@@ -28,6 +28,10 @@ def _shown_cap(t: dict[str, Any]) -> str:
     return "no cap" if t.get("max_priority") is None else str(t["max_priority"])
 
 
+def _shown_disk(t: dict[str, Any]) -> str:
+    return "no cap" if not t.get("max_disk_mb") else f"{t['max_disk_mb']} MiB"
+
+
 @app.command()
 def create(
     name: Annotated[str, typer.Argument(help="Lower-case name: letters, digits, '-', '.', '_'.")],
@@ -42,6 +46,13 @@ def create(
             help="The highest priority its jobs may have (-1000..1000; bare priority or a class's value), checked "
             "at submit and resume. Default: no cap, so its jobs may preempt other tenants' lower-priority jobs in a "
             "shared queue."
+        ),
+    ] = None,
+    max_disk_mb: Annotated[
+        int | None,
+        typer.Option(
+            help="MiB its jobs' run folders may hold on disk, ended jobs' included, before its pending jobs wait "
+            "(0 or unset: no cap)."
         ),
     ] = None,
     force: Annotated[
@@ -61,6 +72,8 @@ def create(
             fields["max_running_jobs"] = max_running_jobs
         if max_priority is not None:
             fields["max_priority"] = max_priority
+        if max_disk_mb is not None:
+            fields["max_disk_mb"] = max_disk_mb
         try:
             spec = parse_model(TenantSpec, fields)
         except SpecError as err:
@@ -88,13 +101,16 @@ def set_(
             "submit and resume; jobs already accepted keep their priority.",
         ),
     ] = None,
+    max_disk_mb: Annotated[
+        int | None,
+        typer.Option(help="MiB its jobs' run folders may hold, ended jobs' included (0: no cap)."),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """Change a tenant's weight, job quota or priority cap live (admin)."""
+    """Change a tenant's weight, job quota, disk cap or priority cap live (admin)."""
     with errors_reported():
-        fields: dict[str, Any] = {
-            k: v for k, v in {"max_running_jobs": max_running_jobs, "weight": weight}.items() if v is not None
-        }
+        given = {"max_running_jobs": max_running_jobs, "weight": weight, "max_disk_mb": max_disk_mb}
+        fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if max_priority is not None:
             fields["max_priority"] = _cap(max_priority)
         try:
@@ -108,7 +124,7 @@ def set_(
         output,
         lambda t: console.print(
             f"tenant {t['name']}: weight {t['weight']:g}, max running {t['max_running_jobs'] or 'no limit'}, "
-            f"max priority {_shown_cap(t)}",
+            f"max priority {_shown_cap(t)}, max disk {_shown_disk(t)}",
             markup=False,
         ),
     )
@@ -122,13 +138,14 @@ def list_(output: OutputOpt = Output.table) -> None:
 
     def render(rows: list[dict[str, Any]]) -> None:
         table(
-            ["NAME", "ADMIN", "MAX RUNNING", "MAX PRIORITY", "WEIGHT", "CREATED"],
+            ["NAME", "ADMIN", "MAX RUNNING", "MAX PRIORITY", "MAX DISK MIB", "WEIGHT", "CREATED"],
             [
                 [
                     t["name"],
                     "yes" if t["admin"] else "",
                     t["max_running_jobs"] or "",
                     "" if t.get("max_priority") is None else t["max_priority"],
+                    t.get("max_disk_mb") or "",
                     t["weight"],
                     when(t["created_at"]),
                 ]

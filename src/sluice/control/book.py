@@ -89,6 +89,9 @@ class JobBook:
         self.save_progress_every_s = save_progress_every_s
         self.record_waits = record_waits
         self._live: dict[str, JobRecord] = {}
+        self.ended = 0
+        """Jobs this book has seen end: a reader of what ended jobs sum to (a tenant's disk use)
+        knows from it that its sum moved."""
         self._observed: set[str] = set()
         self._last_saved: dict[str, float] = {}
 
@@ -230,6 +233,7 @@ class JobBook:
         if dst.terminal:
             changes.setdefault("finished_at", now)
             changes["stop_intent"] = None
+            self.ended += 1
         if dst == Phase.STARTING and src != Phase.STARTING:
             changes.setdefault("run_until", now)  # a new attempt's run time counts from here
             changes.setdefault("attempt_cpu_s", 0.0)  # and its node's CPU counter from 0

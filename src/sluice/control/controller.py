@@ -22,6 +22,7 @@ Every state change goes through `JobBook` (control/book.py), the only writer of 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -73,7 +74,7 @@ from sluice.model.queue import DEFAULT_QUEUE, Amounts, QueueConfig
 from sluice.policy import admission
 from sluice.policy.base import Policy
 from sluice.spec import JobSpec
-from sluice.store.base import HeldTime, NodeRecord, Store, StoreUnavailable, hour_of
+from sluice.store.base import HeldTime, NodeRecord, Store, StoreUnavailable, TenantRecord, hour_of
 
 log = logging.getLogger("sluice.controller")
 
@@ -109,6 +110,11 @@ class NodeState:
 
 
 _ARRAY_TURN_PHASES = frozenset({Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.STOPPING})
+
+DISK_USE_TTL_S = 30.0
+"""How old the sum of a tenant's ended jobs' disk use may be when its `max_disk_mb` is
+checked (one grouped read of the jobs table, only while a capped tenant has pending jobs);
+a job ending or deleted has it read again at the next round, a retention pass within this."""
 """The phases in which a job of an array takes one of its `parallel` turns: admitted, holding
 quota (a Stopping job still holds its node until it exits)."""
 
@@ -201,6 +207,9 @@ class Controller:
         self._after_of: dict[str, list[str]] = {}
         """Per pending job held for `spec.after`, the jobs it names (arrays expanded, once)."""
         self._round_queues: dict[str, QueueConfig] | None = None
+        self._ended_disk: tuple[float, int, dict[str, float]] = (-math.inf, -1, {})
+        """(monotonic time read, `book.ended` then, tenant -> MiB its ended jobs' run folders
+        held): `_ended_disk_mb`."""
         """The queues as this round read them (`_queues_this_round`); None until it does."""
         self._refresh_nodes()
 
@@ -872,6 +881,8 @@ class Controller:
             return
         held = self._hold_for_predecessors(live)
         held |= self._hold_to_array_parallel(live, held)
+        tenant_records = self.store.list_tenants()
+        held |= self._hold_for_tenant_disk(live, held, tenant_records)
         now = self.engine.clock()
         no_preempt = self._non_preempting_classes(live)
         jobs = [
@@ -883,10 +894,7 @@ class Controller:
             jobs
         ):
             return
-        tenants = {
-            t.name: admission.TenantLimits(weight=t.weight, max_jobs=t.max_running_jobs)
-            for t in self.store.list_tenants()
-        }
+        tenants = {t.name: admission.TenantLimits(weight=t.weight, max_jobs=t.max_running_jobs) for t in tenant_records}
         decisions = admission.admit(
             self._queues_this_round(),
             jobs,
@@ -995,6 +1003,52 @@ class Controller:
                     "(array.parallel), the lowest index first",
                 )
         return out
+
+    def _hold_for_tenant_disk(
+        self, live: Iterable[JobRecord], held: set[str], tenants: Iterable[TenantRecord]
+    ) -> set[str]:
+        """The pending jobs of tenants whose jobs' run folders hold their `max_disk_mb` or more:
+        what each live job held at its newest disk check, plus each ended job's last (its
+        folder outlives it until deleted, so a tenant could otherwise fill the shared disk with
+        the folders of jobs long ended). They wait, taking no quota, until the tenant deletes
+        some (`sluice job delete`) or an admin raises the cap; running jobs run on. Ended
+        jobs' sums are read at most every DISK_USE_TTL_S (and after `forget_disk_use`)."""
+        live = list(live)
+        caps = {t.name: t.max_disk_mb for t in tenants if t.max_disk_mb}
+        waiting = [j for j in live if j.phase == Phase.PENDING and j.id not in held and j.tenant in caps]
+        if not waiting:
+            return set()
+        used = dict(self._ended_disk_mb({j.tenant for j in waiting}))
+        for job in live:
+            if job.tenant in caps and job.disk_mb:
+                used[job.tenant] = used.get(job.tenant, 0.0) + job.disk_mb
+        out: set[str] = set()
+        for job in waiting:
+            cap = caps[job.tenant]
+            if used.get(job.tenant, 0.0) >= cap:
+                out.add(job.id)
+                self.book.wait(
+                    job.id,
+                    f"waiting for disk: tenant {job.tenant}'s jobs hold its max_disk_mb of {cap} MiB or more "
+                    "(ended jobs' run folders count until deleted: sluice job delete)",
+                )
+        return out
+
+    def _ended_disk_mb(self, tenants: set[str]) -> dict[str, float]:
+        """`Store.ended_disk_mb` of these tenants, read again once a job ended since (its disk
+        moved from the live jobs' sum to this one), when DISK_USE_TTL_S old, or when asked for
+        a tenant not read."""
+        now = time.monotonic()
+        at, ended, known = self._ended_disk
+        if ended != self.book.ended or now - at > DISK_USE_TTL_S or not tenants <= set(known):
+            read = self.store.ended_disk_mb(tenants)
+            known = {t: read.get(t, 0.0) for t in tenants}
+            self._ended_disk = (now, self.book.ended, known)
+        return known
+
+    def forget_disk_use(self) -> None:
+        """Ended jobs' disk use changed (a job deleted): read it again next round."""
+        self._ended_disk = (-math.inf, -1, {})
 
     def _evict(self, job: JobRecord, reason: str, now: float) -> None:
         """Give an admitted job's quota back: a queued one returns to Pending now; a running

@@ -478,6 +478,7 @@ class ControlPlane:
             weight=spec.weight,
             created_at=time.time(),
             max_priority=spec.max_priority,
+            max_disk_mb=spec.max_disk_mb,
         )
         try:
             self.store.create_tenant(rec)
@@ -921,6 +922,7 @@ class ControlPlane:
                 "(cancel that job first, or wait)"
             )
         deleted = self.store.delete_jobs(ids)
+        self.controller.forget_disk_use()  # their folders no longer count against max_disk_mb
         if deleted:
             self.store.append_event(
                 self.engine.clock(),
@@ -1017,8 +1019,8 @@ class ControlPlane:
         self.priorities.delete(name)
 
     def update_tenant(self, caller: TenantRecord, name: str, patch: TenantPatch) -> TenantRecord:
-        """Change a tenant's fair-share weight, job limit (0 removes it) or priority cap (an
-        explicit None removes it) live. A lower cap refuses later submits and resumes; jobs
+        """Change a tenant's fair-share weight, job limit or disk cap (0 removes either) or
+        priority cap (an explicit None removes it) live. A lower cap refuses later submits and resumes; jobs
         already accepted keep their priority."""
         self._require_admin(caller)
         rec = self.store.get_tenant(name)
@@ -1028,6 +1030,8 @@ class ControlPlane:
             rec.weight = patch.weight
         if patch.max_running_jobs is not None:
             rec.max_running_jobs = patch.max_running_jobs or None
+        if patch.max_disk_mb is not None:
+            rec.max_disk_mb = patch.max_disk_mb or None
         if "max_priority" in patch.model_fields_set:  # an explicit null removes the cap
             rec.max_priority = patch.max_priority
         try:

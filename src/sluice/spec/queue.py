@@ -114,6 +114,9 @@ class TenantPatch(RequestModel):
         float | None, Field(ge=MIN_WEIGHT, le=MAX_WEIGHT, description="Fair-share weight (0.001 to 1000).")
     ] = None
     max_running_jobs: Annotated[int | None, Field(ge=0, le=1_000_000, description="0 removes the limit.")] = None
+    max_disk_mb: Annotated[
+        int | None, Field(ge=0, le=1024**3, description="MiB its jobs' run folders may hold; 0 removes the cap.")
+    ] = None
     max_priority: Annotated[
         int | None,
         Field(

@@ -10,6 +10,8 @@ from sluice.spec.base import MAX_WEIGHT, MIN_WEIGHT, Name, RequestModel
 
 MAX_RUNNING_JOBS = 1_000_000
 """A quota above any real cluster; larger numbers are typos (and overflow a database integer)."""
+MAX_TENANT_DISK_MB = 1024**3
+"""1 PiB, as `resources.disk_mb`: a cap above any disk; larger numbers are typos."""
 
 
 class TenantSpec(RequestModel):
@@ -34,7 +36,18 @@ class TenantSpec(RequestModel):
         ),
     ] = None
 
-    @field_validator("max_running_jobs")
+    max_disk_mb: Annotated[
+        int | None,
+        Field(
+            ge=0,
+            le=MAX_TENANT_DISK_MB,
+            description="Most MiB its jobs' run folders may hold on disk, ended jobs' included (what each held at "
+            "its last check): at or past it, its pending jobs wait until it deletes some (sluice job delete); "
+            "0 or unset: no cap.",
+        ),
+    ] = None
+
+    @field_validator("max_running_jobs", "max_disk_mb")
     @classmethod
     def _zero_is_no_limit(cls, v: int | None) -> int | None:
         # As `tenant set --max-running-jobs 0` (TenantPatch): 0 means no limit, kept as none.

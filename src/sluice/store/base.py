@@ -51,6 +51,9 @@ class TenantRecord:
     created_at: float = 0.0
     max_priority: int | None = None
     """The highest priority its jobs may be submitted or resumed with; None: no cap."""
+    max_disk_mb: int | None = None
+    """MiB its jobs' run folders may hold (ended jobs' included) before its pending jobs wait;
+    None: no cap."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,11 @@ class Store(Protocol):
         """Delete up to `limit` of the oldest events that belong to no job (node health,
         cordons, plane notes) and happened before `before`; how many. A job's own events go
         with the job (`delete_jobs`)."""
+        ...
+
+    def ended_disk_mb(self, tenants: Iterable[str]) -> dict[str, float]:
+        """Per tenant of `tenants`, the MiB its ended jobs' run folders held at their last disk
+        check (`JobRecord.disk_mb`), summed; a tenant with none is left out."""
         ...
 
     def delete_held_time_before(self, before: float, limit: int) -> int:

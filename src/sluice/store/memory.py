@@ -127,6 +127,14 @@ class MemoryStore:
         self._events = [e for e in self._events if e.seq not in doomed]
         return len(doomed)
 
+    def ended_disk_mb(self, tenants: Iterable[str]) -> dict[str, float]:
+        wanted = set(tenants)
+        out: dict[str, float] = {}
+        for j in self._jobs.values():
+            if j.tenant in wanted and j.phase.terminal and j.disk_mb:
+                out[j.tenant] = out.get(j.tenant, 0.0) + j.disk_mb
+        return out
+
     def delete_held_time_before(self, before: float, limit: int) -> int:
         hours = sorted(k[1] for k in self._held if k[1] + 3600.0 <= before)
         if not hours or limit <= 0:

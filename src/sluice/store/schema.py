@@ -116,6 +116,8 @@ tenants = Table(
     Column("created_at", Double, nullable=False),
     # Version 3: the highest priority the tenant's jobs may have (None: no cap).
     Column("max_priority", Integer, nullable=True),
+    # Version 8: MiB its jobs' run folders may hold (None: no cap).
+    Column("max_disk_mb", BigInteger, nullable=True),
 )
 
 deleted_tenants = Table(
@@ -345,10 +347,12 @@ def _v7_retention_indexes(conn: Connection) -> None:
 
 
 def _v8_job_disk(conn: Connection) -> None:
-    """Version 8: what a job's run folders held at the newest disk check (`disk_mb`); jobs from
-    before it were never reported (null)."""
+    """Version 8: what a job's run folders held at the newest disk check (`disk_mb`; jobs from
+    before it were never reported: null), and a tenant's cap on it all (`max_disk_mb`: none)."""
     if "disk_mb" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
         conn.execute(text("ALTER TABLE jobs ADD COLUMN disk_mb DOUBLE PRECISION"))
+    if "max_disk_mb" not in {c["name"] for c in inspect(conn).get_columns("tenants")}:
+        conn.execute(text("ALTER TABLE tenants ADD COLUMN max_disk_mb BIGINT"))
 
 
 MIGRATIONS: dict[int, Migration] = {

@@ -181,6 +181,7 @@ def _tenant_from_row(row: Row[Any]) -> TenantRecord:
         weight=m["weight"],
         created_at=m["created_at"],
         max_priority=m["max_priority"],
+        max_disk_mb=m["max_disk_mb"],
     )
 
 
@@ -219,6 +220,7 @@ def _tenant_values(t: TenantRecord) -> dict[str, Any]:
         "weight": t.weight,
         "created_at": t.created_at,
         "max_priority": t.max_priority,
+        "max_disk_mb": t.max_disk_mb,
     }
 
 
@@ -458,6 +460,21 @@ class SqlStore:
             for i in range(0, len(seqs), _IN_BATCH):
                 conn.execute(delete(schema.events).where(e.seq.in_(seqs[i : i + _IN_BATCH])))
         return len(seqs)
+
+    def ended_disk_mb(self, tenants: Iterable[str]) -> dict[str, float]:
+        c = schema.jobs.c
+        wanted = list(dict.fromkeys(tenants))
+        ended = [p.value for p in Phase if p.terminal]
+        out: dict[str, float] = {}
+        with self._read() as conn:
+            for i in range(0, len(wanted), _IN_BATCH):
+                q = (
+                    select(c.tenant, func.sum(c.disk_mb))
+                    .where(c.tenant.in_(wanted[i : i + _IN_BATCH]), c.phase.in_(ended), c.disk_mb.is_not(None))
+                    .group_by(c.tenant)
+                )
+                out.update({str(t): float(mb) for t, mb in conn.execute(q) if mb})
+        return out
 
     def delete_held_time_before(self, before: float, limit: int) -> int:
         c = schema.held_time.c

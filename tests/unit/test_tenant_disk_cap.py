@@ -1,0 +1,75 @@
+"""A tenant's disk cap (`max_disk_mb`): what its jobs' run folders hold — live jobs' newest disk
+check and ended jobs' last, since a folder outlives its job until deleted — at or past the cap
+holds its pending jobs (running ones run on) until it deletes some. Another tenant is never
+held for it. Over HTTP and the CLI, with the FakeEngine (no processes)."""
+
+from __future__ import annotations
+
+from sluice.model import JobExited, JobUsage, Phase
+
+from . import test_queue_grants_and_limits as grants
+from .test_queue_grants_and_limits import Live, problems, sluice
+
+live = grants.live  # the fixture: a plane on the FakeEngine served over HTTP, tenants alice and bob
+ADMITTED = (Phase.QUEUED, Phase.STARTING)
+
+
+def run_and_end(live: Live, who: str, disk_mb: float) -> str:
+    """A job of `who` that ran, was measured holding `disk_mb` and succeeded."""
+    job_id: str = live.submit(who, cpu=0.5).json()["id"]
+    live.plane.step()
+    live.start(job_id)
+    attempt = live.job(job_id).attempt
+    live.engine.pending.append(JobUsage(job_id, attempt, live.engine.now, 0.5, cpu_s=1.0, disk_mb=disk_mb))
+    live.engine.pending.append(JobExited(job_id, attempt, live.engine.now, 0, retryable=False))
+    live.plane.step()
+    assert live.job(job_id).phase == Phase.SUCCEEDED and live.job(job_id).disk_mb == disk_mb
+    return job_id
+
+
+def test_ended_jobs_folders_hold_the_tenants_pending_jobs_until_it_deletes_them(live: Live) -> None:
+    code, out, err = sluice(live, "admin", "tenant", "set", "alice", "--max-disk-mb", "100")
+    assert code == 0 and "max disk 100 MiB" in out, err
+    old = [run_and_end(live, "alice", 60.0), run_and_end(live, "alice", 45.0)]  # 105 MiB left behind
+    bobs_old = run_and_end(live, "bob", 500.0)  # bob has no cap, and his disk is not alice's
+    waiting = live.submit("alice", cpu=0.5).json()["id"]
+    bobs = live.submit("bob", cpu=0.5).json()["id"]
+    live.plane.step()
+    assert live.job(bobs).phase in ADMITTED
+    held = live.job(waiting)
+    assert held.phase == Phase.PENDING
+    assert held.reason.startswith("waiting for disk: tenant alice's jobs hold its max_disk_mb of 100 MiB or more")
+    assert "sluice job delete" in held.reason
+    # deleting one ended job frees its share at the next round
+    assert live.call("DELETE", f"/v1/jobs/{old[0]}", "alice").status_code == 200
+    live.plane.step()
+    assert live.job(waiting).phase in ADMITTED
+    assert live.job(bobs_old) is not None
+
+
+def test_a_running_jobs_disk_counts_and_the_cap_can_be_lifted(live: Live) -> None:
+    assert live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": 10}).json()["max_disk_mb"] == 10
+    big = live.submit("alice", cpu=0.5).json()["id"]
+    live.plane.step()
+    live.start(big)
+    live.engine.pending.append(JobUsage(big, live.job(big).attempt, live.engine.now, 0.5, cpu_s=1.0, disk_mb=11.0))
+    later = live.submit("alice", cpu=0.5).json()["id"]
+    live.plane.step()
+    assert live.job(later).phase == Phase.PENDING and live.job(later).reason.startswith("waiting for disk")
+    assert live.job(big).phase == Phase.RUNNING  # running jobs run on
+    t = live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": 0}).json()  # 0: no cap
+    assert t["max_disk_mb"] is None
+    live.plane.step()
+    assert live.job(later).phase in ADMITTED
+
+
+def test_a_bad_cap_is_refused_naming_the_field_and_only_an_admin_sets_one(live: Live) -> None:
+    for bad in (-1, 1024**3 + 1, "lots", 1.5):
+        assert "max_disk_mb" in problems(live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": bad}))
+        body = {"name": "carol", "max_disk_mb": bad}
+        assert "max_disk_mb" in problems(live.call("POST", "/v1/tenants", "admin", body))
+    assert live.call("PATCH", "/v1/tenants/alice", "alice", {"max_disk_mb": 1}).status_code == 403
+    r = live.call("POST", "/v1/tenants", "admin", {"name": "carol", "max_disk_mb": 2048})
+    assert r.status_code == 201 and r.json()["max_disk_mb"] == 2048
+    code, out, _ = sluice(live, "admin", "tenant", "list")
+    assert code == 0 and "MAX DISK MIB" in out and "2048" in out
