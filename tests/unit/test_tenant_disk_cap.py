@@ -40,6 +40,14 @@ def test_ended_jobs_folders_hold_the_tenants_pending_jobs_until_it_deletes_them(
     assert held.phase == Phase.PENDING
     assert held.reason.startswith("waiting for disk: tenant alice's jobs hold its max_disk_mb of 100 MiB or more")
     assert "sluice job delete" in held.reason
+    # `sluice usage` shows what the folders hold now, the tenant's own only
+    (mine,) = live.call("GET", "/v1/usage?since=1e12", "alice").json()  # no job in the window: disk still
+    assert mine["tenant"] == "alice" and mine["disk_mb"] == 105.0 and mine["jobs"] == 0
+    assert live.call("GET", "/v1/usage?tenant=bob", "alice").status_code == 403
+    every = {u["tenant"]: u["disk_mb"] for u in live.call("GET", "/v1/usage", "admin").json()}
+    assert every == {"alice": 105.0, "bob": 500.0}
+    code, out, err = sluice(live, "alice", "usage")
+    assert code == 0 and "DISK NOW" in out and "105.0" in out, (out, err)
     # deleting one ended job frees its share at the next round
     assert live.call("DELETE", f"/v1/jobs/{old[0]}", "alice").status_code == 200
     live.plane.step()

@@ -50,7 +50,8 @@ def usage(
 ) -> None:
     """What jobs held, used and ran, per tenant: jobs by phase, GPU-hours and guaranteed core-hours
     held (Starting or Running; cpu.min x replicas for jobs without GPUs), core-hours their
-    processes used (measured), hours run, restarts.
+    processes used (measured), hours run, restarts; and what its jobs' run folders hold on disk
+    now, ended jobs' included (not of the window: what a tenant's max_disk_mb is held against).
     Your own tenant's, or with --all / --tenant (an admin token) every tenant's or one."""
     with errors_reported():
         start = None if since is None else since_time(since)
@@ -61,7 +62,17 @@ def usage(
         if start is not None:
             typer.echo(f"jobs submitted since {when(start)}")
         table(
-            ["TENANT", "JOBS", "PHASES", "GPU-HOURS", "CORE-HOURS", "CPU USED (CORE-H)", "RUN HOURS", "RESTARTS"],
+            [
+                "TENANT",
+                "JOBS",
+                "PHASES",
+                "GPU-HOURS",
+                "CORE-HOURS",
+                "CPU USED (CORE-H)",
+                "RUN HOURS",
+                "RESTARTS",
+                "DISK NOW (MIB)",
+            ],
             [
                 [
                     u["tenant"],
@@ -72,6 +83,7 @@ def usage(
                     f"{u.get('cpu_used_hours', 0.0):.2f}",
                     f"{u['run_hours']:.2f}",
                     u["restarts"],
+                    f"{u.get('disk_mb', 0.0):.1f}",
                 ]
                 for u in items
             ],

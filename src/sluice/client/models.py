@@ -130,6 +130,8 @@ class UsageOut(_Open):
     run_hours: float = 0.0
     cpu_used_hours: float = 0.0
     restarts: int = 0
+    disk_mb: float = 0.0
+    """MiB its jobs' run folders hold now (not of the window): what max_disk_mb is held against."""
 
 
 class WarmNode(_Open):

@@ -496,7 +496,17 @@ class ControlPlane:
         if not caller.admin and tenant not in (None, caller.name):
             raise Forbidden(f"tenant: you may see only {caller.name!r}'s usage")
         who = tenant if caller.admin else caller.name
-        return by_tenant(self.store.job_usage(tenant=who, since=since), self.store.held_time(tenant=who, since=since))
+        out = by_tenant(self.store.job_usage(tenant=who, since=since), self.store.held_time(tenant=who, since=since))
+        names = {who} if who is not None else {t.name for t in self.store.list_tenants()}
+        disk = self.store.ended_disk_mb(names)
+        with self.controller.lock:
+            for job in self.controller.book.live():
+                if job.disk_mb and job.tenant in names:
+                    disk[job.tenant] = disk.get(job.tenant, 0.0) + job.disk_mb
+        mine = {u.tenant: u for u in out}
+        for name, mb in disk.items():  # a tenant with folders but no job or hour in the window too
+            mine.setdefault(name, TenantUsage(name)).disk_mb = round(mb, 3)
+        return [mine[name] for name in sorted(mine)]
 
     def list_tenants(
         self, caller: TenantRecord, *, after: str | None = None, limit: int | None = None

@@ -35,6 +35,10 @@ class TenantUsage:
     them: what was used, beside what was held."""
     restarts: int = 0
     """Failed attempts that were retried, of the jobs submitted in the window."""
+    disk_mb: float = 0.0
+    """MiB its jobs' run folders hold now, whenever submitted: each live job's newest disk
+    check and each ended job's last (its folder stays until deleted). What its `max_disk_mb`
+    is held against; not of the window."""
 
 
 def by_tenant(rows: list[UsageRow], held: list[HeldTime]) -> list[TenantUsage]:
