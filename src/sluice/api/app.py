@@ -12,7 +12,7 @@ import sluice
 from sluice.api import docs, errors, routes_datasets
 from sluice.api.limits import BodyLimit
 from sluice.api.metrics import build_metrics
-from sluice.api.routes import cluster, jobs, nodes, priority_classes, queues, system, tenants, usage
+from sluice.api.routes import cluster, job_files, jobs, nodes, priority_classes, queues, system, tenants, usage
 from sluice.control.plane import ControlPlane
 from sluice.web import install as install_dashboard
 
@@ -34,7 +34,7 @@ def create_app(plane: ControlPlane, *, max_body_bytes: int | None = None) -> Fas
     app.state.plane = plane
     app.state.metrics = build_metrics(plane)
     errors.install(app)
-    for module in (system, jobs, nodes, cluster, tenants, queues, priority_classes, usage):
+    for module in (system, jobs, job_files, nodes, cluster, tenants, queues, priority_classes, usage):
         app.include_router(module.router)
     app.include_router(routes_datasets.router)
     docs.install(app)

@@ -347,6 +347,23 @@ class JobsDeletedOut(BaseModel):
     """Run folders removed (a gang has one per replica; the simulator keeps none)."""
 
 
+class FileEntryOut(BaseModel):
+    name: str
+    kind: Literal["file", "folder"]
+    size: int = Field(description="Bytes of a file; 0 for a folder.")
+    modified: float = Field(description="Unix time of its last change.")
+
+
+class JobFilesOut(BaseModel):
+    """One folder of a job's files: the job's HOME (`work/`), TMPDIR (`tmp/`) and what it made
+    beside them (its checkpoints), never the plane's own files; links, FIFOs and files that are
+    not the job's left out. Shared with the Python client."""
+
+    path: str = Field(description="The folder listed, relative to the job's folder ('' for its top).")
+    entries: list[FileEntryOut]
+    cut: int = Field(0, description="Names left out past the most one listing shows, 10,000 (0: all shown).")
+
+
 class PriorityClassOut(BaseModel):
     """A named priority class (docs/queues.md): the priority its jobs get and whether they
     may preempt lower ones. Shared with the Python client."""

@@ -499,6 +499,85 @@ def _exit_after_each(code: int, stop: SluiceError | None, todo: list[str], not_d
         raise typer.Exit(code)
 
 
+ReplicaOpt = Annotated[
+    int | None, typer.Option("--replica", min=0, max=1023, help="A gang's replica (rank) whose folder; default 0.")
+]
+
+
+@app.command()
+def files(
+    job_id: JobId,
+    path: Annotated[str, typer.Argument(help="A folder in the job's folder, e.g. work (default: its top).")] = "",
+    replica: ReplicaOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """List a job's files: its HOME (work/), TMPDIR (tmp/) and its checkpoints, as its newest
+    attempt left them on the node it ran on. `sluice job download` fetches one."""
+    with errors_reported(missing=f"job {job_id!r}"), connect() as client:
+        found = client.files(job_id, path, replica=replica)
+
+    def render(f: dict[str, Any]) -> None:
+        table(
+            ["NAME", "SIZE", "MODIFIED"],
+            [
+                [
+                    e["name"] + ("/" if e["kind"] == "folder" else ""),
+                    "" if e["kind"] == "folder" else _size(e["size"]),
+                    stamp(e["modified"]),
+                ]
+                for e in f["entries"]
+            ],
+        )
+        if f["cut"]:
+            console.print(f"... and {f['cut']} more (at most 10,000 names are listed)", markup=False)
+
+    emit(found, output, render)
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+@app.command()
+def download(
+    job_id: JobId,
+    path: Annotated[str, typer.Argument(help="The file in the job's folder, e.g. work/model.pt.")],
+    to: Annotated[
+        Path | None,
+        typer.Option("--to", help="Where to write it (default: its name in this folder); '-' for standard output."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite a file already there.")] = False,
+    replica: ReplicaOpt = None,
+) -> None:
+    """Fetch one of a job's files (what `sluice job files` lists: a model it saved in work/, a
+    checkpoint). A file the job is still writing comes as it was when asked."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if not name:
+        bad_input("PATH", "name a file, e.g. work/model.pt")
+    dest = to if to is not None else Path(name)
+    with errors_reported(missing=f"job {job_id!r} or its file {path!r}"), connect() as client:
+        if str(dest) == "-":
+            client.download(job_id, path, sys.stdout.buffer, replica=replica)
+            return
+        if dest.is_dir():
+            dest = dest / name
+        if dest.exists() and not force:
+            raise CliError(f"{dest} exists; --force to overwrite it, or --to another file", EXIT_USAGE)
+        part = dest.with_name(dest.name + ".part")
+        try:
+            with part.open("wb") as out:
+                n = client.download(job_id, path, out, replica=replica)
+            part.replace(dest)
+        except OSError as err:
+            raise CliError(f"could not write {dest}: {err.strerror or err}", EXIT_FAILURE) from None
+        finally:
+            part.unlink(missing_ok=True)
+    err_console.print(f"wrote {path} of job {job_id} to {dest} ({_size(n)})", markup=False)
+
+
 @app.command()
 def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""

@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -31,6 +31,7 @@ from sluice.client.models import (
     DeletedOut,
     EventOut,
     FaultOut,
+    JobFilesOut,
     JobOut,
     JobsDeletedOut,
     NewTenantOut,
@@ -336,6 +337,30 @@ class Client:
     def delete_array(self, array_id: str) -> JobsDeletedOut:
         """Forget every job of a job array once all of them ended, in one request."""
         return self._one(JobsDeletedOut, "POST", "/v1/jobs/delete", json={"array": array_id})
+
+    def files(self, job_id: str, path: str = "", *, replica: int | None = None) -> JobFilesOut:
+        """One folder of the job's files (its `work/` HOME, `tmp/` and its checkpoints; `path`
+        '' for the top), of replica `replica` of a gang (default rank 0)."""
+        params: dict[str, Any] = {"path": path} | ({} if replica is None else {"replica": replica})
+        return self._one(JobFilesOut, "GET", f"/v1/jobs/{_seg(job_id, _JOB)}/files", params=params)
+
+    def download(self, job_id: str, path: str, out: BinaryIO, *, replica: int | None = None) -> int:
+        """Write one of the job's files (e.g. `work/model.pt`) to `out`, as it arrives; the
+        bytes written. A file the job is still writing comes as it was when asked."""
+        params: dict[str, Any] = {"path": path} | ({} if replica is None else {"replica": replica})
+        url = f"/v1/jobs/{_seg(job_id, _JOB)}/files/content"
+        written = 0
+        try:
+            with self._http.stream("GET", url, params=params, timeout=httpx.Timeout(30.0, read=None)) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise _error(resp)
+                for chunk in resp.iter_bytes():
+                    out.write(chunk)
+                    written += len(chunk)
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+        return written
 
     def suspend(self, job_id: str) -> JobOut:
         """Suspend: the job checkpoints, stops and gives its quota back until resumed."""

@@ -1068,6 +1068,25 @@ class ControlPlane:
         p = self.engine.log_path(job_id)
         return Path(p) if p else None
 
+    def job_folder(self, caller: TenantRecord, job_id: str, replica: int | None = None) -> tuple[Path, JobUser | None]:
+        """Where the job's files are (`sluice job files`, control/job_files.py): the run folder
+        of replica `replica` (default rank 0, a job of one replica: its own) of its newest
+        attempt, and under tenant isolation the uid whose files may be handed out. NotFound for
+        another tenant's job, one that never started, or an engine that keeps no run folders
+        (the simulator); a 422 naming `replica` for a rank the job does not have."""
+        job = self.get_job(caller, job_id)
+        world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
+        rank = 0 if replica is None else replica
+        if rank >= world:
+            raise SpecError([FieldProblem("replica", f"job {job_id} runs {world} replica(s): give 0 to {world - 1}")])
+        if not isinstance(self.engine, RunFolders):
+            raise NotFound(f"job {job_id}: this engine ({self.engine.name}) keeps no job files")
+        folder = self.engine.run_folder(job_id, rank)
+        if folder is None:
+            raise NotFound(f"job {job_id} has no files yet: it has not started")
+        owner = self.job_user(job.tenant) if self.isolation.enabled else None
+        return Path(folder), owner
+
     def replica_log(self, caller: TenantRecord, job_id: str, rank: int) -> Path | None:
         """One replica's log of the job's newest attempt (Ray keeps one per replica); a 422
         naming `replica` for a rank the job does not have, or on an engine whose one log

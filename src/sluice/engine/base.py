@@ -114,8 +114,15 @@ class CacheWarmer(Protocol):
 @runtime_checkable
 class RunFolders(Protocol):
     """An engine that keeps each job's run folder where the control plane can reach it (this
-    machine, or a mount every node shares): it can remove a forgotten job's folders (job
-    retention). Optional: the simulator keeps none."""
+    machine, or a mount every node shares): it can hand out a job's files (`sluice job
+    files`) and remove a forgotten job's folders (job retention, `sluice job delete`).
+    Optional: the simulator keeps none."""
+
+    def run_folder(self, job_id: str, rank: int = 0) -> str | None:
+        """The run folder of replica `rank` of the job's newest attempt (a job of one replica:
+        its own), where its `work/` (HOME), `tmp/` and default checkpoints are; None when it
+        has none (never started)."""
+        ...
 
     def remove_run_folders(self, job_id: str) -> int:
         """Remove the ended job's run folders (its log, its attempts' files, the checkpoints

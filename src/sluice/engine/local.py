@@ -21,7 +21,9 @@ replica writes into the job's one log, each line prefixed with its rank.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Mapping
@@ -256,6 +258,24 @@ class LocalEngine:
 
     def earlier_logs(self, job_id: str) -> list[str]:
         return []  # every attempt appends to the one log, whichever virtual node runs it
+
+    def run_folder(self, job_id: str, rank: int = 0) -> str | None:
+        """`runs/<job>`, or a gang's `runs/<job>--r<rank>of<N>` (the newest, if the gang was
+        resized): every virtual node shares this machine's runs folder."""
+        runs = Path(self.settings.runs_dir)
+        prefix = f"{job_id}--r{int(rank)}of"
+        try:
+            found = [e for e in os.scandir(runs) if e.name.startswith(prefix) and parse_replica(e.name)[0] == job_id]
+        except FileNotFoundError:
+            return None
+        dated = []
+        for e in found:
+            with contextlib.suppress(OSError):
+                dated.append((e.stat(follow_symlinks=False).st_mtime, e.path))
+        if dated:
+            return max(dated)[1]
+        own = runs / job_id
+        return str(own) if rank == 0 and own.is_dir() and not own.is_symlink() else None
 
     def remove_run_folders(self, job_id: str) -> int:
         """Every virtual node shares this machine's runs folder (checkpoints included)."""

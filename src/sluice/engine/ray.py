@@ -480,6 +480,12 @@ class RayEngine:
         newest = Path(current).resolve() if current else None
         return [str(p) for p in self._logs_on_disk(job_id) if p.resolve() != newest]
 
+    def run_folder(self, job_id: str, rank: int = 0) -> str | None:
+        """The folder of replica `rank`'s newest log in the shared runs folder (rank 0's is the
+        job's: `nodes/<node>/<job>` or a gang's `<job>--r0of<N>`)."""
+        log = self.replica_log(job_id, rank)
+        return str(Path(log).parent) if log else None
+
     def remove_run_folders(self, job_id: str) -> int:
         """The job's folders on every node's part of the shared runs folder, and its checkpoint
         folder under the shared checkpoint root."""

@@ -1,0 +1,191 @@
+"""A job's files, read back by its tenant (`sluice job files`, `sluice job download`).
+
+What a job writes — a trained model in its HOME (`work/`), results, its checkpoints — lies in
+its run folder on a node, which a tenant of the API cannot reach otherwise. The plane reads
+it as root, from folders the job's uid owns and may have filled with anything: a link to the
+plane's admin token or to another tenant's folder, a FIFO that blocks a reader, a hard link
+to a file it may not read. So:
+
+- a path is relative, at most `MAX_DEPTH` names, none empty, `.` or `..`;
+- only the job's own parts are shown: `work/`, `tmp/` and what the job made beside them (its
+  checkpoints), never the plane's (`attempt-*/`, the log, which `job logs` reads);
+- each folder is opened from its parent's descriptor without following a link (O_NOFOLLOW),
+  starting at the run folder the plane made, so no name leads out of it;
+- a file is read only if it is a regular file (opened non-blocking, checked with fstat) and,
+  under tenant isolation, owned by the job's uid: what the job wrote, which its tenant could
+  read anyway (a hard link to a file of root's or another uid's is refused);
+- a listing shows at most `MAX_ENTRIES` names of one folder, and says it was cut.
+
+A link, a FIFO or a foreign file reads as "no such file": nothing about what lies outside
+the job's folder is told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from sluice.model import JobUser
+from sluice.model.runfolder import TMP_DIR, WORK_DIR, plane_name
+from sluice.spec.errors import FieldProblem, SpecError
+
+MAX_DEPTH = 64
+"""Most names in a path (folders deeper than this are not shown)."""
+MAX_PATH = 4096
+"""Most characters in a path (PATH_MAX)."""
+MAX_ENTRIES = 10_000
+"""Most names one listing shows (the rest are counted as cut)."""
+CHUNK = 1 << 20
+"""Bytes read at a time while a file is sent."""
+
+
+class NoSuchFile(LookupError):
+    """Not there, not the job's own, or not a file or folder the job may hand out."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: Literal["file", "folder"]
+    size: int
+    """Bytes (a file), or 0 (a folder)."""
+    modified: float
+    """Unix time of its last change."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    path: str
+    entries: list[Entry]
+    cut: int
+    """Names left out past MAX_ENTRIES (0: all shown)."""
+
+
+def parts_of(path: str) -> list[str]:
+    """The names of a relative path within a job's folder; a SpecError naming `path` for one
+    that could lead out of it or is not a path at all."""
+    if len(path) > MAX_PATH or "\x00" in path:
+        raise SpecError([FieldProblem("path", f"at most {MAX_PATH} characters and no NUL")])
+    if path.startswith("/"):
+        raise SpecError([FieldProblem("path", "a path within the job's folder, not an absolute one")])
+    parts = [p for p in path.split("/") if p != ""] if path.strip("/") else []
+    if any(p in (".", "..") for p in parts):
+        raise SpecError([FieldProblem("path", "'.' and '..' are not allowed")])
+    if len(parts) > MAX_DEPTH:
+        raise SpecError([FieldProblem("path", f"at most {MAX_DEPTH} names deep")])
+    return parts
+
+
+def shown_at_top(name: str) -> bool:
+    """Whether a name directly in a run folder is the job's to hand out: its HOME, its TMPDIR,
+    and anything it made beside them (its checkpoints), never what the plane keeps there."""
+    return name in (WORK_DIR, TMP_DIR) or plane_name(name) is None
+
+
+def _open_folder(run_dir: Path, parts: list[str]) -> int:
+    """The folder `parts` below `run_dir`, opened one name at a time from its parent's
+    descriptor without following a link; NoSuchFile when any step is not a real folder."""
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise NoSuchFile("the job has no run folder here") from None
+    try:
+        for name in parts:
+            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM):
+            raise NoSuchFile("no such folder") from None
+        raise
+    return fd
+
+
+def list_folder(run_dir: Path, path: str, owner: JobUser | None) -> Listing:
+    """The files and folders at `path` in the job's run folder, by name (see the module's
+    docstring for what is shown); links, FIFOs and other users' files are left out."""
+    parts = parts_of(path)
+    if parts and not shown_at_top(parts[0]):
+        raise NoSuchFile("no such folder")
+    fd = _open_folder(run_dir, parts)
+    entries: list[Entry] = []
+    cut = 0
+    try:
+        names = sorted(os.listdir(fd))
+        for name in names:
+            if not parts and not shown_at_top(name):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                continue  # links, FIFOs, sockets, devices: nothing to hand out
+            if stat.S_ISREG(st.st_mode) and owner is not None and st.st_uid != owner.uid:
+                continue
+            if len(entries) >= MAX_ENTRIES:
+                cut += 1
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            entries.append(Entry(name, "folder" if is_dir else "file", 0 if is_dir else st.st_size, st.st_mtime))
+    finally:
+        os.close(fd)
+    return Listing("/".join(parts), entries, cut)
+
+
+def open_file(run_dir: Path, path: str, owner: JobUser | None) -> tuple[int, int]:
+    """The file at `path` in the job's run folder, opened for reading, and its size: a regular
+    file (under isolation the job's uid's), reached without following a link. NoSuchFile
+    otherwise. The caller closes the descriptor."""
+    parts = parts_of(path)
+    if not parts or not shown_at_top(parts[0]):
+        raise NoSuchFile("no such file")
+    folder = _open_folder(run_dir, parts[:-1])
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        raise NoSuchFile("no such file") from None
+    finally:
+        os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner.uid):
+            raise NoSuchFile("no such file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+class FileReader:
+    """An open file's first `size` bytes (its size when opened: a file the job is still
+    writing is sent as it was), CHUNK at a time. `close` closes the file whether or not it was
+    read (a client gone before the first byte)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd: int | None = fd
+        self.size = size
+        self._sent = 0
+
+    def next_chunk(self) -> bytes | None:
+        """The next piece, or None at the end (or once the file shrank or was closed)."""
+        if self._fd is None or self._sent >= self.size:
+            return None
+        chunk = os.pread(self._fd, min(CHUNK, self.size - self._sent), self._sent)
+        if not chunk:
+            return None
+        self._sent += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,153 @@
+"""A job's files as its tenant reads them back (control/job_files.py): only the job's own parts,
+reached without following a link, only regular files of the job's uid; a hostile job's links,
+FIFOs and foreign files read as nothing. On a real folder (run as root, files are given to a
+test uid to tell the job's own from others')."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice.control import job_files
+from sluice.control.job_files import NoSuchFile, list_folder, open_file
+from sluice.model import JobUser
+from sluice.spec.errors import SpecError
+
+JOB = JobUser(600_123, 600_123)
+
+
+def _job_file(path: Path, data: bytes = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if os.geteuid() == 0:
+        os.chown(path, JOB.uid, JOB.gid)
+    return path
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A run folder as the agent leaves it, with a hostile job's leftovers in its HOME."""
+    run = tmp_path / "runs" / "j-0123456789"
+    (run / "attempt-1").mkdir(parents=True)
+    (run / "attempt-1" / "state.json").write_text("{}")
+    (run / "job.log").write_text("hello\n")
+    (run / "job.log.attempts").write_text("1 0\n")
+    _job_file(run / "work" / "model.pt", b"m" * 3000)
+    _job_file(run / "work" / "out" / "result.txt", b"42\n")
+    _job_file(run / "checkpoints" / "ckpt-5.pt", b"c" * 10)
+    (run / "tmp").mkdir()
+    secret = tmp_path / "admin.token"
+    secret.write_text("plane secret")
+    (run / "work" / "token").symlink_to(secret)
+    (run / "work" / "etc").symlink_to("/etc")
+    os.mkfifo(run / "work" / "pipe")
+    (run / "work" / "roots").write_text("not the job's")  # root's: what a hard link would show
+    return run
+
+
+def test_the_top_shows_the_jobs_parts_never_the_planes(run: Path) -> None:
+    top = list_folder(run, "", JOB)
+    assert [(e.name, e.kind) for e in top.entries] == [("checkpoints", "folder"), ("tmp", "folder"), ("work", "folder")]
+    for plane_part in ("attempt-1", "attempt-1/state.json", "job.log", "job.log.attempts"):
+        with pytest.raises(NoSuchFile):
+            open_file(run, plane_part, JOB)
+    with pytest.raises(NoSuchFile):
+        list_folder(run, "attempt-1", JOB)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tells the job's files from others' by owner: needs root to chown")
+def test_links_fifos_and_foreign_files_are_nothing_and_the_jobs_own_are_read(run: Path) -> None:
+    work = list_folder(run, "work", JOB)
+    assert [(e.name, e.kind, e.size) for e in work.entries] == [("model.pt", "file", 3000), ("out", "folder", 0)]
+    for hostile in ("work/token", "work/etc/passwd", "work/etc", "work/pipe", "work/roots"):
+        started = time.monotonic()
+        with pytest.raises(NoSuchFile):
+            open_file(run, hostile, JOB)
+        assert time.monotonic() - started < 5  # a FIFO never blocks the reader
+    with pytest.raises(NoSuchFile):
+        list_folder(run, "work/etc", JOB)
+    fd, size = open_file(run, "work/model.pt", JOB)
+    reader = job_files.FileReader(fd, size)
+    assert b"".join(iter(reader.next_chunk, None)) == b"m" * 3000
+    reader.close()
+    assert list_folder(run, "work/out/", JOB).entries[0].name == "result.txt"
+    # the HOME itself swapped for a link: nothing through it
+    os.rename(run / "work", run / "work.real")
+    (run / "work").symlink_to(run.parent.parent)
+    with pytest.raises(NoSuchFile):
+        list_folder(run, "work", JOB)
+    with pytest.raises(NoSuchFile):
+        open_file(run, "work/admin.token", JOB)
+
+
+def test_paths_that_could_lead_out_are_refused_naming_the_field(run: Path) -> None:
+    outward = ("../../admin.token", "work/../job.log", "/etc/passwd", "work/./model.pt")
+    for bad in (*outward, "a\x00b", "a/" * 65, "x" * 5000):
+        with pytest.raises(SpecError) as err:
+            open_file(run, bad, JOB)
+        assert err.value.problems[0].field == "path", bad
+    with pytest.raises(NoSuchFile):
+        open_file(run, "", JOB)  # the top is no file
+    with pytest.raises(NoSuchFile):
+        open_file(run, "work/nothing", JOB)
+    with pytest.raises(NoSuchFile):
+        list_folder(run.parent / "j-never", "", JOB)
+
+
+def test_a_file_is_sent_as_it_was_and_closed_even_unread(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fd, size = open_file(run, "work/model.pt", None)
+    with (run / "work" / "model.pt").open("ab") as f:
+        f.write(b"later")  # grows after the request: not sent
+    monkeypatch.setattr(job_files, "CHUNK", 1000)
+    reader = job_files.FileReader(fd, size)
+    chunks = list(iter(reader.next_chunk, None))
+    assert [len(c) for c in chunks] == [1000, 1000, 1000]
+    reader.close()
+    fd, size = open_file(run, "work/model.pt", None)
+    unread = job_files.FileReader(fd, size)
+    unread.close()  # a client gone before the first byte
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert unread.next_chunk() is None
+
+
+def test_a_listing_is_bounded(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(5):
+        _job_file(run / "work" / "many" / f"f{i}")
+    monkeypatch.setattr(job_files, "MAX_ENTRIES", 3)
+    many = list_folder(run, "work/many", JOB)
+    assert [e.name for e in many.entries] == ["f0", "f1", "f2"] and many.cut == 2
+
+
+def test_the_api_says_which_replica_and_what_engine(tmp_path: Path) -> None:
+    """Over HTTP, with the FakeEngine (it keeps no run folders): a 404 saying so; a rank the
+    job does not have is a 422 naming `replica`."""
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+    from sluice.control.plane import ControlPlane
+    from sluice.policy import make_policy
+    from sluice.settings import Settings
+    from sluice.store.sql import SqlStore
+
+    from .fake_engine import FakeEngine
+
+    settings = Settings(home=tmp_path / "home")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), FakeEngine(), make_policy("kube"))
+    admin = {"Authorization": f"Bearer {plane.bootstrap_tenants()['admin']}"}
+    try:
+        with TestClient(create_app(plane)) as http:
+            body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+            job = http.post("/v1/jobs", json=body, headers=admin).json()["id"]
+            r = http.get(f"/v1/jobs/{job}/files", headers=admin)
+            assert r.status_code == 404 and "keeps no job files" in r.json()["detail"]
+            r = http.get(f"/v1/jobs/{job}/files", params={"replica": 1}, headers=admin)
+            assert r.status_code == 422 and r.json()["problems"][0]["field"] == "replica"
+            r = http.get(f"/v1/jobs/{job}/files/content", headers=admin)  # no path
+            assert r.status_code == 422 and r.json()["problems"][0]["field"] == "path"
+            assert http.get("/v1/jobs/j-nosuchjob/files", headers=admin).status_code == 404
+    finally:
+        plane.store.close()
