@@ -530,10 +530,12 @@ def test_gang_places_all_replicas_and_runs_ddp_over_gloo_across_nodes(
     assert logs[0] is not None and logs[1] is not None and logs[0] != logs[1]
     assert f"/nodes/{nodes[1]}/{job}--r1of2/" in logs[1] and Path(logs[1]).read_text().strip(), logs
     assert engine.replica_log(job, 2) is None
+    # `sluice job files --replica K` reads each rank's folder on its node
+    assert [engine.run_folder(job, k) for k in (0, 1)] == [str(Path(p).parent) for p in logs]
     # `sluice job delete` (and retention) on Ray: each node's replica folder and the checkpoints go
     assert engine.remove_run_folders(job) >= 3
     assert not any(Path(p).exists() for p in logs) and not (Path(engine.checkpoint_root) / job).exists()
-    assert engine.replica_log(job, 1) is None
+    assert engine.replica_log(job, 1) is None and engine.run_folder(job, 1) is None
 
 
 def test_a_two_replica_job_resized_to_one_resumes_from_its_checkpoint(
