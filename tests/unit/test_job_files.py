@@ -151,3 +151,24 @@ def test_the_api_says_which_replica_and_what_engine(tmp_path: Path) -> None:
             assert http.get("/v1/jobs/j-nosuchjob/files", headers=admin).status_code == 404
     finally:
         plane.store.close()
+
+
+def test_checkpoints_kept_elsewhere_are_shown_at_the_top_and_read_without_links(tmp_path: Path) -> None:
+    """Ray keeps a job's checkpoints under the shared checkpoint root, not in its run folder:
+    they show as `checkpoints/` all the same, read with the same care."""
+    run = tmp_path / "runs" / "nodes" / "n1" / "j-1"
+    _job_file(run / "work" / "model.pt")
+    root = tmp_path / "checkpoints" / "j-1"
+    _job_file(root / "checkpoints" / "ckpt-3.pt", b"w3")
+    elsewhere = {"checkpoints": root}
+    top = list_folder(run, "", None, elsewhere)
+    assert [e.name for e in top.entries] == ["checkpoints", "work"]
+    assert [e.name for e in list_folder(run, "checkpoints", None, elsewhere).entries] == ["ckpt-3.pt"]
+    fd, size = open_file(run, "checkpoints/ckpt-3.pt", None, elsewhere)
+    os.close(fd)
+    assert size == 2
+    os.rename(root / "checkpoints", root / "real")
+    (root / "checkpoints").symlink_to(tmp_path)  # the job swapped its folder for a link
+    with pytest.raises(NoSuchFile):
+        list_folder(run, "checkpoints", None, elsewhere)
+    assert [e.name for e in list_folder(run, "", None, elsewhere).entries] == ["work"]

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -107,22 +108,38 @@ def _open_folder(run_dir: Path, parts: list[str]) -> int:
     return fd
 
 
-def list_folder(run_dir: Path, path: str, owner: JobUser | None) -> Listing:
+def _base(run_dir: Path, parts: list[str], elsewhere: Mapping[str, Path]) -> Path:
+    """Where the first of `parts` is looked up: the run folder, or the folder `elsewhere` names
+    for it (Ray keeps a job's checkpoints under the shared checkpoint root, not in its run
+    folder: {"checkpoints": <root>/<job>})."""
+    return elsewhere.get(parts[0], run_dir) if parts else run_dir
+
+
+def list_folder(
+    run_dir: Path, path: str, owner: JobUser | None, elsewhere: Mapping[str, Path] | None = None
+) -> Listing:
     """The files and folders at `path` in the job's run folder, by name (see the module's
-    docstring for what is shown); links, FIFOs and other users' files are left out."""
+    docstring for what is shown); links, FIFOs and other users' files are left out.
+    `elsewhere`: top-level names kept in another folder (`_base`)."""
+    elsewhere = elsewhere or {}
     parts = parts_of(path)
     if parts and not shown_at_top(parts[0]):
         raise NoSuchFile("no such folder")
-    fd = _open_folder(run_dir, parts)
+    fd = _open_folder(_base(run_dir, parts, elsewhere), parts)
     entries: list[Entry] = []
     cut = 0
     try:
         names = sorted(os.listdir(fd))
+        if not parts:
+            names = sorted({*(n for n in names if n not in elsewhere), *_present(elsewhere)})
         for name in names:
             if not parts and not shown_at_top(name):
                 continue
             try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not parts and name in elsewhere:
+                    st = os.stat(elsewhere[name] / name, follow_symlinks=False)
+                else:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue  # gone meanwhile
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
@@ -139,14 +156,20 @@ def list_folder(run_dir: Path, path: str, owner: JobUser | None) -> Listing:
     return Listing("/".join(parts), entries, cut)
 
 
-def open_file(run_dir: Path, path: str, owner: JobUser | None) -> tuple[int, int]:
-    """The file at `path` in the job's run folder, opened for reading, and its size: a regular
-    file (under isolation the job's uid's), reached without following a link. NoSuchFile
-    otherwise. The caller closes the descriptor."""
+def _present(elsewhere: Mapping[str, Path]) -> list[str]:
+    return [name for name, base in elsewhere.items() if os.path.lexists(base / name)]
+
+
+def open_file(
+    run_dir: Path, path: str, owner: JobUser | None, elsewhere: Mapping[str, Path] | None = None
+) -> tuple[int, int]:
+    """The file at `path` in the job's run folder (or `elsewhere`: `_base`), opened for
+    reading, and its size: a regular file (under isolation the job's uid's), reached without
+    following a link. NoSuchFile otherwise. The caller closes the descriptor."""
     parts = parts_of(path)
     if not parts or not shown_at_top(parts[0]):
         raise NoSuchFile("no such file")
-    folder = _open_folder(run_dir, parts[:-1])
+    folder = _open_folder(_base(run_dir, parts, elsewhere or {}), parts[:-1])
     try:
         fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
     except OSError:

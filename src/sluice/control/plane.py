@@ -1068,12 +1068,16 @@ class ControlPlane:
         p = self.engine.log_path(job_id)
         return Path(p) if p else None
 
-    def job_folder(self, caller: TenantRecord, job_id: str, replica: int | None = None) -> tuple[Path, JobUser | None]:
+    def job_folder(
+        self, caller: TenantRecord, job_id: str, replica: int | None = None
+    ) -> tuple[Path, JobUser | None, dict[str, Path]]:
         """Where the job's files are (`sluice job files`, control/job_files.py): the run folder
         of replica `replica` (default rank 0, a job of one replica: its own) of its newest
-        attempt, and under tenant isolation the uid whose files may be handed out. NotFound for
-        another tenant's job, one that never started, or an engine that keeps no run folders
-        (the simulator); a 422 naming `replica` for a rank the job does not have."""
+        attempt; under tenant isolation the uid whose files may be handed out; and its default
+        checkpoint folder when that is not in the run folder (Ray's shared checkpoint root:
+        {"checkpoints": <root>/<job>}). NotFound for another tenant's job, one that never
+        started, or an engine that keeps no run folders (the simulator); a 422 naming
+        `replica` for a rank the job does not have."""
         job = self.get_job(caller, job_id)
         world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
         rank = 0 if replica is None else replica
@@ -1085,7 +1089,11 @@ class ControlPlane:
         if folder is None:
             raise NotFound(f"job {job_id} has no files yet: it has not started")
         owner = self.job_user(job.tenant) if self.isolation.enabled else None
-        return Path(folder), owner
+        elsewhere: dict[str, Path] = {}
+        ckpt = Path(self.controller.checkpoint_dir(job))
+        if job.spec.checkpoint.location is None and ckpt.parent != Path(folder) and "://" not in str(ckpt):
+            elsewhere[ckpt.name] = ckpt.parent
+        return Path(folder), owner, elsewhere
 
     def replica_log(self, caller: TenantRecord, job_id: str, rank: int) -> Path | None:
         """One replica's log of the job's newest attempt (Ray keeps one per replica); a 422

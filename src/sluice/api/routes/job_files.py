@@ -46,9 +46,9 @@ def list_files(
 ) -> JobFilesOut:
     """The files and folders at `path` in the job's folder (the newest attempt's, on the node it
     ran on), by name."""
-    folder, owner = plane.job_folder(caller, job_id, replica)
+    folder, owner, elsewhere = plane.job_folder(caller, job_id, replica)
     try:
-        found = job_files.list_folder(folder, path, owner)
+        found = job_files.list_folder(folder, path, owner, elsewhere)
     except job_files.NoSuchFile:
         raise NotFound(f"job {job_id} has no folder {path!r}") from None
     return JobFilesOut(
@@ -119,7 +119,7 @@ async def download(
     """One file of the job's folder, as it was when the request came (a file the job is still
     writing is sent up to the size it had). Read in worker threads: a slow disk holds up this
     response only."""
-    folder, owner = await to_thread.run_sync(plane.job_folder, caller, job_id, replica)
+    folder, owner, elsewhere = await to_thread.run_sync(plane.job_folder, caller, job_id, replica)
     release = _slot(request, caller.name)
     if release is None:
         detail = (
@@ -128,7 +128,7 @@ async def download(
         )
         return JSONResponse(error_body("too many requests", detail), status_code=429, headers={"Retry-After": "5"})
     try:
-        fd, size = await to_thread.run_sync(job_files.open_file, folder, path, owner)
+        fd, size = await to_thread.run_sync(job_files.open_file, folder, path, owner, elsewhere)
     except job_files.NoSuchFile:
         release()
         raise NotFound(f"job {job_id} has no file {path!r}") from None
