@@ -27,6 +27,7 @@ def folders_removed(live: Live) -> list[str]:
         return 1
 
     live.engine.remove_run_folders = remove  # type: ignore[attr-defined]
+    live.engine.run_folder = lambda job_id, rank=0: None  # type: ignore[attr-defined]
     return removed
 
 
