@@ -50,7 +50,7 @@ class NoSuchFile(LookupError):
 
 
 @dataclass(frozen=True)
-class Entry:
+class FileEntry:
     name: str
     kind: Literal["file", "folder"]
     size: int
@@ -62,7 +62,7 @@ class Entry:
 @dataclass(frozen=True)
 class Listing:
     path: str
-    entries: list[Entry]
+    entries: list[FileEntry]
     cut: int
     """Names left out past MAX_ENTRIES (0: all shown)."""
 
@@ -126,7 +126,7 @@ def list_folder(
     if parts and not shown_at_top(parts[0]):
         raise NoSuchFile("no such folder")
     fd = _open_folder(_base(run_dir, parts, elsewhere), parts)
-    entries: list[Entry] = []
+    entries: list[FileEntry] = []
     cut = 0
     try:
         names = sorted(os.listdir(fd))
@@ -150,7 +150,7 @@ def list_folder(
                 cut += 1
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
-            entries.append(Entry(name, "folder" if is_dir else "file", 0 if is_dir else st.st_size, st.st_mtime))
+            entries.append(FileEntry(name, "folder" if is_dir else "file", 0 if is_dir else st.st_size, st.st_mtime))
     finally:
         os.close(fd)
     return Listing("/".join(parts), entries, cut)
