@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,3 +273,49 @@ def test_under_the_reserve_a_neighbour_writing_nothing_outlives_the_job_that_fil
             _close(p)
     finally:
         subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def test_a_gangs_disk_counts_the_folder_its_replicas_share_once(tmp_path: Path) -> None:
+    """On the local engine every replica of a gang measures its own run folder and the gang's
+    (its one log, its checkpoints): summed over the replicas, the gang's folder counted once a
+    replica, so 8 MiB of checkpoint read as 16 on 2 replicas."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores for 2 virtual nodes")
+    p = _plane(tmp_path / "home", virtual_nodes=2)
+    try:
+        caller = p.store.get_tenant("default")
+        assert caller is not None
+        blob = (
+            "import os, time\n"
+            "if os.environ['RANK'] == '0':\n"
+            "    os.makedirs(os.environ['SLUICE_CHECKPOINT_DIR'], exist_ok=True)\n"
+            "    with open(os.path.join(os.environ['SLUICE_CHECKPOINT_DIR'], 'blob'), 'wb') as f:\n"
+            "        f.write(os.urandom(8 << 20)); f.flush(); os.fsync(f.fileno())\n"
+            "time.sleep(60)\n"
+        )
+        spec = parse_job_spec(
+            {
+                "name": "gang",
+                "command": ["python", "-c", blob],
+                "resources": {"cpu": {"min": 0.25}, "replicas": {"min": 2, "max": 2}},
+            }
+        )
+        job = p.submit(caller, spec)  # type: ignore[arg-type]
+        shared = p.settings.runs_dir / job.id / "checkpoints" / "blob"
+        assert wait_for(lambda: shared.exists() and shared.stat().st_blocks * 512 >= 8 << 20, 60), _ended(p, job)
+
+        def measured() -> float:
+            return _ended(p, job).disk_mb or 0.0
+
+        assert wait_for(lambda: measured() >= 8.0, 30), _ended(p, job)
+        time.sleep(1.5)  # a few more checks of both replicas
+        on_disk = sum(
+            f.stat().st_blocks * 512
+            for top in p.settings.runs_dir.iterdir()
+            if top.name.startswith(job.id)
+            for f in [top, *top.rglob("*")]
+            if not f.is_symlink()
+        ) / (1 << 20)
+        assert 8.0 <= measured() <= on_disk + 1.0, (measured(), on_disk)
+    finally:
+        _close(p)

@@ -51,6 +51,19 @@ def test_a_folder_is_measured_by_what_it_holds_on_disk_each_file_once_and_never_
     assert folder_size([tmp_path / "none"]) == FolderSize(0, 0)
 
 
+def test_what_only_the_folders_after_the_first_hold_is_told_apart(tmp_path: Path) -> None:
+    """A gang replica measures its own folder and its gang's (its one log, its checkpoints):
+    what the gang's holds is `shared`, so that only one replica's report counts it."""
+    own, gang = tmp_path / "j-1--r1of2", tmp_path / "j-1"
+    _write(own / "work" / "mine.bin", 2 * MIB)
+    _write(gang / "checkpoints" / "ckpt-1.pt", 5 * MIB)
+    os.link(own / "work" / "mine.bin", gang / "mine-again.bin")  # counted where first reached: own
+    size = folder_size([own, gang])
+    assert 7 * MIB <= size.bytes < 8 * MIB and 5 * MIB <= size.shared < 6 * MIB, size
+    assert folder_size([own]).shared == 0 and folder_size([gang]).shared == 0
+    assert folder_size([tmp_path / "none", gang]).shared == folder_size([gang]).bytes  # an own folder not made yet
+
+
 def test_the_walk_stops_at_its_bound_of_entries(tmp_path: Path) -> None:
     for i in range(30):
         (tmp_path / f"f{i}").touch()

@@ -67,6 +67,9 @@ class FolderSize:
     """False when the walk stopped at its bound of entries (or of depth)."""
     too_deep: bool = False
     """The walk stopped at MAX_DEPTH."""
+    shared: int = 0
+    """Of `bytes`, those found under the folders after the first (a gang replica's: its gang's
+    folder, which every replica of it measures too), each inode where first reached."""
 
 
 class _Bound(Exception):
@@ -87,7 +90,8 @@ def folder_size(
 
     `pids`: the job's processes; the files they hold open or mapped that no folder names any
     more (unlinked, or made with O_TMPFILE, as `tempfile.TemporaryFile` does) on the folders'
-    disks are counted too: their blocks stay taken until the job lets go of them."""
+    disks are counted too: their blocks stay taken until the job lets go of them. What only the
+    folders after the first hold is also told apart (`shared`)."""
     seen: set[tuple[int, int]] = set()
     devices: set[int] = set()
     total = entries = 0
@@ -127,8 +131,11 @@ def folder_size(
         return subs
 
     stack: list[tuple[int, Iterator[str]]] = []
+    first: int | None = None  # bytes counted under the first folder, once past it
     try:
-        for top in folders:
+        for k, top in enumerate(folders):
+            if k == 1:
+                first = total
             try:
                 fd = os.open(top, _DIR_FLAGS)
             except OSError:
@@ -154,11 +161,13 @@ def folder_size(
                     raise _Bound(too_deep=True)
                 stack[-1] = (fd, iter(visit(fd)))
     except _Bound as b:
-        return FolderSize(total, entries, complete=False, too_deep=b.too_deep)
+        shared = total - (total if first is None else first)
+        return FolderSize(total, entries, complete=False, too_deep=b.too_deep, shared=shared)
     finally:
         for fd, _ in stack:
             os.close(fd)
-    return FolderSize(total + held_unlinked(pids, devices, seen), entries)
+    shared = total - (total if first is None else first)
+    return FolderSize(total + held_unlinked(pids, devices, seen), entries, shared=shared)
 
 
 def held_unlinked(pids: Iterable[int], devices: set[int], seen: set[tuple[int, int]] | None = None) -> int:

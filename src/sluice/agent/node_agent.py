@@ -212,6 +212,13 @@ def default_node_name() -> str:
     return socket.gethostname().split(".")[0] or "local"
 
 
+def _counts_gang_folder(att: _Attempt) -> bool:
+    """Whether the attempt's disk report counts its gang's folder (its one log, its checkpoints),
+    which every replica of a gang on this engine measures with its own: only rank 0's does, so
+    the gang's sum (engine/ray_gang.py) holds it once, not once a replica."""
+    return not att.log_job or att.log_job == att.job_id or att.job_id.startswith(f"{att.log_job}--r0of")
+
+
 class NodeAgent:
     """The per-node mechanism: the local engine holds one per (virtual) node in process, the
     Ray engine wraps one in an actor on every Ray node (agent/ray_actor.py). Same class, same
@@ -861,7 +868,7 @@ class NodeAgent:
         if used is None:
             return None
         size = self.disk.measured((att.job_id, att.attempt))
-        disk_mb = None if size is None else size.bytes / MIB
+        disk_mb = None if size is None else (size.bytes - (0 if _counts_gang_folder(att) else size.shared)) / MIB
         prev, att.last_usage = att.last_usage, (now, used)
         if final and (prev is None or now <= prev[0]):
             return JobUsage(att.job_id, att.attempt, now, 0.0, cpu_s=used, disk_mb=disk_mb)
