@@ -6,6 +6,7 @@ folders are removed in tests/integration/test_queues_local.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sluice.model import JobExited, Phase
@@ -167,3 +168,21 @@ def test_the_cli_deletes_each_id_reports_each_failure_and_exits_with_the_first(l
     code, out, err = sluice(live, "alice", "job", "delete", "--array", array_id, "-o", "json")
     assert code == 0, err
     assert f'"deleted": [\n      "{array_id}-0",' in out or f'"{array_id}-1"' in out
+
+
+def test_a_plane_that_lost_its_database_to_another_deletes_nothing(live: Live) -> None:
+    """Once another plane took the database (`lost_database`), this plane's book is stale: a
+    job live under the other plane is not in it, read from the store it looked deletable, and
+    its record, events and folders went while that plane ran it (a job waiting for one is not
+    in it either). Retention stops there (`halted`); a delete is refused too, a 503."""
+    removed = folders_removed(live)
+    done = ended(live, "alice")
+    theirs = replace(live.job(done), id="j-0ther0plane", phase=Phase.RUNNING, finished_at=None)
+    live.plane.store.create_job(theirs)  # made and running under the other plane
+    live.plane.lost_database = "another control plane (pid 1) uses the database"
+    for job_id in (theirs.id, done):
+        r = live.call("DELETE", f"/v1/jobs/{job_id}", "alice")
+        assert r.status_code == 503, r.text
+        assert "another plane took this plane's database" in r.json()["detail"]
+        assert live.plane.store.get_job(job_id) is not None
+    assert removed == [] and events(live, "deleted") == []

@@ -23,7 +23,7 @@ from sluice.control.auth import hash_token, new_token
 from sluice.control.confine import checkpoint_base, checkpoint_dir, confine_checkpoint
 from sluice.control.controller import Controller, array_count
 from sluice.control.datasets import DatasetService
-from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized
+from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized, Unavailable
 from sluice.control.failpoints import Failpoints
 from sluice.control.priorities import PriorityClassService
 from sluice.control.queues import QueueService, QueueStatus
@@ -910,6 +910,12 @@ class ControlPlane:
         """Delete the records and events of `ids` (one tenant's) if every one has ended and no
         live job waits for any of them; the ids deleted. Under the controller's lock, which a
         submit naming them in `after` takes to check that they still exist."""
+        if self.lost_database is not None:
+            # Its book is stale: another plane's live jobs (and the jobs waiting for one) are
+            # not in it, so an ended job would be judged on nothing (retention halts too).
+            raise Unavailable(
+                "another plane took this plane's database; it no longer acts on jobs: ask the plane now serving"
+            )
         book = self.controller.book
         what = f"job array {array_id}" if array_id else f"job {ids[0]}"
         running = [i for i in ids if book.is_live(i)]
