@@ -178,6 +178,38 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(pg_url: str) -> None:
         again.close()
 
 
+def test_a_version_7_database_gets_the_job_disk_column_and_the_tenant_disk_cap(pg_url: str) -> None:
+    """Version 8's step on PostgreSQL: jobs get `disk_mb` (null: never measured), tenants
+    `max_disk_mb` (null: no cap); what was there is kept."""
+    from dataclasses import replace
+
+    from sluice.control.auth import hash_token
+    from sluice.store.base import TenantRecord
+
+    store = SqlStore(pg_url)
+    with store._engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE jobs")
+    store.create_job(replace(_contract.make_job("old-7"), cpu_used_s=4.0))
+    if store.get_tenant("old-7-tenant") is None:
+        store.create_tenant(TenantRecord("old-7-tenant", hash_token("t7")))
+    with store._engine.begin() as conn:  # as version 7 left it
+        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN disk_mb")
+        conn.exec_driver_sql("ALTER TABLE tenants DROP COLUMN max_disk_mb")
+        conn.exec_driver_sql("UPDATE meta SET value='7' WHERE key='schema_version'")
+    store.close()
+    again = SqlStore(pg_url)
+    try:
+        assert again.schema_version == SCHEMA_VERSION == 8
+        job = again.get_job("old-7")
+        assert job is not None and job.disk_mb is None and job.cpu_used_s == 4.0
+        again.save_job(replace(job, disk_mb=12.5))
+        assert again.get_job("old-7") == replace(job, disk_mb=12.5)
+        tenant = again.get_tenant("old-7-tenant")
+        assert tenant is not None and tenant.max_disk_mb is None
+    finally:
+        again.close()
+
+
 def test_one_database_serves_one_plane(pg_url: str) -> None:
     """A second plane on the same PostgreSQL database re-ran the first's running jobs
     (walkthrough 4): the advisory lock a plane holds refuses it, and goes with the session."""
