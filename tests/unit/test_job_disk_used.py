@@ -73,3 +73,15 @@ def test_job_get_shows_a_short_jobs_cpu_in_more_than_whole_seconds() -> None:
         _cpu_used({**job, "cpu_used_s": 812.4, "attained_service": 933.0}) == "812 core-s (87 % of the 933 core-s held)"
     )
     assert _cpu_used({**job, "cpu_used_s": 0.0}) == "0 core-s (0 % of the 0.43 core-s held)"
+
+
+def test_a_gangs_sum_is_not_held_against_one_replicas_limit() -> None:
+    """resources.disk_mb bounds each replica's folder on its own; a gang's disk is every
+    replica's summed: 4 replicas of 30 MiB under a 50 MiB bound read '240 %', past a limit no
+    replica was near."""
+    gang = {"phase": "Running", "disk_mb": 120.0, "spec": {"resources": {"disk_mb": 50, "replicas": {"min": 4}}}}
+    assert _disk(gang) == "120.0 MiB (limit 50 MiB a replica)"
+    elastic = {**gang, "spec": {"resources": {"disk_mb": 50, "replicas": {"min": 1, "max": 3}}}}
+    assert _disk(elastic) == "120.0 MiB (limit 50 MiB a replica)"
+    one = {**gang, "disk_mb": 12.25, "spec": {"resources": {"disk_mb": 50, "replicas": {"min": 1}}}}
+    assert _disk(one) == "12.2 MiB (limit 50 MiB, 24 %)"

@@ -83,8 +83,9 @@ class JobOut(BaseModel):
     )
     disk_mb: float | None = Field(
         None,
-        description="MiB its run folders held at the newest disk check (every disk_check_s while it runs; "
-        "a gang's: every replica's), what resources.disk_mb is held against. An ended job keeps its last "
+        description="MiB its run folders held at the newest disk check (every disk_check_s while it runs), "
+        "what resources.disk_mb is held against; a gang's: every replica's summed, while resources.disk_mb "
+        "bounds each replica's on its own. An ended job keeps its last "
         "(what it left on disk until deleted). null: never measured.",
     )
     time_limit_s: float | None = Field(

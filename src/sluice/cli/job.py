@@ -274,10 +274,15 @@ def _disk_limit(j: dict[str, Any]) -> int | None:
 
 def _disk(j: dict[str, Any]) -> str:
     """What its run folders held at the newest check (an ended job: what it left, until it is
-    deleted), against its `resources.disk_mb`."""
+    deleted), against its `resources.disk_mb` — which bounds each replica's folder on its own:
+    a job that may run as a gang (its sum over the replicas) gets no share of one replica's."""
     used, limit = j.get("disk_mb"), _disk_limit(j)
     out = "not measured yet" if used is None else f"{used:.1f} MiB"
-    if limit is not None:
+    replicas = (j["spec"].get("resources") or {}).get("replicas") or {}
+    gang = max(int(replicas.get("min") or 1), int(replicas.get("max") or 1)) > 1
+    if limit is not None and gang:
+        out += f" (limit {limit} MiB a replica)"
+    elif limit is not None:
         out += f" (limit {limit} MiB{f', {100 * used / limit:.0f} %' if used is not None else ''})"
     return out
 
