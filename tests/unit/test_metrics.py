@@ -253,3 +253,17 @@ def test_every_series_is_documented(env: Env, monkeypatch: pytest.MonkeyPatch) -
             continue
         documented = name if kind != "counter" else f"{name.removesuffix('_total')}_total"
         assert f"`{documented}`" in docs, f"{documented} is not in docs/metrics.md"
+
+
+def test_a_deleted_job_leaves_the_finished_jobs_series(env: Env) -> None:
+    """`sluice job delete` forgets a job for good: its series (id, tenant, phase, loss, step)
+    stayed among the newest finished jobs', scraped until newer ones pushed it out."""
+    job = submit(env, env.alice)
+    attempt = start(env, job)
+    env.engine.pending.append(JobExited(job, attempt, env.engine.now, 0))
+    env.plane.step()
+    env.plane.step()
+    assert {s["job_id"] for s in series(scrape(env, env.alice), "sluice_job_info")} == {job}
+    assert env.client.delete(f"/v1/jobs/{job}", headers=env.alice).status_code == 200
+    for who in (env.alice, env.admin):
+        assert series(scrape(env, who), "sluice_job_info") == []

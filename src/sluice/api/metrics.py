@@ -355,7 +355,15 @@ class PlaneMetrics:
             live = [sample_job(j, ctl.progress(j.id)) for j in ctl.book.live() if scope.sees(j.tenant)]
         live_ids = {s.id for s in live}
         with self._mu:
-            done = [s for s in self._recent.values() if scope.sees(s.tenant) and s.id not in live_ids]
+            recent = list(self._recent.values())
+        # One read of at most metrics_recent_finished ids: a job deleted since it finished
+        # (`sluice job delete`) is gone for good, here too.
+        kept = self.plane.store.job_phases([s.id for s in recent]) if recent else {}
+        with self._mu:
+            for s in recent:
+                if s.id not in kept:
+                    self._recent.pop(s.id, None)
+        done = [s for s in recent if s.id in kept and scope.sees(s.tenant) and s.id not in live_ids]
         return live + done
 
     def _jobs(self, scope: Scope) -> Iterator[Metric]:
