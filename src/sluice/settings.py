@@ -266,6 +266,26 @@ class Settings(BaseSettings):
         ),
     ] = 4
 
+    job_deletes_per_tenant: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=64,
+            description="`sluice job delete` requests one tenant may have under way at once (each removes its "
+            "jobs' run folders before it answers, seconds for a folder of many files); one more is a 429 that "
+            "deletes nothing (retry when one has finished). Default 2.",
+        ),
+    ] = 2
+    job_deletes: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=256,
+            description="`sluice job delete` requests under way at once on the whole plane, every tenant's; one "
+            "more is a 429. Each holds an API worker thread while it removes folders. Default 8.",
+        ),
+    ] = 8
+
     dataset_source_ops_per_tenant: Annotated[
         int,
         Field(

@@ -6,8 +6,13 @@ folders are removed in tests/integration/test_queues_local.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
+
+import httpx
 
 from sluice.model import JobExited, Phase
 
@@ -186,3 +191,38 @@ def test_a_plane_that_lost_its_database_to_another_deletes_nothing(live: Live) -
         assert "another plane took this plane's database" in r.json()["detail"]
         assert live.plane.store.get_job(job_id) is not None
     assert removed == [] and events(live, "deleted") == []
+
+
+def test_deletes_under_way_at_once_are_bounded_a_tenant_and_a_plane(live: Live) -> None:
+    """A delete removes its run folders inside the request (a folder of a million files takes
+    seconds): unbounded, one tenant's parallel deletes held every API worker thread. As resume
+    copies are, they are bounded (job_deletes_per_tenant, 2 here): one more is a 429 that
+    deleted nothing."""
+    release = threading.Event()
+    removing: list[str] = []
+
+    def remove(job_id: str) -> int:
+        if job_id in jobs:  # alice's: big folders
+            removing.append(job_id)
+            release.wait(30)
+        return 1
+
+    live.engine.remove_run_folders = remove  # type: ignore[attr-defined]
+    live.engine.run_folder = lambda job_id, rank=0: None  # type: ignore[attr-defined]
+    jobs = [ended(live, "alice") for _ in range(3)]
+    with ThreadPoolExecutor(2) as pool:
+        headers = {"Authorization": f"Bearer {live.tokens['alice']}"}
+        slow = [pool.submit(httpx.delete, f"{live.url}/v1/jobs/{j}", headers=headers, timeout=60) for j in jobs[:2]]
+        deadline = time.monotonic() + 10
+        while len(removing) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(removing) == 2
+        r = live.call("DELETE", f"/v1/jobs/{jobs[2]}", "alice")
+        assert r.status_code == 429, r.text
+        assert "job_deletes_per_tenant" in r.json()["detail"]
+        assert live.job(jobs[2]) is not None  # nothing of it deleted
+        bobs = ended(live, "bob")
+        assert live.call("DELETE", f"/v1/jobs/{bobs}", "bob").status_code == 200, "another tenant's go on"
+        release.set()
+        assert [f.result().status_code for f in slow] == [200, 200]
+    assert live.call("DELETE", f"/v1/jobs/{jobs[2]}", "alice").status_code == 200

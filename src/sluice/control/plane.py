@@ -266,6 +266,12 @@ class ControlPlane:
         self.queues = QueueService(store, self.controller)
         self.priorities = PriorityClassService(store, self.controller)
         self._resume_slots = CopySlots(settings.resume_copies_per_tenant, settings.resume_copies)
+        self._delete_slots = CopySlots(
+            settings.job_deletes_per_tenant,
+            settings.job_deletes,
+            what="{} job deletes (removing run folders)",
+            settings=("job_deletes_per_tenant", "job_deletes"),
+        )
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -884,25 +890,28 @@ class ControlPlane:
         Conflict, deleting nothing, for a job that has not ended, a job of an array (an array
         goes whole: retention and `after` find one by its first job), or one a live job starts
         after."""
-        with self.controller.lock:
-            job = self._visible(caller, self.controller.book.get(job_id), job_id)
-            a = job.spec.array
-            if a is not None and a.id is not None:
-                raise Conflict(
-                    f"job {job_id} is one of job array {a.id}, which is deleted whole: sluice job delete --array {a.id}"
-                )
-            gone = self._delete_ended(caller, [job_id], job.tenant)
-        return self._remove_folders_of(caller, gone)
+        with self._delete_slots.slot(caller.name):  # its folders go inside the request: bounded
+            with self.controller.lock:
+                job = self._visible(caller, self.controller.book.get(job_id), job_id)
+                a = job.spec.array
+                if a is not None and a.id is not None:
+                    raise Conflict(
+                        f"job {job_id} is one of job array {a.id}, which is deleted whole: "
+                        f"sluice job delete --array {a.id}"
+                    )
+                gone = self._delete_ended(caller, [job_id], job.tenant)
+            return self._remove_folders_of(caller, gone)
 
     def delete_array(self, caller: TenantRecord, array_id: str) -> JobsDeleted:
         """Forget every job of a job array once all of them ended (`sluice job delete --array`);
         a Conflict while any has not, or while a live job starts after the array or one of its
         jobs. Another tenant's array is a NotFound."""
-        with self.controller.lock:
-            first, count = self._array(caller, array_id)
-            ids = [f"{array_id}-{k}" for k in range(count)]
-            gone = self._delete_ended(caller, ids, first.tenant, array_id)
-        return self._remove_folders_of(caller, gone)
+        with self._delete_slots.slot(caller.name):
+            with self.controller.lock:
+                first, count = self._array(caller, array_id)
+                ids = [f"{array_id}-{k}" for k in range(count)]
+                gone = self._delete_ended(caller, ids, first.tenant, array_id)
+            return self._remove_folders_of(caller, gone)
 
     def _delete_ended(
         self, caller: TenantRecord, ids: list[str], tenant: str, array_id: str | None = None
