@@ -303,3 +303,22 @@ def test_job_delete_through_the_cli_forgets_an_ended_job_and_its_folder_at_once(
     assert not (runs / done.id).exists() and (runs / long.id / "job.log").exists()
     assert p.store.get_job(done.id) is None and p.store.events(job_id=done.id) == []
     assert get(p, long).phase == Phase.RUNNING
+
+
+def test_a_job_deleted_before_its_node_saw_its_processes_end_stops_nothing_else(plane: ControlPlane) -> None:
+    """A job can end before its node saw its processes go (an internal error fails it and
+    kills them; a gang's or a job's node lost): deleted at once, its attempt folder was gone when
+    the node agent finished the attempt, whose marker file then raised out of every poll of the
+    node — on the local engine out of every round: no job anywhere ended, started or moved."""
+    p = plane
+    caller = p.store.get_tenant("default")
+    assert caller is not None
+    victim, other = p.submit(caller, loop(name="victim")), p.submit(caller, loop(name="other"))
+    assert wait_for(lambda: running(p, victim) and running(p, other), 60), get(p, victim).reason
+    with p.controller.lock:  # no round between the failure and the delete
+        p.controller._contain(victim.id, "testing", RuntimeError("boom"))
+        assert get(p, victim).phase == Phase.FAILED
+        assert p.delete_job(caller, victim.id).ids == [victim.id]
+    assert not (p.settings.runs_dir / victim.id).exists()
+    p.cancel(caller, other.id)
+    assert wait_for(lambda: get(p, other).phase == Phase.CANCELLED, 30), get(p, other).reason

@@ -212,6 +212,23 @@ def default_node_name() -> str:
     return socket.gethostname().split(".")[0] or "local"
 
 
+def _mark(path: Path, data: dict[str, Any] | None) -> None:
+    """Write one of an attempt's plane files (`data` None: an empty marker) unless its folder is
+    gone: a job can end before its node sees its processes go (an internal error fails it, its
+    node is lost) and be deleted at once (`sluice job delete`), its folders with it. There is
+    nothing left there to mark or adopt; raised, it failed every poll of the node (on the local
+    engine every round of the plane)."""
+    try:
+        if data is None:
+            own_file(path, None)
+        else:
+            write_json_atomic(path, data)
+    except FileNotFoundError:
+        if path.parent.exists():
+            raise
+        log.info("not writing %s: the attempt's folder is gone (its job was deleted)", path)
+
+
 def _counts_gang_folder(att: _Attempt) -> bool:
     """Whether the attempt's disk report counts its gang's folder (its one log, its checkpoints),
     which every replica of a gang on this engine measures with its own: only rank 0's does, so
@@ -766,7 +783,7 @@ class NodeAgent:
             record: dict[str, Any] = {"signal": att.stop_signal, "time": now, "deadline": att.stop_deadline}
             if att.extra.get("disk_stop"):
                 record["disk"] = att.extra["disk_stop"]  # killed for its disk first: that stays its end
-            write_json_atomic(att.dir / STOP_FILE, record)
+            _mark(att.dir / STOP_FILE, record)
 
     @staticmethod
     def _signal(att: _Attempt, sig: signal.Signals) -> None:
@@ -807,7 +824,7 @@ class NodeAgent:
             if att is None or att.stop_signal not in (None, "SIGTERM") or not att.alive():
                 continue
             log.warning("%s: stopping %s attempt %d: %s", self.name, att.job_id, att.attempt, why)
-            write_json_atomic(att.dir / STOP_FILE, {"signal": "SIGKILL", "time": now, "deadline": None, "disk": why})
+            _mark(att.dir / STOP_FILE, {"signal": "SIGKILL", "time": now, "deadline": None, "disk": why})
             self._note_in_log(att.log_job or att.job_id, f"[sluice] {why}")
             self._signal(att, signal.SIGKILL)
             att.stop_signal, att.stop_deadline = "SIGKILL", None
@@ -831,7 +848,7 @@ class NodeAgent:
                 if att.stop_deadline is not None and now >= att.stop_deadline:
                     self._signal(att, signal.SIGKILL)
                     att.stop_signal, att.stop_deadline = "SIGKILL after grace", None
-                    write_json_atomic(att.dir / STOP_FILE, {"signal": att.stop_signal, "time": now, "deadline": None})
+                    _mark(att.dir / STOP_FILE, {"signal": att.stop_signal, "time": now, "deadline": None})
                 if now >= att.next_usage:
                     att.next_usage = now + self.settings.usage_sample_s
                     usage = self._usage(att, now)
@@ -934,7 +951,7 @@ class NodeAgent:
         if "net_fence_uid" in att.extra:
             self.net_fence.remove(att.ctrl.name)
         self._release_gpus(att.job_id, att.attempt)
-        own_file(att.dir / REPORTED_FILE, None)
+        _mark(att.dir / REPORTED_FILE, None)
         retryable = not (isinstance(disk, str) and disk)  # its folder outlives it: a retry meets the same bound
         return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom, retryable=retryable)
 
