@@ -635,6 +635,7 @@ def test_a_version_7_database_gets_the_disk_columns_and_its_jobs_read_as_never_m
     with sqlite3.connect(db) as con:  # as version 7 left it
         con.execute("ALTER TABLE jobs DROP COLUMN disk_mb")
         con.execute("ALTER TABLE tenants DROP COLUMN max_disk_mb")
+        con.execute("DROP INDEX ix_held_time_hour")
         con.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
     con.close()
     again = SqlStore(url)
@@ -646,6 +647,11 @@ def test_a_version_7_database_gets_the_disk_columns_and_its_jobs_read_as_never_m
         assert again.get_job("old").disk_mb == 12.5  # type: ignore[union-attr]
         again.create_tenant(TenantRecord("t", hash_token("t"), max_disk_mb=5))
         assert again.get_tenant("t").max_disk_mb == 5  # type: ignore[union-attr]
+        with again._engine.begin() as conn:  # usage retention reads the oldest hours by the index
+            plan = conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN SELECT hour FROM held_time WHERE hour <= 7200.0 ORDER BY hour LIMIT 1 OFFSET 9"
+            ).all()
+        assert "ix_held_time_hour" in str(plan), plan
     finally:
         again.close()
 

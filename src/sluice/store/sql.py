@@ -482,11 +482,12 @@ class SqlStore:
             return 0
         # The hour of the limit-th oldest row: every row up to that hour goes (rows of one hour
         # are one per tenant and kind, so a batch passes `limit` by at most one hour's worth).
-        nth = select(c.hour).where(c.hour + 3600.0 <= before).order_by(c.hour).offset(limit - 1).limit(1)
+        ended = c.hour <= before - 3600.0  # on the column, not an expression of it: the index serves it
+        nth = select(c.hour).where(ended).order_by(c.hour).offset(limit - 1).limit(1)
         with self._write() as conn:
             last = conn.execute(nth).scalar()
             if last is None:  # fewer than `limit` rows old enough: all of them
-                last = conn.execute(select(func.max(c.hour)).where(c.hour + 3600.0 <= before)).scalar()
+                last = conn.execute(select(func.max(c.hour)).where(ended)).scalar()
             if last is None:
                 return 0
             return int(conn.execute(delete(schema.held_time).where(c.hour <= last)).rowcount)
