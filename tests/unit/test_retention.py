@@ -286,6 +286,28 @@ def test_a_plane_that_lost_its_database_to_another_forgets_nothing(
     assert client.get(f"/v1/jobs/{ended}", headers=admin).status_code == 200
 
 
+def test_a_plane_that_lost_its_database_changes_nothing_for_anyone_and_still_answers_reads(
+    plane: tuple[ControlPlane, FakeEngine, TestClient, dict[str, str]],
+) -> None:
+    """Its book is stale once another plane took the database: a submit, cancel or delete judged
+    against it could act on what it no longer knows (red team s29: only delete was refused)."""
+    cp, _engine, client, admin = plane
+    body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+    queued = client.post("/v1/jobs", json=body, headers=admin).json()["id"]
+    cp.lost_database = "another control plane holds the database"
+    for method, url, payload in (
+        ("POST", "/v1/jobs", body),
+        ("POST", f"/v1/jobs/{queued}/cancel", None),
+        ("DELETE", f"/v1/jobs/{queued}", None),
+        ("PATCH", "/v1/tenants/default", {"weight": 2}),
+    ):
+        r = client.request(method, url, json=payload, headers=admin)
+        assert r.status_code == 503, (method, url, r.text)
+        assert "no longer acts on jobs (another control plane holds the database)" in r.json()["detail"]
+    assert client.get(f"/v1/jobs/{queued}", headers=admin).json()["phase"] == "Pending"
+    assert [j["id"] for j in client.get("/v1/jobs", headers=admin).json()["items"]] == [queued]
+
+
 # ---------------------------------------------------------------- folders
 
 

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 import sluice
 from sluice.api import docs, errors, routes_datasets
-from sluice.api.limits import BodyLimit
+from sluice.api.limits import BodyLimit, WritesHalted
 from sluice.api.metrics import build_metrics
 from sluice.api.routes import cluster, job_files, jobs, nodes, priority_classes, queues, system, tenants, usage
 from sluice.control.plane import ControlPlane
@@ -40,4 +40,5 @@ def create_app(plane: ControlPlane, *, max_body_bytes: int | None = None) -> Fas
     docs.install(app)
     install_dashboard(app)  # the web dashboard at /ui (/ redirects there): static files over this API
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(WritesHalted, halted=lambda: plane.lost_database)
     return app

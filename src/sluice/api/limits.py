@@ -1,4 +1,5 @@
-"""Refuse oversized request bodies before anything parses them.
+"""Refuse requests before anything parses them: oversized bodies (`BodyLimit`), and every
+change once the plane lost its database to another (`WritesHalted`).
 
 A pure ASGI middleware: a declared Content-Length over the limit is answered 413 without
 reading a byte; otherwise the body is read up to the limit (a chunked or lying client is cut
@@ -71,3 +72,31 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+class WritesHalted:
+    """Refuse every request that would change something (any method but GET, HEAD, OPTIONS)
+    once the plane lost its database to another plane (`ControlPlane.lost_database`): its
+    book is stale from then on — the other plane's jobs are not in it — so a cancel, a submit,
+    a delete judged against it could act on what it no longer knows (red team s29). A 503
+    saying why; reads go on, answering from what this plane last knew."""
+
+    def __init__(self, app: ASGIApp, halted: Any) -> None:
+        self.app = app
+        self.halted = halted
+        """A callable: why writes are refused now, or None while they are not."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        why = None if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS") else self.halted()
+        if why is None:
+            await self.app(scope, receive, send)
+            return
+        payload = json.dumps(
+            {
+                "error": "unavailable",
+                "detail": f"this plane no longer acts on jobs ({why}); nothing was changed: ask the plane now serving",
+            }
+        ).encode()
+        headers: list[Any] = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
