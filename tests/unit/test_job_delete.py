@@ -13,7 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import pytest
 
+from sluice.control.errors import Unavailable
 from sluice.model import JobExited, Phase
 
 from . import test_queue_grants_and_limits as grants
@@ -188,9 +190,12 @@ def test_a_plane_that_lost_its_database_to_another_deletes_nothing(live: Live) -
     for job_id in (theirs.id, done):
         r = live.call("DELETE", f"/v1/jobs/{job_id}", "alice")
         assert r.status_code == 503, r.text
-        assert "another plane took this plane's database" in r.json()["detail"]
+        assert "this plane no longer acts on jobs" in r.json()["detail"]  # the API refuses every change
         assert live.plane.store.get_job(job_id) is not None
     assert removed == [] and events(live, "deleted") == []
+    with pytest.raises(Unavailable, match="another plane took this plane's database"):  # and the plane too
+        live.plane.delete_job(live.plane.store.get_tenant("alice"), done)  # type: ignore[arg-type]
+    assert live.plane.store.get_job(done) is not None and removed == []
 
 
 def test_deletes_under_way_at_once_are_bounded_a_tenant_and_a_plane(live: Live) -> None:
