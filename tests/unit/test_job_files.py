@@ -172,3 +172,100 @@ def test_checkpoints_kept_elsewhere_are_shown_at_the_top_and_read_without_links(
     with pytest.raises(NoSuchFile):
         list_folder(run, "checkpoints", None, elsewhere)
     assert [e.name for e in list_folder(run, "", None, elsewhere).entries] == ["work"]
+
+
+def test_a_huge_folder_costs_a_listing_no_more_than_what_it_shows(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job can fill a folder with millions of empty files (no disk to speak of): a listing
+    stat-ed every one of them and held every name (1M names: seconds and ~250 MiB of the API
+    server, per request, as often as the tenant asked). Now it stats only the names it shows,
+    holds at most those, and reads at most MAX_SCANNED names of one folder."""
+    for i in range(40):
+        _job_file(run / "work" / "many" / f"f{i:02d}")
+    monkeypatch.setattr(job_files, "MAX_ENTRIES", 3)
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counted(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(job_files.os, "stat", counted)
+    many = list_folder(run, "work/many", JOB)
+    assert [e.name for e in many.entries] == ["f00", "f01", "f02"] and many.cut == 37
+    assert len(stats) <= 3, stats
+    monkeypatch.setattr(job_files, "MAX_SCANNED", 10)
+    many = list_folder(run, "work/many", JOB)
+    assert len(many.entries) == 3 and len(many.entries) + many.cut == 10
+
+
+def test_a_tenant_has_a_bounded_number_of_listings_in_progress(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each listing holds one of the API's worker threads while it reads a folder the job
+    filled as it liked: one tenant's many at once took them all (every tenant's requests
+    waited). Past MAX_LISTINGS_PER_TENANT in progress: a 429, that tenant's only."""
+    import threading
+
+    from fastapi.testclient import TestClient
+
+    from sluice.api.app import create_app
+    from sluice.api.routes import job_files as routes
+    from sluice.control.plane import ControlPlane
+    from sluice.policy import make_policy
+    from sluice.settings import Settings
+    from sluice.spec import TenantSpec
+    from sluice.store.sql import SqlStore
+
+    from .fake_engine import FakeEngine
+
+    class Folders(FakeEngine):
+        def run_folder(self, job_id: str, rank: int = 0) -> str | None:
+            return str(run)
+
+        def remove_run_folders(self, job_id: str) -> int:
+            return 0
+
+    settings = Settings(home=tmp_path / "home")
+    plane = ControlPlane(settings, SqlStore(settings.db_url), Folders(), make_policy("kube"))
+    tokens = plane.bootstrap_tenants()
+    admin_rec = plane.store.get_tenant("admin")
+    assert admin_rec is not None
+    _, alice = plane.create_tenant(admin_rec, TenantSpec(name="alice"), force=True)
+    slow = threading.Event()
+    real = job_files.list_folder
+
+    def held(*args: object) -> job_files.Listing:
+        slow.wait(10)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(job_files, "list_folder", held)
+    try:
+        with TestClient(create_app(plane)) as http:
+            body = {"name": "t", "command": ["python", "t.py"], "resources": {"cpu": {"min": 1}}}
+            job = http.post("/v1/jobs", json=body, headers={"Authorization": f"Bearer {alice}"}).json()["id"]
+
+            def listing(token: str) -> int:
+                url = f"/v1/jobs/{job}/files"
+                return http.get(url, params={"path": "work"}, headers={"Authorization": f"Bearer {token}"}).status_code
+
+            codes: list[int] = []
+            busy = [
+                threading.Thread(target=lambda: codes.append(listing(alice)))
+                for _ in range(routes.MAX_LISTINGS_PER_TENANT)
+            ]
+            for t in busy:
+                t.start()
+            deadline = time.monotonic() + 10
+            while getattr(http.app.state, "listings", {}).get("alice", 0) < len(busy):
+                assert time.monotonic() < deadline, "the listings never started"
+                time.sleep(0.02)
+            assert listing(alice) == 429
+            slow.set()
+            for t in busy:
+                t.join(10)
+            assert codes == [200] * len(busy)
+            assert listing(alice) == 200  # the slots came back
+            assert listing(tokens["admin"]) == 200
+    finally:
+        slow.set()
+        plane.store.close()

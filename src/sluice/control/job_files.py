@@ -14,7 +14,9 @@ to a file it may not read. So:
 - a file is read only if it is a regular file (opened non-blocking, checked with fstat) and,
   under tenant isolation, owned by the job's uid: what the job wrote, which its tenant could
   read anyway (a hard link to a file of root's or another uid's is refused);
-- a listing shows at most `MAX_ENTRIES` names of one folder, and says it was cut.
+- a listing shows at most `MAX_ENTRIES` names of one folder, and says it was cut; it stats only
+  those it shows, holds no more names than that, and reads at most `MAX_SCANNED` names (a job
+  can fill a folder with millions of empty files, at no disk cost to speak of).
 
 A link, a FIFO or a foreign file reads as "no such file": nothing about what lies outside
 the job's folder is told.
@@ -24,9 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import heapq
+import itertools
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -41,6 +45,11 @@ MAX_PATH = 4096
 """Most characters in a path (PATH_MAX)."""
 MAX_ENTRIES = 10_000
 """Most names one listing shows (the rest are counted as cut)."""
+MAX_SCANNED = 1_000_000
+"""Most names of one folder a listing reads (in the folder's own order); any past them are
+neither shown nor counted. A job can make millions of empty files in its HOME: a listing
+that read, stat-ed and held every name cost the API server seconds and hundreds of MiB each
+time its tenant asked (red team s29)."""
 CHUNK = 1 << 20
 """Bytes read at a time while a file is sent."""
 
@@ -127,14 +136,27 @@ def list_folder(
         raise NoSuchFile("no such folder")
     fd = _open_folder(_base(run_dir, parts, elsewhere), parts)
     entries: list[FileEntry] = []
-    cut = 0
     try:
-        names = sorted(os.listdir(fd))
-        if not parts:
-            names = sorted({*(n for n in names if n not in elsewhere), *_present(elsewhere)})
-        for name in names:
-            if not parts and not shown_at_top(name):
-                continue
+        with os.scandir(fd) as found:
+            named = 0
+
+            def candidates() -> Iterator[str]:
+                """Names of files and folders (by the type the folder tells: no stat), at most
+                MAX_SCANNED read; at the top, those kept `elsewhere` from there instead."""
+                nonlocal named
+                for e in itertools.islice(found, MAX_SCANNED):
+                    top_ok = parts or (shown_at_top(e.name) and e.name not in elsewhere)
+                    if top_ok and _file_or_folder(e):
+                        named += 1
+                        yield e.name
+                if not parts:
+                    for name in _present(elsewhere):
+                        named += 1
+                        yield name
+
+            # The first MAX_ENTRIES by name, never more held; only these are stat-ed.
+            first = heapq.nsmallest(MAX_ENTRIES, candidates())
+        for name in first:
             try:
                 if not parts and name in elsewhere:
                     st = os.stat(elsewhere[name] / name, follow_symlinks=False)
@@ -146,14 +168,19 @@ def list_folder(
                 continue  # links, FIFOs, sockets, devices: nothing to hand out
             if stat.S_ISREG(st.st_mode) and owner is not None and st.st_uid != owner.uid:
                 continue
-            if len(entries) >= MAX_ENTRIES:
-                cut += 1
-                continue
             is_dir = stat.S_ISDIR(st.st_mode)
             entries.append(FileEntry(name, "folder" if is_dir else "file", 0 if is_dir else st.st_size, st.st_mtime))
     finally:
         os.close(fd)
+    cut = named - len(first)
     return Listing("/".join(parts), entries, cut)
+
+
+def _file_or_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False  # gone meanwhile
 
 
 def _present(elsewhere: Mapping[str, Path]) -> list[str]:

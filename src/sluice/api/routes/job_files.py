@@ -3,12 +3,13 @@ says what is shown and how it is read safely)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from sluice.api.auth import CallerDep, PlaneDep
@@ -16,12 +17,17 @@ from sluice.api.errors import error_body
 from sluice.api.schemas import ErrorOut, FileEntryOut, JobFilesOut
 from sluice.control import job_files
 from sluice.control.errors import NotFound
+from sluice.model import JobUser
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_DOWNLOADS_PER_TENANT = 4
 """Downloads a tenant may have open at once; more is a 429 (each holds a file and a worker
 thread while its client reads)."""
+MAX_LISTINGS_PER_TENANT = 2
+"""Listings a tenant may have in progress at once; more is a 429. Each reads a folder the job
+filled as it liked (up to job_files.MAX_SCANNED names) in a worker thread: unbounded, one
+tenant's many listings of a huge folder took every worker thread of the API (red team s29)."""
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "Missing or unknown token."},
@@ -40,21 +46,37 @@ ReplicaQ = Annotated[
 ]
 
 
-@router.get("/{job_id}/files", response_model=JobFilesOut, responses=_ERRORS)
-def list_files(
-    plane: PlaneDep, caller: CallerDep, job_id: str, path: PathQ = "", replica: ReplicaQ = None
-) -> JobFilesOut:
+@router.get("/{job_id}/files", response_model=JobFilesOut, responses={429: {"model": ErrorOut}, **_ERRORS})
+async def list_files(
+    request: Request, plane: PlaneDep, caller: CallerDep, job_id: str, path: PathQ = "", replica: ReplicaQ = None
+) -> Any:
     """The files and folders at `path` in the job's folder (the newest attempt's, on the node it
-    ran on), by name."""
-    folder, owner, elsewhere = plane.job_folder(caller, job_id, replica)
+    ran on), by name. Read in a worker thread, at most MAX_LISTINGS_PER_TENANT at once."""
+    folder, owner, elsewhere = await to_thread.run_sync(plane.job_folder, caller, job_id, replica)
+    release = _slot(request, caller.name, "listings", MAX_LISTINGS_PER_TENANT)
+    if release is None:
+        return _too_many(f"{MAX_LISTINGS_PER_TENANT} listings in progress")
     try:
-        found = job_files.list_folder(folder, path, owner, elsewhere)
+        body = await to_thread.run_sync(_listing, folder, path, owner, elsewhere)
     except job_files.NoSuchFile:
         raise NotFound(f"job {job_id} has no folder {path!r}") from None
-    return JobFilesOut(
-        path=found.path,
-        entries=[FileEntryOut(name=e.name, kind=e.kind, size=e.size, modified=e.modified) for e in found.entries],
-        cut=found.cut,
+    finally:
+        release()
+    return Response(body, media_type="application/json")
+
+
+def _listing(folder: Path, path: str, owner: JobUser | None, elsewhere: Mapping[str, Path]) -> bytes:
+    """The listing as JSON, made in the worker thread: 10,000 names built, checked and written
+    out on the event loop would hold every other request up for some 100 ms."""
+    found = job_files.list_folder(folder, path, owner, elsewhere)
+    return (
+        JobFilesOut(
+            path=found.path,
+            entries=[FileEntryOut(name=e.name, kind=e.kind, size=e.size, modified=e.modified) for e in found.entries],
+            cut=found.cut,
+        )
+        .model_dump_json()
+        .encode()
     )
 
 
@@ -86,13 +108,16 @@ async def _in_thread(reader: job_files.FileReader) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def _slot(request: Request, tenant: str) -> Callable[[], None] | None:
-    """One of the tenant's MAX_DOWNLOADS_PER_TENANT download slots, or None when all are in
-    use. Counted on the event loop's thread (the route is async), so no lock is needed."""
-    held: dict[str, int] | None = getattr(request.app.state, "downloads", None)
+def _slot(
+    request: Request, tenant: str, kind: str = "downloads", most: int = MAX_DOWNLOADS_PER_TENANT
+) -> Callable[[], None] | None:
+    """One of the tenant's `most` slots of `kind` (downloads, listings), or None when all are in
+    use. Counted on the event loop's thread (the routes are async), so no lock is needed."""
+    held: dict[str, int] | None = getattr(request.app.state, kind, None)
     if held is None:
-        held = request.app.state.downloads = {}
-    if held.get(tenant, 0) >= MAX_DOWNLOADS_PER_TENANT:
+        held = {}
+        setattr(request.app.state, kind, held)
+    if held.get(tenant, 0) >= most:
         return None
     held[tenant] = held.get(tenant, 0) + 1
     done = False
@@ -106,6 +131,11 @@ def _slot(request: Request, tenant: str) -> Callable[[], None] | None:
                 del held[tenant]
 
     return release
+
+
+def _too_many(what: str) -> JSONResponse:
+    detail = f"this tenant already has {what} (the most at once); wait for one to finish"
+    return JSONResponse(error_body("too many requests", detail), status_code=429, headers={"Retry-After": "5"})
 
 
 @router.get(
@@ -122,11 +152,7 @@ async def download(
     folder, owner, elsewhere = await to_thread.run_sync(plane.job_folder, caller, job_id, replica)
     release = _slot(request, caller.name)
     if release is None:
-        detail = (
-            f"this tenant already has {MAX_DOWNLOADS_PER_TENANT} downloads open (the most at once); "
-            "wait for one to finish"
-        )
-        return JSONResponse(error_body("too many requests", detail), status_code=429, headers={"Retry-After": "5"})
+        return _too_many(f"{MAX_DOWNLOADS_PER_TENANT} downloads open")
     try:
         fd, size = await to_thread.run_sync(job_files.open_file, folder, path, owner, elsewhere)
     except job_files.NoSuchFile:
