@@ -269,3 +269,16 @@ def test_a_tenant_has_a_bounded_number_of_listings_in_progress(
     finally:
         slow.set()
         plane.store.close()
+
+
+def test_a_name_too_long_for_any_folder_is_refused_naming_the_field(run: Path) -> None:
+    """A name longer than a folder entry can be (255 bytes) reached os.open as a folder's
+    step, whose ENAMETOOLONG was no 'no such folder': a 500 and a traceback in the server's
+    log, as often as asked. Now a 422 naming `path`, as any path that cannot name a file."""
+    for bad in ("work/" + "a" * 256 + "/x", "work/" + "a" * 256, "work/" + "é" * 128):
+        for call in (list_folder, open_file):
+            with pytest.raises(SpecError) as err:
+                call(run, bad, JOB)
+            assert err.value.problems[0].field == "path", bad
+    with pytest.raises(NoSuchFile):
+        open_file(run, "work/" + "a" * 255, JOB)  # as long as a name may be: just not there

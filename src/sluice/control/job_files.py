@@ -6,7 +6,8 @@ it as root, from folders the job's uid owns and may have filled with anything: a
 plane's admin token or to another tenant's folder, a FIFO that blocks a reader, a hard link
 to a file it may not read. So:
 
-- a path is relative, at most `MAX_DEPTH` names, none empty, `.` or `..`;
+- a path is relative, at most `MAX_DEPTH` names of at most `MAX_NAME` bytes, none empty, `.`
+  or `..`;
 - only the job's own parts are shown: `work/`, `tmp/` and what the job made beside them (its
   checkpoints), never the plane's (`attempt-*/`, the log, which `job logs` reads);
 - each folder is opened from its parent's descriptor without following a link (O_NOFOLLOW),
@@ -43,6 +44,9 @@ MAX_DEPTH = 64
 """Most names in a path (folders deeper than this are not shown)."""
 MAX_PATH = 4096
 """Most characters in a path (PATH_MAX)."""
+MAX_NAME = 255
+"""Most bytes in one name of a path (NAME_MAX): a longer one names nothing, and os.open's
+ENAMETOOLONG was a 500 (red team s29)."""
 MAX_ENTRIES = 10_000
 """Most names one listing shows (the rest are counted as cut)."""
 MAX_SCANNED = 1_000_000
@@ -88,6 +92,8 @@ def parts_of(path: str) -> list[str]:
         raise SpecError([FieldProblem("path", "'.' and '..' are not allowed")])
     if len(parts) > MAX_DEPTH:
         raise SpecError([FieldProblem("path", f"at most {MAX_DEPTH} names deep")])
+    if any(len(os.fsencode(p)) > MAX_NAME for p in parts):
+        raise SpecError([FieldProblem("path", f"each name at most {MAX_NAME} bytes")])
     return parts
 
 
