@@ -15,6 +15,7 @@ to a file it may not read. So:
 - a file is read only if it is a regular file (opened non-blocking, checked with fstat) and,
   under tenant isolation, owned by the job's uid: what the job wrote, which its tenant could
   read anyway (a hard link to a file of root's or another uid's is refused);
+- a name that is not UTF-8 is left out of a listing (it could not be sent, nor asked for);
 - a listing shows at most `MAX_ENTRIES` names of one folder, and says it was cut; it stats only
   those it shows, holds no more names than that, and reads at most `MAX_SCANNED` names (a job
   can fill a folder with millions of empty files, at no disk cost to speak of).
@@ -152,7 +153,7 @@ def list_folder(
                 nonlocal named
                 for e in itertools.islice(found, MAX_SCANNED):
                     top_ok = parts or (shown_at_top(e.name) and e.name not in elsewhere)
-                    if top_ok and _file_or_folder(e):
+                    if top_ok and _utf8(e.name) and _file_or_folder(e):
                         named += 1
                         yield e.name
                 if not parts:
@@ -180,6 +181,16 @@ def list_folder(
         os.close(fd)
     cut = named - len(first)
     return Listing("/".join(parts), entries, cut)
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name read from a folder is UTF-8: one that is not (its bytes decoded with
+    surrogates) could not be written as JSON, and no path over HTTP could name it."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _file_or_folder(entry: os.DirEntry[str]) -> bool:
