@@ -295,3 +295,48 @@ def test_a_name_that_is_not_utf8_is_left_out_not_the_whole_listing(run: Path) ->
     for e in work.entries:
         e.name.encode("utf-8")  # a lone surrogate here was the 500
     assert "model.pt" in [e.name for e in work.entries]
+
+
+def test_the_cli_writes_only_its_own_part_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sluice job download --to DIR/model.pt` wrote through whatever `DIR/model.pt.part` was:
+    a link another user planted in a shared folder (/tmp, where fs.protected_symlinks is 0)
+    had the job's bytes written over the file it names (~/.bashrc), and a file of that name
+    already there was truncated and then removed, --force or not. Now the part file is made
+    afresh (never through a link, never over a file): one that is there stops the download,
+    untouched."""
+    import contextlib
+    from collections.abc import Iterator
+    from typing import BinaryIO
+
+    from typer.testing import CliRunner
+
+    from sluice.cli import job as job_cli
+    from sluice.cli.main import app as cli
+
+    class Client:
+        def download(self, job_id: str, path: str, out: BinaryIO, *, replica: int | None = None) -> int:
+            out.write(b"the job's bytes")
+            return 15
+
+    @contextlib.contextmanager
+    def connect(admin: bool = False) -> Iterator[Client]:
+        yield Client()
+
+    monkeypatch.setattr(job_cli, "connect", connect)
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "model.pt.part").symlink_to(victim)
+    r = CliRunner().invoke(cli, ["job", "download", "j-0123456789", "work/model.pt", "--to", str(shared / "model.pt")])
+    assert victim.read_text() == "mine", r.output
+    assert r.exit_code != 0 and "model.pt.part" in r.output and not (shared / "model.pt").exists()
+    assert (shared / "model.pt.part").is_symlink()  # not ours to remove
+    (shared / "model.pt.part").unlink()
+    (shared / "model.pt.part").write_text("someone's")
+    r = CliRunner().invoke(cli, ["job", "download", "j-0123456789", "work/model.pt", "--to", str(shared)])
+    assert r.exit_code != 0 and (shared / "model.pt.part").read_text() == "someone's", r.output
+    (shared / "model.pt.part").unlink()
+    r = CliRunner().invoke(cli, ["job", "download", "j-0123456789", "work/model.pt", "--to", str(shared)])
+    assert r.exit_code == 0, r.output
+    assert (shared / "model.pt").read_bytes() == b"the job's bytes" and not (shared / "model.pt.part").exists()

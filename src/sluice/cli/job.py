@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -573,13 +574,23 @@ def download(
             raise CliError(f"{dest} exists; --force to overwrite it, or --to another file", EXIT_USAGE)
         part = dest.with_name(dest.name + ".part")
         try:
-            with part.open("wb") as out:
+            # Made afresh, never through a link nor over a file (another user's link planted in
+            # a shared folder would have the job's bytes written over the file it names).
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            raise CliError(
+                f"{part} is there (another download's, or left over): remove it, or --to another file", EXIT_FAILURE
+            ) from None
+        except OSError as err:
+            raise CliError(f"could not write {part}: {err.strerror or err}", EXIT_FAILURE) from None
+        try:
+            with os.fdopen(fd, "wb") as out:
                 n = client.download(job_id, path, out, replica=replica)
             part.replace(dest)
         except OSError as err:
             raise CliError(f"could not write {dest}: {err.strerror or err}", EXIT_FAILURE) from None
         finally:
-            part.unlink(missing_ok=True)
+            part.unlink(missing_ok=True)  # ours: made above
     err_console.print(f"wrote {path} of job {job_id} to {dest} ({_size(n)})", markup=False)
 
 
