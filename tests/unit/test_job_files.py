@@ -340,3 +340,54 @@ def test_the_cli_writes_only_its_own_part_file(tmp_path: Path, monkeypatch: pyte
     r = CliRunner().invoke(cli, ["job", "download", "j-0123456789", "work/model.pt", "--to", str(shared)])
     assert r.exit_code == 0, r.output
     assert (shared / "model.pt").read_bytes() == b"the job's bytes" and not (shared / "model.pt.part").exists()
+
+
+def test_a_download_that_came_short_is_an_error_not_a_file(tmp_path: Path) -> None:
+    """The server sends a file up to the size it had when asked (X-File-Size) and, when the
+    job shrinks it meanwhile (rewrites its checkpoint), ends early with no error to tell: the
+    client wrote the short file and `sluice job download` said it had. Now a short download is
+    a SluiceError naming what came, and the CLI keeps no file."""
+    import io
+
+    import httpx
+
+    from sluice.client import Client, SluiceError
+
+    def short(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"X-File-Size": "10"}, content=b"12345")
+
+    def whole(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"X-File-Size": "5"}, content=b"12345")
+
+    out = io.BytesIO()
+    with (
+        Client("http://sluice.invalid", "t", transport=httpx.MockTransport(short)) as c,
+        pytest.raises(SluiceError) as err,
+    ):
+        c.download("j-0123456789", "work/model.pt", out)
+    assert "5 of 10 bytes" in str(err.value)
+    with Client("http://sluice.invalid", "t", transport=httpx.MockTransport(whole)) as c:
+        assert c.download("j-0123456789", "work/model.pt", io.BytesIO()) == 5
+
+    import contextlib
+    from collections.abc import Iterator
+
+    from typer.testing import CliRunner
+
+    from sluice.cli import job as job_cli
+    from sluice.cli.main import app as cli
+
+    @contextlib.contextmanager
+    def connect(admin: bool = False) -> Iterator[Client]:
+        with Client("http://sluice.invalid", "t", transport=httpx.MockTransport(short)) as c:
+            yield c
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(job_cli, "connect", connect)
+    try:
+        dest = tmp_path / "model.pt"
+        r = CliRunner().invoke(cli, ["job", "download", "j-0123456789", "work/model.pt", "--to", str(dest)])
+    finally:
+        mp.undo()
+    assert r.exit_code == 1 and "came short" in r.output, r.output
+    assert not dest.exists() and not (tmp_path / "model.pt.part").exists()

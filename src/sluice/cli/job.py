@@ -559,7 +559,8 @@ def download(
     replica: ReplicaOpt = None,
 ) -> None:
     """Fetch one of a job's files (what `sluice job files` lists: a model it saved in work/, a
-    checkpoint). A file the job is still writing comes as it was when asked."""
+    checkpoint). A file the job is still writing comes up to the size it had when asked; one it
+    shrinks meanwhile is an error, and no file is kept."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     if not name:
         bad_input("PATH", "name a file, e.g. work/model.pt")

@@ -346,7 +346,9 @@ class Client:
 
     def download(self, job_id: str, path: str, out: BinaryIO, *, replica: int | None = None) -> int:
         """Write one of the job's files (e.g. `work/model.pt`) to `out`, as it arrives; the
-        bytes written. A file the job is still writing comes as it was when asked."""
+        bytes written. A file the job is still writing comes up to the size it had when asked;
+        one the job shrank meanwhile (the server ends early) is a SluiceError, whatever part of
+        it was written to `out`."""
         params: dict[str, Any] = {"path": path} | ({} if replica is None else {"replica": replica})
         url = f"/v1/jobs/{_seg(job_id, _JOB)}/files/content"
         written = 0
@@ -358,6 +360,12 @@ class Client:
                 for chunk in resp.iter_bytes():
                     out.write(chunk)
                     written += len(chunk)
+                size = resp.headers.get("X-File-Size", "")
+                if size.isdigit() and written < int(size):
+                    raise SluiceError(
+                        f"job {job_id}'s file {path!r} came short: {written} of {size} bytes (the job shrank or "
+                        "rewrote it while it was sent); ask again once it is written"
+                    )
         except httpx.TransportError as err:
             raise self._unreachable(err) from None
         return written
