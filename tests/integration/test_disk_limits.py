@@ -44,8 +44,7 @@ def _plane(home: Path, **kw: object) -> ControlPlane:
         restart_backoff_s=0.2,
         stop_grace_s=5,
         policy="kube",
-        disk_check_s=0.3,
-        **kw,  # type: ignore[arg-type]
+        **{"disk_check_s": 0.3, **kw},  # type: ignore[arg-type]
     )
     p = ControlPlane.from_settings(settings)
     p.bootstrap_tenants()
@@ -317,5 +316,62 @@ def test_a_gangs_disk_counts_the_folder_its_replicas_share_once(tmp_path: Path) 
             if not f.is_symlink()
         ) / (1 << 20)
         assert 8.0 <= measured() <= on_disk + 1.0, (measured(), on_disk)
+    finally:
+        _close(p)
+
+
+def test_a_job_that_ends_before_any_disk_check_is_measured_as_it_ends(tmp_path: Path) -> None:
+    """What a job leaves in its run folder counts against its tenant's max_disk_mb though it ended
+    before the disk watch's first check (red team s29): it read as never measured, so a tenant's
+    short jobs could fill the disk under any cap."""
+    p = _plane(tmp_path / "home", disk_check_s=600)
+    try:
+        caller = p.store.get_tenant("default")
+        assert caller is not None
+        quick = p.submit(caller, _writer("quick", 8, then=0.0))  # type: ignore[arg-type]
+        assert wait_for(lambda: _ended(p, quick).phase.terminal, 60), _ended(p, quick).reason
+        done = _ended(p, quick)
+        assert done.phase == Phase.SUCCEEDED, done.reason
+        assert done.disk_mb is not None and 8.0 <= done.disk_mb < 9.0, done.disk_mb
+    finally:
+        _close(p)
+
+
+def test_a_slow_last_walk_holds_up_no_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk as a job ends runs in a thread of its own: a folder of a million files takes
+    seconds to walk, and the local engine polls its nodes in the plane's round, which waited
+    for it (red team s29). The job's exit, with what the walk found, is told when it is done."""
+    import threading
+    import time
+
+    import sluice.agent.node_agent as node_agent
+
+    real, walking = node_agent.folder_size, threading.Event()
+
+    def slow(*args: object, **kw: object) -> object:
+        walking.set()
+        time.sleep(3.0)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(node_agent, "folder_size", slow)
+    p = _plane(tmp_path / "home", disk_check_s=600)
+    try:
+        caller = p.store.get_tenant("default")
+        assert caller is not None
+        quick = p.submit(caller, _writer("quick", 2, then=0.0))  # type: ignore[arg-type]
+        assert walking.wait(30)
+        started = time.monotonic()
+        waits = []
+        while time.monotonic() - started < 2.0:
+            t = time.monotonic()
+            with p.controller.lock:
+                pass
+            waits.append(time.monotonic() - t)
+            time.sleep(0.05)
+        assert max(waits) < 1.0, max(waits)
+        assert not _ended(p, quick).phase.terminal  # told once the walk is done
+        assert wait_for(lambda: _ended(p, quick).phase.terminal, 30)
+        done = _ended(p, quick)
+        assert done.phase == Phase.SUCCEEDED and done.disk_mb is not None and done.disk_mb >= 2.0, done
     finally:
         _close(p)

@@ -83,7 +83,8 @@ class JobOut(BaseModel):
     )
     disk_mb: float | None = Field(
         None,
-        description="MiB its run folders held at the newest disk check (every disk_check_s while it runs), "
+        description="MiB its run folders held at the newest disk check (every disk_check_s while it runs, "
+        "and as each attempt ends), "
         "what resources.disk_mb is held against; a gang's: every replica's summed, while resources.disk_mb "
         "bounds each replica's on its own. An ended job keeps its last "
         "(what it left on disk until deleted). null: never measured.",

@@ -108,8 +108,9 @@ class JobRecord:
     starts at 0 with each attempt): the next reading adds only what is past it."""
     disk_mb: float | None = None
     """MiB its run folders held at the newest disk check of its newest attempt (every
-    `disk_check_s` while it runs; a gang's: every replica's), what `resources.disk_mb` is held
-    against; None before the first check. An ended job keeps its last: what it left behind."""
+    `disk_check_s` while it runs, and once as each attempt ends; a gang's: every replica's), what
+    `resources.disk_mb` is held against; None before the first check. An ended job keeps its
+    last: what it left behind."""
 
     @property
     def name(self) -> str:
