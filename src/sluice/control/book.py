@@ -89,9 +89,10 @@ class JobBook:
         self.save_progress_every_s = save_progress_every_s
         self.record_waits = record_waits
         self._live: dict[str, JobRecord] = {}
-        self.ended = 0
-        """Jobs this book has seen end: a reader of what ended jobs sum to (a tenant's disk use)
-        knows from it that its sum moved."""
+        self.ended_disk_mb: dict[str, float] = {}
+        """Per tenant, the MiB (`disk_mb`) of the jobs this book has ended, summed: a reader of
+        what ended jobs hold (a tenant's disk use, `Controller._ended_disk_mb`) adds what ended
+        since it read the store, instead of reading it again."""
         self._observed: set[str] = set()
         self._last_saved: dict[str, float] = {}
 
@@ -233,7 +234,6 @@ class JobBook:
         if dst.terminal:
             changes.setdefault("finished_at", now)
             changes["stop_intent"] = None
-            self.ended += 1
         if dst == Phase.STARTING and src != Phase.STARTING:
             changes.setdefault("run_until", now)  # a new attempt's run time counts from here
             changes.setdefault("attempt_cpu_s", 0.0)  # and its node's CPU counter from 0
@@ -245,6 +245,8 @@ class JobBook:
             )
         drafts.extend(NewEvent(now, kind, msg, job_id=job_id, data=data or {}) for kind, msg, data in events)
         self._write(new, drafts, "transition")
+        if dst.terminal and new.disk_mb:
+            self.ended_disk_mb[new.tenant] = self.ended_disk_mb.get(new.tenant, 0.0) + new.disk_mb
         return new
 
     def update(
