@@ -273,3 +273,31 @@ def test_resume_copies_at_once_are_bounded_and_one_more_is_a_429(
         assert len(plane.store.list_jobs()) == 2 + 4
     finally:
         plane.store.close()
+
+
+def test_a_resume_copy_counts_against_max_disk_mb_and_one_at_the_cap_is_refused(tmp_path: Path) -> None:
+    """A `--resume-from` submit writes the copy into the new job's folder before the job runs:
+    it counts against its tenant's max_disk_mb from then (as the job's disk_mb, kept if it is
+    cancelled unrun), and at or past the cap the submit is a 409 before a byte is copied (red
+    team s29: a held tenant could copy 64 GiB a submit, none of it counted, without end)."""
+    from sluice.spec.queue import TenantPatch
+
+    settings = Settings(home=tmp_path / "home")
+    with resuming(settings) as rs:
+        admin = next(t for t in rs.plane.store.list_tenants() if t.admin)
+        rs.plane.update_tenant(admin, "alice", TenantPatch(max_disk_mb=5))
+        (rs.folder / "ckpt-10.pt").write_bytes(os.urandom(3 << 20))
+        os.chown(rs.folder / "ckpt-10.pt", rs.user.uid, rs.user.gid)
+        first = rs.resume()
+        assert first.status_code == 201, first.text
+        assert 3.0 <= first.json()["disk_mb"] < 3.1
+        second = rs.resume()  # 3 MiB held, under 5: copied
+        assert second.status_code == 201, second.text
+        assert rs.http.post(f"/v1/jobs/{second.json()['id']}/cancel", headers=rs.auth).status_code == 200
+        third = rs.resume()  # 6 MiB held, the cancelled copy's included
+        assert third.status_code == 409, third.text
+        assert "max_disk_mb of 5 MiB" in third.text and "sluice job delete" in third.text
+        assert len(list((settings.home / "runs").glob("*/checkpoints/ckpt-10.pt"))) == 3  # the old and 2 copies
+        # deleting the cancelled copy makes room for one more
+        assert rs.http.delete(f"/v1/jobs/{second.json()['id']}", headers=rs.auth).status_code == 200
+        assert rs.resume().status_code == 201

@@ -210,8 +210,8 @@ class Controller:
         self._round_queues: dict[str, QueueConfig] | None = None
         """The queues as this round read them (`_queues_this_round`); None until it does."""
         self._ended_disk: tuple[float, dict[str, float], dict[str, float]] = (-math.inf, {}, {})
-        """(monotonic time read, `book.ended_disk_mb` then, tenant -> MiB its ended jobs' run
-        folders held as read): `_ended_disk_mb`."""
+        """(monotonic time first read, per tenant `book.ended_disk_mb` when read, per tenant MiB
+        its ended jobs' run folders held as read): `_ended_disk_mb`."""
         self._refresh_nodes()
 
     # ----------------------------------------------------------------- reads
@@ -1043,12 +1043,22 @@ class Controller:
         sums every ended job of every waiting tenant (red team s29)."""
         now = time.monotonic()
         at, base, known = self._ended_disk
-        if now - at > DISK_USE_TTL_S or not tenants <= set(known):
-            read = self.store.ended_disk_mb(tenants)
-            known, base = {t: read.get(t, 0.0) for t in tenants}, dict(self.book.ended_disk_mb)
-            self._ended_disk = (now, base, known)
+        if now - at > DISK_USE_TTL_S:
+            at, base, known = now, {}, {}
+        missing = tenants - set(known)
+        if missing:  # those read now join the others, each with what the book had ended then
+            read = self.store.ended_disk_mb(missing)
+            known = {**known, **{t: read.get(t, 0.0) for t in missing}}
+            base = {**base, **{t: self.book.ended_disk_mb.get(t, 0.0) for t in missing}}
+            self._ended_disk = (at, base, known)
         since = self.book.ended_disk_mb
-        return {t: known[t] + since.get(t, 0.0) - base.get(t, 0.0) for t in tenants}
+        return {t: known[t] + since.get(t, 0.0) - base[t] for t in tenants}
+
+    def tenant_disk_mb(self, tenant: str) -> float:
+        """What `tenant`'s jobs' run folders hold as its `max_disk_mb` counts it: its live jobs'
+        newest disk checks plus its ended jobs' last. The caller holds the lock."""
+        live = sum(j.disk_mb or 0.0 for j in self.book.live() if j.tenant == tenant)
+        return live + self._ended_disk_mb({tenant})[tenant]
 
     def forget_disk_use(self) -> None:
         """Ended jobs' disk use changed (a job deleted): read it again next round."""

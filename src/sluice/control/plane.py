@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice.agent.disk_watch import MIB, folder_size
 from sluice.agent.faults import FaultReport
 from sluice.agent.isolation import PLANE_DIR_MODE, PRIVATE_DIR_MODE, Isolation, detect_isolation
 from sluice.control.auth import hash_token, new_token
@@ -677,6 +678,8 @@ class ControlPlane:
         SDK's `load()`) finds them."""
         with self.controller.lock:
             source = self.controller.book.get(source_id)
+        if source is not None and source.tenant == tenant:
+            self._check_disk_room(tenant)
         if source is None or source.tenant != tenant:
             # A 422 naming the field, as a spec's other references (queue, priority_class) are;
             # the same words whether the job does not exist or is another tenant's.
@@ -713,11 +716,30 @@ class ControlPlane:
                 f"resume_from: job {source_id} left no checkpoint to resume from; submit without "
                 "resume_from to start from step 0"
             )
+        # the copy is in the new job's folder before it runs: its disk, against max_disk_mb
+        copied = None if "://" in dst_dir else folder_size([Path(dst_dir)]).bytes / MIB
         with self.controller.lock:
             job = self._create_job(tenant, spec, job_id=job_id, cap=cap)
             path, step = newest
             self.controller.book.note(job.id, "resume", f"starts from job {source_id}'s checkpoint at step {step}")
-            return self.controller.book.observe(job.id, checkpoint=path, checkpoint_step=step) or job
+            return self.controller.book.observe(job.id, checkpoint=path, checkpoint_step=step, disk_mb=copied) or job
+
+    def _check_disk_room(self, tenant: str) -> None:
+        """A 409 before a `--resume-from` copy of a tenant whose jobs' folders hold its
+        `max_disk_mb` or more: the plane writes the copy as soon as asked, where the hold of
+        pending jobs (`Controller._hold_for_tenant_disk`) comes too late (red team s29)."""
+        rec = self.store.get_tenant(tenant)
+        cap = None if rec is None else rec.max_disk_mb
+        if not cap:
+            return
+        with self.controller.lock:
+            used = self.controller.tenant_disk_mb(tenant)
+        if used >= cap:
+            raise Conflict(
+                f"resume_from: tenant {tenant}'s jobs hold {used:,.0f} MiB, its max_disk_mb of {cap} MiB or more, "
+                "and a copy of a checkpoint would add to it (ended jobs' run folders count until deleted: "
+                "sluice job delete)"
+            )
 
     def _check_capacity(self, spec: JobSpec) -> None:
         """Refuse (422, naming the field and the largest node) a job no node can ever hold.
