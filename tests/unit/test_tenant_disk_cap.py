@@ -114,3 +114,33 @@ def test_a_held_tenants_ended_disk_is_not_read_again_each_time_a_job_ends(live: 
     live.plane.step()
     assert live.job(waiting).phase in ADMITTED
     assert reads == [{"alice"}]
+
+
+def test_a_capped_tenants_queued_jobs_go_back_to_wait_once_it_reaches_its_cap(live: Live) -> None:
+    """Admission lets every pending job of a tenant under its cap through at once, and a job
+    admitted but not yet placed (Queued, waiting for a node) started whenever a node freed up,
+    however far past its cap the tenant's jobs had gone meanwhile (red team s29: five jobs
+    admitted at 0 MiB of a 10 MiB cap all ran, the three that waited for a node too). Now
+    such a job is sent back to wait like a pending one; running jobs run on."""
+    assert live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": 10}).status_code == 200
+    jobs = [live.submit("alice", cpu=2).json()["id"] for _ in range(5)]  # 2 fit the two 2-CPU nodes
+    live.plane.step()
+    assert [live.job(j).phase for j in jobs].count(Phase.QUEUED) == 3
+    placed = [j for j in jobs if live.job(j).phase == Phase.STARTING]
+    for j in placed:
+        live.start(j)
+    first = placed[0]
+    live.engine.pending.append(JobUsage(first, live.job(first).attempt, live.engine.now, 0.5, cpu_s=1.0, disk_mb=20.0))
+    live.plane.step()
+    waiting = [j for j in jobs if j not in placed]
+    for j in waiting:
+        assert live.job(j).phase == Phase.PENDING, live.job(j)
+        assert live.job(j).reason.startswith("waiting for disk: tenant alice's jobs hold its max_disk_mb of 10 MiB")
+    assert all(live.job(j).phase == Phase.RUNNING for j in placed)  # running jobs run on
+    live.engine.pending.append(JobExited(placed[1], live.job(placed[1]).attempt, live.engine.now, 0, retryable=False))
+    live.plane.step()  # a node frees up: none of alice's waiting jobs takes it
+    assert all(live.job(j).phase == Phase.PENDING for j in waiting)
+    crashed = placed[0]  # one that ran restarts into its folder, counted already
+    live.engine.pending.append(JobExited(crashed, live.job(crashed).attempt, live.engine.now, 1, retryable=True))
+    live.plane.step()
+    assert live.job(crashed).phase in ADMITTED, live.job(crashed).reason

@@ -879,6 +879,8 @@ class Controller:
         self._stalls = {}
         live = self.book.live()
         if not any(j.phase == Phase.PENDING for j in live) and not _priorities_differ(live):
+            if any(j.phase == Phase.QUEUED and j.attempt == 0 for j in live):  # back to wait past a disk cap
+                self._hold_for_tenant_disk(live, set(), self.store.list_tenants())
             return
         held = self._hold_for_predecessors(live)
         held |= self._hold_to_array_parallel(live, held)
@@ -1016,7 +1018,17 @@ class Controller:
         jobs' sums are read at most every DISK_USE_TTL_S (and after `forget_disk_use`)."""
         live = list(live)
         caps = {t.name: t.max_disk_mb for t in tenants if t.max_disk_mb}
-        waiting = [j for j in live if j.phase == Phase.PENDING and j.id not in held and j.tenant in caps]
+        # Queued and never placed: admission lets a tenant's pending jobs through all at once
+        # while under its cap, and those waiting for a node then started however far past it the
+        # tenant had gone (red team s29). One that ran (requeued after a crash, a lost node or a
+        # preemption) has its folder counted already and restarts into it, as running jobs run on.
+        waiting = [
+            j
+            for j in live
+            if (j.phase == Phase.PENDING or (j.phase == Phase.QUEUED and j.attempt == 0))
+            and j.id not in held
+            and j.tenant in caps
+        ]
         if not waiting:
             return set()
         used = dict(self._ended_disk_mb({j.tenant for j in waiting}))
@@ -1028,11 +1040,15 @@ class Controller:
             cap = caps[job.tenant]
             if used.get(job.tenant, 0.0) >= cap:
                 out.add(job.id)
-                self.book.wait(
-                    job.id,
+                reason = (
                     f"waiting for disk: tenant {job.tenant}'s jobs hold its max_disk_mb of {cap} MiB or more "
-                    "(ended jobs' run folders count until deleted: sluice job delete)",
+                    "(ended jobs' run folders count until deleted: sluice job delete)"
                 )
+                if job.phase == Phase.QUEUED:
+                    self.book.transition(job.id, Phase.PENDING, reason)  # a restart keeps its backoff
+                    self._count("Evict", "disk")
+                else:
+                    self.book.wait(job.id, reason)
         return out
 
     def _ended_disk_mb(self, tenants: set[str]) -> dict[str, float]:
