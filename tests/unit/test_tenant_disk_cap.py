@@ -144,3 +144,29 @@ def test_a_capped_tenants_queued_jobs_go_back_to_wait_once_it_reaches_its_cap(li
     live.engine.pending.append(JobExited(crashed, live.job(crashed).attempt, live.engine.now, 1, retryable=True))
     live.plane.step()
     assert live.job(crashed).phase in ADMITTED, live.job(crashed).reason
+
+
+def test_a_suspended_jobs_folder_counts_and_a_null_patch_keeps_the_cap(live: Live) -> None:
+    """Held (red team s29): a suspended job's folder counts as a live one's; a pending job
+    cancelled before it ran counts nothing; PATCH with max_disk_mb null changes nothing (0
+    removes the cap); bob, uncapped, is never held for alice's disk."""
+    assert live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": 10}).status_code == 200
+    assert live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": None}).json()["max_disk_mb"] == 10
+    job = live.submit("alice", cpu=0.5).json()["id"]
+    live.plane.step()
+    live.start(job)
+    attempt = live.job(job).attempt
+    live.engine.pending.append(JobUsage(job, attempt, live.engine.now, 0.5, cpu_s=1.0, disk_mb=20.0))
+    live.plane.step()
+    assert live.call("POST", f"/v1/jobs/{job}/suspend", "alice").status_code == 200
+    live.engine.pending.append(JobExited(job, attempt, live.engine.now, 0, retryable=True))
+    live.plane.step()
+    assert live.job(job).phase == Phase.SUSPENDED
+    never = live.submit("alice", cpu=0.5).json()["id"]
+    bobs = live.submit("bob", cpu=0.5).json()["id"]
+    live.plane.step()
+    assert live.job(never).reason.startswith("waiting for disk") and live.job(bobs).phase in ADMITTED
+    assert live.call("POST", f"/v1/jobs/{never}/cancel", "alice").status_code == 200
+    assert live.call("POST", f"/v1/jobs/{job}/cancel", "alice").status_code == 200
+    live.plane.step()
+    assert live.plane.controller.tenant_disk_mb("alice") == 20.0  # the suspended job's, now ended
