@@ -110,3 +110,14 @@ def test_a_tenant_fetches_its_jobs_model_and_checkpoint_and_nothing_beyond(
         assert r.exit_code == 2 and "exists" in r.output
         r = runner.invoke(cli, ["job", "download", job.id, "work/token", "--to", str(tmp_path / "t")])
         assert r.exit_code == 1 and not (tmp_path / "t").exists() and not (tmp_path / "t.part").exists()
+
+    # a deleted tenant's files are not served, and reading them gives it no new uid
+    p.delete_tenant(admin, "alice")
+    with TestClient(create_app(p)) as http:
+        r = http.get(f"/v1/jobs/{job.id}/files", headers={"Authorization": f"Bearer {p.tokens['admin']}"})  # type: ignore[attr-defined]
+        assert r.status_code == 404 and "was deleted" in r.json()["detail"], r.text
+    with p.store._engine.begin() as conn:  # type: ignore[attr-defined]
+        live_uids = conn.exec_driver_sql(
+            "SELECT uid FROM tenant_uids WHERE tenant = 'alice' AND released_at IS NULL"
+        ).all()
+    assert live_uids == []

@@ -1125,6 +1125,10 @@ class ControlPlane:
         folder = self.engine.run_folder(job_id, rank)
         if folder is None:
             raise NotFound(f"job {job_id} has no files yet: it has not started")
+        if self.isolation.enabled and self.store.get_tenant(job.tenant) is None:
+            # Its uid was released with it: asking for it would give the deleted tenant a new one
+            # (a uid spent), under which none of its files would be its own anyway (red team s29).
+            raise NotFound(f"job {job_id}: its tenant {job.tenant!r} was deleted, and its files are not served")
         owner = self.job_user(job.tenant) if self.isolation.enabled else None
         elsewhere: dict[str, Path] = {}
         ckpt = Path(self.controller.checkpoint_dir(job))
