@@ -121,8 +121,9 @@ WORK_DIR = runfolder.WORK_DIR
 CREATE_TIME_TOLERANCE_S = 1.0
 """psutil's create time has clock-tick resolution; a recycled pid starts much later."""
 FINAL_WALK_WAIT_S = 0.5
-"""How long a poll waits for the walk of an attempt that just ended (most take milliseconds);
-a longer one goes on in its thread and the attempt's exit is told at a later poll."""
+"""How long a poll waits for the walks of attempts that just ended, all of them together (most
+take milliseconds); a longer one goes on in its thread and the attempt's exit is told at a
+later poll."""
 
 
 @dataclass
@@ -363,6 +364,9 @@ class NodeAgent:
             self.disk.start()
         self._walker: ThreadPoolExecutor | None = None
         """Walks the folders of attempts that ended (`_final_walk_done`); made at the first."""
+        self._walks_wait_until = 0.0
+        """Monotonic time until which this poll waits for those walks (FINAL_WALK_WAIT_S a poll,
+        however many attempts ended in it: ten large folders ending at once held one poll 5 s)."""
 
     # ------------------------------------------------------------------ facts
     def info(self) -> NodeInfo:
@@ -845,6 +849,7 @@ class NodeAgent:
     def poll(self) -> list[Event]:
         with self._lock:
             now = self.clock()
+            self._walks_wait_until = time.monotonic() + FINAL_WALK_WAIT_S
             self._stop_for_disk(now)
             events, self._pending = self._pending, []
             for key, att in list(self._watched.items()):
@@ -935,8 +940,8 @@ class NodeAgent:
             if self._walker is None:
                 self._walker = ThreadPoolExecutor(1, thread_name_prefix=f"sluice-last-walk-{self.name}")
             att.final_walk = self._walker.submit(lambda: folder_size(w.folders, pids=job_pids(w.procs_files, w.pid)))
-            with contextlib.suppress(TimeoutError):
-                att.final_walk.result(timeout=FINAL_WALK_WAIT_S)
+            with contextlib.suppress(TimeoutError):  # the poll's budget for all of them, not each's
+                att.final_walk.result(timeout=max(0.0, self._walks_wait_until - time.monotonic()))
         return att.final_walk.done()
 
     def _finish(self, att: _Attempt, now: float) -> JobExited:
