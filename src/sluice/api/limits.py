@@ -10,8 +10,10 @@ costs nothing and keeps the app's own parsing simple.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -100,3 +102,28 @@ class WritesHalted:
         headers: list[Any] = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+
+
+def tenant_slot(request: Request, kind: str, tenant: str, most: int) -> Callable[[], None] | None:
+    """One of the tenant's `most` slots of `kind` (log streams, downloads, listings: responses
+    that hold a file or a worker thread while the client reads), as the function that gives it
+    back (once, however often called), or None when all are in use. Counted on the event loop's
+    thread (the routes that take one are async), so no lock is needed."""
+    held: dict[str, int] | None = getattr(request.app.state, kind, None)
+    if held is None:
+        held = {}
+        setattr(request.app.state, kind, held)
+    if held.get(tenant, 0) >= most:
+        return None
+    held[tenant] = held.get(tenant, 0) + 1
+    done = False
+
+    def release() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            held[tenant] -= 1
+            if held[tenant] <= 0:
+                del held[tenant]
+
+    return release

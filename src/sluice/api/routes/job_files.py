@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.errors import error_body
+from sluice.api.limits import tenant_slot
 from sluice.api.schemas import ErrorOut, FileEntryOut, JobFilesOut
 from sluice.control import job_files
 from sluice.control.errors import NotFound
@@ -111,26 +112,8 @@ async def _in_thread(reader: job_files.FileReader) -> AsyncIterator[bytes]:
 def _slot(
     request: Request, tenant: str, kind: str = "downloads", most: int = MAX_DOWNLOADS_PER_TENANT
 ) -> Callable[[], None] | None:
-    """One of the tenant's `most` slots of `kind` (downloads, listings), or None when all are in
-    use. Counted on the event loop's thread (the routes are async), so no lock is needed."""
-    held: dict[str, int] | None = getattr(request.app.state, kind, None)
-    if held is None:
-        held = {}
-        setattr(request.app.state, kind, held)
-    if held.get(tenant, 0) >= most:
-        return None
-    held[tenant] = held.get(tenant, 0) + 1
-    done = False
-
-    def release() -> None:
-        nonlocal done
-        if not done:
-            done = True
-            held[tenant] -= 1
-            if held[tenant] <= 0:
-                del held[tenant]
-
-    return release
+    """One of the tenant's `most` slots of `kind` (downloads, listings), or None (`tenant_slot`)."""
+    return tenant_slot(request, kind, tenant, most)
 
 
 def _too_many(what: str) -> JSONResponse:

@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from sluice.api import job_logs, pagination
 from sluice.api.auth import CallerDep, PlaneDep
 from sluice.api.errors import error_body
+from sluice.api.limits import tenant_slot
 from sluice.api.pagination import DEFAULT_LIMIT, CursorQ, LimitQ, Page, decode_cursor, page_of
 from sluice.api.schemas import CancelIn, ErrorOut, EventOut, InvalidOut, JobOut, JobsDeletedOut, jsonable
 from sluice.control.errors import NotFound
@@ -407,25 +408,8 @@ def _held_share(ranks: int) -> int:
 
 
 def _log_slot(request: Request, tenant: str) -> Callable[[], None] | None:
-    """Take one of the tenant's MAX_LOG_STREAMS_PER_TENANT log slots; None when all are in use.
-    Counted on the event loop's thread (this route is async), so no lock is needed."""
-    open_streams: dict[str, int] | None = getattr(request.app.state, "log_streams", None)
-    if open_streams is None:
-        open_streams = request.app.state.log_streams = {}
-    if open_streams.get(tenant, 0) >= MAX_LOG_STREAMS_PER_TENANT:
-        return None
-    open_streams[tenant] = open_streams.get(tenant, 0) + 1
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            open_streams[tenant] -= 1
-            if open_streams[tenant] <= 0:
-                del open_streams[tenant]
-
-    return release
+    """One of the tenant's MAX_LOG_STREAMS_PER_TENANT log slots, or None (`tenant_slot`)."""
+    return tenant_slot(request, "log_streams", tenant, MAX_LOG_STREAMS_PER_TENANT)
 
 
 def _too_many() -> JSONResponse:
