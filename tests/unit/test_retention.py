@@ -137,6 +137,19 @@ def test_a_pass_forgets_jobs_past_their_time_with_their_events_folders_and_old_n
     assert (again.jobs, again.events) == (0, 0) and len(store.events(kinds=["retention"])) == 1
 
 
+def test_a_pass_that_forgot_jobs_says_so_to_whoever_sums_their_disk() -> None:
+    """A tenant's disk cap sums its ended jobs' folders; once retention forgot some, that sum is
+    read again at once, not up to 30 s later (red team s29)."""
+    store = MemoryStore()
+    store.create_job(job("old", finished=1.0))
+    told: list[int] = []
+    retention, _ = _retention(store, forgot=lambda: told.append(1))  # type: ignore[arg-type]
+    retention.run(10 * DAY_S)
+    assert told == [1]
+    retention.run(10 * DAY_S)  # nothing forgotten: nothing said
+    assert told == [1]
+
+
 def _kept_then_late(late: int) -> tuple[MemoryStore, list[str], JobRecord]:
     """Four ended jobs a pending job waits for (kept), finished first; then `late` free ones."""
     store = MemoryStore()
@@ -172,9 +185,10 @@ def test_zero_days_keeps_everything_and_a_negative_keep_is_refused(tmp_path: Pat
         Retention(MemoryStore(), 0, live=list, get=lambda _: None, lock=threading.Lock())
     with pytest.raises(ValueError, match="negative"):
         Retention(MemoryStore(), DAY_S, live=list, get=lambda _: None, lock=threading.Lock(), usage_keep_s=-1)
-    for name in ("job_retention_days", "usage_retention_days"):
-        with pytest.raises(ValueError, match=name):
-            Settings(home=tmp_path / "h2", **{name: -1})
+    with pytest.raises(ValueError, match="job_retention_days"):
+        Settings(home=tmp_path / "h2", job_retention_days=-1)
+    with pytest.raises(ValueError, match="usage_retention_days"):
+        Settings(home=tmp_path / "h2", usage_retention_days=-1)
 
 
 def test_held_time_goes_after_its_own_window_and_jobs_kept_for_ever_stay() -> None:

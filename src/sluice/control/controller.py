@@ -1042,7 +1042,7 @@ class Controller:
                 out.add(job.id)
                 reason = (
                     f"waiting for disk: tenant {job.tenant}'s jobs hold its max_disk_mb of {cap} MiB or more "
-                    "(ended jobs' run folders count until deleted: sluice job delete)"
+                    "(every job's run folder counts, its own and ended jobs' until deleted: sluice job delete)"
                 )
                 if job.phase == Phase.QUEUED:
                     self.book.transition(job.id, Phase.PENDING, reason)  # a restart keeps its backoff

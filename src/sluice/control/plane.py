@@ -300,6 +300,7 @@ class ControlPlane:
             get=book.get,
             lock=self.controller.lock,
             remove_folders=self.engine.remove_run_folders if isinstance(self.engine, RunFolders) else None,
+            forgot=self.controller.forget_disk_use,  # tenants' disk caps: their ended jobs' sums moved
             # A plane that lost its database acts on nothing; one stopping closes its store.
             halted=lambda: self.lost_database is not None or self._stop.is_set(),
         )
@@ -737,8 +738,8 @@ class ControlPlane:
         if used >= cap:
             raise Conflict(
                 f"resume_from: tenant {tenant}'s jobs hold {used:,.0f} MiB, its max_disk_mb of {cap} MiB or more, "
-                "and a copy of a checkpoint would add to it (ended jobs' run folders count until deleted: "
-                "sluice job delete)"
+                "and a copy of a checkpoint would add to it (every job's run folder counts, ended jobs' until "
+                "deleted: sluice job delete)"
             )
 
     def _check_capacity(self, spec: JobSpec) -> None:

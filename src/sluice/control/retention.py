@@ -145,6 +145,7 @@ class Retention:
         get: Callable[[str], JobRecord | None],
         lock: threading.RLock | threading.Lock,
         remove_folders: Callable[[str], int] | None = None,
+        forgot: Callable[[], None] | None = None,
         halted: Callable[[], bool] = lambda: False,
         most_per_pass: int = MOST_PER_PASS,
         batch: int = BATCH,
@@ -159,6 +160,8 @@ class Retention:
         self._get = get
         self._lock = lock
         self._remove_folders = remove_folders
+        self._forgot = forgot
+        """Told (under the lock) after a batch of jobs was forgotten: what they held is gone."""
         self._halted = halted
         """True once the plane no longer acts on its jobs (another plane took its database):
         its book is stale then, and the jobs are the other plane's to forget."""
@@ -191,6 +194,8 @@ class Retention:
                 ids, k = forgettable(page, self._live(), cutoff, self._get, arrays)
                 kept += k
                 gone = self.store.delete_jobs(ids) if ids else 0
+                if gone and self._forgot is not None:
+                    self._forgot()
             jobs += gone
             if self._remove_folders is not None:
                 for job_id in ids:
