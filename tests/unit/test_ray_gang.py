@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from sluice.engine import ray_gang
 from sluice.engine.ray_gang import GangBook, parse_replica, replica_id
 from sluice.engine.ray_membership import NAME_LABEL, Membership, live_nodes
 from sluice.model import JobExited, JobProgress, JobStarted, NodeKPIs, NodeLost, NodeUp, OomKill
@@ -49,6 +52,26 @@ def test_first_failing_replica_takes_the_gang_down_and_the_job_exits_once() -> N
     out, stops = book.translate(JobExited(r2, 4, 3.0, -9), "c")
     assert [(e.job_id, e.exit_code, e.reason) for e in out if isinstance(e, JobExited)] == [("j", 3, "boom")]
     assert stops == []
+
+
+def test_closed_gangs_are_kept_to_a_bound_and_a_late_event_of_one_dropped_is_harmless(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One gang a job attempt, never dropped, grew without end on a plane running gangs for
+    months; the newest KEEP_CLOSED closed ones are kept, open ones always."""
+    monkeypatch.setattr(ray_gang, "KEEP_CLOSED", 3)
+    book = GangBook()
+    running = book.open("live", 1, ["a", "b"])
+    for attempt in range(1, 8):
+        (r0, _), (r1, _) = book.open("j", attempt, ["a", "b"])
+        book.translate(JobExited(r0, attempt, 1.0, 0), "a")
+        [done], _ = book.translate(JobExited(r1, attempt, 1.0, 0), "b")
+        assert isinstance(done, JobExited) and done.attempt == attempt
+    assert sorted(k for k in book._gangs) == [("j", 5), ("j", 6), ("j", 7), ("live", 1)]
+    assert [g.job_id for g in book.active()] == ["live"] and book.replicas("live", 1) == running
+    # a replica's late exit of a gang dropped long ago tells the controller nothing new
+    late, _ = book.translate(JobExited(replica_id("j", 0, 2), 1, 9.0, 0), "a")
+    assert late == []
 
 
 def test_an_oom_killed_replica_makes_the_gang_exit_as_oom_killed() -> None:

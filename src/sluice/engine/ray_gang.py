@@ -74,11 +74,19 @@ class Gang:
         return [r for r in self.nodes if r not in self.exited]
 
 
+KEEP_CLOSED = 10_000
+"""Closed gangs kept (the newest): one a gang attempt, never dropped before, grew without end on
+a plane that runs gangs for months. A late event of one dropped reaches the controller as one of
+an attempt it no longer runs, which it ignores."""
+
+
 class GangBook:
     """Replica bookkeeping of every job attempt the engine launched or adopted."""
 
     def __init__(self) -> None:
         self._gangs: dict[tuple[str, int], Gang] = {}
+        self._closed: dict[tuple[str, int], None] = {}
+        """The closed gangs' keys, oldest closed first (`KEEP_CLOSED`)."""
         self.rank0: dict[str, tuple[str, str]] = {}
         """job id -> (replica id, node) of rank 0 of its newest attempt (for logs)."""
 
@@ -184,6 +192,11 @@ class GangBook:
         if gang.closed or not done:
             return [], stops
         gang.closed = True
+        self._closed[(gang.job_id, gang.attempt)] = None
+        while len(self._closed) > KEEP_CLOSED:  # in the engine's poll, as every change of the book
+            oldest = next(iter(self._closed))
+            del self._closed[oldest]
+            self._gangs.pop(oldest, None)
         failed = [c for c in gang.exited.values() if c != 0]
         exit_code = failed[0] if failed else 0
         why = reason if close_now else (gang.reason if failed and gang.world > 1 else reason)
