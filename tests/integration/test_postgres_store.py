@@ -115,6 +115,15 @@ def test_schema_survives_reconnect(pg_url: str) -> None:
         again.close()
 
 
+def _rewind(store: SqlStore, version: int, *statements: str) -> None:
+    """Make the database look as schema `version` left it: run `statements` (dropping what later
+    versions added) and set its recorded version."""
+    with store._engine.begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+        conn.exec_driver_sql("UPDATE meta SET value=%s WHERE key='schema_version'", (str(version),))
+
+
 def test_a_version_2_database_is_brought_forward(pg_url: str) -> None:
     """Version 3's step on PostgreSQL: tenants get `max_priority`; a tenant deleted before
     (its name on a job and a grant, no tenant row) has its name recorded and its grant dropped."""
@@ -127,10 +136,12 @@ def test_a_version_2_database_is_brought_forward(pg_url: str) -> None:
     store.create_job(_contract.make_job("old-1", tenant="carol"))
     store.grant_queue("research", "carol")
     store.grant_queue("research", "bob")
-    with store._engine.begin() as conn:  # as version 2 left it
-        conn.exec_driver_sql("DROP TABLE deleted_tenants")
-        conn.exec_driver_sql("ALTER TABLE tenants DROP COLUMN max_priority")
-        conn.exec_driver_sql("UPDATE meta SET value='2' WHERE key='schema_version'")
+    _rewind(  # as version 2 left it
+        store,
+        2,
+        "DROP TABLE deleted_tenants",
+        "ALTER TABLE tenants DROP COLUMN max_priority",
+    )
     store.close()
     again = SqlStore(pg_url)
     try:
@@ -156,13 +167,16 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(pg_url: str) -> None:
         conn.exec_driver_sql("TRUNCATE jobs, held_time")
     store.create_job(replace(_contract.make_job("old-6"), run_s=30.0))
     store.add_held_time([HeldTime("alice", 3600.0, False, 10.0, 5.0)])
-    with store._engine.begin() as conn:  # as version 5 left it
-        for column in ("run_until", "cpu_used_s", "attempt_cpu_s"):
-            conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column}")
-        conn.exec_driver_sql("ALTER TABLE held_time DROP COLUMN cpu_used_s")
-        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN disk_mb")  # and version 8's (7 added none here)
-        conn.exec_driver_sql("ALTER TABLE tenants DROP COLUMN max_disk_mb")
-        conn.exec_driver_sql("UPDATE meta SET value='5' WHERE key='schema_version'")
+    _rewind(  # as version 5 left it
+        store,
+        5,
+        "ALTER TABLE jobs DROP COLUMN run_until",
+        "ALTER TABLE jobs DROP COLUMN cpu_used_s",
+        "ALTER TABLE jobs DROP COLUMN attempt_cpu_s",
+        "ALTER TABLE held_time DROP COLUMN cpu_used_s",
+        "ALTER TABLE jobs DROP COLUMN disk_mb",  # and version 8's (7 added none here)
+        "ALTER TABLE tenants DROP COLUMN max_disk_mb",
+    )
     store.close()
     again = SqlStore(pg_url)
     try:
@@ -192,10 +206,12 @@ def test_a_version_7_database_gets_the_job_disk_column_and_the_tenant_disk_cap(p
     store.create_job(replace(_contract.make_job("old-7"), cpu_used_s=4.0))
     if store.get_tenant("old-7-tenant") is None:
         store.create_tenant(TenantRecord("old-7-tenant", hash_token("t7")))
-    with store._engine.begin() as conn:  # as version 7 left it
-        conn.exec_driver_sql("ALTER TABLE jobs DROP COLUMN disk_mb")
-        conn.exec_driver_sql("ALTER TABLE tenants DROP COLUMN max_disk_mb")
-        conn.exec_driver_sql("UPDATE meta SET value='7' WHERE key='schema_version'")
+    _rewind(  # as version 7 left it
+        store,
+        7,
+        "ALTER TABLE jobs DROP COLUMN disk_mb",
+        "ALTER TABLE tenants DROP COLUMN max_disk_mb",
+    )
     store.close()
     again = SqlStore(pg_url)
     try:

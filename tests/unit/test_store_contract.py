@@ -134,6 +134,18 @@ def check_held_time(store: Store) -> None:
     assert store.held_time() == [] and store.delete_held_time_before(h2 + 7200, 100) == 0
 
 
+def rewind(db: Path, version: int, *statements: str) -> None:
+    """Make the SQLite database at `db` look as schema `version` left it: run `statements`
+    (dropping what later versions added) and set its recorded version."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        for statement in statements:
+            con.execute(statement)
+        con.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
+    con.close()
+
+
 def check_deleted_tenant(store: Store) -> None:
     """A deleted tenant's name is never given out again (its jobs, datasets and uid keep the
     name, so a newcomer would inherit them), and its queue grants go with it."""
@@ -487,7 +499,6 @@ def test_a_version_2_database_gets_tenant_caps_and_its_deleted_tenants_names(tmp
     """Version 3 adds `max_priority` to tenants and records deleted tenants' names. A tenant
     deleted before it left its name on jobs, uids, grants and datasets with no tenant row:
     the step records those names (so they are never given out again) and drops their grants."""
-    import sqlite3
 
     db = tmp_path / "v2.db"
     url = f"sqlite:///{db}"
@@ -501,11 +512,12 @@ def test_a_version_2_database_gets_tenant_caps_and_its_deleted_tenants_names(tmp
     store.grant_queue("research", "bob")
     store.create_dataset(DatasetRecord("erin", "imgs", DatasetSpec(name="imgs", source="/data")))
     store.close()
-    with sqlite3.connect(db) as con:  # as version 2 left it
-        con.execute("DROP TABLE deleted_tenants")
-        con.execute("ALTER TABLE tenants DROP COLUMN max_priority")
-        con.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
-    con.close()
+    rewind(  # as version 2 left it
+        db,
+        2,
+        "DROP TABLE deleted_tenants",
+        "ALTER TABLE tenants DROP COLUMN max_priority",
+    )
 
     again = SqlStore(url)
     try:
@@ -527,7 +539,6 @@ def test_a_version_2_database_gets_tenant_caps_and_its_deleted_tenants_names(tmp
 def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(tmp_path: Path) -> None:
     """Version 4 adds `run_s` (seconds run, held against `max_runtime_s`) to jobs and
     `max_runtime_s` to queues: a job from before it starts at 0, a queue has no limit."""
-    import sqlite3
 
     db = tmp_path / "v3.db"
     url = f"sqlite:///{db}"
@@ -535,11 +546,12 @@ def test_a_version_3_database_gets_the_jobs_run_time_and_the_queues_time_limit(t
     store.create_job(make_job("j1"))
     store.save_queue(QueueRecord(QueueConfig("short"), 1.0))
     store.close()
-    with sqlite3.connect(db) as con:  # as version 3 left it
-        con.execute("ALTER TABLE jobs DROP COLUMN run_s")
-        con.execute("ALTER TABLE queues DROP COLUMN max_runtime_s")
-        con.execute("UPDATE meta SET value='3' WHERE key='schema_version'")
-    con.close()
+    rewind(  # as version 3 left it
+        db,
+        3,
+        "ALTER TABLE jobs DROP COLUMN run_s",
+        "ALTER TABLE queues DROP COLUMN max_runtime_s",
+    )
 
     again = SqlStore(url)
     try:
@@ -560,7 +572,6 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
     """Version 5 keeps held time by tenant and hour (`sluice usage --since`). What the jobs of an
     older database held is known only in total: it goes to the hour each job started (or was
     submitted, if it never started), so a report over all time is unchanged."""
-    import sqlite3
 
     db = tmp_path / "v4.db"
     url = f"sqlite:///{db}"
@@ -570,10 +581,11 @@ def test_a_version_4_database_gets_held_time_from_what_its_jobs_held(tmp_path: P
     store.create_job(replace(make_job("j2", "alice", 3700.0), attained_service=4.0, run_s=2.0))
     store.create_job(make_job("j3", "bob", 5.0))  # held nothing
     store.close()
-    with sqlite3.connect(db) as con:  # as version 4 left it
-        con.execute("DROP TABLE held_time")
-        con.execute("UPDATE meta SET value='4' WHERE key='schema_version'")
-    con.close()
+    rewind(  # as version 4 left it
+        db,
+        4,
+        "DROP TABLE held_time",
+    )
 
     again = SqlStore(url)
     try:
@@ -594,7 +606,6 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
     """Version 6 adds `run_until` (JobRecord.run_until) and the CPU-seconds used, by job and in
     held time: a job from before it has no `run_until`, so a plane restarting under it charges
     nothing for the time it was down, as before; what was used before it is 0 (not known)."""
-    import sqlite3
 
     db = tmp_path / "v5.db"
     url = f"sqlite:///{db}"
@@ -602,12 +613,14 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
     store.create_job(replace(make_job("j1"), run_s=30.0, run_until=99.0))
     store.add_held_time([HeldTime("alice", 3600.0, False, 10.0, 5.0)])
     store.close()
-    with sqlite3.connect(db) as con:  # as version 5 left it
-        for column in ("run_until", "cpu_used_s", "attempt_cpu_s"):
-            con.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
-        con.execute("ALTER TABLE held_time DROP COLUMN cpu_used_s")
-        con.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
-    con.close()
+    rewind(  # as version 5 left it
+        db,
+        5,
+        "ALTER TABLE jobs DROP COLUMN run_until",
+        "ALTER TABLE jobs DROP COLUMN cpu_used_s",
+        "ALTER TABLE jobs DROP COLUMN attempt_cpu_s",
+        "ALTER TABLE held_time DROP COLUMN cpu_used_s",
+    )
 
     again = SqlStore(url)
     try:
@@ -625,19 +638,19 @@ def test_a_version_5_database_gets_run_until_and_cpu_used(tmp_path: Path) -> Non
 
 def test_a_version_7_database_gets_the_disk_columns_and_its_jobs_read_as_never_measured(tmp_path: Path) -> None:
     """Version 8 keeps what a job's run folders held at the newest disk check (`disk_mb`)."""
-    import sqlite3
 
     db = tmp_path / "v7.db"
     url = f"sqlite:///{db}"
     store = SqlStore(url)
     store.create_job(make_job("old"))
     store.close()
-    with sqlite3.connect(db) as con:  # as version 7 left it
-        con.execute("ALTER TABLE jobs DROP COLUMN disk_mb")
-        con.execute("ALTER TABLE tenants DROP COLUMN max_disk_mb")
-        con.execute("DROP INDEX ix_held_time_hour")
-        con.execute("UPDATE meta SET value='7' WHERE key='schema_version'")
-    con.close()
+    rewind(  # as version 7 left it
+        db,
+        7,
+        "ALTER TABLE jobs DROP COLUMN disk_mb",
+        "ALTER TABLE tenants DROP COLUMN max_disk_mb",
+        "DROP INDEX ix_held_time_hour",
+    )
     again = SqlStore(url)
     try:
         assert again.schema_version == SCHEMA_VERSION == 8
@@ -664,11 +677,12 @@ def test_a_version_6_database_gets_the_retention_indexes(tmp_path: Path) -> None
     db = tmp_path / "v6.db"
     url = f"sqlite:///{db}"
     SqlStore(url).close()
-    with sqlite3.connect(db) as con:  # as version 6 left it
-        con.execute("DROP INDEX ix_jobs_finished")
-        con.execute("DROP INDEX ix_events_time")
-        con.execute("UPDATE meta SET value='6' WHERE key='schema_version'")
-    con.close()
+    rewind(  # as version 6 left it
+        db,
+        6,
+        "DROP INDEX ix_jobs_finished",
+        "DROP INDEX ix_events_time",
+    )
     SqlStore(url).close()
     with sqlite3.connect(db) as con:
         names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index'")}
