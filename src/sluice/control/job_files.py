@@ -215,20 +215,35 @@ def open_file(
         raise NoSuchFile("no such file")
     folder = _open_folder(_base(run_dir, parts, elsewhere or {}), parts[:-1])
     try:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+        fd = open_own(folder, parts[-1], owner)
     except OSError:
         raise NoSuchFile("no such file") from None
     finally:
         os.close(folder)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner.uid):
-            raise NoSuchFile("no such file")
+        size = os.fstat(fd).st_size
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return fd, st.st_size
+    return fd, size
+
+
+def open_own(folder: int, name: str, owner: JobUser | None) -> int:
+    """`name` in the open `folder`, opened for reading without following a link or blocking on
+    a FIFO: a regular file, owned by `owner` when given (what the job wrote); an OSError saying
+    why otherwise. Also how a `--resume-from` copy opens its source (control/resume.py)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{name} is not a regular file")
+        if owner is not None and st.st_uid != owner.uid:
+            raise OSError(f"{name} is not the job's own file (owner uid {st.st_uid})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class FileReader:

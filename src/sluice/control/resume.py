@@ -28,7 +28,6 @@ import contextlib
 import errno
 import os
 import re
-import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ import fsspec
 
 from sluice.agent.isolation import confined_dir
 from sluice.control.errors import TooBusy
+from sluice.control.job_files import open_own
 from sluice.model import JobUser
 
 
@@ -172,7 +172,7 @@ def _copy_local(
         found = sorted((int(m.group(1)), name) for name in os.listdir(folder) if (m := _CKPT.match(name)))
         if not found:
             return None
-        sources = [(step, name, _open_source(folder, name, owner)) for step, name in found[-keep:]]
+        sources = [(step, name, open_own(folder, name, owner)) for step, name in found[-keep:]]
         try:
             sizes = [os.fstat(fd).st_size for _, _, fd in sources]
             if sum(sizes) > max_bytes:
@@ -193,21 +193,6 @@ def _copy_local(
                 os.close(fd)
     finally:
         os.close(folder)
-
-
-def _open_source(folder: int, name: str, owner: JobUser | None) -> int:
-    """`name` in the open `folder`, opened: a regular file, not a link, owned by `owner` when given."""
-    src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
-    try:
-        st = os.fstat(src)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{name} is not a regular file")
-        if owner is not None and st.st_uid != owner.uid:
-            raise OSError(f"{name} is not the job's own file (owner uid {st.st_uid})")
-    except BaseException:
-        os.close(src)
-        raise
-    return src
 
 
 def _copy_one(src: int, folder: int, name: str, target: str, owner: JobUser | None, limit: int) -> int:
