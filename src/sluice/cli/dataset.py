@@ -8,23 +8,13 @@ from typing import Annotated, Any
 import typer
 
 from sluice.cli.client import EXIT_USAGE, CliError, connect
-from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, table, when
+from sluice.cli.output import Output, OutputOpt, console, emit, errors_reported, size_text, table, when
 from sluice.spec import SpecError
 from sluice.spec.loading import load_dataset_spec
 
 app = typer.Typer(help="Datasets cached next to the jobs that read them.", no_args_is_help=True)
 
 Name = Annotated[str, typer.Argument(help="The dataset's name.")]
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return ""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 def _pct(x: float | None) -> str:
@@ -38,7 +28,7 @@ def _rows(items: list[dict[str, Any]]) -> list[list[Any]]:
             d["tenant"] + (" (published)" if d.get("published") else ""),
             d["source"],
             d["items"],
-            _size(d["total_bytes"]),
+            size_text(d["total_bytes"]),
             _pct(d.get("cached_fraction")),
             ", ".join(f"{n} {_pct(f)}" for n, f in (d.get("cached_on") or {}).items()) or "-",
             when(d["created_at"]),
@@ -68,7 +58,7 @@ def create(
         ds,
         output,
         lambda d: console.print(
-            f"created dataset {d['name']} ({d['items']} files, {_size(d['total_bytes'])})", markup=False
+            f"created dataset {d['name']} ({d['items']} files, {size_text(d['total_bytes'])})", markup=False
         ),
     )
 
@@ -100,7 +90,7 @@ def _warm_line(name: str, n: dict[str, Any]) -> str:
         return f"{n['node']}: warming {name} failed after {n['seconds']:.1f} s: {n['error']}"
     return (
         f"{n['node']}: {n['cached_fraction']:.0%} cached — fetched {n['files_fetched']} files "
-        f"({_size(n['bytes_fetched'])}) in {n['seconds']:.1f} s, {n['already_cached']} already cached"
+        f"({size_text(n['bytes_fetched'])}) in {n['seconds']:.1f} s, {n['already_cached']} already cached"
     )
 
 

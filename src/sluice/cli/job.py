@@ -31,6 +31,7 @@ from sluice.cli.output import (
     plain,
     report,
     shown_log,
+    size_text,
     stamp,
     table,
     when,
@@ -528,7 +529,7 @@ def files(
             [
                 [
                     e["name"] + ("/" if e["kind"] == "folder" else ""),
-                    "" if e["kind"] == "folder" else _size(e["size"]),
+                    "" if e["kind"] == "folder" else size_text(e["size"]),
                     stamp(e["modified"]),
                 ]
                 for e in f["entries"]
@@ -538,13 +539,6 @@ def files(
             console.print(f"... and {f['cut']} more (at most 10,000 names are listed)", markup=False)
 
     emit(found, output, render)
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
 
 
 @app.command()
@@ -592,7 +586,7 @@ def download(
             raise CliError(f"could not write {dest}: {err.strerror or err}", EXIT_FAILURE) from None
         finally:
             part.unlink(missing_ok=True)  # ours: made above
-    err_console.print(f"wrote {path} of job {job_id} to {dest} ({_size(n)})", markup=False)
+    err_console.print(f"wrote {path} of job {job_id} to {dest} ({size_text(n)})", markup=False)
 
 
 @app.command()

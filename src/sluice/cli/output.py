@@ -246,6 +246,17 @@ def ago(t: float | None, now: float | None = None) -> str:
     return f"{dt / 86400:.0f}d"
 
 
+def size_text(n: float | None) -> str:
+    """Bytes for people: `512 B`, `1.5 MiB`, up to TiB; '' for none."""
+    if n is None:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
 def number(x: float | None, digits: int = 4) -> str:
     return "" if x is None else f"{x:.{digits}g}"
 
