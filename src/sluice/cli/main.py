@@ -13,6 +13,7 @@ from sluice.cli import bench, dataset, health, job, net, node, priority, queue, 
 from sluice.cli.client import CliError, cli_error
 from sluice.cli.demo import demo
 from sluice.cli.output import err_console, fail
+from sluice.cli.summaries import add_summaries
 from sluice.cli.usage import usage
 from sluice.client import SluiceError
 from sluice.settings import SettingsError
@@ -73,3 +74,4 @@ app.command("demo")(demo)
 app.command("up")(up.up)
 app.command("down")(up.down)
 app.command("usage")(usage)
+add_summaries(app)
