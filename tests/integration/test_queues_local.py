@@ -5,6 +5,7 @@ a time limit."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,20 +306,30 @@ def test_job_delete_through_the_cli_forgets_an_ended_job_and_its_folder_at_once(
     assert get(p, long).phase == Phase.RUNNING
 
 
-def test_a_job_deleted_before_its_node_saw_its_processes_end_stops_nothing_else(plane: ControlPlane) -> None:
+def test_a_job_ended_before_its_processes_is_deleted_only_once_they_are_gone(plane: ControlPlane) -> None:
     """A job can end before its node saw its processes go (an internal error fails it and
-    kills them; a gang's or a job's node lost): deleted at once, its attempt folder was gone when
-    the node agent finished the attempt, whose marker file then raised out of every poll of the
-    node — on the local engine out of every round: no job anywhere ended, started or moved."""
+    kills them; a gang's or a job's node lost). Deleted at once, its folder went from under
+    processes still writing there (files unlinked, counted against no one); now the delete is
+    refused until the node says they exited. And a folder gone before the node agent finished
+    the attempt (removed by hand, a shared disk lost) stops nothing else: its marker file
+    used to raise out of every poll of the node, on the local engine out of every round."""
     p = plane
     caller = p.store.get_tenant("default")
     assert caller is not None
     victim, other = p.submit(caller, loop(name="victim")), p.submit(caller, loop(name="other"))
-    assert wait_for(lambda: running(p, victim) and running(p, other), 60), get(p, victim).reason
+    gone = p.submit(caller, loop(name="gone"))
+    assert wait_for(lambda: all(running(p, j) for j in (victim, other, gone)), 60), get(p, victim).reason
+    assert p.engine.still_running([victim.id, "j-0000000000"]) == [victim.id]  # type: ignore[attr-defined]
     with p.controller.lock:  # no round between the failure and the delete
         p.controller._contain(victim.id, "testing", RuntimeError("boom"))
         assert get(p, victim).phase == Phase.FAILED
-        assert p.delete_job(caller, victim.id).ids == [victim.id]
+        with pytest.raises(Conflict, match=f"job {victim.id} is Failed, but its processes on its node have not"):
+            p.delete_job(caller, victim.id)
+        p.controller._contain(gone.id, "testing", RuntimeError("boom"))
+        shutil.rmtree(p.settings.runs_dir / gone.id)
+    assert p.store.get_job(victim.id) is not None and (p.settings.runs_dir / victim.id).is_dir()
+    assert wait_for(lambda: p.engine.still_running([victim.id, gone.id]) == [], 30)  # type: ignore[attr-defined]
+    assert p.delete_job(caller, victim.id).ids == [victim.id]
     assert not (p.settings.runs_dir / victim.id).exists()
     p.cancel(caller, other.id)
     assert wait_for(lambda: get(p, other).phase == Phase.CANCELLED, 30), get(p, other).reason

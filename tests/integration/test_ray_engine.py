@@ -333,6 +333,7 @@ def test_jobs_spread_over_nodes_and_cpu_limit_changes_live_on_a_remote_node(
     run_until(ctl, lambda: all(ctl.book.get(j).phase == Phase.RUNNING for j in jobs), 90)
     placed = {node_of(ctl, j) for j in jobs}
     assert placed == {"n0", "n1", "n2", "n3"}  # kube spreads: one 1-CPU job per 1-CPU node
+    assert engine.still_running([*jobs, "j-0000000000"]) == sorted(jobs)  # every node's agent asked
 
     job = next(j for j in jobs if node_of(ctl, j) == "n2")
     adir = attempt_dir(ray_cluster, "n2", job, 1)
@@ -532,7 +533,9 @@ def test_gang_places_all_replicas_and_runs_ddp_over_gloo_across_nodes(
     assert engine.replica_log(job, 2) is None
     # `sluice job files --replica K` reads each rank's folder on its node
     assert [engine.run_folder(job, k) for k in (0, 1)] == [str(Path(p).parent) for p in logs]
-    # `sluice job delete` (and retention) on Ray: each node's replica folder and the checkpoints go
+    # `sluice job delete` (and retention) on Ray: once no node still holds an attempt of it
+    # (each node's agent asked), each node's replica folder and the checkpoints go
+    assert engine.still_running([job, "j-0000000000"]) == []
     assert engine.remove_run_folders(job) >= 3
     assert not any(Path(p).exists() for p in logs) and not (Path(engine.checkpoint_root) / job).exists()
     assert engine.replica_log(job, 1) is None and engine.run_folder(job, 1) is None

@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,7 +37,12 @@ def folders_removed(live: Live) -> list[str]:
 
     live.engine.remove_run_folders = remove  # type: ignore[attr-defined]
     live.engine.run_folder = lambda job_id, rank=0: None  # type: ignore[attr-defined]
+    live.engine.still_running = lambda ids: sorted(set(ids) & lingering)  # type: ignore[attr-defined]
     return removed
+
+
+lingering: set[str] = set()
+"""The jobs the FakeEngine (once it keeps folders) says still have processes on their node."""
 
 
 def succeed(live: Live, job_id: str) -> None:
@@ -214,6 +220,7 @@ def test_deletes_under_way_at_once_are_bounded_a_tenant_and_a_plane(live: Live) 
 
     live.engine.remove_run_folders = remove  # type: ignore[attr-defined]
     live.engine.run_folder = lambda job_id, rank=0: None  # type: ignore[attr-defined]
+    live.engine.still_running = lambda ids: []  # type: ignore[attr-defined]
     jobs = [ended(live, "alice") for _ in range(3)]
     with ThreadPoolExecutor(2) as pool:
         headers = {"Authorization": f"Bearer {live.tokens['alice']}"}
@@ -231,3 +238,63 @@ def test_deletes_under_way_at_once_are_bounded_a_tenant_and_a_plane(live: Live) 
         release.set()
         assert [f.result().status_code for f in slow] == [200, 200]
     assert live.call("DELETE", f"/v1/jobs/{jobs[2]}", "alice").status_code == 200
+
+
+def test_a_job_whose_processes_linger_after_it_ended_is_kept_until_they_are_gone(live: Live) -> None:
+    """sluice ends a job itself before its processes are gone (an internal error, a lost node):
+    its folder is not removed from under them. Refused (409, nothing deleted) while the node says
+    any of its processes runs, an array's too; deleted once they are gone."""
+    removed = folders_removed(live)
+    job_id = ended(live, "alice")
+    array_id = submit_array(live, "alice", 2)["spec"]["array"]["id"]
+    for k in range(2):
+        assert live.call("POST", f"/v1/jobs/{array_id}-{k}/cancel", "alice").status_code == 200
+    lingering.update({job_id, f"{array_id}-1"})
+    try:
+        r = live.call("DELETE", f"/v1/jobs/{job_id}", "alice")
+        assert r.status_code == 409 and "its processes on its node have not exited yet" in r.json()["detail"]
+        r = live.call("POST", "/v1/jobs/delete", "alice", {"array": array_id})
+        assert r.status_code == 409 and f"job {array_id}-1 is Cancelled, but its processes" in r.json()["detail"]
+        assert removed == [] and live.call("GET", f"/v1/jobs/{job_id}", "alice").status_code == 200
+        assert live.call("GET", f"/v1/jobs/{array_id}-0", "alice").status_code == 200
+    finally:
+        lingering.clear()
+    assert live.call("DELETE", f"/v1/jobs/{job_id}", "alice").status_code == 200
+    assert live.call("POST", "/v1/jobs/delete", "alice", {"array": array_id}).status_code == 200
+    assert removed == [job_id, f"{array_id}-0", f"{array_id}-1"]
+
+
+def test_a_log_followed_while_its_job_ends_and_is_deleted_ends_saying_so(live: Live, tmp_path: Path) -> None:
+    """Deleted in the half second between its end and the follower's next look, a followed log
+    broke off with the NotFound (a chunked response cut short, an error in the client); now it
+    ends with everything it had and a line saying the job was deleted."""
+    job_id = live.submit("alice").json()["id"]
+    live.plane.step()
+    live.start(job_id)
+    log = tmp_path / f"{job_id}.log"
+    log.write_text("epoch 1\n")
+    live.engine.log_path = lambda job_id: str(log)  # type: ignore[method-assign]
+    caller = live.plane.store.get_tenant("alice")
+    assert caller is not None
+
+    def end_and_delete() -> None:
+        with live.plane.controller.lock:  # the follower cannot look in between
+            with log.open("a") as f:
+                f.write("epoch 2\n")
+            live.engine.pending.append(JobExited(job_id, live.job(job_id).attempt, live.engine.now, 0))
+            live.plane.step()
+            live.plane.delete_job(caller, job_id)
+
+    received: list[str] = []
+    headers = {"Authorization": f"Bearer {live.tokens['alice']}"}
+    with httpx.stream("GET", f"{live.url}/v1/jobs/{job_id}/logs?follow=true", headers=headers, timeout=30) as r:
+        assert r.status_code == 200
+        ender = None
+        for chunk in r.iter_text():
+            received.append(chunk)
+            if ender is None:
+                ender = threading.Thread(target=end_and_delete)
+                ender.start()
+    assert ender is not None
+    ender.join()
+    assert "".join(received) == f"epoch 1\nepoch 2\n[sluice] job {job_id} was deleted while followed\n"

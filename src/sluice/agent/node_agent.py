@@ -1094,6 +1094,13 @@ class NodeAgent:
             # one whose last walk is under way has ended, but its exit is not told yet
             return {a.job_id: a.attempt for a in self._watched.values() if a.alive() or a.final_walk is not None}
 
+    def unfinished(self) -> list[str]:
+        """The job (replica) ids of the attempts this node has not finished yet: running, or
+        ended with their leftovers (processes that left the job's process group) not yet killed
+        and their exit not yet told. Their folders are still the node's to write in."""
+        with self._lock:
+            return sorted({a.job_id for a in self._watched.values()})
+
     def _warm_jail(self, user: JobUser) -> MemoryController | None:
         """The memory cgroup a warm helper of `user` runs in (settings `warm_memory_mb`, default a
         quarter of RAM), or None where this node has no cgroup memory controller (logged once).

@@ -146,6 +146,9 @@ class RayNodeAgent:
     def alive(self) -> dict[str, int]:
         return self._agent.alive()
 
+    def unfinished(self) -> list[str]:
+        return self._agent.unfinished()
+
     def log_path(self, job_id: str) -> str:
         return str(self._agent.log_path(job_id))
 

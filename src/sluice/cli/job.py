@@ -442,7 +442,8 @@ def delete(
     """Delete ended jobs now, as retention does after `job_retention_days`: each job's record,
     events and run folder (its log, files and the checkpoints kept there) are gone for good.
     Refused, deleting nothing of it, for a job that has not ended (cancel it first), for one job
-    of an array (delete the array with --array), or for a job another job starts after. With
+    of an array (delete the array with --array), for a job another job starts after, or for one
+    whose processes its node has not yet seen exit (a job sluice failed itself). With
     several ids, one that fails does not stop the others; the exit code is then the first
     failure's. -o json prints what each delete answered."""
     job_ids = list(job_ids or [])

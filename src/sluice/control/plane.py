@@ -969,6 +969,15 @@ class ControlPlane:
                 f"{who} starts after {what}, which cannot be deleted before that job has ended "
                 "(cancel that job first, or wait)"
             )
+        if isinstance(self.engine, RunFolders):
+            lingering = self.engine.still_running(ids)
+            if lingering:
+                job = book.get(lingering[0])
+                phase = job.phase if job is not None else "ended"
+                raise Conflict(
+                    f"job {lingering[0]} is {phase}, but its processes on its node have not exited yet "
+                    "(sluice is stopping them): try again in a few seconds"
+                )
         deleted = self.store.delete_jobs(ids)
         self.controller.forget_disk_use()  # their folders no longer count against max_disk_mb
         if deleted:

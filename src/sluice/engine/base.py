@@ -7,7 +7,7 @@ Every call is asynchronous in effect: `launch` and `stop` return at once and the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from sluice.agent.faults import FaultReport
@@ -122,6 +122,14 @@ class RunFolders(Protocol):
         """The run folder of replica `rank` of the job's newest attempt (a job of one replica:
         its own), where its `work/` (HOME), `tmp/` and default checkpoints are; None when it
         has none (never started)."""
+        ...
+
+    def still_running(self, job_ids: Collection[str]) -> list[str]:
+        """Those of `job_ids` with an attempt (any replica) that a node the engine reaches has
+        not finished: processes running, or leftovers not yet killed. A job ends in the book
+        before that where sluice ends it itself (an internal error, a lost node): its folders
+        must not be removed under them, since what they write then to files unlinked would
+        count against no one."""
         ...
 
     def remove_run_folders(self, job_id: str) -> int:

@@ -26,7 +26,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -276,6 +276,11 @@ class LocalEngine:
             return max(dated)[1]
         own = runs / job_id
         return str(own) if rank == 0 and own.is_dir() and not own.is_symlink() else None
+
+    def still_running(self, job_ids: Collection[str]) -> list[str]:
+        wanted = set(job_ids)
+        found = {parse_replica(rid)[0] for agent in self.agents.values() for rid in agent.unfinished()}
+        return sorted(found & wanted)
 
     def remove_run_folders(self, job_id: str) -> int:
         """Every virtual node shares this machine's runs folder (checkpoints included)."""

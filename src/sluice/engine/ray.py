@@ -19,7 +19,7 @@ import contextlib
 import glob
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from sluice.agent.netif import NET_IP_LABEL, interface_ipv4
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
 from sluice.engine.ray_connect import check_reachable, resolve_address
-from sluice.engine.ray_gang import GangBook, Stop
+from sluice.engine.ray_gang import GangBook, Stop, parse_replica
 from sluice.engine.ray_membership import Membership, RayNode
 from sluice.engine.run_folders import remove_job_folders
 from sluice.model import (
@@ -485,6 +485,23 @@ class RayEngine:
         job's: `nodes/<node>/<job>` or a gang's `<job>--r0of<N>`)."""
         log = self.replica_log(job_id, rank)
         return str(Path(log).parent) if log else None
+
+    def still_running(self, job_ids: Collection[str]) -> list[str]:
+        """Asked of every node's agent at once; a node that does not answer within
+        `call_timeout_s` is passed over (logged): its raylet's fence kills its jobs when Ray
+        loses it, and its folders lie in the shared runs folder either way."""
+        wanted = set(job_ids)
+        asks = {self._agents[n].unfinished.remote(): n for n in list(self._agents)}
+        ready, late = self._ray.wait(list(asks), num_returns=len(asks), timeout=self.call_timeout_s)
+        if late:
+            log.warning("still_running: no answer from node(s) %s", ", ".join(sorted(asks[r] for r in late)))
+        found: set[str] = set()
+        for ref in ready:
+            try:
+                found.update(parse_replica(rid)[0] for rid in self._ray.get(ref, timeout=0))
+            except Exception as err:
+                log.warning("still_running: node %s: %s", asks[ref], err)
+        return sorted(found & wanted)
 
     def remove_run_folders(self, job_id: str) -> int:
         """The job's folders on every node's part of the shared runs folder, and its checkpoint
