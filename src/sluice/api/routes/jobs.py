@@ -50,6 +50,17 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+async def _until_deleted(job_id: str, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A followed log whose job is deleted meanwhile (it may be, in the half second between its
+    end and the follower's next look) ends with a line saying so; it used to break off with
+    the NotFound, a chunked response cut short."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except NotFound:
+        yield f"[sluice] job {job_id} was deleted while followed\n".encode()
+
+
 def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
     """The job, or the same 404 whether it does not exist or is another tenant's."""
     try:
@@ -399,7 +410,7 @@ def _all_replicas(
             if not behind:
                 await asyncio.sleep(FOLLOW_POLL_S)
 
-    return _CountedStream(stream(), release)
+    return _CountedStream(_until_deleted(job_id, stream()), release)
 
 
 def _held_share(ranks: int) -> int:
@@ -537,4 +548,4 @@ async def logs(
                 return
             await asyncio.sleep(FOLLOW_POLL_S)
 
-    return _CountedStream(stream(), release)
+    return _CountedStream(_until_deleted(job_id, stream()), release)
