@@ -74,6 +74,19 @@ def test_closed_gangs_are_kept_to_a_bound_and_a_late_event_of_one_dropped_is_har
     assert late == []
 
 
+def test_a_forgotten_job_leaves_no_rank0_entry() -> None:
+    """Every launch (a job of one replica too) books its rank 0 for the job's log and node: one
+    entry a job ever run, kept for good. Retention and `job delete` forget the job's entry."""
+    book = GangBook()
+    book.open("j1", 1, ["a"])
+    book.open("g", 1, ["a", "b"])
+    book.adopt(replica_id("g", 0, 2), 2, "b")
+    assert set(book.rank0) == {"j1", "g"}
+    book.forget("g")
+    book.forget("never-launched")
+    assert set(book.rank0) == {"j1"}
+
+
 def test_an_oom_killed_replica_makes_the_gang_exit_as_oom_killed() -> None:
     book = GangBook()
     (r0, _), (r1, _) = book.open("j", 1, ["a", "b"])

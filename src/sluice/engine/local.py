@@ -284,6 +284,7 @@ class LocalEngine:
 
     def remove_run_folders(self, job_id: str) -> int:
         """Every virtual node shares this machine's runs folder (checkpoints included)."""
+        self.gangs.forget(job_id)
         return remove_job_folders(Path(self.settings.runs_dir), job_id)
 
     def replica_log(self, job_id: str, rank: int) -> str | None:

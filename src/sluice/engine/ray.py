@@ -505,8 +505,10 @@ class RayEngine:
 
     def remove_run_folders(self, job_id: str) -> int:
         """The job's folders on every node's part of the shared runs folder, and its checkpoint
-        folder under the shared checkpoint root."""
+        folder under the shared checkpoint root. What the engine kept of the job in memory goes too."""
         self._log_paths.pop(job_id, None)
+        self._timing.pop(job_id, None)
+        self._gangs.forget(job_id)
         gone = 0
         with contextlib.suppress(FileNotFoundError):
             for node_dir in (self.runs_root / "nodes").iterdir():

@@ -108,6 +108,13 @@ class GangBook:
             self.rank0[job_id] = (rid, node)
         return job_id
 
+    def forget(self, job_id: str) -> None:
+        """The job is forgotten (retention, `sluice job delete`): its rank-0 entry goes. One a job
+        ever launched, it grew without end on a plane that ran for months. Its closed gangs
+        age out with the others (`KEEP_CLOSED`); looking for them here would cost a walk of
+        the book per job, and a retention pass forgets thousands."""
+        self.rank0.pop(job_id, None)
+
     def replicas(self, job_id: str, attempt: int) -> list[tuple[str, str]]:
         """(replica id, node) of the attempt's replicas that may still run."""
         gang = self._gangs.get((job_id, attempt))
