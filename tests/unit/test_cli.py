@@ -795,6 +795,25 @@ def test_submit_after_chains_jobs_and_names_a_bad_one(live: Live, tmp_path: Path
     assert code == 2 and "more than once" in err
 
 
+def test_submit_set_and_env_change_the_file_for_one_submit(live: Live, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "job.yaml", GOOD_SPEC)
+    code, out, err = sluice(
+        "job", "submit", str(spec), "--set", "resources.cpu.max=4", "--set", "priority=5",
+        "--set", "labels.sluice.speedup-group=mnist", "--env", "LR=0.01", "--env", "NOTE=a b; $(rm -rf /)",
+    )  # fmt: skip
+    assert code == 0, err
+    job = live.plane.store.get_job(out.strip())
+    assert job is not None and job.spec.resources.cpu.max == 4 and job.spec.priority == 5
+    assert job.spec.env == {"LR": "0.01", "NOTE": "a b; $(rm -rf /)"}  # text, never a shell's
+    assert job.spec.labels == {"sluice.speedup-group": "mnist"} and job.spec.name == "mnist"
+    before = len(live.plane.store.list_jobs())
+    code, _, err = sluice("job", "submit", str(spec), "--set", "resources.cpu.max=2000", "--set", "nope=1")
+    assert code == 2 and f"invalid job spec {spec}" in err and "resources.cpu" in err and "nope" in err
+    code, _, err = sluice("job", "submit", str(spec), "--env", "=1")
+    assert code == 2 and "--env: '=1': write NAME=VALUE, e.g. LR=0.01" in err
+    assert len(live.plane.store.list_jobs()) == before  # nothing submitted
+
+
 def test_usage_per_tenant_and_since(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sluice.cli.usage import since_time
 

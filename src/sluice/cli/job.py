@@ -40,6 +40,7 @@ from sluice.cli.plot import plot_job
 from sluice.client import BadRequestError, Client, JobOut, SluiceError, UnreachableError
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
+from sluice.spec.overrides import parse_assignment, parse_value
 
 app = typer.Typer(help="Submit, list, follow, cancel, delete and explain training jobs.", no_args_is_help=True)
 
@@ -93,13 +94,38 @@ def submit(
             "<id>-0 to <id>-(N-1).",
         ),
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="FIELD=VALUE",
+            help="Change a field of the spec file for this submit (repeatable): a dotted path and a YAML value, "
+            "e.g. resources.cpu.max=4, queue=research, checkpoint.interval_s=60, command='\\[python, b.py]'. "
+            "Checked as if written in the file.",
+        ),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="NAME=VALUE",
+            help="Set an environment variable of the job (repeatable; the value is taken as text, as is).",
+        ),
+    ] = None,
     output: OutputOpt = Output.table,
 ) -> None:
     """Validate a job spec here, then submit it. Prints the new job's id (an array's id for an
-    array)."""
+    array). `--set` and `--env` change the file's fields for this submit only (a sweep, a quick
+    retry), applied in the order given, before the spec is checked."""
     with errors_reported():
         try:
-            spec = load_job_spec(file)
+            changes = [
+                (path, parse_value(path, text)) for path, text in (parse_assignment(a, "--set") for a in set_ or [])
+            ]
+            changes += [
+                (f"env.{name}", value)
+                for name, value in (parse_assignment(a, "--env", "NAME=VALUE, e.g. LR=0.01") for a in env or [])
+            ]
+            spec = load_job_spec(file, changes)
             given: dict[str, object] = {}
             if array is not None:
                 given["array"] = _array(array)

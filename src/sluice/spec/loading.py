@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +15,7 @@ from sluice.spec.base import SpecModel
 from sluice.spec.dataset import DatasetSpec, local_path
 from sluice.spec.errors import FieldProblem, SpecError
 from sluice.spec.job import JobSpec
+from sluice.spec.overrides import apply_overrides
 
 MAX_SPEC_BYTES = 1024 * 1024
 """Specs are small; anything bigger is a mistake or an attack and is refused before parsing."""
@@ -185,9 +186,13 @@ def load_spec_file(path: str | Path) -> Any:
     return load_yaml_text(read_spec_bytes(path))
 
 
-def load_job_spec(path: str | Path) -> JobSpec:
-    """Load and validate a job spec file; a relative `workdir` is taken from the file's folder."""
+def load_job_spec(path: str | Path, overrides: Iterable[tuple[str, Any]] = ()) -> JobSpec:
+    """Load and validate a job spec file; a relative `workdir` is taken from the file's folder.
+    `overrides`: (dotted field path, value) set in the file's mapping first (`--set`, `--env`)."""
     data = load_spec_file(path)
+    changes = list(overrides)
+    if changes and isinstance(data, dict):
+        data = apply_overrides(data, changes)
     if isinstance(data, dict) and "workdir" not in data:
         data = {**data, "workdir": str(Path(path).resolve().parent)}
     elif isinstance(data, dict) and isinstance(data.get("workdir"), str):
