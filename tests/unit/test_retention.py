@@ -438,10 +438,22 @@ def test_the_ray_engine_removes_the_jobs_folders_on_every_node_and_its_checkpoin
         _folder(runs / "nodes" / node / name, {"job.log": name})
     _folder(ckpt / "j-1", {"checkpoints/step-3/model.pt": "w"})
     _folder(ckpt / "j-2", {"checkpoints/step-1/model.pt": "w"})
-    holder = SimpleNamespace(runs_root=runs, checkpoint_root=str(ckpt), _log_paths={"j-1": "x", "j-2": "y"})
+    from sluice.engine.ray_gang import GangBook
+
+    gangs = GangBook()
+    gangs.open("j-1", 1, ["n0", "n1"])
+    gangs.open("j-2", 1, ["n0"])
+    holder = SimpleNamespace(
+        runs_root=runs,
+        checkpoint_root=str(ckpt),
+        _log_paths={"j-1": "x", "j-2": "y"},
+        _timing={"j-1": {"started_at": 1.0}, "j-2": {"started_at": 2.0}},
+        _gangs=gangs,
+    )
     assert RayEngine.remove_run_folders(holder, "j-1") == 4  # type: ignore[arg-type]
     assert sorted(str(p.relative_to(runs)) for p in runs.glob("nodes/*/*")) == ["nodes/n0/j-2"]
     assert os.listdir(ckpt) == ["j-2"] and holder._log_paths == {"j-2": "y"}
+    assert list(holder._timing) == ["j-2"] and list(gangs.rank0) == ["j-2"]  # nor kept in memory
 
 
 def test_a_bound_of_kept_jobs_does_not_starve_the_jobs_behind_it_pass_after_pass() -> None:
