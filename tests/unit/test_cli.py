@@ -793,6 +793,14 @@ def test_submit_after_chains_jobs_and_names_a_bad_one(live: Live, tmp_path: Path
     assert code == 2 and "after.0" in err and "you have no job or job array 'j-nope'" in err
     code, _, err = sluice("job", "submit", str(spec), "--after", first, "--after", first)
     assert code == 2 and "more than once" in err
+    code, out, err = sluice("job", "submit", str(spec), "--after", first, "--after-any", second)
+    assert code == 0, err
+    job = live.plane.store.get_job(out.strip())
+    assert job is not None and job.spec.after == [first] and job.spec.after_any == [second]
+    code, out, _ = sluice("job", "get", out.strip())
+    assert code == 0 and "after any" in out and second in out
+    code, _, err = sluice("job", "submit", str(spec), "--after", first, "--after-any", first)
+    assert code == 2 and "after_any: 'j-" in err and "is also in after" in err
 
 
 def test_submit_set_and_env_change_the_file_for_one_submit(live: Live, tmp_path: Path) -> None:

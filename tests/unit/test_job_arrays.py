@@ -180,6 +180,32 @@ def test_after_an_array_waits_for_every_job_of_it_and_is_cancelled_if_one_fails(
     assert r.status_code == 409 and f"after: job {other}-0 ended Failed" in r.text
 
 
+def test_after_any_an_array_gathers_once_every_job_of_it_ended_some_failed(live: Live) -> None:
+    """Sweep, then gather whatever happened (Slurm's afterany on an array): a failed run of the
+    sweep does not cancel the gather, and an array that already ended, failures and all, is no
+    409. Another tenant's array reads as none, under its own field."""
+    sweep = submit_array(live, "alice", 2)["spec"]["array"]["id"]
+    r = live.submit("alice", cpu=0.5, after_any=[sweep])
+    assert r.status_code == 201, r.text
+    gather = r.json()["id"]
+    assert "after_any.0" in problems(live.submit("bob", after_any=[sweep]))
+    live.plane.step()
+    live.start(f"{sweep}-0")
+    live.start(f"{sweep}-1")
+    live.engine.pending.append(JobExited(f"{sweep}-0", 1, live.engine.now, 3, retryable=False))
+    live.plane.step()
+    live.plane.step()
+    assert live.job(f"{sweep}-0").phase == Phase.FAILED and live.job(gather).phase == Phase.PENDING
+    assert live.job(gather).reason == f"waiting for {sweep}-1 (Running) to end (after_any)"
+    live.engine.pending.append(JobExited(f"{sweep}-1", 1, live.engine.now, 0, retryable=False))
+    live.plane.step()
+    live.plane.step()
+    assert live.job(gather).phase in (Phase.QUEUED, Phase.STARTING)
+    r = live.submit("alice", cpu=0.5, after_any=[sweep])  # ended, one failed: still fine to gather
+    assert r.status_code == 201, r.text
+    assert live.submit("alice", cpu=0.5, after=[sweep]).status_code == 409  # `after` could never start
+
+
 def test_an_array_is_cancelled_in_one_request_only_by_its_tenant_or_an_admin(live: Live) -> None:
     """`POST /v1/jobs/cancel {"array": ID}`: every job of the array not yet ended, in one
     request. Another tenant's array is a 404 like its jobs (and nothing is cancelled); an

@@ -126,6 +126,10 @@ def test_a_job_a_live_job_starts_after_is_kept_until_that_one_ends(live: Live) -
     assert r.json()["detail"].startswith(f"job {waiting} starts after job {first}, which cannot be deleted")
     assert live.job(first) is not None
     assert live.call("POST", f"/v1/jobs/{waiting}/cancel", "alice").status_code == 200
+    any_way = live.submit("alice", after_any=[first]).json()["id"]  # waits for it as much
+    r = live.call("DELETE", f"/v1/jobs/{first}", "alice")
+    assert r.status_code == 409 and r.json()["detail"].startswith(f"job {any_way} starts after job {first}")
+    assert live.call("POST", f"/v1/jobs/{any_way}/cancel", "alice").status_code == 200
     assert live.call("DELETE", f"/v1/jobs/{first}", "alice").status_code == 200
 
 

@@ -54,6 +54,12 @@ def test_a_job_a_live_job_starts_after_is_kept_and_the_others_go() -> None:
     assert ids == ["other"] and kept == 1
 
 
+def test_a_job_a_live_job_starts_after_any_way_is_kept_too() -> None:
+    waits = job("waiting", Phase.PENDING, after_any=["dep"])
+    ids, kept = forgettable([job("dep", Phase.FAILED), job("other")], [waits], cutoff=100.0, get=lambda _: None)
+    assert ids == ["other"] and kept == 1
+
+
 def test_an_array_goes_whole_only_once_every_job_of_it_ended_before_the_cutoff() -> None:
     jobs = {j.id: j for j in (array_job("a", 0, 3), array_job("a", 1, 3), array_job("a", 2, 3, finished=500.0))}
     ids, kept = forgettable([jobs["a-0"], jobs["a-1"]], [], cutoff=100.0, get=jobs.get)

@@ -85,6 +85,14 @@ def submit(
             "several; added to the spec's `after`). A job it starts after that ends otherwise cancels it."
         ),
     ] = None,
+    after_any: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Start only once this job of yours (or every job of this job array) has ended, however it "
+            "ended (Slurm's afterany; repeat for several; added to the spec's `after_any`): a gather after a "
+            "sweep some of whose runs may fail."
+        ),
+    ] = None,
     array: Annotated[
         str | None,
         typer.Option(
@@ -133,6 +141,8 @@ def submit(
                 given["resume_from"] = resume_from
             if after:
                 given["after"] = [*spec.after, *after]
+            if after_any:
+                given["after_any"] = [*spec.after_any, *after_any]
             if given:
                 spec = parse_job_spec({**spec.model_dump(mode="json", exclude_unset=True), **given})
         except SpecError as err:
@@ -342,6 +352,7 @@ def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
             ("cpu used", _cpu_used(j)),
             *([("disk", _disk(j))] if j.get("disk_mb") is not None or _disk_limit(j) is not None else []),
             *([("after", ", ".join(spec["after"]))] if spec.get("after") else []),
+            *([("after any", ", ".join(spec["after_any"]))] if spec.get("after_any") else []),
             *([("array", _array_row(spec["array"]))] if spec.get("array") else []),
             ("step", j["step"]),
             ("loss", number(j["loss"])),

@@ -202,11 +202,12 @@ class Controller:
         """Admitted jobs that could preempt to make room but may not, and why (admission's
         `Stall`, this round): added to the reason the policy gives for their wait."""
         self._after_met: set[str] = set()
-        """Pending jobs whose `spec.after` jobs have all succeeded: never held again."""
+        """Pending jobs whose predecessors (`spec.after`, `spec.after_any`) are all done: never held again."""
         self._after_done: dict[str, set[str]] = {}
-        """Per pending job held for `spec.after`, the jobs of it seen Succeeded."""
-        self._after_of: dict[str, list[str]] = {}
-        """Per pending job held for `spec.after`, the jobs it names (arrays expanded, once)."""
+        """Per pending job held for its predecessors, those seen done (Succeeded; any end for after_any)."""
+        self._after_of: dict[str, list[tuple[str, bool]]] = {}
+        """Per pending job held for its predecessors, the jobs it names (arrays expanded, once),
+        each with whether any end will do (`after_any`)."""
         self._round_queues: dict[str, QueueConfig] | None = None
         """The queues as this round read them (`_queues_this_round`); None until it does."""
         self._ended_disk: tuple[float, dict[str, float], dict[str, float]] = (-math.inf, {}, {})
@@ -929,12 +930,13 @@ class Controller:
                 self._contain(job.id, "admitting it", err)
 
     def _hold_for_predecessors(self, live: Iterable[JobRecord]) -> set[str]:
-        """The pending jobs that wait for the jobs they start after (`spec.after`), each told
-        which and how they stand; kept out of admission, so they take no quota. A job whose
-        predecessor ended other than Succeeded is cancelled: it would never start. Once all
-        have succeeded the job is admitted like any other, and never held again (a Succeeded
-        job stays so); the ones seen succeeded are remembered, not read from the store every
-        round."""
+        """The pending jobs that wait for the jobs they start after (`spec.after`,
+        `spec.after_any`), each told which and how they stand; kept out of admission, so they
+        take no quota. A job whose `after` predecessor ended other than Succeeded is cancelled:
+        it would never start; one of `after_any` has only to end (or be gone: only an ended job
+        is forgotten). Once all are done the job is admitted like any other, and never held
+        again (an ended job stays so); the ones seen done are remembered, not read from the
+        store every round."""
         held: set[str] = set()
         live = list(live)
         ids = {j.id for j in live}
@@ -944,44 +946,51 @@ class Controller:
         for gone in self._after_of.keys() - ids:
             del self._after_of[gone]
         for job in live:
-            if job.phase != Phase.PENDING or not job.spec.after or job.id in self._after_met:
+            if job.phase != Phase.PENDING or not job.spec.predecessors or job.id in self._after_met:
                 continue
             done = self._after_done.setdefault(job.id, set())
             waiting: list[str] = []
+            waiting_any: list[str] = []
             if job.id not in self._after_of:
                 self._after_of[job.id] = self._after_ids(job)
-            for dep in self._after_of[job.id]:
+            for dep, any_end in self._after_of[job.id]:
                 if dep in done:
                     continue
                 other = self.book.get(dep)
-                if other is not None and other.phase == Phase.SUCCEEDED:
-                    done.add(dep)
-                elif other is None or other.phase.terminal:
+                if other is None or other.phase.terminal:
+                    if any_end or (other is not None and other.phase == Phase.SUCCEEDED):
+                        done.add(dep)
+                        continue
                     ended = "and is gone" if other is None else str(other.phase)
                     self._finish(job, Phase.CANCELLED, f"not started: job {dep}, which it starts after, ended {ended}")
                     break
-                else:
-                    waiting.append(f"{dep} ({other.phase})")
+                (waiting_any if any_end else waiting).append(f"{dep} ({other.phase})")
             else:
-                if waiting:
+                if waiting or waiting_any:
                     held.add(job.id)
-                    more = f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
-                    self.book.wait(job.id, f"waiting for {', '.join(waiting[:5])}{more} to succeed (after)")
+                    said = [
+                        f"{', '.join(w[:5])}{f' and {len(w) - 5} more' if len(w) > 5 else ''} {how}"
+                        for w, how in ((waiting, "to succeed (after)"), (waiting_any, "to end (after_any)"))
+                        if w
+                    ]
+                    self.book.wait(job.id, f"waiting for {' and for '.join(said)}")
                 else:
                     self._after_met.add(job.id)
                     self._after_done.pop(job.id, None)
                     self._after_of.pop(job.id, None)
         return held
 
-    def _after_ids(self, job: JobRecord) -> list[str]:
-        """The jobs `job` starts after: each id in its `after`, an array's id standing for
-        every job of that array of the same tenant (`<id>-0` to `<id>-<count-1>`)."""
-        out: list[str] = []
-        for dep in job.spec.after:
-            if self.book.get(dep) is None and (count := array_count(self.book, dep, job.tenant)) is not None:
-                out.extend(f"{dep}-{i}" for i in range(count))
-            else:
-                out.append(dep)
+    def _after_ids(self, job: JobRecord) -> list[tuple[str, bool]]:
+        """The jobs `job` starts after, each with whether any end will do (`after_any`) or only
+        success (`after`): each id given, an array's id standing for every job of that array of
+        the same tenant (`<id>-0` to `<id>-<count-1>`)."""
+        out: list[tuple[str, bool]] = []
+        for deps, any_end in ((job.spec.after, False), (job.spec.after_any, True)):
+            for dep in deps:
+                if self.book.get(dep) is None and (count := array_count(self.book, dep, job.tenant)) is not None:
+                    out.extend((f"{dep}-{i}", any_end) for i in range(count))
+                else:
+                    out.append((dep, any_end))
         return out
 
     def _hold_to_array_parallel(self, live: Iterable[JobRecord], held: set[str]) -> set[str]:

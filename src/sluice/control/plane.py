@@ -225,6 +225,11 @@ def make_engine(settings: Settings) -> Engine:
     raise ValueError(f"engine: unknown engine {settings.engine!r}; choose local or ray")
 
 
+def _failed(job: JobRecord) -> bool:
+    """Ended other than Succeeded: a job `after` it would never start."""
+    return job.phase.terminal and job.phase != Phase.SUCCEEDED
+
+
 class ControlPlane:
     def __init__(
         self, settings: Settings, store: Store, engine: Engine, policy: Policy, isolation: Isolation | None = None
@@ -600,23 +605,26 @@ class ControlPlane:
 
     def _check_after(self, tenant: str, spec: JobSpec) -> None:
         """The jobs a new job is to start after: its own tenant's (another tenant's reads as
-        no such job, in the words `resume_from` uses), and none already ended other than
-        Succeeded — such a job could never start (a 409 saying which)."""
-        if not spec.after:
+        no such job, in the words `resume_from` uses), and none of `after` already ended other
+        than Succeeded — such a job could never start (a 409 saying which). Those of
+        `after_any` may have ended any way."""
+        if not spec.predecessors:
             return
         book = self.controller.book
         problems: list[FieldProblem] = []
         ended: list[JobRecord] = []
         with self.controller.lock:
-            for i, dep in enumerate(spec.after):
-                job = book.get(dep)
-                if job is None and (count := array_count(book, dep, tenant)) is not None:
-                    members = [book.get(f"{dep}-{k}") for k in range(count)]  # an array: every job of it
-                    ended += [m for m in members if m is not None and m.phase.terminal and m.phase != Phase.SUCCEEDED]
-                elif job is None or job.tenant != tenant:
-                    problems.append(FieldProblem(f"after.{i}", f"you have no job or job array {dep!r}"))
-                elif job.phase.terminal and job.phase != Phase.SUCCEEDED:
-                    ended.append(job)
+            for field, deps in (("after", spec.after), ("after_any", spec.after_any)):
+                for i, dep in enumerate(deps):
+                    job = book.get(dep)
+                    count = array_count(book, dep, tenant) if job is None else None
+                    if count is not None:
+                        members = [book.get(f"{dep}-{k}") for k in range(count)]  # an array: every job of it
+                        ended += [m for m in members if m is not None and field == "after" and _failed(m)]
+                    elif job is None or job.tenant != tenant:
+                        problems.append(FieldProblem(f"{field}.{i}", f"you have no job or job array {dep!r}"))
+                    elif field == "after" and _failed(job):
+                        ended.append(job)
         if problems:
             raise SpecError(problems)
         if ended:
@@ -961,7 +969,7 @@ class ControlPlane:
                 f"(sluice job cancel {cancel})"
             )
         names = {*ids, *([array_id] if array_id else [])}
-        waiting = [j for j in book.live() if names.intersection(j.spec.after)]
+        waiting = [j for j in book.live() if names.intersection(j.spec.predecessors)]
         if waiting:
             w = waiting[0]
             who = f"job {w.id}" if w.tenant == caller.name or caller.admin else "a job"

@@ -91,7 +91,7 @@ def forgettable(
     (every job of one ended before `cutoff`; read through `get`). `arrays`: the ids of the
     arrays already decided in this pass (each is judged once; updated)."""
     live = list(live)
-    waited_for = {dep for job in live for dep in job.spec.after}
+    waited_for = {dep for job in live for dep in job.spec.predecessors}
     live_ids = {job.id for job in live}
     out: list[str] = []
     kept = 0

@@ -10,7 +10,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, Field, field_validator, model_validator
+from pydantic import AwareDatetime, Field, ValidationInfo, field_validator, model_validator
 
 from sluice.spec.base import MAX_RUNTIME_S, Name, SpecModel, shown
 
@@ -237,7 +237,7 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 """What a job id given in a spec (`resume_from`, `after`) may look like."""
 
 MAX_AFTER = 16
-"""Most jobs one job may be made to wait for (`after`)."""
+"""Most jobs one job may be made to wait for (`after` and `after_any` together)."""
 
 MAX_ARRAY = 1000
 """Most jobs one submit may make (`array.count`; Slurm's default MaxArraySize is 1001)."""
@@ -312,6 +312,15 @@ class JobSpec(_Strict):
             "waits (Pending) until each has Succeeded, and is cancelled, never started, if one ends otherwise.",
         ),
     ] = []
+    after_any: Annotated[
+        list[Annotated[str, Field(pattern=JOB_ID_PATTERN)]],
+        Field(
+            max_length=MAX_AFTER,
+            description="Jobs (or job arrays: every job of one) of the same tenant this one starts after "
+            "whatever their end (Slurm's afterany): it waits (Pending) until each has ended, Succeeded, "
+            "Failed or Cancelled, then starts. A gather after a sweep of which some runs failed.",
+        ),
+    ] = []
     array: Annotated[
         ArraySpec | None,
         Field(description="Make `count` jobs of this spec at once (a job array); see ArraySpec."),
@@ -325,13 +334,29 @@ class JobSpec(_Strict):
         ),
     ] = None
 
-    @field_validator("after")
+    @field_validator("after", "after_any")
     @classmethod
     def _after_once_each(cls, v: list[str]) -> list[str]:
         twice = sorted({x for x in v if v.count(x) > 1})
         if twice:
             raise ValueError(f"{shown(twice[0])} is given more than once")
         return v
+
+    @field_validator("after_any")
+    @classmethod
+    def _after_one_way_each(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        after = info.data.get("after", [])  # validated before it (declared first)
+        both = sorted(set(after) & set(v))
+        if both:
+            raise ValueError(f"{shown(both[0])} is also in after; a job waits for another one way")
+        if len(after) + len(v) > MAX_AFTER:
+            raise ValueError(f"after and after_any name at most {MAX_AFTER} jobs together")
+        return v
+
+    @property
+    def predecessors(self) -> list[str]:
+        """Every job or array id this job starts after, either way (`after`, then `after_any`)."""
+        return [*self.after, *self.after_any]
 
     @field_validator("labels")
     @classmethod
