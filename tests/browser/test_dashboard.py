@@ -200,3 +200,30 @@ def test_an_admin_filters_the_job_list_by_tenant(page: Any, live: Live) -> None:
     wait(page, 30).until(lambda d: job_rows(d) == [b["id"]])
     time.sleep(2.5)  # still only bob's after another poll
     assert job_rows(page) == [b["id"]]
+
+
+def test_a_job_page_links_what_it_starts_after_and_a_node_links_its_jobs(page: Any, live: Live) -> None:
+    """The job page shows what a job starts after (each a link to that job's page), its array,
+    run time and disk; the nodes page links the caller's jobs running on each node. Both list
+    several links in one cell, which came out as "[object HTMLAnchorElement]" text: the page's
+    element builder flattened its children one level only."""
+    first = live.submit("alice", "first")
+    second = live.submit("alice", "second")
+    waiter = live.submit("alice", "waiter", after=[first["id"]], after_any=[second["id"]])
+    sign_in(page, live, "alice")
+    page.get(f"{live.url}/ui/jobs/{waiter['id']}")
+    wait(page, 30).until(lambda d: "Starts after (each ended)" in d.find_element(By.ID, "job-fields").text)
+    fields = page.find_element(By.ID, "job-fields")
+    assert f"Starts after (each succeeded) {first['id']}" in fields.text
+    assert f"Starts after (each ended) {second['id']}" in fields.text
+    assert "object" not in fields.text
+    links = [a.get_attribute("href") for a in fields.find_elements(By.CSS_SELECTOR, "a")]
+    assert links == [f"{live.url}/ui/jobs/{first['id']}", f"{live.url}/ui/jobs/{second['id']}"]
+
+    assert wait_for(lambda: all(live.job("alice", j["id"])["phase"] == "Running" for j in (first, second)), 60)
+    page.get(f"{live.url}/ui/nodes")
+    wait(page, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-node] td a"))
+    table = page.find_element(By.ID, "nodes")
+    assert "object" not in table.text
+    shown = {a.text for a in table.find_elements(By.CSS_SELECTOR, "tr[data-node] td a")}
+    assert {"first", "second"} <= shown, table.text

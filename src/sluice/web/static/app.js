@@ -61,7 +61,8 @@ function h(tag, attrs = {}, ...children) {
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) el.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
+  // Flattened all the way down: a cell of several links is a list of [separator, link] pairs.
+  for (const c of children.flat(Infinity)) el.append(c instanceof Node ? c : document.createTextNode(String(c ?? "")));
   return el;
 }
 
@@ -305,6 +306,21 @@ async function jobPage(id) {
     return `${now} running (spec: ${range})`;
   }
 
+  /** Links to the jobs (or arrays) this one starts after: ids only, the spec names no more. */
+  const idLinks = (ids) => ids.map((id, k) => [k ? ", " : "", h("a", { href: `/ui/jobs/${encodeURIComponent(id)}` }, id)]);
+
+  /** The rows only some jobs have: what it starts after, its array, its run time and disk. */
+  function optionalRows(row) {
+    const s = job.spec, out = [];
+    if ((s.after || []).length) out.push(row("Starts after (each succeeded)", idLinks(s.after)));
+    if ((s.after_any || []).length) out.push(row("Starts after (each ended)", idLinks(s.after_any)));
+    if (s.array) out.push(row("Array", `${s.array.index} of ${s.array.count} in ${s.array.id}`));
+    const limit = job.time_limit_s == null ? "" : ` of ${fmtNum(job.time_limit_s)} s (${job.time_limit_of})`;
+    if (job.run_s || job.time_limit_s != null) out.push(row("Ran", `${fmtNum(job.run_s)} s${limit}`));
+    if (job.disk_mb != null) out.push(row("Disk", `${fmtNum(job.disk_mb)} MiB`));
+    return out;
+  }
+
   function render() {
     const alloc = (job.allocation || []).map((a) => `${a.node}: ${fmtNum(a.cpu_request)} CPU${a.gpus ? `, ${a.gpus} GPU` : ""}`).join("; ");
     const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v));
@@ -316,6 +332,7 @@ async function jobPage(id) {
       row("Attempt / restarts", `${job.attempt} / ${job.restarts}`), row("Submitted", fmtTime(job.submitted_at)),
       row("Started", fmtTime(job.started_at)), row("Finished", fmtTime(job.finished_at)),
       row("Exit code", job.exit_code ?? ""), row("Command", (job.spec.command || []).join(" ")),
+      ...optionalRows(row),
     ])));
     if (buttons.dataset.phase === job.phase) return; // same buttons: keep them (no flicker, no lost click)
     buttons.dataset.phase = job.phase;
