@@ -24,10 +24,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from sluice.agent.cgroup import remove_root
 from sluice.data.settings import CacheSettings, cache_dirs
 from tests.jobpython import make_job_python
+
+# Property tests check behaviour, never speed: hypothesis's default 200 ms a case failed one
+# (a 0.3 ms case took 372 ms) on a VM that other work kept busy. Speed goals are benchmarks'.
+hypothesis_settings.register_profile("sluice", deadline=None)
+hypothesis_settings.load_profile("sluice")
 
 # pytest-xdist's workers start with COLUMNS=80 set; rich would pin the CLI's module-level
 # console to that width at import, and tests that set COLUMNS themselves would see 80.

@@ -225,6 +225,9 @@ def test_a_tenant_has_a_bounded_number_of_listings_in_progress(
         def remove_run_folders(self, job_id: str) -> int:
             return 0
 
+        def still_running(self, job_ids: object) -> list[str]:
+            return []
+
     settings = Settings(home=tmp_path / "home")
     plane = ControlPlane(settings, SqlStore(settings.db_url), Folders(), make_policy("kube"))
     tokens = plane.bootstrap_tenants()
