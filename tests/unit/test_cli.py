@@ -469,6 +469,28 @@ def test_queue_create_states_its_quota_and_names_the_queue_once(live: Live, monk
     }
 
 
+def test_on_the_planes_machine_queue_reads_and_job_list_tenant_see_what_queue_create_made(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `queue create research` (admin.token) then `queue get research` said "queue 'research'
+    # not found", and `queue list` showed `default` alone: they read with the default token.
+    assert sluice("queue", "create", "research", "--cores", "2")[0] == 0
+    code, out, err = sluice("queue", "get", "research")
+    assert code == 0 and "cores 0/2 nominal" in out, err
+    code, out, _ = sluice("queue", "list", "-o", "json")
+    assert code == 0 and [q["name"] for q in json.loads(out)] == ["default", "research"]
+    # `job list --tenant bob` said "no jobs of that tenant" while bob had one.
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    bobs = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))[1].strip()
+    code, _, err = sluice("queue", "get", "research")  # a tenant's own token: still only its grants
+    assert code == 1 and "queue 'research' not found" in err
+    monkeypatch.delenv("SLUICE_TOKEN")
+    code, out, err = sluice("job", "list", "--tenant", "bob", "-o", "json")
+    assert code == 0 and [j["id"] for j in json.loads(out)] == [bobs], err
+    code, out, _ = sluice("job", "list", "-o", "json")  # without --tenant: the default tenant's own
+    assert code == 0 and json.loads(out) == []
+
+
 def test_queue_set_says_what_a_replaced_quota_or_preemption_setting_dropped(
     live: Live, monkeypatch: pytest.MonkeyPatch
 ) -> None:

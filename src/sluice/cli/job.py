@@ -228,7 +228,7 @@ def list_(
     """Your jobs (every tenant's with an admin token), oldest first. On a narrow terminal the
     LOSS, STEP, CPU, NODE and TENANT columns are left out (in that order) so that REASON stays
     one line, cut with an ellipsis; -o json has every field, times as Unix seconds."""
-    with errors_reported(), connect() as client:
+    with errors_reported(), connect(admin=tenant is not None) as client:  # another tenant's: an admin's read
         jobs = client.jobs(phase=phase or None, queue=queue, tenant=tenant, labels=_labels(label or []), array=array)
 
     def render(rows: list[dict[str, Any]]) -> None:

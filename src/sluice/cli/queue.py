@@ -275,8 +275,9 @@ def _limits_cell(q: dict[str, Any]) -> str:
 @app.command("list")
 def list_(output: OutputOpt = Output.table) -> None:
     """Queues with their quotas, borrowing and lending limits, usage, what they borrow and how
-    many jobs wait."""
-    with errors_reported(), connect() as client:
+    many jobs wait. Read with admin.token where it is readable (every queue), as `queue create`
+    writes with it; SLUICE_TOKEN set: that tenant's granted queues."""
+    with errors_reported(), connect(admin=True) as client:
         queues = client.queues()
 
     def render(rows: list[dict[str, Any]]) -> None:
@@ -306,7 +307,7 @@ def list_(output: OutputOpt = Output.table) -> None:
 def get(name: QueueName, output: OutputOpt = Output.table) -> None:
     """One queue (admin: any; a tenant: one granted to it): its quota, borrowing and lending
     limits, preemption settings, usage and backlog."""
-    with errors_reported(), connect() as client:
+    with errors_reported(), connect(admin=True) as client:
         queues = [q for q in client.queues() if q.name == name]
         if not queues:  # a queue not granted reads like one that does not exist
             raise CliError(f"queue {name!r} not found")
