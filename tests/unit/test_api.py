@@ -1487,6 +1487,9 @@ def test_usage_is_each_tenants_own_and_every_tenants_for_an_admin(env: Env) -> N
     assert env.client.get("/v1/usage", params={"tenant": "bob"}, headers=env.alice).status_code == 403
     every = env.client.get("/v1/usage", headers=env.admin).json()
     assert [u["tenant"] for u in every] == ["alice", "bob"]
+    assert env.client.get("/v1/usage", params={"all": "true"}, headers=env.admin).json() == every
+    r = env.client.get("/v1/usage", params={"all": "true"}, headers=env.alice)  # was alice's own, a 200
+    assert r.status_code == 403 and "admin token" in r.text, r.text
     later = env.client.get("/v1/usage", params={"since": env.engine.now + 3600}, headers=env.admin).json()
     assert later == []
     one = env.client.get("/v1/usage", params={"tenant": "bob"}, headers=env.admin).json()

@@ -856,6 +856,8 @@ def test_usage_per_tenant_and_since(live: Live, tmp_path: Path, monkeypatch: pyt
     assert [(u["tenant"], u["phases"]) for u in json.loads(out)] == [("bob", {"Pending": 1})]
     code, _, err = sluice("usage", "--tenant", "default")  # bob's own token: not an admin's
     assert code != 0 and "usage" in err
+    code, out, err = sluice("usage", "--all")  # printed bob's own row alone, exit 0, as if every tenant's
+    assert code == 1 and out == "" and "every tenant's usage needs an admin token" in err, (out, err)
     monkeypatch.setenv("SLUICE_TOKEN", live.tokens["admin"])
     code, out, _ = sluice("usage", "--all")
     assert code == 0 and "bob" in out and "default" in out and "CORE-HOURS" in out

@@ -56,7 +56,7 @@ def usage(
     with errors_reported():
         start = None if since is None else since_time(since)
         with connect(admin=all_tenants or tenant is not None) as client:
-            rows = client.usage(since=start, tenant=tenant)
+            rows = client.usage(since=start, tenant=tenant, all_tenants=all_tenants)
 
     def render(items: list[dict[str, Any]]) -> None:
         if start is not None:

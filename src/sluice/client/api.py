@@ -477,10 +477,13 @@ class Client:
 
     # ---------------------------------------------------------------- priority classes
 
-    def usage(self, since: float | None = None, tenant: str | None = None) -> list[UsageOut]:
+    def usage(self, since: float | None = None, tenant: str | None = None, all_tenants: bool = False) -> list[UsageOut]:
         """Per tenant, what its jobs submitted at or after `since` (Unix seconds; None: all)
-        held and ran: your own, or an admin's pick of every tenant (`tenant`: one)."""
-        params = [(k, v) for k, v in (("since", since), ("tenant", tenant)) if v is not None]
+        held and ran: your own, or an admin's pick of every tenant (`tenant`: one). With
+        `all_tenants` a tenant's token is a ForbiddenError, not its own rows alone."""
+        params: list[tuple[str, object]] = [(k, v) for k, v in (("since", since), ("tenant", tenant)) if v is not None]
+        if all_tenants:
+            params.append(("all", "true"))
         answer = self.request("GET", "/v1/usage", params=params)
         return [_parse(UsageOut, item, "/v1/usage") for item in answer]
 

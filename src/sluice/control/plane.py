@@ -501,11 +501,17 @@ class ControlPlane:
             raise Conflict(f"tenant {spec.name!r} already exists") from None
         return rec, token
 
-    def usage(self, caller: TenantRecord, since: float | None = None, tenant: str | None = None) -> list[TenantUsage]:
+    def usage(
+        self, caller: TenantRecord, since: float | None = None, tenant: str | None = None, all_tenants: bool = False
+    ) -> list[TenantUsage]:
         """What each tenant's jobs held and ran in the hours from the one `since` falls in, and
         its jobs submitted at or after `since` (control/usage.py): an admin's for every tenant
-        (or `tenant`), anyone else's for itself only (403 naming another). Read from the store:
-        live jobs' figures trail the book by up to one flush (`save_progress_every_s`, 5 s)."""
+        (or `tenant`), anyone else's for itself only (403 naming another, or asking for all of
+        them: `sluice usage --all` with a tenant's token printed its own as if every tenant's).
+        Read from the store: live jobs' figures trail the book by up to one flush
+        (`save_progress_every_s`, 5 s)."""
+        if not caller.admin and all_tenants:
+            raise Forbidden(f"all: every tenant's usage needs an admin token; this one is tenant {caller.name}'s")
         if not caller.admin and tenant not in (None, caller.name):
             raise Forbidden(f"tenant: you may see only {caller.name!r}'s usage")
         who = tenant if caller.admin else caller.name

@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/usage", tags=["usage"])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorOut},
-    403: {"model": ErrorOut, "description": "A tenant asked for another tenant's usage."},
+    403: {"model": ErrorOut, "description": "A tenant asked for another tenant's usage, or every tenant's."},
 }
 
 
@@ -33,9 +33,16 @@ def usage(
         ),
     ] = None,
     tenant: Annotated[str | None, Query(max_length=63, description="One tenant (an admin may name any).")] = None,
+    all_tenants: Annotated[
+        bool,
+        Query(
+            alias="all",
+            description="Every tenant's (admin): a 403 for a tenant's token, which would otherwise get its own only.",
+        ),
+    ] = False,
 ) -> list[TenantUsage]:
     """Per tenant: its jobs by phase, GPU-hours and guaranteed core-hours they held, hours they
     ran, and restarts. A tenant sees its own; an admin every tenant's."""
     if since is not None and not math.isfinite(since):
         raise SpecError([FieldProblem("since", "a Unix time in seconds, not NaN or infinite")])
-    return plane.usage(caller, since=since, tenant=tenant)
+    return plane.usage(caller, since=since, tenant=tenant, all_tenants=all_tenants)
