@@ -204,3 +204,19 @@ def test_a_bad_choice_is_said_without_pydantics_prefix(args: list[str], says: st
     result = CliRunner().invoke(app, args)
     text = " ".join(((result.stdout or "") + (result.stderr or "")).split())
     assert result.exit_code == 2 and says in text and "Value error" not in text, text
+
+
+def test_up_names_an_unknown_policy_where_it_came_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`policy: nope` in settings.yaml (or SLUICE_POLICY=nope) was reported as `--policy`, a
+    flag the user never gave."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    monkeypatch.delenv("SLUICE_POLICY", raising=False)
+    (home / "settings.yaml").write_text("policy: nope\n")
+    res = CliRunner().invoke(app, ["up", "--detach"])
+    assert res.exit_code == 2, res.output
+    assert "error: policy (SLUICE_POLICY or settings.yaml): unknown policy 'nope'" in res.output, res.output
+    res = CliRunner().invoke(app, ["up", "--detach", "--policy", "bogus"])  # the flag wins, and is named
+    assert res.exit_code == 2 and "error: --policy: unknown policy 'bogus'" in res.output, res.output
+    assert not (home / "server.json").exists()

@@ -169,8 +169,11 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
     for line in misspelled_variables(os.environ):
         err_console.print(f"warning: {line}", markup=False)
     known = policy_names()
-    if settings.policy not in known:
-        err_console.print(f"error: --policy: unknown policy {settings.policy!r}; choose one of {', '.join(known)}")
+    if settings.policy not in known:  # named `--policy` when it came from SLUICE_POLICY or settings.yaml
+        where = "--policy" if policy is not None else "policy (SLUICE_POLICY or settings.yaml)"
+        err_console.print(
+            f"error: {where}: unknown policy {settings.policy!r}; choose one of {', '.join(known)}", markup=False
+        )
         raise typer.Exit(2)
     if address is not None and settings.engine != "ray":
         err_console.print("error: --address: names a Ray cluster; use it with --engine ray", markup=False)
