@@ -11,7 +11,8 @@ What a sluice-friendly script does, in one place:
 Batches are drawn from a generator seeded by the step, so a resumed run sees the same data
 stream it would have seen without the interruption.
 
-Length: `--steps N`, or SLUICE_EXAMPLE_SCALE=0.05 to run 5 % of the default (tests).
+Length: `--steps N`, or SLUICE_EXAMPLE_SCALE=0.05 to run 5 % of the default (tests); in a job
+spec, `env: {EXAMPLE_SCALE: "0.05"}` (a spec may not set SLUICE_* variables).
 """
 
 from __future__ import annotations
