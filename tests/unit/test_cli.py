@@ -106,7 +106,7 @@ def test_submit_list_get_why_cancel(live: Live, tmp_path: Path) -> None:
     assert code == 0 and "submitted by tenant default" in out and "kube: fits on" in out
 
     code, out, _ = sluice("job", "cancel", job_id)
-    assert code == 0 and "Stopping" in out and "cancelled by default" in out
+    assert code == 0 and "Stopping" in out and "cancelled by tenant default" in out
     live.engine.pending.append(JobExited(job_id, live.plane.controller.book.get(job_id).attempt, live.engine.now, -15))
     live.plane.step()
     assert live.plane.store.get_job(job_id).phase == Phase.CANCELLED  # type: ignore[union-attr]
@@ -283,7 +283,7 @@ def test_logs_of_a_job_with_no_output_say_why(live: Live, tmp_path: Path) -> Non
     assert code == 0 and out == "" and f"no output: job {job_id} is Pending" in err, err
     assert sluice("job", "cancel", job_id)[0] == 0
     code, out, err = sluice("job", "logs", "-f", job_id)
-    assert code == 0 and out == "" and f"no output: job {job_id} is Cancelled — cancelled by default" in err, err
+    assert code == 0 and out == "" and f"no output: job {job_id} is Cancelled — cancelled by tenant default" in err, err
 
 
 def test_nodes(live: Live) -> None:
@@ -489,6 +489,15 @@ def test_on_the_planes_machine_queue_reads_and_job_list_tenant_see_what_queue_cr
     assert code == 0 and [j["id"] for j in json.loads(out)] == [bobs], err
     code, out, _ = sluice("job", "list", "-o", "json")  # without --tenant: the default tenant's own
     assert code == 0 and json.loads(out) == []
+
+
+def test_who_suspended_resumed_or_cancelled_a_job_is_named_as_a_tenant(live: Live, tmp_path: Path) -> None:
+    # "suspend: suspended by default" read as if nobody had asked: `default` is a tenant's name.
+    job_id = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))[1].strip()
+    code, out, err = sluice("job", "suspend", job_id)
+    assert code == 0 and "suspended by tenant default" in out, (out, err)
+    code, out, err = sluice("job", "resume", job_id)
+    assert code == 0 and "resumed by tenant default" in out, (out, err)
 
 
 def test_queue_set_says_what_a_replaced_quota_or_preemption_setting_dropped(

@@ -853,7 +853,7 @@ class ControlPlane:
         job = self.get_job(caller, job_id)
         if job.phase.terminal:
             raise Conflict(f"job {job_id} already {job.phase}")
-        done = self.controller.cancel(job_id, f"cancelled by {caller.name}")
+        done = self.controller.cancel(job_id, f"cancelled by tenant {caller.name}")
         self.wake()
         return done
 
@@ -913,7 +913,7 @@ class ControlPlane:
             _, count = self._array(caller, array_id)
             live = [j for j in (book.get(f"{array_id}-{k}") for k in range(count)) if j is not None]
         done = [
-            self.controller.cancel(j.id, f"cancelled with its array by {caller.name}")
+            self.controller.cancel(j.id, f"cancelled with its array by tenant {caller.name}")
             for j in live
             if not j.phase.terminal
         ]
@@ -1021,7 +1021,7 @@ class ControlPlane:
         job = self.get_job(caller, job_id)
         if job.phase.terminal:
             raise Conflict(f"job {job_id} already {job.phase}")
-        done = self.controller.suspend(job_id, f"suspended by {caller.name}")
+        done = self.controller.suspend(job_id, f"suspended by tenant {caller.name}")
         self.wake()
         return done
 
@@ -1044,7 +1044,7 @@ class ControlPlane:
                 f"job {job_id} stays Suspended: queue {job.spec.queue} is no longer granted to tenant {job.tenant}; "
                 f"an admin may grant it again (sluice queue grant {job.spec.queue} {job.tenant}), or cancel the job"
             )
-        done = self.controller.resume(job_id, f"resumed by {caller.name}")
+        done = self.controller.resume(job_id, f"resumed by tenant {caller.name}")
         self.wake()
         return done
 
