@@ -491,6 +491,20 @@ def test_on_the_planes_machine_queue_reads_and_job_list_tenant_see_what_queue_cr
     assert code == 0 and json.loads(out) == []
 
 
+def test_an_arrays_id_given_as_a_jobs_says_it_is_an_array(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `job submit --array 3` prints the array's id; `job get/why/logs` of it said only "not found".
+    array_id = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)), "--array", "3")[1].strip()
+    for cmd in ("get", "why", "logs"):
+        code, _, err = sluice("job", cmd, array_id)
+        assert code == 1 and f"{array_id} is a job array, whose jobs are {array_id}-0 to {array_id}-2" in err, err
+        assert f"sluice job list --array {array_id}" in err
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])  # another tenant's array reads as nothing at all
+    code, _, err = sluice("job", "get", array_id)
+    assert code == 1 and "not found" in err and "array" not in err, err
+
+
 def test_who_suspended_resumed_or_cancelled_a_job_is_named_as_a_tenant(live: Live, tmp_path: Path) -> None:
     # "suspend: suspended by default" read as if nobody had asked: `default` is a tenant's name.
     job_id = sluice("job", "submit", str(write_spec(tmp_path / "job.yaml", GOOD_SPEC)))[1].strip()

@@ -823,8 +823,22 @@ class ControlPlane:
 
     def _visible(self, caller: TenantRecord, job: JobRecord | None, job_id: str) -> JobRecord:
         if job is None or (job.tenant != caller.name and not caller.admin):
-            raise NotFound(f"job {job_id!r} not found")
+            raise NotFound(f"job {job_id!r} not found{self.array_hint(caller, job_id) if job is None else ''}")
         return job
+
+    def array_hint(self, caller: TenantRecord, job_id: str) -> str:
+        """'' or, where `job_id` is the id of one of the caller's job arrays (what `sluice job
+        submit` prints for one), what to ask for instead: `job get/logs/why` of it said only
+        "not found". Another tenant's array reads as none, as its jobs do."""
+        with self.controller.lock:
+            try:
+                _first, count = self._array(caller, job_id)
+            except NotFound:
+                return ""
+        return (
+            f": {job_id} is a job array, whose jobs are {job_id}-0 to {job_id}-{count - 1} "
+            f"(sluice job list --array {job_id})"
+        )
 
     def get_job(self, caller: TenantRecord, job_id: str) -> JobRecord:
         with self.controller.lock:

@@ -66,7 +66,7 @@ def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
     try:
         return plane.get_job(caller, job_id)
     except NotFound:
-        raise NotFound(f"job {job_id} not found") from None
+        raise NotFound(f"job {job_id} not found{plane.array_hint(caller, job_id)}") from None
 
 
 def _out(plane: ControlPlane, caller: Any, job: JobRecord) -> JobOut:
