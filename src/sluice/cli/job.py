@@ -556,8 +556,9 @@ def files(
     replica: ReplicaOpt = None,
     output: OutputOpt = Output.table,
 ) -> None:
-    """List a job's files: its HOME (work/), TMPDIR (tmp/) and its checkpoints, as its newest
-    attempt left them on the node it ran on. `sluice job download` fetches one."""
+    """List a job's files: work/ (its HOME with isolation on; off, it keeps the plane's), TMPDIR
+    (tmp/) and its checkpoints, as its newest attempt left them on the node it ran on. `sluice
+    job download` fetches one."""
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         found = client.files(job_id, path, replica=replica)
 
