@@ -41,7 +41,7 @@ from sluice.control.engine_record import EngineMismatch, EngineRecord, check_eng
 from sluice.engine.ray_connect import RayUnreachable
 from sluice.model import JobUser
 from sluice.settings import Settings, load_settings
-from sluice.store import StoreInUse
+from sluice.store import StoreInUse, open_store
 
 log = logging.getLogger("sluice.server")
 
@@ -298,7 +298,14 @@ def claim_tenant_uids(settings: Settings) -> UidRangeClaim:
     UidRangeInUse where another live plane's overlaps it."""
     if not isolation_status(settings).enabled:
         return UidRangeClaim(None)
-    return claim_uid_range(settings.home, store_of(settings.db_url), settings.job_uid_min, settings.job_uid_max)
+    store = open_store(settings.db_url)  # the uids its tenants run as already: maybe from an earlier range
+    try:
+        held = store.live_uid_span()
+    finally:
+        store.close()
+    return claim_uid_range(
+        settings.home, store_of(settings.db_url), settings.job_uid_min, settings.job_uid_max, held=held
+    )
 
 
 def _serve_locked(settings: Settings, home: Path) -> None:

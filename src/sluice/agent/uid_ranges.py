@@ -79,9 +79,29 @@ def store_of(db_url: str) -> str:
     return url.render_as_string(hide_password=True)
 
 
-def claim_uid_range(home: Path, store: str, lowest: int, highest: int, directory: Path = RANGES_DIR) -> UidRangeClaim:
-    """Record that the plane of `home`, handing uids from `store`, uses `lowest..highest`;
-    UidRangeInUse where a live plane of another store here overlaps it."""
+def claim_uid_range(
+    home: Path,
+    store: str,
+    lowest: int,
+    highest: int,
+    directory: Path = RANGES_DIR,
+    held: tuple[int, int] | None = None,
+) -> UidRangeClaim:
+    """Record that the plane of `home`, handing uids from `store`, uses `lowest..highest`
+    and `held`, the uids its tenants already run as (given under an earlier range, they may
+    lie outside it: a plane whose range was moved ran its old tenants as uids inside another
+    live plane's range, unchecked); UidRangeInUse where a live plane of another store here
+    overlaps what it uses."""
+    setting = f"{lowest}..{highest} (settings job_uid_min/job_uid_max)"
+    if held is not None and (held[0] < lowest or held[1] > highest):
+        setting = (
+            f"{min(lowest, held[0])}..{max(highest, held[1])} (settings job_uid_min/job_uid_max {lowest}..{highest}, "
+            f"and {held[0]}..{held[1]} that its tenants already run as, given under an earlier range)"
+        )
+        lowest, highest = min(lowest, held[0]), max(highest, held[1])
+        advice = "; its tenants keep the uids they were given, so the other plane needs a range apart from those"
+    else:
+        advice = ""
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock_fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -112,10 +132,10 @@ def claim_uid_range(home: Path, store: str, lowest: int, highest: int, directory
             lo, hi = record.get("lowest"), record.get("highest")
             if isinstance(lo, int) and isinstance(hi, int) and lo <= highest and lowest <= hi:
                 raise UidRangeInUse(
-                    f"tenant uid range {lowest}..{highest} (settings job_uid_min/job_uid_max) overlaps "
+                    f"tenant uid range {setting} overlaps "
                     f"{lo}..{hi} of the plane of {record.get('home')} (pid {record.get('pid')}) on this host: "
                     "the two planes would run different tenants' jobs as the same uid. Give this plane a range "
-                    "of its own (SLUICE_JOB_UID_MIN / SLUICE_JOB_UID_MAX)"
+                    f"of its own (SLUICE_JOB_UID_MIN / SLUICE_JOB_UID_MAX){advice}"
                 )
         write_json_atomic(
             mine,

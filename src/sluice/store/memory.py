@@ -235,6 +235,9 @@ class MemoryStore:
     def release_uid(self, tenant: str, at: float) -> None:
         self._uids.pop(tenant, None)
 
+    def live_uid_span(self) -> tuple[int, int] | None:
+        return (min(self._uids.values()), max(self._uids.values())) if self._uids else None
+
     def save_queue(self, queue: QueueRecord) -> None:
         self._queues[queue.name] = queue  # frozen: no copy needed
 

@@ -664,6 +664,12 @@ class SqlStore:
         with self._write() as conn:
             conn.execute(update(t).where(t.c.tenant == tenant, t.c.released_at.is_(None)).values(released_at=at))
 
+    def live_uid_span(self) -> tuple[int, int] | None:
+        t = schema.tenant_uids
+        with self._read() as conn:
+            row = conn.execute(select(func.min(t.c.uid), func.max(t.c.uid)).where(t.c.released_at.is_(None))).first()
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
     # queues -------------------------------------------------------------------------------
     def save_queue(self, queue: QueueRecord) -> None:
         c = queue.config
