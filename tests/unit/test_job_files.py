@@ -83,6 +83,27 @@ def test_links_fifos_and_foreign_files_are_nothing_and_the_jobs_own_are_read(run
         open_file(run, "work/admin.token", JOB)
 
 
+def test_a_folder_asked_for_as_a_file_and_a_file_as_a_folder_are_said_so(run: Path) -> None:
+    """`job download ID checkpoints` said the job "has no file" there, `job files ID
+    work/model.pt` "no folder": the tenant sees both in a listing, so they are named as what
+    they are. A link, a FIFO or another uid's file stays the same plain nothing."""
+    for folder in ("checkpoints", "work/out", "work/out/"):
+        with pytest.raises(job_files.WrongKind, match="is a folder, not a file: sluice job files lists it"):
+            open_file(run, folder, JOB)
+    with pytest.raises(job_files.WrongKind, match=r"'work/model\.pt' is a file, not a folder: sluice job download"):
+        list_folder(run, "work/model.pt", JOB)
+    with pytest.raises(job_files.WrongKind, match=r"'work/model\.pt' is a file"):
+        open_file(run, "work/model.pt/x", JOB)
+    hidden = ["work/token", "work/etc", "work/pipe", "attempt-1"] + (["work/roots"] if os.geteuid() == 0 else [])
+    for name in hidden:
+        with pytest.raises(NoSuchFile) as err:
+            list_folder(run, name, JOB)
+        assert not isinstance(err.value, job_files.WrongKind), name
+        with pytest.raises(NoSuchFile) as err:
+            open_file(run, f"{name}/x", JOB)
+        assert not isinstance(err.value, job_files.WrongKind), name
+
+
 def test_paths_that_could_lead_out_are_refused_naming_the_field(run: Path) -> None:
     outward = ("../../admin.token", "work/../job.log", "/etc/passwd", "work/./model.pt")
     for bad in (*outward, "a\x00b", "a/" * 65, "x" * 5000):

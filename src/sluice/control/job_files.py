@@ -32,7 +32,7 @@ import heapq
 import itertools
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -61,6 +61,11 @@ CHUNK = 1 << 20
 
 class NoSuchFile(LookupError):
     """Not there, not the job's own, or not a file or folder the job may hand out."""
+
+
+class WrongKind(NoSuchFile):
+    """A folder of the job's asked for as a file, or its file as a folder: said as it is (the
+    tenant may list both), where a link or another uid's file stays a plain NoSuchFile."""
 
 
 @dataclass(frozen=True)
@@ -104,24 +109,38 @@ def shown_at_top(name: str) -> bool:
     return name in (WORK_DIR, TMP_DIR) or plane_name(name) is None
 
 
-def _open_folder(run_dir: Path, parts: list[str]) -> int:
+def _open_folder(run_dir: Path, parts: list[str], owner: JobUser | None = None) -> int:
     """The folder `parts` below `run_dir`, opened one name at a time from its parent's
-    descriptor without following a link; NoSuchFile when any step is not a real folder."""
+    descriptor without following a link; NoSuchFile when any step is not a real folder
+    (WrongKind where it is the job's own regular file)."""
     try:
         fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         raise NoSuchFile("the job has no run folder here") from None
-    try:
-        for name in parts:
+    for depth, name in enumerate(parts):
+        try:
             nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as err:
+            is_file = err.errno == errno.ENOTDIR and _is_own(fd, name, owner, stat.S_ISREG)
             os.close(fd)
-            fd = nxt
-    except OSError as err:
+            if is_file:
+                shown = "/".join(parts[: depth + 1])
+                raise WrongKind(f"{shown!r} is a file, not a folder: sluice job download fetches it") from None
+            if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM):
+                raise NoSuchFile("no such folder") from None
+            raise
         os.close(fd)
-        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM):
-            raise NoSuchFile("no such folder") from None
-        raise
+        fd = nxt
     return fd
+
+
+def _is_own(folder: int, name: str, owner: JobUser | None, kind: Callable[[int], bool]) -> bool:
+    """Whether `name` in `folder` is itself (never through a link) of `kind` and the job's own."""
+    try:
+        st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:
+        return False
+    return kind(st.st_mode) and (owner is None or st.st_uid == owner.uid)
 
 
 def _base(run_dir: Path, parts: list[str], elsewhere: Mapping[str, Path]) -> Path:
@@ -141,7 +160,7 @@ def list_folder(
     parts = parts_of(path)
     if parts and not shown_at_top(parts[0]):
         raise NoSuchFile("no such folder")
-    fd = _open_folder(_base(run_dir, parts, elsewhere), parts)
+    fd = _open_folder(_base(run_dir, parts, elsewhere), parts, owner)
     entries: list[FileEntry] = []
     try:
         with os.scandir(fd) as found:
@@ -213,10 +232,12 @@ def open_file(
     parts = parts_of(path)
     if not parts or not shown_at_top(parts[0]):
         raise NoSuchFile("no such file")
-    folder = _open_folder(_base(run_dir, parts, elsewhere or {}), parts[:-1])
+    folder = _open_folder(_base(run_dir, parts, elsewhere or {}), parts[:-1], owner)
     try:
         fd = open_own(folder, parts[-1], owner)
     except OSError:
+        if _is_own(folder, parts[-1], None, stat.S_ISDIR):  # a listing shows folders, whoever's
+            raise WrongKind(f"{'/'.join(parts)!r} is a folder, not a file: sluice job files lists it") from None
         raise NoSuchFile("no such file") from None
     finally:
         os.close(folder)

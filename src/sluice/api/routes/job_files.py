@@ -59,6 +59,8 @@ async def list_files(
         return _too_many(f"{MAX_LISTINGS_PER_TENANT} listings in progress")
     try:
         body = await to_thread.run_sync(_listing, folder, path, owner, elsewhere)
+    except job_files.WrongKind as err:
+        raise NotFound(f"job {job_id}: {err}") from None
     except job_files.NoSuchFile:
         raise NotFound(f"job {job_id} has no folder {path!r}") from None
     finally:
@@ -138,6 +140,9 @@ async def download(
         return _too_many(f"{MAX_DOWNLOADS_PER_TENANT} downloads open")
     try:
         fd, size = await to_thread.run_sync(job_files.open_file, folder, path, owner, elsewhere)
+    except job_files.WrongKind as err:
+        release()
+        raise NotFound(f"job {job_id}: {err}") from None
     except job_files.NoSuchFile:
         release()
         raise NotFound(f"job {job_id} has no file {path!r}") from None
