@@ -74,6 +74,10 @@ class RayNodeAgent:
         # The control plane's settings travel with the call: this process runs on another
         # machine whose environment knows nothing of them. The node's size is Ray's.
         size = {"node_cpus": cpu} if cpu > 0 else {}  # a head with no job CPU still gets an agent
+        self._created_with = {"runs_dir": runs_dir, "settings": settings or {}, "cache": cache or {}}
+        """What the plane that created this detached actor gave it: a later plane that finds it
+        by name compares its own, since an actor keeps its constructor's (RayEngine._agent_for
+        reads it with Ray's `__ray_call__`, which an agent without it also answers)."""
         conf = Settings.model_validate({**(settings or {}), **size})
         self.node_name = node_name
         self.labels = {"engine": "ray", **(labels or {})}

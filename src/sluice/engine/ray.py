@@ -267,6 +267,62 @@ class RayEngine:
             )  # fmt: skip
 
     def _agent_for(self, node: RayNode) -> Any:
+        """The node's agent, made with this plane's runs folder and settings. A detached agent
+        found by name keeps what the plane that created it gave it (a `job_python` or a fence
+        changed since would be ignored there): one that differs is replaced when it has nothing
+        running, else kept, and the differing fields logged."""
+        try:
+            agent = self._ray.get_actor(AGENT_PREFIX + node.node_id, namespace=self.namespace)
+        except ValueError:  # none yet: made with this plane's
+            return self._make_agent(node)
+        want = self._agent_config(node)
+        try:
+            # Through Ray's generic call, not a method: calling a method its class lacks (an
+            # agent of an older sluice) kills the actor's worker, and with it its jobs.
+            have = self._get(agent.__ray_call__.remote(lambda a: getattr(a, "_created_with", None))) or {}
+        except Exception as err:  # restarting, or its node dying: membership will tell
+            log.warning("node %s: cannot ask its agent what it was created with (%s); keeping it", node.name, err)
+            return agent
+        differ = config_diff(have, want)
+        if not differ:
+            return agent
+        try:
+            busy = self._get(agent.unfinished.remote())
+        except Exception as err:
+            log.warning("node %s: cannot ask its agent for its jobs (%s); keeping it", node.name, err)
+            return agent
+        if busy:
+            log.warning(
+                "node %s: its agent was created with another %s than this plane's and has %d unfinished "
+                "job(s), so it is kept, and launches with its own until a plane starts while it has none",
+                node.name, ", ".join(differ), len(busy),
+            )  # fmt: skip
+            return agent
+        log.info("node %s: replacing its agent, created with another %s", node.name, ", ".join(differ))
+        with contextlib.suppress(Exception):  # what it made on the host goes with it
+            self._get(agent.close.remote())
+        self._ray.kill(agent, no_restart=True)
+        self._await_name_free(AGENT_PREFIX + node.node_id)
+        return self._make_agent(node)
+
+    def _agent_config(self, node: RayNode) -> dict[str, Any]:
+        return {
+            "runs_dir": str(self.runs_root / "nodes" / node.name),
+            "settings": self.agent_settings,
+            "cache": self.agent_cache,
+        }
+
+    def _await_name_free(self, name: str) -> None:
+        """Until Ray has released a killed actor's name (a get_if_exists before would find it)."""
+        deadline = time.monotonic() + self.call_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self._ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.1)
+
+    def _make_agent(self, node: RayNode) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return self._actor_cls.options(
@@ -280,12 +336,10 @@ class RayEngine:
         ).remote(
             node.name,
             node.cpu,
-            str(self.runs_root / "nodes" / node.name),
             gpus=node.gpus,
             memory_mb=node.memory_mb,
             labels=node.labels,
-            settings=self.agent_settings,
-            cache=self.agent_cache,
+            **self._agent_config(node),
         )
 
     def _get(self, ref: Any) -> Any:
@@ -671,6 +725,20 @@ AGENT_SETTINGS = (
 )
 """The settings fields that shape what a node agent does (the plane's win over a node's own
 SLUICE_* environment: without the fences here, a plane's `*_fence: off` was ignored on Ray)."""
+
+
+def config_diff(have: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
+    """What differs between an agent's creation arguments (`created_with`) and a plane's:
+    `runs_dir`, each differing setting by name, `cache`. Everything, for an agent that cannot
+    say (`have` empty)."""
+    if not have:
+        return ["settings (an agent that cannot say which)"]
+    out = ["runs_dir (ray_shared_root)"] if have.get("runs_dir") != want.get("runs_dir") else []
+    mine, theirs = want.get("settings") or {}, have.get("settings") or {}
+    out += [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    if have.get("cache") != want.get("cache"):
+        out.append("cache")
+    return out
 
 
 def agent_settings_from(settings: Settings) -> dict[str, Any]:
