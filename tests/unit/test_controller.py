@@ -18,6 +18,7 @@ from sluice.model import (
     Migrate,
     NodeHealth,
     NodeLost,
+    NodeUp,
     OomKill,
     Phase,
     Preempt,
@@ -172,6 +173,30 @@ def test_cordon_moves_jobs_off(setup) -> None:
     engine.pending.append(JobExited(a.id, 1, engine.now, 0))
     ctl.step()
     assert ctl.book.get(a.id).allocation.primary_node != node
+
+
+def test_a_cordoned_node_that_is_lost_and_comes_back_is_still_cordoned(setup) -> None:
+    # Walkthrough s30: `sluice node cordon w2`, w2's raylet died, `ray start` brought it back
+    # under its `sluice.node` label: it came back Healthy ("node came back") and got work
+    # again, though docs/ray.md says a machine that comes back keeps its cordon.
+    ctl, engine, _store = setup
+    node = engine.node_infos[0]
+    ctl.step()
+    ctl.set_node_health(node.name, NodeHealth.CORDONED, "disk", by="operator")
+    engine.pending.append(NodeLost(node.name, engine.now, "raylet died"))
+    ctl.step()
+    assert ctl.node(node.name).health == NodeHealth.LOST
+    engine.pending.append(NodeUp(node.name, engine.now, node.cpu, node.gpus, node.memory_mb, dict(node.labels)))
+    ctl.step()
+    back = ctl.node(node.name)
+    assert (back.health, back.reason) == (NodeHealth.CORDONED, "disk")
+    # uncordoned meanwhile (or never cordoned): it comes back Healthy
+    ctl.set_node_health(node.name, NodeHealth.HEALTHY, "uncordoned by operator", by="operator")
+    engine.pending.append(NodeLost(node.name, engine.now, "raylet died"))
+    ctl.step()
+    engine.pending.append(NodeUp(node.name, engine.now, node.cpu, node.gpus, node.memory_mb, dict(node.labels)))
+    ctl.step()
+    assert ctl.node(node.name).health == NodeHealth.HEALTHY
 
 
 def test_recovery_adopts_requeues_and_kills_strays() -> None:

@@ -468,7 +468,13 @@ class Controller:
                 self._nodes[e.node] = NodeState(e.node, e.cpu, e.gpus, e.memory_mb, dict(e.labels))
                 self.store.append_event(now, "node", f"{e.node} joined ({e.cpu:g} CPU, {e.gpus} GPU)", node=e.node)
             elif st.health == NodeHealth.LOST:
-                st.health, st.reason = NodeHealth.HEALTHY, "node came back"
+                # A cordon outlives the loss (the store keeps it; a loss is not saved there):
+                # the node comes back cordoned, as a plane that starts up finds it.
+                saved = next((n for n in self.store.list_nodes() if n.name == e.node), None)
+                if saved is not None and saved.health == NodeHealth.CORDONED:
+                    st.health, st.reason = NodeHealth.CORDONED, saved.reason
+                else:
+                    st.health, st.reason = NodeHealth.HEALTHY, "node came back"
                 st.cpu, st.gpus = e.cpu, e.gpus
                 st.labels = {**(st.labels or {}), **e.labels}
                 self.store.append_event(now, "node", f"{e.node} came back", node=e.node)
