@@ -150,6 +150,29 @@ def test_membership_reports_joins_losses_and_restarts_under_a_stable_label_name(
     assert [(type(e), e.node) for e in out] == [(NodeLost, "n1"), (NodeUp, "n1")]
 
 
+def test_a_second_live_node_with_a_taken_name_is_left_out_not_taken_for_a_restart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Walkthrough s30: `ray start --labels='{"sluice.node": "w1"}'` on a second machine while w1
+    # ran was read as w1 restarting: NodeLost("the Ray node restarted") requeued w1's jobs to run
+    # again elsewhere while they still ran on w1, whose raylet lived on.
+    m = Membership()
+    m.update([raw("aaa", name="w1"), raw("bbb", name="w2")], 1.0)
+    with caplog.at_level("WARNING", logger="sluice.engine.ray"):
+        assert m.update([raw("aaa", name="w1"), raw("ccc", name="w1"), raw("bbb", name="w2")], 2.0) == []
+        assert m.update([raw("aaa", name="w1"), raw("ccc", name="w1"), raw("bbb", name="w2")], 3.0) == []
+    assert m.nodes["w1"].node_id == "aaa"
+    assert caplog.text.count("Ray node ccc") == 1 and "labelled sluice.node=w1 like live node aaa" in caplog.text
+    # once w1's first raylet is gone, the other takes the name: a loss and a join
+    out = m.update([raw("ccc", name="w1"), raw("bbb", name="w2")], 4.0)
+    assert [(type(e), e.node) for e in out] == [(NodeLost, "w1"), (NodeUp, "w1")]
+    assert m.nodes["w1"].node_id == "ccc"
+    # a plane starting with both there keeps the first Ray lists
+    fresh = Membership()
+    fresh.update([raw("ccc", name="w1"), raw("aaa", name="w1")], 1.0)
+    assert fresh.nodes["w1"].node_id == "ccc"
+
+
 def test_live_nodes_reads_resources() -> None:
     nodes = live_nodes([raw("abcdef0123456789", cpu=3.0)])
     (node,) = nodes.values()
