@@ -6,6 +6,8 @@ engine placed refuses to start with this one (they would run twice)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import re
 import socket
 import sys
@@ -243,6 +245,32 @@ def test_jobs_that_stopped_with_the_plane_or_no_running_jobs_do_not_refuse(tmp_p
     write_record(empty.home, EngineRecord("ray", "10.0.0.1:6379", "sluice"))
     SqlStore(empty.db_url).close()
     check_engine(empty)  # nothing running: any engine may start
+
+
+def test_up_asked_for_another_engine_than_the_running_server_s_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Walkthrough s30: with a plane on the Ray cluster at 192.0.2.2:16390, `sluice up --engine
+    # ray --address ray://other:10001` (or `--engine local`) answered "sluice is already
+    # running at ..." and exit 0, as if it ran what was asked.
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("SLUICE_HOME", str(home))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    running = {"pid": os.getpid(), "url": "http://127.0.0.1:1", "engine": "ray"}
+    (home / "server.json").write_text(json.dumps({**running, "ray_address": "10.0.0.1:6379"}))
+    code, out, err = sluice("up", "--engine", "ray", "--address", "ray://10.0.0.2:10001")
+    assert code == 1 and err == (
+        f"error: sluice is already running at http://127.0.0.1:1 (pid {running['pid']}) with the ray engine at "
+        "10.0.0.1:6379, not the ray engine at ray://10.0.0.2:10001; `sluice down` first to change it\n"
+    ), err
+    code, _, err = sluice("up", "--engine", "local")
+    assert code == 1 and "with the ray engine at 10.0.0.1:6379, not the local engine;" in err
+    code, _, err = sluice("up", "--engine", "ray")  # no address: a one-node instance of its own
+    assert code == 1 and "not the ray engine's own one-node instance;" in err
+    for same in (("--engine", "ray", "--address", "10.0.0.1:6379"), ()):  # what runs, or not asked
+        code, out, err = sluice("up", *same)
+        assert code == 0 and out.startswith("sluice is already running") and err == "", (same, err)
 
 
 def test_what_a_plane_would_run_resolves_ray_address(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import httpx
 import typer
 
 from sluice.cli.output import console, err_console
+from sluice.control.engine_record import intended
 from sluice.server import (
     START_ERRORS,
     EngineMismatch,
@@ -164,6 +165,24 @@ def _ray_address(settings: Settings, flag: str | None) -> str:
     return f"the ray engine joins the Ray cluster at {text.strip()}{source}"
 
 
+def _engine_text(engine: str, ray_address: str | None) -> str:
+    if engine != "ray":
+        return f"the {engine} engine"
+    return f"the ray engine at {ray_address}" if ray_address else "the ray engine's own one-node instance"
+
+
+def _runs_otherwise(running: dict[str, object], settings: Settings) -> str | None:
+    """How the running server differs from the engine and Ray address `up` was asked for
+    (`with the ray engine at X, not the local engine`), or None when it runs that."""
+    want = intended(settings)
+    engine = str(running.get("engine") or "local")
+    raw = running.get("ray_address")
+    address = str(raw) if engine == "ray" and raw else None
+    if engine == want.engine and (engine != "ray" or address == want.ray_address):
+        return None
+    return f"with {_engine_text(engine, address)}, not {_engine_text(want.engine, want.ray_address)}"
+
+
 def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int | None, address: str | None) -> None:
     settings, env = _settings(policy, engine, port, address)
     for line in misspelled_variables(os.environ):
@@ -186,7 +205,12 @@ def _up(detach: bool, policy: str | None, engine: EngineName | None, port: int |
         raise typer.Exit(1) from None
     running = read_server_file(settings.home)
     if running is not None:
-        console.print(f"sluice is already running at {running['url']} (pid {running['pid']})", markup=False)
+        here = f"sluice is already running at {running['url']} (pid {running['pid']})"
+        other = _runs_otherwise(running, settings) if engine is not None or address is not None else None
+        if other is not None:
+            err_console.print(f"error: {here} {other}; `sluice down` first to change it", markup=False)
+            raise typer.Exit(1)
+        console.print(here, markup=False)
         return
     try:
         check_engine(settings)
