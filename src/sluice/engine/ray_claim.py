@@ -96,6 +96,16 @@ class PlaneAlive:
         return True
 
 
+def _on_this_node(ray: Any) -> Any:
+    """Pin to the driver's own Ray node. Placed anywhere, the liveness actor went with whichever
+    node Ray put it on: that node lost, a second plane was given the namespace while this one
+    ran on (both then drove the same agents). Pinned, it goes only when this process's node
+    does, which the driver does not outlive."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
 class Claim:
     """This plane's claim on `namespace` (driver side)."""
 
@@ -114,7 +124,9 @@ class Claim:
             .options(name=CLAIM_NAME, lifetime="detached", get_if_exists=True, max_restarts=-1, **opts)
             .remote()
         )
-        self._alive = ray.remote(PlaneAlive).options(name=self.me.alive, **opts).remote()
+        self._alive = (
+            ray.remote(PlaneAlive).options(name=self.me.alive, scheduling_strategy=_on_this_node(ray), **opts).remote()
+        )
         ray.get(self._alive.ping.remote(), timeout=timeout_s)
         mine = asdict(self.me)
         for _ in range(5):
