@@ -24,20 +24,31 @@ class _Call:
         return self.value
 
 
+class _Ref:
+    """What a call returns, as an ObjectRef would: hashable, read through `get`."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 class _RayCall:
     def __init__(self, agent: _Agent) -> None:
         self.agent = agent
 
     def remote(self, fn: Any) -> Any:
-        return fn(self.agent)
+        return _Ref(fn(self.agent))
 
 
 class _Agent:
+    """An agent as the plane reaches it; one of an older sluice (no `created_with`) has no
+    `unfinished` either, only `alive`: asked for `unfinished` directly, its worker would die."""
+
     def __init__(self, created_with: dict[str, Any] | None, unfinished: list[str]) -> None:
         if created_with is not None:  # an agent of a sluice from before it was kept has none
             self._created_with = created_with
+            self.unfinished = lambda: list(unfinished)
+        self.alive = lambda: {job: 1 for job in unfinished}
         self.__ray_call__ = _RayCall(self)
-        self.unfinished = _Call(unfinished)
         self.close = _Call(None)
 
 
@@ -52,7 +63,10 @@ class _Ray:
         return self.actors[name]
 
     def get(self, ref: Any, timeout: float | None = None) -> Any:
-        return ref
+        return ref.value if isinstance(ref, _Ref) else ref
+
+    def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list[Any], list[Any]]:
+        return refs, []
 
     def kill(self, actor: _Agent, no_restart: bool = True) -> None:
         self.killed.append(actor)
@@ -135,6 +149,14 @@ def test_an_idle_agent_of_an_older_sluice_is_replaced(tmp_path: Path) -> None:
     engine, ray, _cls = _engine(tmp_path, old)
     agent = engine._agent_for(NODE)
     assert ray.killed == [old] and agent._created_with == _old(tmp_path)
+
+
+def test_a_busy_agent_of_an_older_sluice_is_asked_only_what_it_knows_and_kept(tmp_path: Path) -> None:
+    old = _Agent(None, ["j-1"])
+    engine, ray, _cls = _engine(tmp_path, old)
+    assert engine._agent_for(NODE) is old and ray.killed == []
+    engine._agents = {"w1": old}
+    assert engine.still_running(["j-1", "j-2"]) == ["j-1"]  # `job delete` asks it the same way
 
 
 def test_config_diff_names_what_differs() -> None:

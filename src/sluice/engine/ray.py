@@ -62,6 +62,14 @@ AGENT_NET_LABEL = NET_IP_LABEL
 on its node ("none" without one): the engine compares it with the address Ray advertises."""
 
 
+def _unfinished(agent: Any) -> Any:
+    """An ObjectRef to the job (replica) ids of the attempts `agent` has not finished. Asked
+    through Ray's generic call: an agent an older sluice made has no `unfinished`, and calling
+    a method its class lacks kills the actor's worker and its jobs with it; such an agent
+    answers with the jobs whose processes it sees running (`alive`), what it had then."""
+    return agent.__ray_call__.remote(lambda a: a.unfinished() if hasattr(a, "unfinished") else sorted(a.alive()))
+
+
 class RayEngine:
     """Engine over a Ray cluster. See the module docstring for the design."""
 
@@ -287,7 +295,7 @@ class RayEngine:
         if not differ:
             return agent
         try:
-            busy = self._get(agent.unfinished.remote())
+            busy = self._get(_unfinished(agent))
         except Exception as err:
             log.warning("node %s: cannot ask its agent for its jobs (%s); keeping it", node.name, err)
             return agent
@@ -545,7 +553,7 @@ class RayEngine:
         `call_timeout_s` is passed over (logged): its raylet's fence kills its jobs when Ray
         loses it, and its folders lie in the shared runs folder either way."""
         wanted = set(job_ids)
-        asks = {self._agents[n].unfinished.remote(): n for n in list(self._agents)}
+        asks = {_unfinished(self._agents[n]): n for n in list(self._agents)}
         ready, late = self._ray.wait(list(asks), num_returns=len(asks), timeout=self.call_timeout_s)
         if late:
             log.warning("still_running: no answer from node(s) %s", ", ".join(sorted(asks[r] for r in late)))
