@@ -867,6 +867,38 @@ def test_submit_set_and_env_change_the_file_for_one_submit(live: Live, tmp_path:
     assert len(live.plane.store.list_jobs()) == before  # nothing submitted
 
 
+def test_job_watch_off_a_terminal_writes_a_line_per_phase_and_per_ten_seconds(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Piped (a CI log), `job watch` showed nothing until the job ended: rich draws no bar
+    there. Now a line at each phase change and one every WATCH_LINE_EVERY_S while it moves."""
+    job_id, attempt = _running(live, tmp_path)
+    _report(live, job_id, attempt, 10, 2.0, 1)
+    clock = [100.0]
+    moves = [(20, 5.0), (30, 6.0), (40, 1.0)]  # (step, seconds passing): 5 s, then 11 s, then 1 s
+
+    def tick(s: float) -> None:
+        if moves:
+            step, dt = moves.pop(0)
+            clock[0] += dt
+            _report(live, job_id, attempt, step, 1.0, dt)
+        else:
+            live.engine.pending.append(JobExited(job_id, attempt, live.engine.now + 6, 0))
+            live.plane.step()
+
+    monkeypatch.setattr("sluice.cli.job.time.sleep", tick)
+    monkeypatch.setattr("sluice.cli.job.time.monotonic", lambda: clock[0])
+    code, out, err = sluice("job", "watch", job_id)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert [line.split("  loss")[0] for line in lines[:-1]] == [
+        "Running   step 10/100",
+        "Running   step 30/100",  # not 20 (5 s after the first), nor 40 (1 s after 30)
+        "Succeeded step 40/100",  # a phase change is said at once
+    ], out
+    assert lines[-1].startswith(f"{job_id}: Succeeded")
+
+
 def test_usage_per_tenant_and_since(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sluice.cli.usage import since_time
 

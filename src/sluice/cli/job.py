@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +39,7 @@ from sluice.cli.output import (
 )
 from sluice.cli.plot import plot_job
 from sluice.client import BadRequestError, Client, JobOut, SluiceError, UnreachableError
+from sluice.client import Progress as ProgressOut
 from sluice.model import Phase
 from sluice.spec import SpecError, load_job_spec, parse_job_spec
 from sluice.spec.overrides import parse_assignment, parse_value
@@ -665,8 +667,47 @@ def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
     emit(events, output, render)
 
 
+WATCH_LINE_EVERY_S = 10.0
+"""Off a terminal (a pipe, a CI log), `job watch` writes a line when the phase changes and
+otherwise at most one this often (s) while the step moves: a redrawn bar would show nothing
+until the job ended, and a line every poll would flood the log."""
+
+
+def _watched(client: Client, job_id: str, interval: float) -> Iterator[tuple[JobOut, ProgressOut | None]]:
+    """The job and its newest progress record, every `interval` s, until (and with) its end."""
+    p = None
+    while True:
+        job = client.job(job_id)
+        p = client.progress(job_id) or p  # the server drops it when the job ends: keep the last
+        yield job, p
+        if Phase(job.phase).terminal:
+            return
+        time.sleep(interval)
+
+
+def _watch_lines(client: Client, job_id: str, interval: float) -> JobOut:
+    """A line per phase change, and one per WATCH_LINE_EVERY_S while the job moves, each
+    flushed at once (a reader at the pipe's other end sees it then)."""
+    said: tuple[str, int] | None = None
+    last = -math.inf
+    job = None
+    for job, p in _watched(client, job_id, interval):
+        step = p.step if p else job.step
+        now = time.monotonic()
+        if said is None or job.phase != said[0] or (step != said[1] and now - last >= WATCH_LINE_EVERY_S):
+            total = f"/{p.total_steps}" if p and p.total_steps else ""
+            rate = f"{p.throughput:.3g}" if p and p.throughput else "-"
+            loss = number(p.loss if p else job.loss) or "-"
+            print(f"{job.phase:<9} step {step}{total}  loss {loss}  {rate} steps/s", flush=True)
+            said, last = (job.phase, step), now
+    assert job is not None
+    return job
+
+
 def _watch(client: Client, job_id: str, interval: float) -> JobOut:
     """Redraw one progress line from the job and its progress record until the job ends."""
+    if not console.is_terminal:
+        return _watch_lines(client, job_id, interval)
     columns = (
         TextColumn("{task.fields[phase]:<9}"),
         BarColumn(),
@@ -677,10 +718,7 @@ def _watch(client: Client, job_id: str, interval: float) -> JobOut:
     )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(job_id, total=None, phase="", of="", loss="-", rate="-")
-        p = None
-        while True:
-            job = client.job(job_id)
-            p = client.progress(job_id) or p  # the server drops it when the job ends: keep the last
+        for job, p in _watched(client, job_id, interval):
             total = p.total_steps if p else None
             bar.update(
                 task,
@@ -691,9 +729,7 @@ def _watch(client: Client, job_id: str, interval: float) -> JobOut:
                 loss=number(p.loss if p else job.loss) or "-",
                 rate=f"{p.throughput:.3g}" if p and p.throughput else "-",
             )
-            if Phase(job.phase).terminal:
-                return job
-            time.sleep(interval)
+    return job
 
 
 @app.command()
@@ -702,7 +738,9 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between updates, 0.1 to 60.")] = 1.0,
 ) -> None:
     """Follow a job live: a progress bar with its phase, step (of the total, when the job
-    states one), loss and steps/s, until it ends. Exits 0 if it succeeded, 1 otherwise."""
+    states one), loss and steps/s, until it ends. Exits 0 if it succeeded, 1 otherwise. Off a
+    terminal (a pipe, a CI log) it writes a line at each phase change and one every 10 s
+    while the job moves."""
     in_range("--interval", interval, 0.1, 60)
     with errors_reported(missing=f"job {job_id!r}"), connect() as client:
         job = _watch(client, job_id, interval)
