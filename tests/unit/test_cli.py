@@ -469,6 +469,19 @@ def test_queue_create_states_its_quota_and_names_the_queue_once(live: Live, monk
     }
 
 
+def test_queue_problems_name_the_flags_given_not_the_apis_fields(live: Live) -> None:
+    """`queue create research --lend-cores 8` was refused naming `lending_limit.cores`, a field
+    a CLI user never wrote; checked here or by the server, a problem names the flag."""
+    code, _, err = sluice("queue", "create", "research", "--cores", "-2", "--weight", "0")
+    assert code == 2 and "--cores: " in err and "--weight: " in err and "nominal.cores" not in err, err
+    code, _, err = sluice("queue", "create", "research", "--cohort", "lab", "--cores", "4", "--lend-cores", "8")
+    assert code == 2 and "refused by the server" in err, err
+    assert "--lend-cores: 8 is more than queue research's nominal cores quota (4)" in err, err
+    assert sluice("queue", "create", "research", "--cohort", "lab", "--cores", "4")[0] == 0
+    code, _, err = sluice("queue", "set", "research", "--cores", "4", "--borrow-gpus", "2")
+    assert code == 2 and "--borrow-gpus: queue research has no nominal gpus quota" in err, err
+
+
 def test_on_the_planes_machine_queue_reads_and_job_list_tenant_see_what_queue_create_made(
     live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

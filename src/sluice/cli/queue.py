@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -9,6 +11,7 @@ from pydantic import BaseModel
 
 from sluice.cli.client import EXIT_USAGE, CliError, connect
 from sluice.cli.output import Output, OutputOpt, console, emit, err_console, errors_reported, table
+from sluice.client import BadRequestError
 from sluice.spec import GrantSpec, QueuePatch, QueueSpec, SpecError
 from sluice.spec.loading import parse_model
 
@@ -93,11 +96,36 @@ def _fields(
 
 
 def _parsed(model: type[M], raw: dict[str, Any], what: str) -> M:
-    """The request model, or a usage error listing every field problem."""
+    """The request model, or a usage error listing every field problem, each by its flag."""
     try:
         return parse_model(model, raw)
     except SpecError as err:
-        raise CliError(what, EXIT_USAGE, [p.__dict__ for p in err.problems]) from None
+        raise CliError(what, EXIT_USAGE, [_by_flag(p.field, p.problem) for p in err.problems]) from None
+
+
+@contextmanager
+def _server_problems_by_flag(what: str) -> Iterator[None]:
+    """What only the server judges (a lending limit above the nominal quota, a cohort's
+    sums) said the same way: by the flag the user gave, not the API's field."""
+    try:
+        yield
+    except BadRequestError as err:
+        if not err.problems:
+            raise
+        raise CliError(what, EXIT_USAGE, [_by_flag(p.field, p.problem) for p in err.problems]) from None
+
+
+_TOP_FLAGS = {"cohort": "--cohort", "weight": "--weight", "max_runtime_s": "--max-runtime-s", "name": "NAME"}
+
+
+def _by_flag(field: str, problem: str) -> dict[str, str]:
+    """A problem named by the command's flag (`--lend-cores`), where the API names its field
+    (`lending_limit.cores`): a user of the CLI never wrote the latter."""
+    head, _, rest = field.partition(".")
+    flag = _FLAGS.get(head, {}).get(rest) if rest else _TOP_FLAGS.get(head)
+    if flag is None and head in _FLAGS:
+        flag = "/".join(_FLAGS[head].values())  # the whole limit: its flags
+    return {"field": flag or field, "problem": problem}
 
 
 def _render_one(q: dict[str, Any]) -> None:
@@ -143,7 +171,7 @@ def create(
             **_runtime(max_runtime_s),
         }
         spec = _parsed(QueueSpec, raw, "invalid queue")
-        with connect(admin=True) as client:
+        with connect(admin=True) as client, _server_problems_by_flag("invalid queue (refused by the server)"):
             q = client.create_queue(spec)
     emit(q, output, _render_one)
 
@@ -186,7 +214,7 @@ def set_(
         )
         raw.update(_runtime(max_runtime_s))
         patch = _parsed(QueuePatch, raw, "invalid queue change")
-        with connect(admin=True) as client:
+        with connect(admin=True) as client, _server_problems_by_flag("invalid queue change (refused by the server)"):
             before = next((q for q in client.queues() if q.name == name), None) if raw.keys() & _REPLACED else None
             q = client.update_queue(name, patch)
     if before is not None:
