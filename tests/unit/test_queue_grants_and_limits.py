@@ -184,7 +184,7 @@ def test_sensible_limits_are_accepted_and_a_borrowing_limit_of_0_anywhere() -> N
 def test_queue_set_checks_the_queue_it_would_leave(live: Live) -> None:
     live.call("POST", "/v1/queues", body={"name": "ml", "cohort": "lab", "nominal": {"cores": 1}})
     code, _, err = sluice(live, "admin", "queue", "set", "ml", "--lend-cores", "5")
-    assert code == 2 and "lending_limit.cores" in err and "more than queue ml's nominal cores quota (1)" in err
+    assert code == 2 and "--lend-cores: 5 is" in err and "more than queue ml's nominal cores quota (1)" in err
     r = live.call("PATCH", "/v1/queues/ml", body={"borrowing_limit": {"cores": 1}})
     assert r.status_code == 200
     # Out of the cohort, the borrowing limit could never be used: say so, and how to clear it.
