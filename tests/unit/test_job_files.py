@@ -166,7 +166,14 @@ def test_the_api_says_which_replica_and_what_engine(tmp_path: Path) -> None:
             r = http.get(f"/v1/jobs/{job}/files", headers=admin)
             assert r.status_code == 404 and "keeps no job files" in r.json()["detail"]
             r = http.get(f"/v1/jobs/{job}/files", params={"replica": 1}, headers=admin)
-            assert r.status_code == 422 and r.json()["problems"][0]["field"] == "replica"
+            assert r.status_code == 422 and r.json()["problems"][0] == {
+                "field": "replica",
+                "problem": f"job {job} runs one replica: leave --replica out (or give 0)",  # not "give 0 to 0"
+            }
+            gang = http.post("/v1/jobs", json={**body, "resources": {"cpu": {"min": 1}, "replicas": {"min": 2}}},
+                             headers=admin).json()["id"]  # fmt: skip
+            r = http.get(f"/v1/jobs/{gang}/logs", params={"replica": 2}, headers=admin)
+            assert r.status_code == 422 and r.json()["problems"][0]["problem"].endswith("runs 2 replicas: give 0 to 1")
             r = http.get(f"/v1/jobs/{job}/files/content", headers=admin)  # no path
             assert r.status_code == 422 and r.json()["problems"][0]["field"] == "path"
             assert http.get("/v1/jobs/j-nosuchjob/files", headers=admin).status_code == 404

@@ -225,6 +225,13 @@ def make_engine(settings: Settings) -> Engine:
     raise ValueError(f"engine: unknown engine {settings.engine!r}; choose local or ray")
 
 
+def _no_such_replica(job_id: str, world: int) -> SpecError:
+    """A rank the job does not have, said for a job of one replica as for a gang."""
+    if world == 1:
+        return SpecError([FieldProblem("replica", f"job {job_id} runs one replica: leave --replica out (or give 0)")])
+    return SpecError([FieldProblem("replica", f"job {job_id} runs {world} replicas: give 0 to {world - 1}")])
+
+
 def _failed(job: JobRecord) -> bool:
     """Ended other than Succeeded: a job `after` it would never start."""
     return job.phase.terminal and job.phase != Phase.SUCCEEDED
@@ -1157,7 +1164,7 @@ class ControlPlane:
         world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
         rank = 0 if replica is None else replica
         if rank >= world:
-            raise SpecError([FieldProblem("replica", f"job {job_id} runs {world} replica(s): give 0 to {world - 1}")])
+            raise _no_such_replica(job_id, world)
         if not isinstance(self.engine, RunFolders):
             raise NotFound(f"job {job_id}: this engine ({self.engine.name}) keeps no job files")
         folder = self.engine.run_folder(job_id, rank)
@@ -1181,7 +1188,7 @@ class ControlPlane:
         job = self.get_job(caller, job_id)
         world = job.allocation.replicas if job.allocation is not None else job.spec.resources.replicas.min
         if rank >= world:
-            raise SpecError([FieldProblem("replica", f"job {job_id} runs {world} replica(s): give 0 to {world - 1}")])
+            raise _no_such_replica(job_id, world)
         if not getattr(self.engine, "logs_per_replica", False):
             if world == 1:  # one replica: its log is the job's
                 return self.log_path(caller, job_id)
