@@ -563,6 +563,36 @@ def test_a_plane_that_lost_its_database_to_another_stops_reconciling_and_says_so
     env.plane.stop()
 
 
+def test_a_plane_whose_ray_namespace_another_took_stops_reconciling_and_says_so(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ray namespace's record was lost with its node and a second plane started in the gap
+    (Ray walk s30: the first went on beside it, both driving the same agents): the engine's
+    poll raises EngineTaken, and the plane stops acting as when its database was taken."""
+    from sluice.engine.base import EngineTaken
+
+    polls = [0]
+
+    def taken() -> list[object]:
+        polls[0] += 1
+        if polls[0] == 1:  # recovery's: the claim was this plane's when it started
+            return []
+        raise EngineTaken("another plane (home /h2 on host, pid 2) took the Ray namespace 'sluice'")
+
+    monkeypatch.setattr(env.engine, "poll", taken)
+    env.plane.start()
+    thread = env.plane._thread
+    assert thread is not None
+    thread.join(timeout=10)
+    assert not thread.is_alive() and "took the Ray namespace" in (env.plane.lost_database or "")
+    health = env.client.get("/healthz")
+    assert health.status_code == 503 and health.json()["status"] == "stopped"
+    assert "Ray namespace" in health.json()["detail"]
+    r = env.client.post("/v1/jobs", json=GOOD, headers=env.alice)
+    assert r.status_code == 503 and "took the Ray namespace" in r.json()["detail"]
+    env.plane.stop()
+
+
 def test_the_plane_checks_its_hold_on_the_database_before_every_round(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from sluice.engine.base import EngineTaken
 from sluice.engine.ray_claim import Claim, PlaneAlive
 
 
@@ -56,8 +58,29 @@ class _Ray:
     def get(self, ref: Any, timeout: float | None = None) -> Any:
         return ref
 
+    def wait(self, refs: list[Any], num_returns: int = 1, timeout: float | None = None) -> tuple[list[Any], list[Any]]:
+        return refs, []
+
     def get_runtime_context(self) -> _Context:
         return _Context()
+
+
+def test_a_renewal_that_finds_another_plane_holding_the_namespace_stops_this_one(tmp_path: Path) -> None:
+    """The record lives in a detached actor that is lost with its node (restarted empty); a
+    plane started in that gap takes the namespace. The first plane's renewals used to be fire
+    and forget, and it went on driving the same agents beside the second; the renewal after
+    one that found another owner raises EngineTaken, naming that plane."""
+    ray = _Ray()
+    claim = Claim(ray, "ns", tmp_path)
+    claim.hold()
+    claim.hold()  # both found it ours
+    other = {"plane_id": "p2", "home": "/other/home", "host": "h2", "pid": 7, "alive": "a2"}
+    record = claim._actor
+    record.release.remote(dict(claim.me.__dict__))  # lost with its node: restarted empty ...
+    assert record.take.remote(other, None)  # ... and the second plane took it in the gap
+    claim.hold()  # this renewal finds it taken; it is looked at by the next one
+    with pytest.raises(EngineTaken, match=r"another plane \(home /other/home on h2, pid 7\) took the Ray namespace"):
+        claim.hold()
 
 
 def test_the_liveness_actor_is_pinned_to_the_plane_s_own_node(tmp_path: Path) -> None:

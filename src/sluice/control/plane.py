@@ -33,7 +33,7 @@ from sluice.control.resume import CopySlots, copy_checkpoints
 from sluice.control.retention import DAY_S, Retention, RetentionThread
 from sluice.control.usage import TenantUsage, by_tenant
 from sluice.data.guard import guard_from
-from sluice.engine.base import Engine, FaultInjector, RunFolders
+from sluice.engine.base import Engine, EngineTaken, FaultInjector, RunFolders
 from sluice.health.monitor import HealthMonitor, MonitorConfig
 from sluice.model import JobRecord, JobUser, NodeHealth, Phase, ProgressSignals
 from sluice.model.queue import PriorityClass
@@ -293,7 +293,9 @@ class ControlPlane:
         """Why the store takes no writes now (None when it does): the API's 503 reason."""
         self.lost_database: str | None = None
         """Set when another plane took the database from this one (a PostgreSQL restart ended
-        this plane's session and lock): this plane stops reconciling, /healthz says why."""
+        this plane's session and lock), or what its engine acts through (`EngineTaken`: a Ray
+        namespace whose record was lost with its node): this plane stops reconciling, /healthz
+        says why, every change is refused."""
         self.health = self._attach_health(settings) if settings.health_enabled else None
         self.retention = self._retention(settings)
 
@@ -394,7 +396,7 @@ class ControlPlane:
                 if self.store_problem != str(err):
                     log.error("reconcile paused: %s", err)
                 self.store_problem = str(err)
-            except StoreInUse as err:  # two planes acting on one set of jobs would run them twice
+            except (StoreInUse, EngineTaken) as err:  # two planes acting on one set of jobs would run them twice
                 self.lost_database = str(err)
                 log.error("reconcile stopped: %s; this plane no longer acts on its jobs (stop it)", err)
                 return
@@ -981,7 +983,8 @@ class ControlPlane:
             # Its book is stale: another plane's live jobs (and the jobs waiting for one) are
             # not in it, so an ended job would be judged on nothing (retention halts too).
             raise Unavailable(
-                "another plane took this plane's database; it no longer acts on jobs: ask the plane now serving"
+                "another plane took this plane's database or Ray namespace; it no longer acts on jobs: ask the plane "
+                "now serving"
             )
         book = self.controller.book
         what = f"job array {array_id}" if array_id else f"job {ids[0]}"

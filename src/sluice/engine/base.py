@@ -16,6 +16,14 @@ from sluice.model import Allocation, EngineCapabilities, Event
 from sluice.model.launch import JobUser, LaunchRequest, NodeInfo
 
 
+class EngineTaken(RuntimeError):
+    """Another control plane took what this plane's engine acts through (on Ray: the
+    namespace's claim, after the record was lost with its node and the other plane started in
+    the gap). Raised from `poll`: two planes driving one set of agents would each take the
+    other's running jobs for gone and run them again, so this one stops acting, as a plane
+    whose database another took does (`StoreInUse`)."""
+
+
 @runtime_checkable
 class Engine(Protocol):
     name: str

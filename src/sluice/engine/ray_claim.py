@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.agent.node_owners import NodeInUse
+from sluice.engine.base import EngineTaken
 
 log = logging.getLogger("sluice.engine.ray")
 
@@ -114,6 +115,8 @@ class Claim:
         self._ray = ray
         self.namespace = namespace
         self.timeout_s = timeout_s
+        self._held: Any = None
+        """The newest renewal's answer, not yet looked at (`hold`)."""
         token = uuid.uuid4().hex[:12]
         self.me = PlaneIdentity(
             plane_id(home), str(home.resolve()), socket.gethostname(), os.getpid(), ALIVE_PREFIX + token
@@ -161,8 +164,28 @@ class Claim:
             return False
 
     def hold(self) -> None:
-        """Renew the record (fire and forget): it is lost if the claim actor's node died."""
-        self._actor.hold.remote(asdict(self.me))
+        """Renew the record, and look at what the previous renewal answered (never waiting: a
+        renewal not answered yet is looked at next time). The record is lost when the claim
+        actor's node dies; if another plane started in that gap it holds the namespace now,
+        and the previous renewal said so: EngineTaken, and this plane stops acting."""
+        previous, self._held = self._held, self._actor.hold.remote(asdict(self.me))
+        if previous is None:
+            return
+        try:
+            ready, _ = self._ray.wait([previous], num_returns=1, timeout=0)
+            still_mine = self._ray.get(previous, timeout=0) if ready else True
+        except Exception as err:  # the claim actor restarting: the next renewal tells
+            log.debug("renewing the Ray namespace claim: %s", err)
+            return
+        if still_mine is False:
+            try:
+                owner = self._ray.get(self._actor.get.remote(), timeout=self.timeout_s) or {}
+            except Exception:
+                owner = {}
+            raise EngineTaken(
+                f"another plane (home {owner.get('home')} on {owner.get('host')}, pid {owner.get('pid')}) "
+                f"took the Ray namespace {self.namespace!r} while its record was lost with its node"
+            )
 
     def release(self) -> None:
         try:

@@ -26,7 +26,10 @@ def healthz(request: Request) -> dict[str, str] | JSONResponse:
     plane = plane_of(request)
     if plane.lost_database is not None:
         return JSONResponse(
-            {"status": "stopped", "detail": "another plane took this plane's database; it no longer reconciles"},
+            {
+                "status": "stopped",
+                "detail": "another plane took this plane's database or Ray namespace; it no longer reconciles",
+            },
             status_code=503,
         )
     try:
