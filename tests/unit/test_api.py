@@ -340,7 +340,7 @@ def test_one_replicas_log_where_the_engine_keeps_one_per_replica(env: Env, monke
     assert env.client.get(url, params={"replica": 1}, headers=env.alice).text.endswith("Traceback: boom\n")
     assert env.client.get(url, params={"replica": 1, "tail": 1}, headers=env.alice).text == "Traceback: boom\n"
     r = env.client.get(url, params={"replica": 2}, headers=env.alice)
-    assert r.status_code == 422 and "runs 2 replica(s)" in r.text
+    assert r.status_code == 422 and "runs 2 replicas: give 0 to 1" in r.text
     r = env.client.get(url, params={"replica": 2, "follow": "true"}, headers=env.alice)
     assert r.status_code == 422  # judged before the stream starts
     assert env.client.get(url, params={"replica": 1}, headers=env.bob).status_code == 404
