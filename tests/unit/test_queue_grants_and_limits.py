@@ -126,6 +126,29 @@ def test_a_revoked_grant_holds_pending_jobs_keeps_running_ones_and_refuses_resum
     assert live.call("POST", f"/v1/jobs/{ids[1]}/resume", "alice").status_code == 200
 
 
+def test_a_tenant_sees_its_grant_of_a_shared_queue_never_who_else_shares_it(live: Live) -> None:
+    """A queue granted to alice and bob listed both names to each (new-user walk s30): tenants
+    are mutually untrusted, and who else runs in a queue is not theirs to learn. Each sees
+    itself; an admin sees both; the usage and backlog, which admission judges by, stay whole."""
+    live.call("POST", "/v1/queues", body={"name": "shared", "nominal": {"cores": 4}})
+    for who in ("alice", "bob"):
+        assert live.call("POST", "/v1/queues/shared/grants", body={"tenant": who}).status_code == 200
+    assert live.submit("bob", queue="shared").status_code == 201
+    live.plane.step()
+
+    def shared(who: str) -> dict[str, Any]:
+        items = live.call("GET", "/v1/queues", who).json()["items"]
+        return next(q for q in items if q["name"] == "shared")
+
+    assert shared("admin")["tenants"] == ["alice", "bob"]
+    assert shared("alice")["tenants"] == ["alice"] and shared("bob")["tenants"] == ["bob"]
+    assert shared("alice")["admitted"] + shared("alice")["pending"] == 1  # bob's job counts, unnamed
+    default = next(q for q in live.call("GET", "/v1/queues", "alice").json()["items"] if q["name"] == "default")
+    assert default["tenants"] is None  # everyone's
+    code, out, _ = sluice(live, "alice", "queue", "get", "shared")
+    assert code == 0 and "bob" not in out
+
+
 def test_the_default_queue_needs_no_grant(live: Live) -> None:
     job_id = live.submit("bob").json()["id"]
     live.plane.step()

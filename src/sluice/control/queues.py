@@ -270,12 +270,17 @@ class QueueService:
         return out
 
     def statuses(self, tenant: str | None = None) -> list[QueueStatus]:
-        """Every queue (tenant None: an admin) or those granted to `tenant`."""
+        """Every queue (tenant None: an admin) or those granted to `tenant`. A tenant is told
+        it is granted the queue, never which other tenants are: tenants are mutually untrusted,
+        and the names of those sharing a queue are theirs (as reasons name no other tenant's
+        job); the queue's usage and backlog are shown whole, as admission judges by them."""
         grants = self.store.queue_grants()
         names = sorted(self.controller.queues())
-        if tenant is not None:
-            names = [n for n in names if n == DEFAULT_QUEUE or tenant in grants.get(n, [])]
-        return [self._status(n, grants) for n in names]
+        if tenant is None:
+            return [self._status(n, grants) for n in names]
+        names = [n for n in names if n == DEFAULT_QUEUE or tenant in grants.get(n, [])]
+        out = [self._status(n, grants) for n in names]
+        return [q if q.tenants is None else replace(q, tenants=[tenant]) for q in out]
 
     def status(self, name: str) -> QueueStatus:
         return self._status(name, self.store.queue_grants())
