@@ -260,3 +260,20 @@ def test_an_oom_kill_is_a_typed_failure_retried_then_failed(setup) -> None:
     assert final.reason.startswith("OOMKilled: exceeded memory limit 256 MiB (peak 256 MiB); exit code -9")
     assert "gave up after 1 restart" in final.reason
     assert any("OOMKilled" in e.message and "retry 1/1" in e.message for e in store.events(job_id=job.id))
+
+
+def test_a_gangs_running_reason_names_every_node_its_replicas_started_on() -> None:
+    """The start event of a gang comes from rank 0's node, and the reason named that node
+    alone ("process started on h0") for replicas on three (Ray walk s30)."""
+    from dataclasses import replace
+
+    from sluice.control.controller import _started_where
+    from sluice.model import Allocation, Assignment, JobRecord
+
+    one = JobRecord(id="j-1", tenant="t", spec=spec(), allocation=Allocation.single("n0"))
+    assert _started_where(one, JobStarted("j-1", 1, "n0", 0.0, pid=42)) == "process started on n0 (pid 42)"
+    gang = replace(one, allocation=Allocation(tuple(Assignment(n) for n in ("h0", "w1", "w1"))))
+    assert (
+        _started_where(gang, JobStarted("j-1", 1, "h0", 0.0, pid=42)) == "3 replicas started on h0, w1 (rank 0: pid 42)"
+    )
+    assert _started_where(gang, JobStarted("j-1", 1, "h0", 0.0)) == "3 replicas started on h0, w1"

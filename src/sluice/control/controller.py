@@ -129,6 +129,16 @@ def array_count(book: JobBook, array_id: str, tenant: str) -> int | None:
     return first.spec.array.count
 
 
+def _started_where(job: JobRecord, e: JobStarted) -> str:
+    """The Running reason: where the job's processes started. A gang's are on every node of its
+    allocation (the event comes from rank 0's, whose node it names): `2 replicas started on n1,
+    n2 (rank 0: pid 41)`, not rank 0's node alone."""
+    if job.allocation is None or job.allocation.replicas <= 1:
+        return f"process started on {e.node}" + (f" (pid {e.pid})" if e.pid else "")
+    pid = f" (rank 0: pid {e.pid})" if e.pid else ""
+    return f"{job.allocation.replicas} replicas started on {', '.join(job.allocation.nodes)}{pid}"
+
+
 class Controller:
     def __init__(
         self,
@@ -439,7 +449,7 @@ class Controller:
             return  # an older attempt, or a job no longer live: ignore
         if isinstance(e, JobStarted):
             if job.phase == Phase.STARTING:
-                where = f"process started on {e.node}" + (f" (pid {e.pid})" if e.pid else "")
+                where = _started_where(job, e)
                 self.book.transition(job.id, Phase.RUNNING, where, started_at=job.started_at or e.time)
         elif isinstance(e, JobProgress):
             tr = self._tracker(job)
