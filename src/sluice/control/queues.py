@@ -276,10 +276,11 @@ class QueueService:
         job); the queue's usage and backlog are shown whole, as admission judges by them."""
         grants = self.store.queue_grants()
         names = sorted(self.controller.queues())
-        if tenant is None:
-            return [self._status(n, grants) for n in names]
-        names = [n for n in names if n == DEFAULT_QUEUE or tenant in grants.get(n, [])]
+        if tenant is not None:
+            names = [n for n in names if n == DEFAULT_QUEUE or tenant in grants.get(n, [])]
         out = [self._status(n, grants) for n in names]
+        if tenant is None:
+            return out
         return [q if q.tenants is None else replace(q, tenants=[tenant]) for q in out]
 
     def status(self, name: str) -> QueueStatus:

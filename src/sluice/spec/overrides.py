@@ -9,6 +9,7 @@ here is checked exactly as one written in the file, and a problem names its fiel
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,9 +43,8 @@ def parse_value(path: str, text: str) -> Any:
 
 
 def _keys(path: str) -> list[str]:
-    parts = path.split(".")
-    if parts[0] in FLAT_MAPPINGS and len(parts) > 1:
-        parts = [parts[0], ".".join(parts[1:])]
+    head, _, rest = path.partition(".")
+    parts = [head, rest] if head in FLAT_MAPPINGS and rest else path.split(".")
     if any(not p for p in parts):
         raise SpecError([FieldProblem(path, "a field path has a name between each two dots")])
     return parts
@@ -54,7 +54,7 @@ def apply_overrides(data: dict[str, Any], changes: Iterable[tuple[str, Any]]) ->
     """A copy of `data` with each (dotted path, value) set, in order, making the mappings on the
     way that the file left out. Setting inside something that is not a mapping (a number, a
     list) is a SpecError naming the path: give that field whole instead."""
-    out: dict[str, Any] = _copy(data)
+    out: dict[str, Any] = copy.deepcopy(data)  # each submit changes its own copy
     for path, value in changes:
         keys = _keys(path)
         here = out
@@ -70,11 +70,6 @@ def apply_overrides(data: dict[str, Any], changes: Iterable[tuple[str, Any]]) ->
             here = nxt
         here[keys[-1]] = value
     return out
-
-
-def _copy(value: Any) -> Any:
-    """The mappings copied (each `--set` changes only its own copy); other values shared."""
-    return {k: _copy(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 def _what(value: Any) -> str:
