@@ -105,7 +105,7 @@ def test_up_submit_down_up_adopts_running_job(home: Path, tmp_path: Path) -> Non
     assert wait_for(home, job_id, {"Running"})["phase"] == "Running"
 
     down = run(home, "down")
-    assert down.returncode == 0 and "stopped" in down.stdout
+    assert down.returncode == 0 and "1 running job keeps running" in down.stdout, down.stdout
     assert not (home / "server.json").exists()
     assert _ours(str(tmp_path / "stop")), "the job process must survive a graceful stop"
     assert run(home, "job", "list").returncode == 1  # nobody serves now
@@ -120,7 +120,8 @@ def test_up_submit_down_up_adopts_running_job(home: Path, tmp_path: Path) -> Non
     assert logs.returncode == 0 and "tick 0" in logs.stdout and "bye" in logs.stdout
     final = run(home, "job", "get", job_id, "-o", "json")
     assert final.returncode == 0 and json.loads(final.stdout)["phase"] == "Succeeded"
-    assert run(home, "down").returncode == 0
+    down = run(home, "down")
+    assert down.returncode == 0 and "no job was running" in down.stdout, down.stdout
 
 
 def test_a_relative_home_runs_jobs(home: Path, tmp_path: Path) -> None:

@@ -150,7 +150,20 @@ def test_bad_argument_exits_2(live: Live) -> None:
 def test_unreachable_server_exits_1_with_a_clear_message(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_URL", f"http://127.0.0.1:{free_port()}")
     code, _, err = sluice("job", "list")
-    assert code == 1 and "cannot reach the sluice server" in err and "sluice up" in err
+    assert code == 1 and "cannot reach the sluice server" in err and "SLUICE_URL's" in err
+
+
+def test_unreachable_without_a_server_file_says_the_address_is_only_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `sluice down` the home has no server.json, so the CLI tries the settings' port,
+    which need not be the one the plane ran on (walk s30): the message says so."""
+    monkeypatch.delenv("SLUICE_URL", raising=False)
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_PORT", str(free_port()))
+    code, _, err = sluice("job", "list")
+    assert code == 1 and "cannot reach the sluice server" in err
+    assert "no sluice server of" in err and "server.json" in err and "SLUICE_URL" in err and "sluice up" in err
 
 
 def test_bad_token_and_other_tenants_job(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,10 @@ into the messages and exit codes the CLI promises. The HTTP itself is sluice.cli
 
 from __future__ import annotations
 
+import os
+
 from sluice.client import BadRequestError, Client, SluiceError, UnreachableError
+from sluice.settings import SettingsError, load_settings
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -29,7 +32,7 @@ def cli_error(err: SluiceError) -> CliError:
     problems = [{"field": p.field, "problem": p.problem} for p in err.problems]
     status, detail = err.status, err.detail
     if isinstance(err, UnreachableError):
-        return CliError(f"{err}; is it running? start it with `sluice up`")
+        return CliError(f"{err}; {_unreachable_hint()}")
     if isinstance(err, BadRequestError) and problems:
         return CliError(err.error or "invalid request", EXIT_USAGE, problems)
     if status is None:
@@ -45,3 +48,21 @@ def cli_error(err: SluiceError) -> CliError:
     if status == 413:
         return CliError(f"too large: {detail}", EXIT_USAGE)
     return CliError(f"server answered {status}: {detail}")
+
+
+def _unreachable_hint() -> str:
+    """What to do about a server the CLI cannot reach. Without SLUICE_URL and without the home's
+    server.json (a plane removes it as it stops) the address tried is only the settings' default,
+    which may not be the port the plane ran on: say that, rather than let it read as the plane's."""
+    if os.environ.get("SLUICE_URL"):
+        return "is it running? (the address is SLUICE_URL's)"
+    try:
+        home = load_settings().home
+    except SettingsError:
+        return "is it running? start it with `sluice up`"
+    if (home / "server.json").exists():
+        return "is it running? start it with `sluice up`"
+    return (
+        f"no sluice server of {home} is running (it has no server.json), so this is only the settings' "
+        "address: start one with `sluice up`, or set SLUICE_URL to reach one elsewhere"
+    )

@@ -45,6 +45,8 @@ UP_TIMEOUT_S = 120.0
 DOWN_TIMEOUT_S = 60.0
 """How long `down` waits for the server to finish its graceful stop."""
 STOP_CHILD_S = 5.0
+LIVE_JOBS_ASK_S = 3.0
+"""How long `down` waits for the plane to say how many jobs run, before it stops it."""
 """How long `up --detach`, giving up, waits for the server it started to exit on SIGTERM
 before it SIGKILLs it (a server stuck joining a cluster may not heed SIGTERM)."""
 SERVER_COMMAND = [sys.executable, "-m", "sluice.server"]
@@ -302,6 +304,27 @@ def _stop_child(proc: subprocess.Popen[bytes]) -> None:
             return
 
 
+def _live_jobs(url: str, settings: Settings) -> int | None:
+    """How many jobs have processes on the nodes now (every tenant's), asked of the plane with
+    the admin token before it stops: `down` then says what keeps running, rather than that
+    jobs keep running when none ran. None when it cannot tell (no admin token readable, no
+    answer in LIVE_JOBS_ASK_S): `down` then says it as before."""
+    from sluice.client import Client, SluiceError
+    from sluice.model.phase import ACTIVE
+
+    try:  # the file, never SLUICE_TOKEN: a tenant's token would count that tenant's jobs alone
+        token = (settings.home / "admin.token").read_text().strip()
+    except OSError:
+        return None
+    if not url or not token:
+        return None
+    try:
+        with Client(url, token, timeout_s=LIVE_JOBS_ASK_S) as client:
+            return len(client.jobs(phase=sorted(ACTIVE)))
+    except (SluiceError, ValueError, OSError):
+        return None
+
+
 def down() -> None:
     """Stop the control plane gracefully. Job processes keep running and `sluice up` adopts
     them — except on a one-node Ray instance the plane started itself, which stops with it:
@@ -312,6 +335,7 @@ def down() -> None:
         console.print(f"no sluice server is running for {settings.home}", markup=False)
         return
     pid = int(info["pid"])
+    live = _live_jobs(str(info.get("url", "")), settings)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + DOWN_TIMEOUT_S
@@ -319,12 +343,17 @@ def down() -> None:
         # Gone, not only its server.json: a server removes that first and then stops its plane
         # and agents, and a `sluice up` in between would find the node still held.
         if not pid_alive(pid):
-            if info.get("jobs_outlive_plane", True):
+            if live == 0:
+                with_ray = "" if info.get("jobs_outlive_plane", True) else " with the Ray instance it started"
+                console.print(f"sluice stopped (pid {pid}){with_ray}; no job was running", markup=False)
+            elif info.get("jobs_outlive_plane", True):
                 where = ""
                 if info.get("engine") == "ray" and info.get("ray_address"):
                     source = " (from RAY_ADDRESS)" if info.get("ray_address_source") == "RAY_ADDRESS" else ""
                     where = f" on the Ray cluster at {info['ray_address']}{source}, which sluice did not start"
-                console.print(f"sluice stopped (pid {pid}); running jobs keep running{where}", markup=False)
+                plural = "s keep" if live is not None and live > 1 else " keeps"
+                jobs = "running jobs keep" if live is None else f"{live} running job{plural}"
+                console.print(f"sluice stopped (pid {pid}); {jobs} running{where}", markup=False)
             else:
                 console.print(
                     f"sluice stopped (pid {pid}) with the Ray instance it started; its jobs stopped too and "
