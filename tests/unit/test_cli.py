@@ -179,6 +179,16 @@ def test_bad_token_and_other_tenants_job(live: Live, tmp_path: Path, monkeypatch
     assert code == 1 and "not allowed" in err
 
 
+def test_every_job_command_names_a_missing_job_alike_and_quotes_what_is_no_job_id(live: Live) -> None:
+    """`job 'j-1' not found` from why and cancel against `job j-1 not found` from get and files
+    (walk s30): one wording now, with a text no job id can have quoted, control characters shown."""
+    for command in ("get", "why", "cancel", "logs", "files", "delete", "suspend"):
+        code, _, err = sluice("job", command, "j-nosuch")
+        assert code == 1 and "job j-nosuch not found" in err, (command, err)
+        code, _, err = sluice("job", command, "j-\x1b[2Jx")
+        assert code != 0 and "\x1b" not in err and "'j-\\x1b[2Jx'" in err, (command, err)
+
+
 def test_cancel_several_goes_on_past_one_that_fails_and_reaches_no_other_tenants_job(
     live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -337,7 +347,7 @@ def test_cordon_says_which_jobs_move_and_warns_when_no_other_node_can_take_them(
         (("job", "get", "../../etc/passwd"), "job id '../../etc/passwd' may not contain '/'"),
         (("job", "why", "a/b"), "job id 'a/b' may not contain '/'"),
         (("dataset", "get", "../digits"), "dataset name '../digits' may not contain '/'"),
-        (("job", "get", ".."), "job .. not found"),  # sent as %2E%2E, not resolved away
+        (("job", "get", ".."), "job '..' not found"),  # sent as %2E%2E, not resolved away
         (("job", "get", "j-nope"), "not found"),
     ],
 )

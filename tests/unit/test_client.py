@@ -385,6 +385,6 @@ def test_cli_job_get_with_a_query_in_the_id_is_not_the_job(live: Live) -> None:
     with Client() as c:
         job = c.submit(SPEC)
     rc, out, err = run_cli("job", "get", f"{job.id}?x=1")
-    assert rc == 1 and f"job {job.id}?x=1 not found" in err, (out, err)
+    assert rc == 1 and f"job '{job.id}?x=1' not found" in err, (out, err)
     rc, out, err = run_cli("job", "get", "")
     assert rc == 2 and "job id may not be empty" in err and "pydantic" not in err, (out, err)

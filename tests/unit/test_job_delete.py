@@ -91,7 +91,7 @@ def test_another_tenants_job_reads_as_none_and_stays_and_an_admin_may_delete_it(
     removed = folders_removed(live)
     bobs = ended(live, "bob")
     r = live.call("DELETE", f"/v1/jobs/{bobs}", "alice")
-    assert r.status_code == 404 and r.json()["detail"] == f"job {bobs!r} not found"
+    assert r.status_code == 404 and r.json()["detail"] == f"job {bobs} not found"
     assert live.job(bobs) is not None and removed == []
     assert live.call("DELETE", f"/v1/jobs/{bobs}", "admin").status_code == 200
     assert live.job(bobs) is None and removed == [bobs]

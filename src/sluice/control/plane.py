@@ -50,7 +50,7 @@ from sluice.spec import (
     TenantSpec,
 )
 from sluice.spec.errors import FieldProblem
-from sluice.spec.job import SET_PER_ATTEMPT
+from sluice.spec.job import SET_PER_ATTEMPT, job_ref
 from sluice.store import Store, StoreInUse, StoreUnavailable, TenantRecord, open_store
 from sluice.store.base import DuplicateError, EventRecord
 
@@ -832,7 +832,7 @@ class ControlPlane:
 
     def _visible(self, caller: TenantRecord, job: JobRecord | None, job_id: str) -> JobRecord:
         if job is None or (job.tenant != caller.name and not caller.admin):
-            raise NotFound(f"job {job_id!r} not found{self.array_hint(caller, job_id) if job is None else ''}")
+            raise NotFound(f"job {job_ref(job_id)} not found{self.array_hint(caller, job_id) if job is None else ''}")
         return job
 
     def array_hint(self, caller: TenantRecord, job_id: str) -> str:
@@ -889,7 +889,7 @@ class ControlPlane:
         owner = first.tenant if first is not None and caller.admin else caller.name
         count = array_count(book, array_id, owner)
         if first is None or count is None:
-            raise NotFound(f"job array {array_id!r} not found")
+            raise NotFound(f"job array {job_ref(array_id)} not found")
         return first, count
 
     def array_jobs(

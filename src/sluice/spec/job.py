@@ -236,6 +236,14 @@ resizing, sluice.sdk._threads) and the agent never sets, so no contract value is
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 """What a job id given in a spec (`resume_from`, `after`) may look like."""
 
+
+def job_ref(job_id: str) -> str:
+    """A job id as messages name it: as it is when it can be a job id (`job j-1 not found`, the
+    way every other message names a job), quoted when not, so that a caller's odd text (a
+    newline, a control character) shows as what it is."""
+    return job_id if re.fullmatch(JOB_ID_PATTERN, job_id) else repr(job_id)
+
+
 MAX_AFTER = 16
 """Most jobs one job may be made to wait for (`after` and `after_any` together)."""
 

@@ -26,7 +26,7 @@ from sluice.control.plane import ControlPlane
 from sluice.model import JobRecord, Phase
 from sluice.spec import JobSpec
 from sluice.spec.errors import FieldProblem, SpecError
-from sluice.spec.job import JOB_ID_PATTERN
+from sluice.spec.job import JOB_ID_PATTERN, job_ref
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -66,7 +66,7 @@ def _get(plane: ControlPlane, caller: Any, job_id: str) -> Any:
     try:
         return plane.get_job(caller, job_id)
     except NotFound:
-        raise NotFound(f"job {job_id} not found{plane.array_hint(caller, job_id)}") from None
+        raise NotFound(f"job {job_ref(job_id)} not found{plane.array_hint(caller, job_id)}") from None
 
 
 def _out(plane: ControlPlane, caller: Any, job: JobRecord) -> JobOut:
