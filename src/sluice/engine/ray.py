@@ -29,6 +29,7 @@ from sluice.agent.netif import NET_IP_LABEL, interface_ipv4
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
 from sluice.engine.ray_connect import check_reachable, resolve_address
+from sluice.engine.ray_errors import brief
 from sluice.engine.ray_gang import GangBook, Stop, parse_replica
 from sluice.engine.ray_membership import Membership, RayNode
 from sluice.engine.run_folders import remove_job_folders
@@ -289,7 +290,8 @@ class RayEngine:
             # agent of an older sluice) kills the actor's worker, and with it its jobs.
             have = self._get(agent.__ray_call__.remote(lambda a: getattr(a, "_created_with", None))) or {}
         except Exception as err:  # restarting, or its node dying: membership will tell
-            log.warning("node %s: cannot ask its agent what it was created with (%s); keeping it", node.name, err)
+            why = brief(err)
+            log.warning("node %s: cannot ask its agent what it was created with (%s); keeping it", node.name, why)
             return agent
         differ = config_diff(have, want)
         if not differ:
@@ -297,7 +299,7 @@ class RayEngine:
         try:
             busy = self._get(_unfinished(agent))
         except Exception as err:
-            log.warning("node %s: cannot ask its agent for its jobs (%s); keeping it", node.name, err)
+            log.warning("node %s: cannot ask its agent for its jobs (%s); keeping it", node.name, brief(err))
             return agent
         if busy:
             log.warning(
@@ -449,7 +451,7 @@ class RayEngine:
                 batch = self._ray.get(ref)
             except Exception as err:  # actor restarting or its node dying: membership will tell
                 if name not in self._unreachable:  # say it once, not every round
-                    log.warning("the agent on %s does not answer (%s); waiting for Ray's verdict", name, err)
+                    log.warning("the agent on %s does not answer (%s); waiting for Ray's verdict", name, brief(err))
                     self._unreachable.add(name)
                 continue
             self._unreachable.discard(name)
@@ -562,7 +564,7 @@ class RayEngine:
             try:
                 found.update(parse_replica(rid)[0] for rid in self._ray.get(ref, timeout=0))
             except Exception as err:
-                log.warning("still_running: node %s: %s", asks[ref], err)
+                log.warning("still_running: node %s: %s", asks[ref], brief(err))
         return sorted(found & wanted)
 
     def remove_run_folders(self, job_id: str) -> int:
@@ -594,7 +596,7 @@ class RayEngine:
             try:
                 self._ray.get(refs, timeout=self.call_timeout_s)
             except Exception as err:  # the instance stops anyway; the next agent sweeps what is left
-                log.warning("closing the node agents of the Ray instance this plane started: %s", err)
+                log.warning("closing the node agents of the Ray instance this plane started: %s", brief(err))
         if self._ray.is_initialized():
             self._ray.shutdown()
 
@@ -624,14 +626,14 @@ class RayEngine:
             try:
                 tickets[n] = self._get(agents[n].warm_start.remote(name, source, opts, workers, generation, run_as))
             except Exception as err:
-                reports[n] = _failed(n, f"could not start the warm: {err}")
+                reports[n] = _failed(n, f"could not start the warm: {brief(err)}")
         while tickets:
             refs = {n: agents[n].warm_result.remote(t, check_s) for n, t in tickets.items()}
             for n, ref in refs.items():
                 try:
                     done = self._get(ref)
                 except Exception as err:  # actor restarting or its node dying
-                    reports[n] = _failed(n, f"the node's agent stopped answering: {err}")
+                    reports[n] = _failed(n, f"the node's agent stopped answering: {brief(err)}")
                     tickets.pop(n)
                     continue
                 if done is not None:
@@ -647,7 +649,7 @@ class RayEngine:
             try:
                 out[n] = "removed" if self._get(ref) else "not cached"
             except Exception as err:  # a node dying or its actor restarting: say so, go on
-                out[n] = f"the node's agent did not answer: {err}"
+                out[n] = f"the node's agent did not answer: {brief(err)}"
         return out
 
     def inject_fault(
