@@ -35,7 +35,7 @@ from sluice.model import (
 from sluice.settings import Settings
 from sluice.spec import JobSpec
 from tests.fake_clock import FakeClock
-from tests.integration.conftest import JOBS, wait_for
+from tests.integration.conftest import JOBS, wait_exited, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -232,6 +232,32 @@ def test_new_agent_adopts_running_job_and_reports_unwatched_exit(sluice_settings
     exited = c2.wait(JobExited, "long")[0]
     assert exited.exit_code == 0 and _zombie(long_started.pid) and _zombie(long_child)
     second.close()
+
+
+def test_an_exit_told_to_a_plane_that_died_before_its_next_poll_is_told_again(
+    sluice_settings: Settings, tmp_path: Path
+) -> None:
+    """A plane is killed after a poll told it an exit and before it stored it: the next
+    agent tells that exit again (the crash campaign's lost retry). Only the poll after the one
+    that told it marks it reported. An agent that outlives its plane (Ray) tells it again after
+    `retell`."""
+    first = NodeAgent("n0", sluice_settings.runs_dir, settings=sluice_settings)
+    first.launch(_req(tmp_path, "crash", 1, "--steps", "1", "--sleep", "0.01", "--exit-code", "3"))
+    assert wait_exited(first, "crash").exit_code == 3
+    first.close()  # killed before it polled again
+
+    second = NodeAgent("n0", sluice_settings.runs_dir, settings=sluice_settings)
+    told = [e for e in second.poll() if isinstance(e, JobExited)]
+    assert [(e.job_id, e.attempt, e.exit_code) for e in told] == [("crash", 1, 3)]
+    assert second.retell() == 1  # a new plane: it is told again, still unmarked
+    again = [e for e in second.poll() if isinstance(e, JobExited)]
+    assert [(e.job_id, e.exit_code) for e in again] == [("crash", 3)]
+    assert not [e for e in second.poll() if isinstance(e, JobExited)]  # the poll after: stored, marked
+    second.close()
+
+    third = NodeAgent("n0", sluice_settings.runs_dir, settings=sluice_settings)
+    assert not [e for e in third.poll() if isinstance(e, JobExited)], "told once it was stored"
+    third.close()
 
 
 def _zombie(pid: int) -> bool:

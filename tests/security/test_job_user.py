@@ -87,6 +87,7 @@ def test_the_job_runs_as_its_tenant_uid_confined(agent: NodeAgent, tmp_path: Pat
     adir = agent.attempt_dir("probe", 1)
     assert (adir / "progress.jsonl").stat().st_uid == USER.uid
     assert stat.S_IMODE(adir.stat().st_mode) == 0o711 and adir.stat().st_uid == os.geteuid()
+    agent.poll()  # the exit is marked reported at the poll after the one that told it
     for plane_file in ("state.json", "exit_code", "child.json", "exit_reported"):
         assert stat.S_IMODE((adir / plane_file).stat().st_mode) == 0o600, plane_file
 

@@ -10,11 +10,20 @@ Everything needed to find an attempt again lives on disk, under `runs_dir`:
         child.json      the job process's pid (written by the shim)
         stop.json       the stop sluice asked for (signal, deadline), so the reason survives
         exit_code       written atomically by the shim when the job ends
-        exit_reported   marker: the exit was handed to a controller once
+        exit_reported   marker: a controller has the exit (written at the poll after
+                        the one that told it: see below)
 
 So a new agent — after a control-plane crash — adopts attempts whose shim still runs (pid
 AND process create time must match, a recycled pid is not our job) and reports, once, the
 exit of attempts that ended while nobody watched.
+
+An exit is marked reported only at the poll *after* the one that told it: a controller polls
+again only once it has applied (stored) what the last poll told, so a plane killed in between
+leaves the attempt unmarked, and the next agent adopts it and tells its exit again (a crash
+campaign found the window: the exit marked, the plane killed before it stored it, and the job
+run once more as "process gone" without its retry counted). A controller ignores an exit it
+already has (the job ended, or is on another attempt). An agent that outlives its plane (Ray's
+detached actors) tells the new plane again what it told last (`retell`).
 
 The poll path is built to be cheap with many jobs: per attempt one waitpid (or a /proc stat
 read for adopted ones), one `stat` of progress.jsonl plus only the appended bytes, and one
@@ -336,6 +345,10 @@ class NodeAgent:
         self._lock = threading.RLock()
         self._watched: dict[tuple[str, int], _Attempt] = {}
         self._pending: list[Event] = []
+        self._told: list[tuple[Path, JobExited]] = []
+        """Exits the last poll returned, with their attempt folders: marked reported at the next
+        poll (the caller has stored them by then), or told again after `retell`."""
+        self._retold: list[tuple[Path, JobExited]] = []
         self._gpu_holders: dict[str, tuple[str, int]] = {}
         self._kpis: KpiSampler | None = None
         self._next_kpi = 0.0
@@ -851,7 +864,10 @@ class NodeAgent:
             now = self.clock()
             self._walks_wait_until = time.monotonic() + FINAL_WALK_WAIT_S
             self._stop_for_disk(now)
-            events, self._pending = self._pending, []
+            for adir, _ in self._told:  # the caller has stored what the last poll told
+                _mark(adir / REPORTED_FILE, None)
+            told, self._retold = self._retold, []
+            events, self._pending = self._pending + [e for _, e in told], []
             for key, att in list(self._watched.items()):
                 dead = not att.alive()
                 events.extend(self._progress(att))
@@ -861,7 +877,9 @@ class NodeAgent:
                     last = self._usage(att, now, final=True)  # its cgroup's counter, read before cleanup
                     if last is not None:
                         events.append(last)
-                    events.append(self._finish(att, now))
+                    exited = self._finish(att, now)
+                    events.append(exited)
+                    told.append((att.dir, exited))
                     del self._watched[key]
                     continue
                 if att.stop_deadline is not None and now >= att.stop_deadline:
@@ -884,7 +902,16 @@ class NodeAgent:
             cache = self._cache.poll(now, events)
             if cache is not None:
                 events.append(cache)
+            self._told = told
             return events
+
+    def retell(self) -> int:
+        """Tell the exits of the last poll again at the next, unmarked: a new plane is polling,
+        and the plane the last poll answered may have died before it stored them (on Ray the
+        answer to a poll in flight dies with its caller). How many will be told again."""
+        with self._lock:
+            self._retold, self._told = self._told + self._retold, []
+            return len(self._retold)
 
     def _progress(self, att: _Attempt) -> list[Event]:
         """The job's new progress records as events; records a job may not send are dropped
@@ -992,7 +1019,6 @@ class NodeAgent:
         if "net_fence_uid" in att.extra:
             self.net_fence.remove(att.ctrl.name)
         self._release_gpus(att.job_id, att.attempt)
-        _mark(att.dir / REPORTED_FILE, None)
         retryable = not (isinstance(disk, str) and disk)  # its folder outlives it: a retry meets the same bound
         return JobExited(att.job_id, att.attempt, when, code, reason, node_lost=node_lost, oom=oom, retryable=retryable)
 

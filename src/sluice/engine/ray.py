@@ -63,6 +63,21 @@ AGENT_NET_LABEL = NET_IP_LABEL
 on its node ("none" without one): the engine compares it with the address Ray advertises."""
 
 
+def _retell_and_config() -> Callable[[Any], Any]:
+    """What a found agent actor runs through `__ray_call__`: have its NodeAgent tell its last
+    poll's exits again, where it can (an older agent cannot: nothing to do), and give what it
+    was created with. Made here so that Ray ships the function's code with the call (a nested
+    function goes by value): an agent an older sluice made has no such function to import."""
+
+    def run(actor: Any) -> Any:
+        retell = getattr(getattr(actor, "_agent", None), "retell", None)
+        if callable(retell):
+            retell()
+        return getattr(actor, "_created_with", None)
+
+    return run
+
+
 def _unfinished(agent: Any) -> Any:
     """An ObjectRef to the job (replica) ids of the attempts `agent` has not finished. Asked
     through Ray's generic call: an agent an older sluice made has no `unfinished`, and calling
@@ -287,8 +302,10 @@ class RayEngine:
         want = self._agent_config(node)
         try:
             # Through Ray's generic call, not a method: calling a method its class lacks (an
-            # agent of an older sluice) kills the actor's worker, and with it its jobs.
-            have = self._get(agent.__ray_call__.remote(lambda a: getattr(a, "_created_with", None))) or {}
+            # agent of an older sluice) kills the actor's worker, and with it its jobs. The same
+            # call has the agent tell its last poll's exits again: that answer may have died
+            # with the plane before it stored them (NodeAgent.retell).
+            have = self._get(agent.__ray_call__.remote(_retell_and_config())) or {}
         except Exception as err:  # restarting, or its node dying: membership will tell
             why = brief(err)
             log.warning("node %s: cannot ask its agent what it was created with (%s); keeping it", node.name, why)
