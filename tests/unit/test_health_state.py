@@ -75,3 +75,22 @@ def test_cordon_withheld_keeps_node_suspect() -> None:
     assert m.state == NodeHealth.SUSPECT
     t = m.observe(5, True, "x", may_cordon=True)
     assert t is not None and t.new == NodeHealth.CORDONED
+
+
+def test_a_detector_cordon_restored_after_a_restart_waits_its_quiet_time() -> None:
+    """After a plane restart the state comes from the store with no alarm time: the node was
+    re-admitted at its first healthy sample, its reason 'healthy scores for infs' (ops walk s31)."""
+    m = NodeHealthMachine("n1", RULES)
+    m.state, m.reason, m.cordoned_by = NodeHealth.CORDONED, "5 anomalies in 30s", "detector"
+    assert all(m.observe(x, False) is None for x in range(100, 120))
+    t = m.observe(120, False)
+    assert t is not None and t.new == NodeHealth.HEALTHY
+    assert t.reason == "re-admitted: healthy scores for 20s"
+
+
+def test_a_suspect_restored_after_a_restart_waits_its_quiet_time() -> None:
+    m = NodeHealthMachine("n1", RULES)
+    m.state, m.reason = NodeHealth.SUSPECT, "anomaly: x"
+    assert m.observe(50, False) is None
+    t = m.observe(55, False)
+    assert t is not None and t.new == NodeHealth.HEALTHY and t.reason == "no anomaly for 5s"

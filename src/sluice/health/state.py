@@ -52,12 +52,18 @@ class NodeHealthMachine:
     cordoned_by: str | None = None
     last_alarm: float | None = None
     since: float = 0.0
+    watched_from: float | None = None
+    """Time of the first sample this machine saw. A state restored from the store after a
+    restart has no `last_alarm`: its quiet is counted from here, so a node the detector
+    cordoned is re-admitted after `readmit_s` of healthy samples, not at the first one."""
     _alarms: deque[float] = field(default_factory=deque)
 
     def observe(self, time: float, alarm: bool, why: str = "", may_cordon: bool = True) -> Transition | None:
         """`why` describes the alarm (score, threshold, top KPIs); it becomes the reason.
         `may_cordon` False keeps a node that qualifies for a cordon Suspect (the caller's
         cap on how much of the cluster the detector may take out at once)."""
+        if self.watched_from is None:
+            self.watched_from = time
         if alarm:
             self.last_alarm = time
             self._alarms.append(time)
@@ -65,7 +71,7 @@ class NodeHealthMachine:
             self._alarms.popleft()
         if self.cordoned_by == "operator":
             return None
-        quiet = time - self.last_alarm if self.last_alarm is not None else float("inf")
+        quiet = time - (self.last_alarm if self.last_alarm is not None else self.watched_from)
         if self.state == NodeHealth.HEALTHY and alarm:
             return self._move(time, NodeHealth.SUSPECT, f"anomaly: {why}")
         if self.state == NodeHealth.SUSPECT:
