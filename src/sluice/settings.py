@@ -8,12 +8,15 @@ which imports nothing of sluice), so every part may read it.
 from __future__ import annotations
 
 import difflib
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 from sluice.data.settings import CacheSettings
 
@@ -37,7 +40,7 @@ class Settings(BaseSettings):
     host: Annotated[str, Field(description="API bind address. Default 127.0.0.1 (loopback only).")] = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535, description="API port. Default 8765; 0 picks a free one.")] = 8765
     policy: Annotated[str, Field(description="Scheduling policy name. Default flowcon.")] = "flowcon"
-    engine: Annotated[str, Field(description="Engine: local or ray. Default local.")] = "local"
+    engine: Annotated[Literal["local", "ray"], Field(description="Engine: local or ray. Default local.")] = "local"
     ray_address: Annotated[str | None, Field(description="Ray cluster address for engine=ray; None starts one.")] = None
     ray_namespace: Annotated[
         str, Field(description="Ray namespace of sluice's detached node-agent actors (engine=ray). Default sluice.")
@@ -468,7 +471,11 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _uid_range(self) -> Settings:
         if self.job_uid_max < self.job_uid_min:
-            raise ValueError(f"job_uid_max ({self.job_uid_max}) is below job_uid_min ({self.job_uid_min})")
+            # Named as the user wrote them: a model-level error has no field, and said `SLUICE_?`.
+            raise ValueError(
+                f"SLUICE_JOB_UID_MAX (`job_uid_max`, {self.job_uid_max}) is below SLUICE_JOB_UID_MIN "
+                f"(`job_uid_min`, {self.job_uid_min})"
+            )
         return self
 
     @property
@@ -500,7 +507,10 @@ def _settings_error(err: ValidationError, file: Path | None) -> SettingsError:
     where = f" or `{{key}}` in {file}" if file is not None else ""
     lines = []
     for e in err.errors():
-        key = str(e["loc"][0]) if e.get("loc") else "?"
+        if not e.get("loc"):  # a check of several settings (model_validator): its message names them
+            lines.append(str(e["msg"]).removeprefix("Value error, "))
+            continue
+        key = str(e["loc"][0])
         got = e.get("input")
         shown = f"; got {got!r}" if got is not None and not isinstance(got, dict) else ""
         lines.append(f"SLUICE_{key.upper()}{where.format(key=key)}: {e['msg']}{shown}")
@@ -558,12 +568,26 @@ def load_settings(**overrides: object) -> Settings:
         return _load_settings(overrides)
     except ValidationError as err:
         raise _settings_error(err, _settings_file()) from None
+    except PydanticSettingsError as err:
+        raise _parse_error(err) from None
+
+
+def _parse_error(err: PydanticSettingsError) -> SettingsError:
+    """A list setting's variable that is not JSON (`SLUICE_CHECKPOINT_ROOTS=/mnt/ckpt`) said
+    `error: SettingsError: error parsing value for field "checkpoint_roots" from source ...`."""
+    found = re.search(r'field "([a-z_]+)"', str(err))
+    if found is None:
+        return SettingsError(str(err))
+    var = f"SLUICE_{found.group(1).upper()}"
+    got = os.environ.get(var, os.environ.get(var.lower()))
+    shown = f"; got {got!r}" if got is not None else ""
+    return SettingsError(f"{var}: not valid JSON; a list setting takes a JSON list, e.g. '[\"/mnt/ckpt\"]'{shown}")
 
 
 def _settings_file() -> Path | None:
     try:
         return Settings().home / "settings.yaml"
-    except ValidationError:
+    except (ValidationError, PydanticSettingsError):
         return None
 
 

@@ -103,3 +103,32 @@ def test_settings_yaml_that_is_not_text_is_named(tmp_path: Path, monkeypatch: py
         load_settings()
     r = CliRunner().invoke(app, ["up", "--port", "8799"])
     assert r.exit_code == 2 and "settings.yaml" in r.output, r.output
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        # A traceback from the server (`ValueError: engine: unknown engine 'k8s'`) (ops walk s31).
+        ({"SLUICE_ENGINE": "k8s"}, r"^SLUICE_ENGINE: Input should be 'local' or 'ray'; got 'k8s'$"),
+        # `SLUICE_?: Value error, job_uid_max (1000) is below job_uid_min (410000)`.
+        (
+            {"SLUICE_JOB_UID_MIN": "410000", "SLUICE_JOB_UID_MAX": "1000"},
+            r"^SLUICE_JOB_UID_MAX \(`job_uid_max`, 1000\) is below SLUICE_JOB_UID_MIN \(`job_uid_min`, 410000\)$",
+        ),
+        # `error: SettingsError: error parsing value for field "checkpoint_roots" from source ...`.
+        (
+            {"SLUICE_CHECKPOINT_ROOTS": "/mnt/ckpt"},
+            r"^SLUICE_CHECKPOINT_ROOTS: not valid JSON; a list setting takes a JSON list, .*; got '/mnt/ckpt'$",
+        ),
+    ],
+)
+def test_a_setting_the_server_took_badly_is_named_at_load(
+    env: dict[str, str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError, match=says):
+        load_settings()
+    r = CliRunner().invoke(app, ["up", "--port", "8799"])
+    assert r.exit_code == 2 and "error: SLUICE_" in r.output and "SettingsError" not in r.output, r.output
