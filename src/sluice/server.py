@@ -41,7 +41,7 @@ from sluice.control.engine_record import EngineMismatch, EngineRecord, check_eng
 from sluice.engine.ray_connect import RayUnreachable
 from sluice.model import JobUser
 from sluice.settings import Settings, load_settings
-from sluice.store import StoreInUse, open_store
+from sluice.store import StoreInUse, StoreNotOpened, open_store
 
 log = logging.getLogger("sluice.server")
 
@@ -289,6 +289,8 @@ def serve(settings: Settings) -> None:
             _serve_locked(settings, home)
         finally:
             uids.release()
+    except StoreNotOpened as err:  # named as the operator set it
+        raise StoreNotOpened(f"SLUICE_DATABASE_URL (`database_url`): {err}") from None
     finally:
         os.close(home_lock)
 
@@ -425,6 +427,7 @@ START_ERRORS = (
     EngineMismatch,
     RayUnreachable,
     StoreInUse,
+    StoreNotOpened,
     UidRangeInUse,
 )
 """Why a server cannot start, each said in one line (by `main` and by a foreground `sluice up`)."""

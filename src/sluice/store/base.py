@@ -325,6 +325,12 @@ class StoreInUse(RuntimeError):
     would each take the other's running jobs for gone and run them again."""
 
 
+class StoreNotOpened(RuntimeError):
+    """The database cannot be opened at all: a URL SQLAlchemy cannot read, a database kind or
+    driver sluice does not have, or a server that refuses the connection (no such database,
+    wrong password, nothing listening). Said in one line, the URL's password hidden."""
+
+
 class StoreUnavailable(RuntimeError):
     """The store cannot take a write now (disk full, read-only file system, I/O error, the
     database server gone), or cannot be read (the server gone). Nothing of a failed write was

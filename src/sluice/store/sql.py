@@ -37,7 +37,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from sluice.model import Allocation, JobRecord, NodeHealth, Phase, StopIntent
@@ -53,6 +53,7 @@ from sluice.store.base import (
     NodeRecord,
     QueueRecord,
     StoreInUse,
+    StoreNotOpened,
     StoreUnavailable,
     TenantRecord,
     UsageRow,
@@ -278,14 +279,31 @@ class SqlStore:
         keep the old session (and its lock) alive for hours, and only this tag tells this
         plane's own lingering session from another plane's. Random unless `claim` is given
         the plane's lasting one (its home's), which its dead predecessor's session carries."""
-        if make_url(url).drivername.startswith("sqlite"):
-            self._engine = _sqlite_engine(url)
-        else:
-            parsed = _pg_url(url)
-            args = {k: v for k, v in PG_CONNECT_ARGS.items() if k not in parsed.query}
-            self._engine = create_engine(parsed, pool_pre_ping=True, connect_args=args)
-        with self._engine.begin() as conn:
-            self.schema_version = schema.migrate(conn)
+        # A URL sluice cannot use, or a server that refuses it, was a traceback from `sluice up`.
+        try:
+            shown = make_url(url).render_as_string(hide_password=True)
+        except ArgumentError:
+            raise StoreNotOpened(
+                "not a database URL: use sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+            ) from None
+        try:
+            if make_url(url).drivername.startswith("sqlite"):
+                self._engine = _sqlite_engine(url)
+            else:
+                parsed = _pg_url(url)
+                args = {k: v for k, v in PG_CONNECT_ARGS.items() if k not in parsed.query}
+                self._engine = create_engine(parsed, pool_pre_ping=True, connect_args=args)
+        except (NoSuchModuleError, ImportError) as err:
+            raise StoreNotOpened(
+                f"{shown}: sluice cannot open this kind of database ({err}); use sqlite:///PATH or "
+                "postgresql://USER@HOST:PORT/DATABASE"
+            ) from None
+        try:
+            with self._engine.begin() as conn:
+                self.schema_version = schema.migrate(conn)
+        except OperationalError as err:
+            self._engine.dispose()
+            raise StoreNotOpened(f"{shown}: cannot connect: {_reason(err)}") from None
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
