@@ -215,3 +215,16 @@ def test_eval_with_the_graph_encoder_and_a_refused_unknown_one(tmp_path: Path) -
     assert res.exit_code == 2 and "--encoder" in res.output and "'lstm'" in res.output
     res = CliRunner().invoke(app, [*args, "--seed", "-1"], env={"COLUMNS": "200"})
     assert res.exit_code == 2 and "--seed" in res.output
+
+
+def test_node_why_says_no_sample_is_scored_yet_instead_of_a_blank_score(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Right after a restart a saved model is loaded but nothing is scored yet: the line read
+    `score  (threshold -3.277)` (ops walk s31)."""
+    answering(
+        monkeypatch,
+        [{"health": "Cordoned", "monitored": True, "state": "scoring", "score": None, "threshold": -3.277}],
+    )
+    r = CliRunner().invoke(app, ["node", "why", "node-1"])
+    assert r.exit_code == 0, r.output
+    assert "no sample scored yet since the plane started (threshold -3.277)" in r.output
+    assert "score  (" not in r.output

@@ -115,6 +115,12 @@ def why(name: NodeName, output: OutputOpt = Output.table) -> None:
                 "healthy samples; nothing is scored until it is fitted",
                 markup=False,
             )
+        elif o.get("score") is None:
+            # A saved model loaded at start, no sample scored yet: it said `score  (threshold -3.3)`.
+            console.print(
+                f"no sample scored yet since the plane started (threshold {number(o.get('threshold'), 4) or '?'})",
+                markup=False,
+            )
         else:
             at = f" at {stamp(o['scored_at'])}" if o.get("scored_at") else ""
             refit = "; a newer model is being fitted" if o.get("state") == "refitting" else ""
