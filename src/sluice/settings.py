@@ -61,14 +61,22 @@ class Settings(BaseSettings):
         ),
     ] = False
     reconcile_interval_s: Annotated[
-        float, Field(gt=0, description="Seconds between reconcile rounds (poll, decide, act). Default 0.5.")
+        float,
+        Field(
+            gt=0, le=60, description="Seconds between reconcile rounds (poll, decide, act). Default 0.5; at most 60."
+        ),
     ] = 0.5
     policy_interval_s: Annotated[
         float,
         Field(gt=0, description="FlowCon's control interval Δ in seconds: how often CPU is re-allocated. Default 10."),
     ] = 10.0
     stop_grace_s: Annotated[
-        float, Field(gt=0, description="Seconds between SIGTERM and SIGKILL when stopping a job. Default 20.")
+        float,
+        Field(
+            gt=0,
+            le=86_400,
+            description="Seconds between SIGTERM and SIGKILL when stopping a job. Default 20; at most a day.",
+        ),
     ] = 20.0
     restart_backoff_s: Annotated[
         float, Field(ge=0, description="Base back-off before a failed job is retried; doubles per restart. Default 2.")
@@ -96,12 +104,20 @@ class Settings(BaseSettings):
         ),
     ] = None
     usage_sample_s: Annotated[
-        float, Field(gt=0, description="Seconds between CPU-usage samples of jobs. Default 1.")
+        float, Field(gt=0, le=3600, description="Seconds between CPU-usage samples of jobs. Default 1; at most 3600.")
     ] = 1.0
-    kpi_sample_s: Annotated[float, Field(gt=0, description="Seconds between node KPI samples. Default 1.")] = 1.0
+    kpi_sample_s: Annotated[
+        float, Field(gt=0, le=3600, description="Seconds between node KPI samples. Default 1; at most 3600.")
+    ] = 1.0
     health_enabled: Annotated[bool, Field(description="Run the node anomaly detector. Default false.")] = False
     health_train_samples: Annotated[
-        int, Field(ge=20, description="KPI samples a node must show before its detector is fitted. Default 300.")
+        int,
+        Field(
+            ge=20,
+            le=86_400,
+            description="KPI samples a node must show before its detector is fitted (each is kept until then). "
+            "Default 300; at most 86400.",
+        ),
     ] = 300
     health_q: Annotated[
         float, Field(gt=0, lt=0.5, description="SPOT risk: chance a healthy score passes the threshold. Default 1e-3.")
@@ -126,8 +142,9 @@ class Settings(BaseSettings):
         float,
         Field(
             ge=0,
+            le=3600,
             description="Seconds a node's health alarms are held after the control plane changes what runs there "
-            "(job placed, stopped, moved, resized; checkpoint). Default 20.",
+            "(job placed, stopped, moved, resized; checkpoint). Default 20; at most 3600.",
         ),
     ] = 20.0
     health_retrain_growth: Annotated[

@@ -20,6 +20,14 @@ from sluice.settings import Settings, SettingsError, load_settings, misspelled_v
         ("SLUICE_KPI_SAMPLE_S", "inf", "finite"),
         ("SLUICE_STOP_GRACE_S", "nan", "finite"),
         ("SLUICE_POLICY_INTERVAL_S", "1e309", "finite"),
+        # Finite but as good as infinite: sampling or reconciling stopped, every alarm held, a
+        # stopped job never killed, KPI rows kept without end before a fit (ops walk s31).
+        ("SLUICE_KPI_SAMPLE_S", "1e300", "less than or equal to 3600"),
+        ("SLUICE_USAGE_SAMPLE_S", "1e300", "less than or equal to 3600"),
+        ("SLUICE_RECONCILE_INTERVAL_S", "1e9", "less than or equal to 60"),
+        ("SLUICE_HEALTH_CHANGE_GRACE_S", "1e300", "less than or equal to 3600"),
+        ("SLUICE_STOP_GRACE_S", "1e300", "less than or equal to 86400"),
+        ("SLUICE_HEALTH_TRAIN_SAMPLES", "1000000000", "less than or equal to 86400"),
     ],
 )
 def test_a_bad_setting_is_named_by_its_variable(
