@@ -59,6 +59,11 @@ class AlreadyRunning(RuntimeError):
     """Another server already serves this SLUICE_HOME."""
 
 
+class CannotListen(RuntimeError):
+    """The API's address cannot be bound: SLUICE_HOST names no address of this machine, or the
+    port is taken. Said with the address and the settings, not a bare `[Errno 98] ...`."""
+
+
 class HomeError(RuntimeError):
     """$SLUICE_HOME cannot hold the server's state; the message names the folder and why."""
 
@@ -254,7 +259,12 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        why = err.strerror or str(err)
+        raise CannotListen(f"cannot listen on {host}:{port} (SLUICE_HOST, SLUICE_PORT or --port): {why}") from None
     # Listening before uvicorn starts: early clients wait in the backlog instead of being refused.
     sock.listen(128)
     sock.set_inheritable(True)
@@ -420,6 +430,7 @@ def _serve_locked(settings: Settings, home: Path) -> None:
 
 START_ERRORS = (
     AlreadyRunning,
+    CannotListen,
     HomeError,
     IsolationUnavailable,
     NetInterfaceUnavailable,
