@@ -960,3 +960,25 @@ def test_usage_per_tenant_and_since(live: Live, tmp_path: Path, monkeypatch: pyt
         code, _, err = sluice("usage", "--since", bad)
         assert code == 2 and "--since" in err
     assert since_time("2d", now=1_000_000.0) == 1_000_000.0 - 2 * 86400
+
+
+def test_on_the_planes_machine_dataset_publish_and_tenant_reads_use_the_admin_token(
+    live: Live, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `sluice dataset publish imgs --tenant bob`, as docs/data.md shows it, said "not allowed:
+    # publishing a dataset to every tenant needs an admin token" on the plane's own machine: it
+    # sent the default tenant's token, where `queue create` and `job list --tenant` send admin.token.
+    from sluice.spec import DatasetSpec
+
+    bob = live.plane.authenticate(live.tokens["bob"])
+    live.plane.datasets.create(bob, DatasetSpec(name="imgs", source="http://93.184.216.34/imgs/"), probe=False)
+    code, out, err = sluice("dataset", "publish", "imgs", "--tenant", "bob")
+    assert code == 0 and "published dataset imgs of tenant bob" in out, err
+    code, out, err = sluice("dataset", "get", "imgs", "--tenant", "bob", "-o", "json")
+    assert code == 0 and json.loads(out)["published"] is True, err
+    code, out, err = sluice("dataset", "unpublish", "imgs", "--tenant", "bob")
+    assert code == 0 and "withdrew dataset imgs of tenant bob" in out, err
+    code, _, err = sluice("dataset", "get", "imgs", "--tenant", "bob")
+    assert code == 0, err
+    code, out, err = sluice("dataset", "rm", "imgs", "--tenant", "bob")
+    assert code == 0 and "deleted dataset imgs" in out, err

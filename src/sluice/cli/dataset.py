@@ -80,7 +80,7 @@ Owner = Annotated[
 @app.command()
 def get(name: Name, tenant: Owner = None, output: OutputOpt = Output.table) -> None:
     """One dataset."""
-    with errors_reported(missing=f"dataset {name!r}"), connect() as client:
+    with errors_reported(missing=f"dataset {name!r}"), connect(admin=tenant is not None) as client:
         d = client.dataset(name, tenant)
     emit(d, output, lambda x: table(COLUMNS, _rows([x])))
 
@@ -105,7 +105,11 @@ def warm(
 ) -> None:
     """Fetch the whole dataset into the cache of every node now (or the --node ones), so the
     first epoch reads it warm there. Prints, per node, what was fetched and how long it took."""
-    with errors_reported(missing=f"dataset {name!r}"), connect() as client, console.status(f"warming {name} ..."):
+    with (
+        errors_reported(missing=f"dataset {name!r}"),
+        connect(admin=tenant is not None) as client,
+        console.status(f"warming {name} ..."),
+    ):
         res = client.warm_dataset(name, nodes=node or (), tenant=tenant)
     emit(res, output, lambda r: console.print("\n".join(_warm_line(name, n) for n in r["nodes"]), markup=False))
     failed = [n.node for n in res.nodes if n.error]
@@ -116,7 +120,7 @@ def warm(
 def _publish(
     name: str, tenant: str | None, published: bool, output: Output, verb: str, with_credentials: bool = False
 ) -> None:
-    with errors_reported(missing=f"dataset {name!r}"), connect() as client:
+    with errors_reported(missing=f"dataset {name!r}"), connect(admin=True) as client:  # admin.token first
         d = client.publish_dataset(name, tenant, published=published, with_credentials=with_credentials)
     emit(d, output, lambda x: console.print(f"{verb} dataset {x['name']} of tenant {x['tenant']}", markup=False))
 
@@ -149,7 +153,7 @@ def unpublish(name: Name, tenant: Owner = None, output: OutputOpt = Output.table
 @app.command("rm")
 def rm(name: Name, tenant: Owner = None) -> None:
     """Delete a dataset and drop it from every node's cache (its source is not touched)."""
-    with errors_reported(missing=f"dataset {name!r}"), connect() as client:
+    with errors_reported(missing=f"dataset {name!r}"), connect(admin=tenant is not None) as client:
         out = client.delete_dataset(name, tenant)
     console.print(f"deleted dataset {name}", markup=False)
     for node, what in sorted(out.nodes.items()):
