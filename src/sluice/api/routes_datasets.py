@@ -2,7 +2,8 @@
 
 A tenant sees its own datasets and those an admin published; caches are per tenant (a
 dataset's cache key is `owner/name`). An admin names another tenant's dataset with `?tenant=`.
-Storage options can hold credentials, so only their names are ever returned.
+Storage options can hold credentials, so only their names are ever returned; a password in
+the source URL is shown as `***`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sluice.control.plane import ControlPlane
 from sluice.data.cache import cache_key
 from sluice.data.warm import WarmReport
 from sluice.spec import DatasetSpec
+from sluice.spec.dataset import shown_source
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
 
@@ -41,7 +43,7 @@ def dataset_out(
     return DatasetOut(
         tenant=rec.tenant,
         name=rec.name,
-        source=rec.spec.source,
+        source=shown_source(rec.spec.source),
         format=rec.spec.format,
         cache=rec.spec.cache,
         storage_option_names=sorted(rec.spec.storage_options),
@@ -140,8 +142,9 @@ def publish_dataset(
     tenant: str | None = Owner,
     with_credentials: bool = Query(
         default=False,
-        description="Publish it although its storage options hold credentials (key, secret, token): every "
-        "tenant's job that mounts it gets them. Without this, such a dataset is a 409.",
+        description="Publish it although it holds credentials (storage options key, secret, token, or a "
+        "password in its source URL): every tenant's job that mounts it gets them. Without this, such a "
+        "dataset is a 409.",
     ),
 ) -> DatasetOut:
     """Admin only: make the dataset readable and mountable by every tenant (not deletable by

@@ -133,8 +133,8 @@ def publish(
         bool,
         typer.Option(
             "--with-credentials",
-            help="Publish it although its storage options hold credentials (key, secret, token): every "
-            "tenant's job that mounts it gets them. Without this, such a dataset is refused.",
+            help="Publish it although it holds credentials (storage options key, secret, token, or a password "
+            "in its source URL): every tenant's job that mounts it gets them. Without this, such a dataset is refused.",
         ),
     ] = False,
     output: OutputOpt = Output.table,

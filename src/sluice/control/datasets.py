@@ -44,7 +44,7 @@ from sluice.data.warm import WarmReport, warm_node
 from sluice.engine.base import CacheWarmer
 from sluice.model import JobUser
 from sluice.spec import DatasetSpec, SpecError
-from sluice.spec.dataset import relative_local_source
+from sluice.spec.dataset import relative_local_source, source_has_password
 from sluice.spec.errors import FieldProblem
 from sluice.store.base import DatasetRecord, DuplicateError, Store
 
@@ -279,7 +279,8 @@ class DatasetService:
 
         A job that mounts a dataset gets its storage options (its own misses fetch from the
         source), and every tenant may mount a published one: so a dataset whose options hold
-        credentials (CREDENTIAL_OPTIONS) is published only `with_credentials`, the admin saying
+        credentials (CREDENTIAL_OPTIONS, or a password in its source URL) is published only
+        `with_credentials`, the admin saying
         they are meant for every tenant (a read-only key made for it); else a Conflict."""
         if not caller.admin:
             raise Forbidden("publishing a dataset to every tenant needs an admin token")
@@ -296,11 +297,17 @@ class DatasetService:
             return rec
         if current is not None:
             raise Conflict(f"a dataset named {name!r} is already published by tenant {current!r}; withdraw it first")
-        secrets = sorted(CREDENTIAL_OPTIONS & rec.spec.storage_options.keys())
+        options = sorted(CREDENTIAL_OPTIONS & rec.spec.storage_options.keys())
+        secrets = [f"storage options {', '.join(options)}"] if options else []
+        if source_has_password(rec.spec.source):  # https://user:pw@host/...: jobs get the URL too
+            secrets.append("a password in the source URL")
+        endpoint = rec.spec.storage_options.get("endpoint_url")
+        if isinstance(endpoint, str) and source_has_password(endpoint):
+            secrets.append("a password in storage option endpoint_url")
         if secrets and not with_credentials:
             raise Conflict(
-                f"dataset {name!r} of tenant {owner!r} has credentials in its storage options "
-                f"({', '.join(secrets)}): every job that mounts a published dataset gets its storage options, "
+                f"dataset {name!r} of tenant {owner!r} has credentials ({'; '.join(secrets)}): every job "
+                "that mounts a published dataset gets its source and storage options, "
                 "so publishing it gives them to every tenant's jobs; publish it with --with-credentials "
                 "(with_credentials=true) only if they are meant for every tenant (a read-only key made for it)"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import posixpath
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, PlainValidator, WithJsonSchema, field_validator
 
@@ -70,6 +71,28 @@ def relative_local_source(source: str) -> bool:
     """True for a local source given as a relative path (`digits`, `./data`, `file://digits`)."""
     path = local_path(source)
     return path is not None and not posixpath.isabs(path)
+
+
+def source_has_password(source: str) -> bool:
+    """True for a network source URL that carries a password (`https://user:pw@host/...`): a
+    credential, like the storage options `key`, `secret` and `token`."""
+    if local_path(source) is not None:
+        return False
+    try:
+        return urlsplit(source).password is not None
+    except ValueError:
+        return False
+
+
+def shown_source(source: str) -> str:
+    """The source as the API shows it: a password in the URL is written `***` (the user stays),
+    as storage options are shown by name only."""
+    if not source_has_password(source):
+        return source
+    parts = urlsplit(source)
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
 
 
 class DatasetSpec(SpecModel):
