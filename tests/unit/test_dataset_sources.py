@@ -425,3 +425,38 @@ def test_one_tenants_requests_to_a_slow_source_hold_at_most_its_share_of_the_api
         server.shutdown()
         server.server_close()
     assert httpx.post(f"{url}/v1/datasets/ok/warm", headers=token, timeout=30).status_code == 200  # slots given back
+
+
+def test_an_http_source_with_a_query_or_fragment_is_a_422_not_items_that_are_its_page(live: Live) -> None:
+    """`source: http://host/set1/?a=1` (or `#frag`) was created as '10 files, 3.0 KiB': sluice
+    asks for `<source>/<item>`, which after a query or fragment is the folder's page again, so
+    every item read back as the index page. Now the source is refused, naming it (data walk s31)."""
+    import http.server
+    import threading
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'<a href="a.bin">a.bin</a> <a href="b.bin">b.bin</a>'
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}/set1/"
+        for name, source in (("query", base + "?a=1"), ("frag", base + "#x"), ("bare", base + "?")):
+            r = post(live, {"name": name, "source": source})
+            assert r.status_code == 422, r.text
+            [problem] = r.json()["problems"]
+            assert problem["field"] == "source" and "query ('?...') or fragment" in problem["problem"], problem
+    finally:
+        server.shutdown()
+        server.server_close()

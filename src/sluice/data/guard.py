@@ -230,7 +230,16 @@ class SourceGuard:
         if family == "file":
             self.check_local(rest if "://" in url else url)
         elif family == "http":
-            self.check_host(urlsplit(url).hostname or "", "source", resolve)
+            parts = urlsplit(url)
+            if parts.query or parts.fragment or url.endswith(("?", "#")):
+                # sluice lists the page and fetches <source>/<item>: after a query or fragment the
+                # item's path is part of it, so every item read back as the folder's own page.
+                raise SourceRefused(
+                    "source",
+                    f"{url!r} has a query ('?...') or fragment ('#...'): sluice adds each item's path to the "
+                    "source URL, so give the folder's URL without them",
+                )
+            self.check_host(parts.hostname or "", "source", resolve)
         elif family == "s3":
             endpoint = (storage_options or {}).get("endpoint_url")
             if endpoint is not None:
