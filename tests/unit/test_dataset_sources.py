@@ -13,6 +13,7 @@ credentials at all or through an endpoint on a closed loopback port.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -460,3 +461,38 @@ def test_an_http_source_with_a_query_or_fragment_is_a_422_not_items_that_are_its
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_fifo_in_a_local_source_is_refused_not_waited_on_for_ever(tmp_path: Path) -> None:
+    """A FIFO in a tenant's own folder under dataset_roots was listed as a 0-byte file, and
+    `dataset warm` then opened it and waited for a writer for ever: the helper never exited and
+    the request held its API thread and its tenant's source slot (data walk s31). Now a listing
+    names it, and a fetch of one (a file swapped for a FIFO after the listing) fails at once; a
+    file that grew after its listing is read only to one byte past its size."""
+    import threading
+
+    src_dir = folder(tmp_path / "src", 2)
+    os.mkfifo(src_dir / "p.bin")
+    with pytest.raises(SourceError, match=r"p\.bin is not a regular file"):
+        Source(str(src_dir), guard=SourceGuard.of([tmp_path], [])).list()
+    src = Source(str(src_dir), retries=0)
+    outcome: list[BaseException | bytes] = []
+
+    def fetch() -> None:
+        try:
+            outcome.append(src.fetch("p.bin", 0))
+        except BaseException as err:  # what the fetch ended with is the result
+            outcome.append(err)
+
+    worker = threading.Thread(target=fetch, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    if worker.is_alive():  # release it, so the test process can end
+        with open(src_dir / "p.bin", "wb"):
+            pass
+        pytest.fail("fetching a FIFO waited for a writer")
+    [err] = outcome
+    assert isinstance(err, SourceError) and "is not a regular file" in str(err), err
+    (src_dir / "00.bin").write_bytes(b"\0" * (32 << 20))  # listed as 10 bytes
+    with pytest.raises(SourceError, match="more than the 10 bytes"):
+        src.fetch("00.bin", 10)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping
 from itertools import chain
@@ -69,6 +70,28 @@ def _why(err: BaseException) -> str:
     if type(err).__name__ == "NoCredentialsError":
         text += " (give storage_options key and secret, or anon: true for a public bucket)"
     return text
+
+
+def _read_local(path: str, size: int | None) -> bytes:
+    """A local item, read only if it is a regular file (opened non-blocking: a FIFO put in the
+    source's place waited for a writer for ever, holding the warm or the job reading it) and,
+    with a known `size`, only to one byte past it (a file that grew after the listing)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SourceError(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+        parts: list[bytes] = []
+        got, limit = 0, None if size is None else size + 1
+        while limit is None or got < limit:
+            chunk = os.read(fd, 1 << 20 if limit is None else min(1 << 20, limit - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 class Source:
@@ -155,6 +178,9 @@ class Source:
                 continue
             key = check_key(rel)
             self._local_check(path)
+            if self.protocol == "file" and info.get("type") not in (None, "file"):
+                # a FIFO, socket or device: opening a FIFO waits for a writer, for ever
+                raise SourceError(f"cannot list {self.url}: {key} is not a regular file")
             size = info.get("size")
             if size is None:
                 try:
@@ -359,6 +385,8 @@ class Source:
         """The object at `path`. Over HTTP with a known `size` it is streamed and cut at one byte
         past `size` (which `_read` then refuses as a wrong size): a source's server decides how
         many bytes it sends, and reading them all would hold whatever it sent in memory."""
+        if self.protocol == "file":
+            return _read_local(path, size)
         if size is None or self.protocol not in ("http", "https"):
             return bytes(self.fs.cat_file(path))
         parts: list[bytes] = []
