@@ -570,3 +570,22 @@ def test_listings_share_one_helper_per_tenant_and_rerun_it_only_on_change(
     svc.create(alice, DatasetSpec(name="imgs", source=str(tmp_path / "src")))
     assert svc.cached_here(alice, [svc.get(alice, "imgs")]) == {"alice/imgs": 0.0}
     assert len(calls) == 2  # emptied by rm: read again
+
+
+def test_a_warm_whose_helper_failed_says_how_long_it_ran(
+    tmp_path: Path, cache_settings: CacheSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A helper killed at its memory limit after 26 s of reading was reported as `warming fifo
+    failed after 0.0 s: ...went past its memory limit` (data walk s31)."""
+    now = [100.0]
+    monkeypatch.setattr(tenant_cache.time, "monotonic", lambda: now[0])
+
+    def killed(*_args: Any, **_kw: Any) -> dict[str, Any]:
+        now[0] += 26.5  # the helper read for 26.5 s, then was killed
+        raise tenant_cache.TenantCacheError("the cache helper (warm) went past its memory limit")
+
+    monkeypatch.setattr(tenant_cache, "run_helper", killed)
+    me = JobUser(os.geteuid(), os.getegid())
+    report = warm_as(cache_settings, me, "n1", "alice/imgs", str(tmp_path / "src"), {}, 4, SourceGuard(), "7.0")
+    assert report.error is not None and "memory limit" in report.error
+    assert report.seconds == 26.5

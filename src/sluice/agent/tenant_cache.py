@@ -291,6 +291,7 @@ def warm_as(
     read. Errors are in the report, as `sluice.data.warm.warm_node` has them. `jail`: the
     memory cgroup the helper runs in (`run_helper`)."""
     g = guard or SourceGuard()
+    started = time.monotonic()
     try:
         disk, memory = tenant_dirs(settings, user)
         memory_bytes, disk_bytes = tenant_share(settings)
@@ -325,8 +326,8 @@ def warm_as(
             cached_fraction=min(1.0, max(0.0, float(answer["cached_fraction"]))),
             error=None if error is None else str(error),
         )
-    except (OSError, KeyError, TypeError, ValueError) as err:
-        return WarmReport(node, 0, 0, 0, 0.0, 0.0, f"{type(err).__name__}: {err}")
+    except (OSError, KeyError, TypeError, ValueError) as err:  # how long it ran: "failed after 0.0 s" was none
+        return WarmReport(node, 0, 0, 0, round(time.monotonic() - started, 3), 0.0, f"{type(err).__name__}: {err}")
 
 
 def list_as(
