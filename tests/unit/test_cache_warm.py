@@ -77,3 +77,35 @@ def test_warm_stops_at_a_failed_item_and_raises_it(tmp_path: Path) -> None:
         ds.warm(WORKERS)
     assert len(started) < ITEMS  # no new item was started once it failed
     ds.close()
+
+
+def test_warm_does_not_fetch_an_item_no_tier_can_hold(tmp_path: Path) -> None:
+    """A tenant's local source held a sparse 1 TiB file: `dataset warm` read it into the
+    warming helper, 9 GiB of it before the helper's memory limit killed it, to keep none of it
+    (the tenant's cache held 10 GiB). Now such an item is not fetched; the rest is warmed and
+    the warm fails naming it (data walk s31)."""
+    from sluice.data.errors import DataError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"{i:03d}.bin").write_bytes(bytes([i]) * 100)
+    with open(src / "big.bin", "wb") as f:
+        f.truncate(1 << 20)  # 1 MiB, sparse; the tiers hold 64 KiB each
+    cache = DatasetCache(
+        disk_dir=tmp_path / "disk", memory_dir=tmp_path / "mem", memory_bytes=64 << 10, disk_bytes=64 << 10
+    )
+    ds = cache.open("w", str(src))
+    fetched: list[str] = []
+    fetch = ds.source.fetch
+
+    def counted(key: str, size: int | None = None, what: str = "") -> bytes:
+        fetched.append(key)
+        return fetch(key, size, what)
+
+    ds.source.fetch = counted  # type: ignore[method-assign]
+    with pytest.raises(DataError, match=r"1 item\(s\) larger than this cache can hold .* big\.bin \(1048576 bytes\)"):
+        ds.warm(WORKERS)
+    assert sorted(fetched) == [f"{i:03d}.bin" for i in range(4)]
+    assert ds.counters.misses == 4
+    ds.close()

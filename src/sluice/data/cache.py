@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 
 from sluice.data.blocks import Layout, pack, packed_size, unpack
-from sluice.data.errors import CorruptItem, SourceError, UnsafePath
+from sluice.data.errors import CorruptItem, DataError, SourceError, UnsafePath
 from sluice.data.files import READ_FLAGS as _RD
 from sluice.data.files import map_file, read_exact, tmp_owner, unlink_quiet, write_atomic
 from sluice.data.guard import SourceGuard
@@ -717,17 +717,25 @@ class CachedDataset:
         cached: `Executor.map` submitted every item up front and kept each finished item's bytes
         until all before it had finished, so one slow early item held the rest of the dataset in
         memory. `progress(n)` is called with the number of items done, less one. The first
-        failure is raised once the items under way have finished; no new item is started."""
+        failure is raised once the items under way have finished; no new item is started.
+
+        An item larger than either tier can hold is not fetched (the cache would drop it, and
+        a 1 TiB item of a tenant's source took 9 GiB of the warming helper's memory before its
+        memory limit stopped it): the rest is warmed, then a DataError names it."""
         from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
         def fetch(i: int) -> None:
             self.read(i)  # cached by the read; the bytes are dropped here
 
+        room = max(self.cache.capacity(MEMORY), self.cache.capacity(DISK))
+        too_big = [i for i in range(len(self)) if self.sizes[i] > room]
         workers = max(1, workers)
         done = 0
         under_way: set[Future[None]] = set()
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for i in range(len(self)):
+                if self.sizes[i] > room:
+                    continue
                 under_way.add(pool.submit(fetch, i))
                 if len(under_way) < workers:
                     continue
@@ -743,6 +751,13 @@ class CachedDataset:
                 if progress:
                     progress(done - 1)
         self.flush()
+        if too_big:
+            big = max(too_big, key=lambda j: self.sizes[j])
+            raise DataError(
+                f"{self.name}: {len(too_big)} item(s) larger than this cache can hold ({room} bytes in a tier), "
+                f"the largest {self.keys[big]} ({self.sizes[big]} bytes), were not fetched; jobs read them "
+                "from the source"
+            )
         return self.counters
 
     def close(self) -> None:
