@@ -1,7 +1,8 @@
 """A job spec field the plane would ignore or guess at is a 422 naming it at submit (walk5):
 a relative `workdir` in a request body ran the job in the plane's own working folder; `qoe`
 with both `deadline_s` and `deadline` kept `deadline_s` and silently dropped `deadline`;
-`datasets[].access` (random|sequential) was accepted and read by nothing."""
+`datasets[].access` (random|sequential) was accepted and read by nothing; a dataset named twice
+was accepted."""
 
 from __future__ import annotations
 
@@ -71,6 +72,15 @@ def test_a_dataset_access_hint_is_422_naming_it(env: Env, access: str) -> None:
     r = submit(env, datasets=[{"name": "digits", "access": access}])
     assert r.status_code == 422, r.text
     assert "datasets.0.access" in [p["field"] for p in r.json()["problems"]], r.text
+
+
+def test_a_dataset_named_twice_is_422_naming_the_second(env: Env) -> None:
+    """`datasets: [{name: p5}, {name: p5}]` was accepted: the job got the dataset once (data walk s31)."""
+    r = submit(env, datasets=[{"name": "digits"}, {"name": "imgs"}, {"name": "digits"}])
+    assert r.status_code == 422, r.text
+    problems = {p["field"]: p["problem"] for p in r.json()["problems"]}
+    assert problems.get("datasets.2.name") == "dataset 'digits' is named twice: name it once", r.text
+    assert "datasets.0.name" not in problems and "datasets.1.name" not in problems, r.text
 
 
 @pytest.mark.parametrize(

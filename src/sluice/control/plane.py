@@ -136,6 +136,8 @@ def _submit_problems(spec: JobSpec) -> list[FieldProblem]:
             )
         )
     for i, mount in enumerate(spec.datasets):
+        if any(m.name == mount.name for m in spec.datasets[:i]):
+            out.append(FieldProblem(f"datasets.{i}.name", f"dataset {mount.name!r} is named twice: name it once"))
         if "access" in mount.model_fields_set:
             out.append(
                 FieldProblem(
