@@ -552,3 +552,39 @@ def test_an_s3_item_is_read_only_to_one_byte_past_its_manifest_size(tmp_path: Pa
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_apache_index_pages_sort_links_are_not_items(tmp_path: Path) -> None:
+    """Apache's index pages link `?C=N;O=D` and the like (sort by name, date, size): each was
+    listed as an item of the dataset, which read back as the index page (data walk s31)."""
+    import http.server
+    import threading
+
+    page = (
+        b'<a href="?C=N;O=D">Name</a> <a href="?C=M;O=A">Last modified</a> <a href="#top">top</a> '
+        b'<a href="/">Parent Directory</a> <a href="a.bin">a.bin</a> <a href="b%3Fc.bin">b?c.bin</a>'
+    )
+
+    class Apache(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page if self.path.endswith("/") else b"0123456789"
+            self.send_response(200 if self.path.endswith(("/", ".bin")) else 404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Apache)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        src = Source(f"http://127.0.0.1:{server.server_port}/set1/", retries=0)
+        manifest = src.list(timeout_s=30)
+        assert list(manifest.keys) == ["a.bin", "b%3Fc.bin"], manifest.keys
+    finally:
+        server.shutdown()
+        server.server_close()

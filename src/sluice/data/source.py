@@ -338,6 +338,9 @@ class Source:
                 link = folder + link.lstrip("/")
             below = link.replace("https", "http").startswith(folder.replace("https", "http")) and link != folder
             # A `..` or `.` step, plain or %-encoded, would lead out of the folder (or loop in it).
+            # A query or fragment is no file: Apache's index pages link `?C=N;O=D` (sort by
+            # name) and the like, and each was listed as an item that read back as the page.
+            below = below and "?" not in link and "#" not in link
             if below and not _DOT_STEP.intersection(unquote(urlparse(link).path).split("/")):
                 out.add(link)
                 if len(out) > most:  # found one by one: a page of short links is not all held at once
