@@ -366,3 +366,34 @@ def test_virtual_nodes_are_judged_on_traffic_not_sent_or_received_by_jobs_only()
     assert not ignored("node_net_other_tx_mbps")
     assert ignored("node_net_rx_mbps") and ignored("node_net_rx_pps") and ignored("net_rx_mbps")
     assert not ignored("node_net_other_rx_mbps")
+
+
+def test_what_a_job_reports_is_never_judged_and_an_old_model_that_did_is_learned_again(tmp_path: Path) -> None:
+    """A tenant's job that reports absurd steps made its node Suspect (ops walk s31): the step
+    KPIs are what the job says, not what the node does."""
+    from sluice.health.detector import FlowDetector
+
+    rng = np.random.default_rng(5)
+    mon = make(FakeController(), config(tmp_path))
+
+    def told(t: int, steps: float) -> dict[str, float]:
+        return {**sample(rng, t), "job_steps_ps": steps, "job_steps_log_per_job": np.log1p(steps)}
+
+    for t in range(240):
+        mon.score(NodeKPIs("node-1", float(t), told(t, 10.0 + rng.normal(0, 0.5))))
+    assert mon.wait_ready()
+    keys = mon.nodes["node-1"].keys or []
+    assert keys and not [k for k in keys if k.startswith("job")], keys
+    ctl = FakeController()
+    mon = make(ctl, config(tmp_path))  # a restart: the saved model is used
+    for t in range(240, 300):
+        mon.score(NodeKPIs("node-1", float(t), told(t, 1e9)))  # a billion steps a second
+    assert not [c for c in ctl.calls if c[1] != NodeHealth.HEALTHY], ctl.calls
+
+    # A model an older sluice saved with the step KPI judged is not loaded.
+    det = FlowDetector.load(tmp_path / "node-1.pt")
+    det.kpis = [*det.kpis, "job_steps_log_per_job"]
+    det.save(tmp_path / "node-1.pt")
+    again = make(FakeController(), config(tmp_path))
+    again.score(NodeKPIs("node-1", 400.0, told(400, 10.0)))
+    assert again.nodes["node-1"].detector is None  # learning anew

@@ -148,10 +148,15 @@ PEER_FALLBACK: tuple[str, ...] = ("peer_excess_cpu_system_pct", "peer_excess_cpu
 its cores' excess kernel time and I/O wait over the machine's other cores, which training
 jobs do not make and an I/O storm or memory pressure on its cores do."""
 
-NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps")
-"""Never modelled, whatever `ignore` says: how many jobs run and their raw steps/s are set by
-the scheduler (an MLP makes 100x the steps of a CNN), not by the node's health. The agent's
-`job_steps_log_per_job` carries the throughput signal in a mix-independent form."""
+NOT_MODELLED: tuple[str, ...] = ("jobs", "job_steps_ps", "job_steps_log_per_job")
+"""Never modelled, whatever `ignore` says. How many jobs run and their raw steps/s are set by
+the scheduler (an MLP makes 100x the steps of a CNN), not by the node's health. And no job
+throughput at all, even per job in logs: steps are what a tenant's job *says* (`sdk.report`),
+so a job that reported a billion steps a second made its node Suspect (ops walk s31: score
+2.1e5 against a threshold of 20, the step KPI 83 % of the alarm), and on a cluster of several
+nodes a tenant could have had any node it runs on cordoned and every other tenant's jobs
+moved off it. A node is judged only on what the kernel measures. A model saved with one of
+these is learned again (`_load`)."""
 
 
 THRESHOLD_RULES = ("spot", "dspot")
@@ -546,6 +551,10 @@ class HealthMonitor:
             det = FlowDetector.load(path)
         except Exception as err:  # a corrupt or old model: learn again rather than fail
             log.warning("node %s: cannot load %s (%s); learning a new model", node, path, err)
+            return
+        judged = [k for k in det.kpis if any(fnmatch.fnmatch(k, p) for p in NOT_MODELLED)]
+        if judged:  # saved by an older sluice, which judged what a job reports
+            log.warning("node %s: the saved model judges %s; learning a new model", node, ", ".join(judged))
             return
         tr.detector, tr.keys = det, list(det.kpis)
         tr.spot = make_threshold(self.config, det.calibration)
