@@ -589,3 +589,48 @@ def test_a_warm_whose_helper_failed_says_how_long_it_ran(
     report = warm_as(cache_settings, me, "n1", "alice/imgs", str(tmp_path / "src"), {}, 4, SourceGuard(), "7.0")
     assert report.error is not None and "memory limit" in report.error
     assert report.seconds == 26.5
+
+
+def test_a_warm_from_a_source_that_never_answers_is_killed_at_its_time_limit(
+    tmp_path: Path, cache_settings: CacheSettings
+) -> None:
+    """A tenant's source that lists an item and then never sends it held its warm, an API
+    thread and one of the plane's few source slots for as long as it liked (data walk s31): the
+    helper is killed at `warm_timeout_s` and the warm fails, naming the setting."""
+    import http.server
+    import threading
+
+    release = threading.Event()
+
+    class Hangs(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.endswith("/"):
+                body = b'<a href="a.bin">a.bin</a>'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            release.wait(60)  # the item: never sent
+
+        def do_HEAD(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "10")
+            self.end_headers()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hangs)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        me = JobUser(os.geteuid(), os.getegid())
+        url = f"http://127.0.0.1:{server.server_address[1]}/set/"
+        quick = cache_settings.model_copy(update={"warm_timeout_s": 2.0})
+        report = warm_as(quick, me, "n1", "alice/slow", url, {}, 4, SourceGuard.of([], ["127.0.0.1"]), "7.0")
+        assert report.error is not None and "took over 2 s" in report.error, report
+        assert "SLUICE_CACHE_WARM_TIMEOUT_S" in report.error and 2.0 <= report.seconds < 30
+    finally:
+        release.set()
+        server.shutdown()

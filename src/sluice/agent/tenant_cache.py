@@ -217,7 +217,8 @@ def run_helper(
             "and was killed: it holds up to `workers` items at once, whole (settings warm_memory_mb)"
         )
     if why == "timeout":
-        raise TenantCacheError(f"the cache helper ({request.get('op')}) as {user} took over {timeout:g} s")
+        setting = " (setting SLUICE_CACHE_WARM_TIMEOUT_S)" if request.get("op") == "warm" else ""
+        raise TenantCacheError(f"the cache helper ({request.get('op')}) as {user} took over {timeout:g} s{setting}")
     if why == "too much":
         raise TenantCacheError(f"the cache helper as {user} wrote more than {MAX_ANSWER_BYTES} bytes; killed")
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err_text)
@@ -311,7 +312,7 @@ def warm_as(
                 "workers": workers,
                 "guard": {"roots": list(g.roots), "allow_hosts": list(g.allow_hosts)},
             },
-            None,  # a warm takes as long as the dataset takes
+            settings.warm_timeout_s,  # a source that answers slowly or never holds source slots
             python,
             jail,
         )

@@ -54,6 +54,17 @@ class CacheSettings(BaseSettings):
     stall_threshold: Annotated[
         float, Field(ge=0, le=1, description="Stall fraction above which merging is tried. Default 0.05.")
     ] = 0.05
+    warm_timeout_s: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=7 * 86400,
+            description="Seconds a `dataset warm` into a tenant's own cache (a helper of the tenant's uid) may "
+            "take before the helper is killed and the warm fails, saying so. The warm holds one of its tenant's "
+            "and one of the plane's few source slots (dataset_source_ops) while it runs, and a source that "
+            "answers slowly or never is the tenant's choice. Default 3600.",
+        ),
+    ] = 3600.0
     stats_flush_s: Annotated[
         float, Field(gt=0, description="Seconds between flushes of access statistics to the index. Default 5.")
     ] = 5.0
