@@ -14,14 +14,15 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.api.app import create_app
-from sluice.api.metrics import PlaneMetrics
+from sluice.api.metrics import DATASET_PRUNE_S, PlaneMetrics
 from sluice.control.plane import ControlPlane
 from sluice.data.index import Index
 from sluice.health.monitor import HealthMonitor, MonitorConfig
 from sluice.model import ClusterView, JobExited, JobProgress, JobStarted, JobUsage, JobView, NodeKPIs, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
-from sluice.spec import TenantSpec
+from sluice.spec import DatasetSpec, TenantSpec
+from sluice.store.base import DatasetRecord
 from sluice.store.sql import SqlStore
 
 from .fake_engine import FakeEngine
@@ -186,6 +187,8 @@ def test_tokens_scope_what_a_scrape_sees(env: Env) -> None:
 
 def test_dataset_cache_counters_are_summed_per_dataset_and_scoped(env: Env) -> None:
     metrics: PlaneMetrics = env.client.app.state.metrics  # type: ignore[attr-defined]
+    for tenant, name in (("alice", "imgs"), ("bob", "text")):
+        env.plane.store.create_dataset(DatasetRecord(tenant, name, DatasetSpec(name=name, source="/data/x")))
     view = ClusterView(
         now=0.0,
         nodes={},
@@ -211,6 +214,19 @@ def test_dataset_cache_counters_are_summed_per_dataset_and_scoped(env: Env) -> N
     assert value(m, "sluice_dataset_cache_hits_total", dataset="bob/text", tier="memory") == 4
     bob = scrape(env, env.bob)
     assert {s["dataset"] for s in series(bob, "sluice_dataset_cache_hits_total")} == {"bob/text"}
+
+    # A deleted dataset's counters go within DATASET_PRUNE_S: a tenant that made, read and
+    # deleted datasets in a loop grew /metrics and the plane without end (ops walk s31).
+    env.plane.store.delete_dataset("alice", "imgs")
+    metrics.observe(view, [])
+    assert value(scrape(env, env.admin), "sluice_dataset_cache_misses_total", dataset="alice/imgs") == 3  # not yet
+    later = ClusterView(now=DATASET_PRUNE_S + 1.0, nodes={}, jobs=view.jobs)
+    metrics.observe(later, [])
+    m = scrape(env, env.admin)
+    assert {s["dataset"] for s in series(m, "sluice_dataset_cache_hits_total")} == {"bob/text"}
+    assert not series(m, "sluice_dataset_cache_misses_total") or {
+        s["dataset"] for s in series(m, "sluice_dataset_cache_misses_total")
+    } == {"bob/text"}
 
 
 def test_index_bytes_by_tier(tmp_path: Path) -> None:

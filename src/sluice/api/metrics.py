@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sluice.control.plane import ControlPlane
+from sluice.data.cache import cache_key
 from sluice.health.monitor import HealthMonitor
 from sluice.model import (
     ClusterView,
@@ -83,6 +84,11 @@ ALLOC_EVERY_S = 2.0
 CACHE_PREFIX = "cache:"
 """Progress-record metric keys `cache:<owner/name>:<counter>` (sluice.sdk.dataset.CACHE_METRIC)."""
 CACHE_COUNTERS = ("hits_memory", "hits_disk", "misses")
+
+DATASET_PRUNE_S = 60.0
+"""How often the dataset counters of datasets deleted since are dropped (seconds): they were
+kept for the plane's lifetime, so a tenant that created, read and deleted datasets in a loop
+grew /metrics and the plane's memory without end (ops walk s31)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,7 @@ class PlaneMetrics:
         """(dataset cache key, counter) -> total over every job attempt so far."""
         self._cache_last: dict[tuple[str, int, str], float] = {}
         """(job, attempt, metric key) -> the cumulative value last reported (to take deltas)."""
+        self._pruned_at: float | None = None
         self._live: set[str] = set()
         self._recent: OrderedDict[str, JobSample] = OrderedDict()
         """The newest finished jobs, oldest first, at most `recent_max`."""
@@ -201,7 +208,24 @@ class PlaneMetrics:
             self._cache_last = {k: v for k, v in self._cache_last.items() if k[0] in live}
             for gone in set(self._kpi_history) - set(view.nodes):  # a node that left: forget it
                 del self._kpi_history[gone]
+        self._prune_datasets(view.now)
         return []
+
+    def _prune_datasets(self, now: float) -> None:
+        """Drop the counters of datasets that no longer exist, every DATASET_PRUNE_S: one read of
+        the datasets, only while some are counted. A dataset made again under its name counts
+        from 0, as a counter does after a restart."""
+        if self._pruned_at is not None and now - self._pruned_at < DATASET_PRUNE_S:
+            return
+        self._pruned_at = now
+        with self._mu:
+            counted = {ds for ds, _ in self._cache}
+        if not counted:
+            return
+        exist = {cache_key(d.tenant, d.name) for d in self.plane.store.list_datasets()}
+        with self._mu:
+            for key in [k for k in self._cache if k[0] not in exist]:
+                del self._cache[key]
 
     def _sample_allocation(self, view: ClusterView) -> None:
         """Cores requested against cluster cores, at most every ALLOC_EVERY_S: a server-side
