@@ -167,3 +167,24 @@ def test_config_diff_names_what_differs() -> None:
     have = {"runs_dir": "/b", "settings": {"job_python": "q", "net_fence": "auto"}, "cache": {"x": 1}}
     assert config_diff(have, want) == ["runs_dir (ray_shared_root)", "job_python", "cache"]
     assert config_diff({}, want) == ["settings (an agent that cannot say which)"]
+
+
+def test_a_found_agent_tells_its_last_polls_exits_again_to_the_new_plane(tmp_path: Path) -> None:
+    """The answer to a poll in flight dies with its plane: the agent that outlives it must tell
+    those exits again, unmarked, to the plane that finds it (NodeAgent.retell); one of an older
+    sluice, which has none, is asked nothing it lacks."""
+    told: list[int] = []
+
+    class _NodeAgent:
+        def retell(self) -> int:
+            told.append(1)
+            return 1
+
+    found = _Agent(_old(tmp_path), [])
+    found._agent = _NodeAgent()  # type: ignore[attr-defined]
+    engine, ray, _cls = _engine(tmp_path, found)
+    assert engine._agent_for(NODE) is found and told == [1] and ray.killed == []
+    older = _Agent(_old(tmp_path), [])  # its NodeAgent has no retell
+    older._agent = object()  # type: ignore[attr-defined]
+    engine, ray, _cls = _engine(tmp_path, older)
+    assert engine._agent_for(NODE) is older and ray.killed == []
