@@ -110,7 +110,7 @@ def test_deleting_a_tenant_with_unfinished_jobs_names_them(env: Env) -> None:
     assert env.new_tenant({"name": "carol"}).status_code == 201
     job_id = env.submit("carol").json()["id"]
     r = env.client.delete("/v1/tenants/carol", headers=env.who("admin"))
-    assert r.status_code == 409 and job_id in r.text and "unfinished" in r.text
+    assert r.status_code == 409 and job_id in r.text and "unfinished" in r.text and "admin.token" in r.text
     assert env.client.get("/v1/jobs", headers=env.who("carol")).status_code == 200  # still there
 
 

@@ -564,7 +564,8 @@ class ControlPlane:
             if live:
                 raise Conflict(
                     f"tenant {name!r} still has {len(live)} unfinished job(s): {_some(live)}; cancel them "
-                    "(`sluice job cancel ID`) or let them finish first"
+                    "(`sluice job cancel ID` with the admin token, SLUICE_TOKEN=$(cat $SLUICE_HOME/admin.token), "
+                    "or the tenant's) or let them finish first"
                 )
             datasets = [d.name for d in self.store.list_datasets(tenant=name)]
             if datasets:
