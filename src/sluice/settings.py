@@ -447,8 +447,11 @@ class Settings(BaseSettings):
     metrics_token: Annotated[
         str | None,
         Field(
+            min_length=16,
+            max_length=4096,
             description="Bearer token a Prometheus server sends to read every tenant's series on "
-            "/metrics (an admin tenant's token works too; docs/metrics.md). Default: none.",
+            "/metrics (an admin tenant's token works too; docs/metrics.md). At least 16 characters: it reads "
+            "every tenant's job names and usage, and `a` was taken. Default: none.",
         ),
     ] = None
     metrics_recent_finished: Annotated[

@@ -283,3 +283,12 @@ def test_a_deleted_job_leaves_the_finished_jobs_series(env: Env) -> None:
     assert env.client.delete(f"/v1/jobs/{job}", headers=env.alice).status_code == 200
     for who in (env.alice, env.admin):
         assert series(scrape(env, who), "sluice_job_info") == []
+
+
+def test_a_metrics_token_too_short_to_be_a_secret_is_refused(tmp_path: Path) -> None:
+    """`SLUICE_METRICS_TOKEN=a` was taken, and it reads every tenant's series (ops walk s31)."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="metrics_token"):
+        Settings(home=tmp_path / "home", metrics_token="a")
+    assert Settings(home=tmp_path / "home", metrics_token="x" * 16).metrics_token == "x" * 16
