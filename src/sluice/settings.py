@@ -523,6 +523,10 @@ class SettingsError(ValueError):
     variable and the settings.yaml key."""
 
 
+SECRET_SETTINGS = frozenset({"metrics_token", "database_url"})
+"""Settings whose value a refusal does not repeat (a database URL may hold a password)."""
+
+
 def _settings_error(err: ValidationError, file: Path | None) -> SettingsError:
     where = f" or `{{key}}` in {file}" if file is not None else ""
     lines = []
@@ -533,6 +537,8 @@ def _settings_error(err: ValidationError, file: Path | None) -> SettingsError:
         key = str(e["loc"][0])
         got = e.get("input")
         shown = f"; got {got!r}" if got is not None and not isinstance(got, dict) else ""
+        if key in SECRET_SETTINGS:  # a secret is not echoed to a terminal or a log
+            shown = ""
         lines.append(f"SLUICE_{key.upper()}{where.format(key=key)}: {e['msg']}{shown}")
     return SettingsError("; ".join(lines))
 

@@ -285,10 +285,17 @@ def test_a_deleted_job_leaves_the_finished_jobs_series(env: Env) -> None:
         assert series(scrape(env, who), "sluice_job_info") == []
 
 
-def test_a_metrics_token_too_short_to_be_a_secret_is_refused(tmp_path: Path) -> None:
+def test_a_metrics_token_too_short_to_be_a_secret_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`SLUICE_METRICS_TOKEN=a` was taken, and it reads every tenant's series (ops walk s31)."""
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="metrics_token"):
         Settings(home=tmp_path / "home", metrics_token="a")
+    from sluice.settings import SettingsError, load_settings
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_METRICS_TOKEN", "short-secret")
+    with pytest.raises(SettingsError, match="SLUICE_METRICS_TOKEN") as err:
+        load_settings()
+    assert "short-secret" not in str(err.value)  # a secret is not repeated
     assert Settings(home=tmp_path / "home", metrics_token="x" * 16).metrics_token == "x" * 16
