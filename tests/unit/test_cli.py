@@ -189,6 +189,33 @@ def test_every_job_command_names_a_missing_job_alike_and_quotes_what_is_no_job_i
         assert code != 0 and "\x1b" not in err and "'j-\\x1b[2Jx'" in err, (command, err)
 
 
+def test_on_the_planes_machine_another_tenants_job_is_reached_with_the_admin_token(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's CLI holds the default tenant's token: `job cancel ID` of bob's job said
+    "not found" while `tenant delete bob` told the operator to run exactly that (ops walk s31).
+    With admin.token readable and no SLUICE_TOKEN, a job the own token does not see is asked
+    again as the admin; bob himself still sees only his own."""
+    spec = str(write_spec(tmp_path / "job.yaml", GOOD_SPEC))
+    mine = sluice("job", "submit", spec)[1].strip()
+    monkeypatch.setenv("SLUICE_TOKEN", live.tokens["bob"])
+    bobs = sluice("job", "submit", spec)[1].strip()
+    code, _, err = sluice("job", "get", mine)
+    assert code == 1 and f"job {mine} not found" in err  # bob: not his
+    monkeypatch.delenv("SLUICE_TOKEN")
+    code, out, err = sluice("job", "get", bobs, "-o", "json")
+    assert code == 0 and json.loads(out)["tenant"] == "bob", err
+    assert sluice("job", "why", bobs)[0] == 0
+    code, out, err = sluice("job", "cancel", bobs)
+    assert code == 0, err
+    assert live.plane.store.get_job(bobs).phase == Phase.CANCELLED  # type: ignore[union-attr]
+    code, out, _ = sluice("job", "get", mine, "-o", "json")  # one's own job: one's own view
+    assert code == 0 and json.loads(out)["tenant"] == "default"
+    (live.home / "admin.token").unlink()  # not the plane's machine (or not its operator)
+    code, _, err = sluice("job", "get", bobs)
+    assert code == 1 and f"job {bobs} not found" in err
+
+
 def test_cancel_several_goes_on_past_one_that_fails_and_reaches_no_other_tenants_job(
     live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

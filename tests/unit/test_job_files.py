@@ -353,7 +353,7 @@ def test_the_cli_writes_only_its_own_part_file(tmp_path: Path, monkeypatch: pyte
     def connect(admin: bool = False) -> Iterator[Client]:
         yield Client()
 
-    monkeypatch.setattr(job_cli, "connect", connect)
+    monkeypatch.setattr(job_cli, "connect_for_job", connect)
     victim = tmp_path / "bashrc"
     victim.write_text("mine")
     shared = tmp_path / "shared"
@@ -414,7 +414,7 @@ def test_a_download_that_came_short_is_an_error_not_a_file(tmp_path: Path) -> No
             yield c
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(job_cli, "connect", connect)
+    mp.setattr(job_cli, "connect_for_job", connect)
     try:
         dest = tmp_path / "model.pt"
         r = CliRunner().invoke(cli, ["job", "download", "j-0123456789", "work/model.pt", "--to", str(dest)])

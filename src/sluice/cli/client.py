@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from sluice.client import BadRequestError, Client, SluiceError, UnreachableError
+import httpx
+
+from sluice.client import BadRequestError, Client, SluiceError, UnreachableError, token_for
 from sluice.settings import SettingsError, load_settings
 
 EXIT_FAILURE = 1
@@ -25,6 +27,45 @@ class CliError(Exception):
 def connect(admin: bool = False) -> Client:
     """A client for the server and token found the usual way (admin.token first for admin commands)."""
     return Client(admin=admin)
+
+
+def connect_for_job() -> Client:
+    """A client for commands that name a job: with the caller's own token, and on the plane's
+    machine — admin.token readable, SLUICE_TOKEN not set — a job that token does not see (a
+    404) is asked again with the admin token. The operator's CLI holds the default tenant's
+    token, so `sluice job cancel ID` of another tenant's job said "not found", while `tenant
+    delete` told the operator to do exactly that (ops walk s31). A job of one's own is read as
+    one's own (an admin's view hides its env)."""
+    settings = load_settings()
+    own = token_for(settings)
+    if os.environ.get("SLUICE_TOKEN"):
+        return Client(token=own)
+    try:
+        admin = (settings.home / "admin.token").read_text().strip()
+    except OSError:
+        return Client(token=own)
+    if not admin or admin == own:
+        return Client(token=own)
+    return Client(token=own, transport=AdminOnNotFound(httpx.HTTPTransport(), admin))
+
+
+class AdminOnNotFound(httpx.BaseTransport):
+    """Sends a request under /v1/jobs/ again with the admin token when it was a 404."""
+
+    def __init__(self, inner: httpx.BaseTransport, admin_token: str) -> None:
+        self._inner = inner
+        self._admin = f"Bearer {admin_token}"
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        if response.status_code != 404 or not request.url.path.startswith("/v1/jobs/"):
+            return response
+        response.close()
+        request.headers["Authorization"] = self._admin
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 def cli_error(err: SluiceError) -> CliError:

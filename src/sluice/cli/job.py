@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sluice.cli.client import EXIT_FAILURE, EXIT_USAGE, CliError, connect
+from sluice.cli.client import EXIT_FAILURE, EXIT_USAGE, CliError, connect, connect_for_job
 from sluice.cli.output import (
     Output,
     OutputOpt,
@@ -331,7 +331,7 @@ def _disk(j: dict[str, Any]) -> str:
 @app.command()
 def get(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """One job: phase and why, placement, restarts, progress, spec."""
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         job = client.job(job_id)
         progress = client.progress(job_id) if output == Output.table and not Phase(job.phase).terminal else None
 
@@ -412,7 +412,7 @@ def logs(
     On a terminal, control sequences other than colours are shown as escapes (--raw: as they are)."""
     keep = raw or not _on_terminal()
     show = (lambda s: s) if keep else shown_log
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         wrote = False
         if follow:
             chunks = client.follow_logs(job_id, tail=tail, raw=True, replica=replica, all_replicas=all_replicas)
@@ -451,7 +451,7 @@ def cancel(
     if len(job_ids) > MAX_IDS:
         bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
     done: list[Any] = []
-    with errors_reported(), connect() as client:
+    with errors_reported(), connect_for_job() as client:
         if array is not None:
             done += client.cancel_array(array)  # one request for the whole array
             if not done and not job_ids:
@@ -493,7 +493,7 @@ def delete(
         bad_input("JOB_IDS", f"{len(job_ids)} ids; at most {MAX_IDS} in one call")
     done: list[Any] = []
     array_code = 0
-    with errors_reported(), connect() as client:
+    with errors_reported(), connect_for_job() as client:
         if array is not None:
             try:
                 done.append(client.delete_array(array))
@@ -562,7 +562,7 @@ def files(
     """List a job's files: work/ (its HOME with isolation on; off, it keeps the plane's), TMPDIR
     (tmp/) and its checkpoints, as its newest attempt left them on the node it ran on. `sluice
     job download` fetches one."""
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         found = client.files(job_id, path, replica=replica)
 
     def render(f: dict[str, Any]) -> None:
@@ -601,7 +601,7 @@ def download(
     if not name:
         bad_input("PATH", "name a file, e.g. work/model.pt")
     dest = to if to is not None else Path(name)
-    with errors_reported(missing=f"job {job_ref(job_id)} or its file {path!r}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)} or its file {path!r}"), connect_for_job() as client:
         if str(dest) == "-":
             client.download(job_id, path, sys.stdout.buffer, replica=replica)
             return
@@ -634,7 +634,7 @@ def download(
 @app.command()
 def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Suspend a job: it checkpoints, stops and gives its quota back until resumed."""
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         job = client.suspend(job_id)
     emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))
 
@@ -643,7 +643,7 @@ def suspend(job_id: JobId, output: OutputOpt = Output.table) -> None:
 def resume(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Resume a suspended job: it is admitted again and starts from its checkpoint. Refused
     (exit 1, the job stays Suspended) while its tenant is no longer granted its queue."""
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         job = client.resume(job_id)
     emit(job, output, lambda j: console.print(f"{j['id']}: {j['phase']} — {local_times(j['reason'])}", markup=False))
 
@@ -651,7 +651,7 @@ def resume(job_id: JobId, output: OutputOpt = Output.table) -> None:
 @app.command()
 def why(job_id: JobId, output: OutputOpt = Output.table) -> None:
     """Why the job is where it is: every phase change and decision, with time and reason."""
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         events = client.why(job_id)
         job = plain(client.job(job_id)) if output == Output.table else None
 
@@ -743,7 +743,7 @@ def watch(
     terminal (a pipe, a CI log) it writes a line at each phase change and one every 10 s
     while the job moves."""
     in_range("--interval", interval, 0.1, 60)
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         job = _watch(client, job_id, interval)
     console.print(f"{job.id}: {job.phase} — {local_times(job.reason)}", markup=False)
     if job.phase != Phase.SUCCEEDED.value:
@@ -761,7 +761,7 @@ def plot(
     Loss, throughput and CPU used come from its progress, which the server keeps while the
     job is live; the CPU it was given comes from its events, kept until the job is forgotten
     (job_retention_days after it ended)."""
-    with errors_reported(missing=f"job {job_ref(job_id)}"), connect() as client:
+    with errors_reported(missing=f"job {job_ref(job_id)}"), connect_for_job() as client:
         job = client.job(job_id)
         progress = client.progress(job_id)
         events = client.why(job_id)
