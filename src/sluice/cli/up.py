@@ -45,10 +45,10 @@ UP_TIMEOUT_S = 120.0
 DOWN_TIMEOUT_S = 60.0
 """How long `down` waits for the server to finish its graceful stop."""
 STOP_CHILD_S = 5.0
-LIVE_JOBS_ASK_S = 3.0
-"""How long `down` waits for the plane to say how many jobs run, before it stops it."""
 """How long `up --detach`, giving up, waits for the server it started to exit on SIGTERM
 before it SIGKILLs it (a server stuck joining a cluster may not heed SIGTERM)."""
+LIVE_JOBS_ASK_S = 3.0
+"""How long `down` waits for the plane to say how many jobs run, before it stops it."""
 SERVER_COMMAND = [sys.executable, "-m", "sluice.server"]
 """The detached server's argv (tests put a stand-in here)."""
 
