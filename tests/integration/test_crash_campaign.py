@@ -1,5 +1,5 @@
 """`kill -9` of the control plane again and again, at moments nobody chose, while its jobs
-are preempted, suspended, resumed, cancelled and crash: the named crash points
+are preempted, suspended, resumed, cancelled and crash, one of them a gang of two replicas: the named crash points
 (tests/unit/test_resize_crash.py, test_cli_up.py) each cover one moment; this covers the ones
 between them.
 
@@ -12,8 +12,8 @@ campaign's home and PID files there) and starts it again at once. What must
 hold whatever the moments were:
 - every job ends as its story says (the preempted and the suspended ones Succeeded, the
   cancelled one Cancelled, the crashing one Failed after exactly its retries);
-- no two processes of one job ever ran at once (the lock), and no attempt number started
-  twice (one line per attempt in the job's PID file);
+- no two processes of one job (of one replica of the gang) ever ran at once (the lock), and
+  no attempt number started twice (one line per attempt in the job's PID file);
 - every attempt after the first resumed from a checkpoint no older than the one before it;
 - no job process is left when the campaign ends.
 """
@@ -89,17 +89,27 @@ def _errors(home: Path) -> str:
     return "\n".join(p.read_text()[-2000:] for p in sorted(home.glob("server-*.err")))
 
 
-def _spec(name: str, tmp: Path, priority: int = 0, max_restarts: int = 3, **env: str) -> dict:
+def _spec(name: str, tmp: Path, priority: int = 0, max_restarts: int = 3, replicas: int = 1, **env: str) -> dict:
+    if replicas > 1:
+        env["PER_RANK"] = "1"
     return {
         "name": name,
         "command": ["python", str(JOB)],
         "workdir": str(JOB.parent),
         "env": {"PID_FILE": str(tmp / f"{name}.pids"), "LOCK_FILE": str(tmp / f"{name}.lock"), **env},
-        "resources": {"cpu": {"min": 1.0, "max": 1.0}},
+        "resources": {"cpu": {"min": 1.0 / replicas, "max": 1.0}, "replicas": {"min": replicas, "max": replicas}},
         "checkpoint": {"interval_s": 1},
         "priority": priority,
         "max_restarts": max_restarts,
     }
+
+
+def _runs_steady(pid: int) -> bool:
+    """Whether `pid` is a live steady.py (pids are reused: pid_max may be 32768)."""
+    try:
+        return JOB.name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _lines(path: Path) -> list[list[str]]:
@@ -127,6 +137,7 @@ def test_repeated_kill9_of_the_plane_loses_no_job_and_never_runs_one_twice(tmp_p
         for name in names:
             submit(name, STEPS="32", STEP_S="0.25")
         submit("crasher", STEPS="32", STEP_S="0.1", CRASH_AT="3", max_restarts=1)
+        submit("gang", replicas=2, STEPS="24", STEP_S="0.25")
         t0 = time.monotonic()
         kills = 0
         while kills < KILLS or story:
@@ -157,14 +168,19 @@ def test_repeated_kill9_of_the_plane_loses_no_job_and_never_runs_one_twice(tmp_p
         _wait(ended, 240, "every job to end", every=0.5)
         jobs = {n: client.job(i) for n, i in ids.items()}
         seen = {n: f"{j.phase} restarts {j.restarts}: {j.reason}" for n, j in jobs.items()}
-        pids = {n: _lines(tmp_path / f"{n}.pids") for n in ids}
+        pids = {p.name: _lines(p) for p in sorted(tmp_path.glob("*.pids*"))}
         context = f"seed {SEED}, {KILLS} kills: {seen}; attempts (pid, attempt, first step): {pids}"
-        for n in [*names[:4], "high0", "high1"]:
+        for n in [*names[:4], "high0", "high1", "gang"]:
             assert str(jobs[n].phase) == "Succeeded", context
         assert str(jobs["low4"].phase) in ("Cancelled", "Succeeded"), context  # it may have ended first
         assert str(jobs["crasher"].phase) == "Failed" and jobs["crasher"].restarts == 1, context
-        for n in ids:
-            lines = _lines(tmp_path / f"{n}.pids")
+        files = {n: tmp_path / f"{n}.pids" for n in ids if n != "gang"}
+        files |= {f"gang rank {r}": tmp_path / f"gang.pids.r{r}" for r in (0, 1)}
+        for n, path in files.items():
+            lines = _lines(path)
+            assert lines or n == "low4", f"{n} never ran; {context}"
+            lock = path.with_name(path.name.replace(".pids", ".lock"))
+            assert not lines or lock.exists(), f"{n} ran without taking its lock {lock.name}"
             assert not [x for x in lines if x[0] == "DOUBLE"], f"two processes of {n} at once: {lines}; {context}"
             attempts = [int(x[1]) for x in lines]
             assert len(attempts) == len(set(attempts)) and attempts == sorted(attempts), (n, lines, context)
@@ -172,11 +188,10 @@ def test_repeated_kill9_of_the_plane_loses_no_job_and_never_runs_one_twice(tmp_p
             if n != "crasher":
                 assert starts == sorted(starts), f"{n} resumed from an older checkpoint: {lines}; {context}"
             for pid in (int(x[0]) for x in lines):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 0)
-                    raise AssertionError(f"{n}'s process {pid} outlived its job; {context}")
+                assert not _runs_steady(pid), f"{n}'s process {pid} outlived its job; {context}"
         why = "\n".join(f"{e.time} {e.message}" for e in client.why(ids["crasher"]))
-        assert len(pids["crasher"]) == 2, f"the crasher ran {pids['crasher']}; seed {SEED}:\n{why}"
+        ran = pids["crasher.pids"]
+        assert len(ran) == 2, f"the crasher ran {ran}; seed {SEED}:\n{why}"
         # the story happened: some job was preempted and resumed from a checkpoint
         assert any(int(x[2]) > 0 for n in names for x in _lines(tmp_path / f"{n}.pids")), context
     except AssertionError:
@@ -193,7 +208,9 @@ def test_repeated_kill9_of_the_plane_loses_no_job_and_never_runs_one_twice(tmp_p
             server.wait(timeout=20)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
-        for path in tmp_path.glob("*.pids"):
+        for path in tmp_path.glob("*.pids*"):
             for line in _lines(path):
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(line[1] if line[0] == "DOUBLE" else line[0]), signal.SIGKILL)
+                pid = int(line[1] if line[0] == "DOUBLE" else line[0])
+                if _runs_steady(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)

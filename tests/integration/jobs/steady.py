@@ -4,14 +4,32 @@ Counts STEPS steps of STEP_S seconds (busy-looping with BURN=1), reports a falli
 LOSS_MODE=flat), checkpoints every CKPT_EVERY
 steps and when asked to stop, and appends "<pid> <attempt> <start step>" to PID_FILE so a
 test can tell which processes ran and where each attempt resumed. With CRASH_AT set it
-exits with code 3 on reaching that step (after checkpointing), on every attempt.
+exits with code 3 on reaching that step (after checkpointing), on every attempt. With
+LOCK_FILE set it first takes an exclusive lock on that file, and where another process of
+the job still holds it (two attempts at once) appends "DOUBLE <pid>" to PID_FILE and exits 4.
+With PER_RANK=1 (a gang) each replica uses PID_FILE and LOCK_FILE with ".r<RANK>" appended.
 """
 
+import fcntl
 import os
 import sys
 import time
 
 from sluice import sdk
+
+if os.environ.get("PER_RANK") == "1":
+    for var in ("PID_FILE", "LOCK_FILE"):
+        if os.environ.get(var):
+            os.environ[var] += f".r{os.environ.get('RANK', '0')}"
+
+if os.environ.get("LOCK_FILE"):
+    held = open(os.environ["LOCK_FILE"], "a")  # noqa: SIM115 (held until the process ends)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        with open(os.environ["PID_FILE"], "a") as f:
+            f.write(f"DOUBLE {os.getpid()}\n")
+        sys.exit(4)
 
 steps = int(os.environ.get("STEPS", "40"))
 step_s = float(os.environ.get("STEP_S", "0.25"))
