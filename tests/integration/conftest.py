@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -36,6 +38,40 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, every: float 
             return True
         time.sleep(every)
     return predicate()
+
+
+def start_server(home: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
+    """A real `python -m sluice.server` of `home` on `port` — kube, 0.2 s rounds, 2 cores, then
+    `env` (SLUICE_* settings) — in a session of its own (a test may `killpg` it), its stderr in
+    `home/server-<ns>.err`. Returns once /healthz answers 200; fails with that stderr if the
+    server exits first."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice.server"],
+        env={
+            **os.environ,
+            "SLUICE_HOME": str(home),
+            "SLUICE_PORT": str(port),
+            "SLUICE_POLICY": "kube",
+            "SLUICE_RECONCILE_INTERVAL_S": "0.2",
+            "SLUICE_NODE_CPUS": "2",
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=open(home / f"server-{time.monotonic_ns()}.err", "wb"),  # noqa: SIM115
+        start_new_session=True,
+    )
+
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return proc.poll() is not None  # gone: said below, not waited on
+
+    assert wait_for(up, timeout=60), "the server did not answer /healthz within 60 s"
+    errors = "\n".join(p.read_text()[-2000:] for p in sorted(home.glob("server-*.err")))
+    assert proc.poll() is None, f"the server exited with {proc.returncode}: {errors}"
+    return proc
 
 
 def process_gone(pid: int) -> bool:

@@ -25,16 +25,15 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from sluice.client import Client, SluiceError
 from sluice.model import Phase
+from tests.integration.conftest import start_server
 from tests.live_api import free_port
 
 pytestmark = pytest.mark.integration
@@ -57,36 +56,7 @@ def _wait(cond: Callable[[], object], timeout: float, what: str, every: float = 
 
 
 def _start(home: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "SLUICE_HOME": str(home),
-        "SLUICE_PORT": str(port),
-        "SLUICE_POLICY": "kube",
-        "SLUICE_RECONCILE_INTERVAL_S": "0.2",
-        "SLUICE_NODE_CPUS": "2",
-        "SLUICE_PREEMPT_MIN_RUNTIME_S": "1",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice.server"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(home / f"server-{time.monotonic_ns()}.err", "wb"),  # noqa: SIM115
-        start_new_session=True,
-    )
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return proc.poll() is not None  # gone: said below, not waited on
-
-    _wait(up, 60, "the server to answer /healthz")
-    assert proc.poll() is None, f"the server exited with {proc.returncode}: {_errors(home)}"
-    return proc
-
-
-def _errors(home: Path) -> str:
-    return "\n".join(p.read_text()[-2000:] for p in sorted(home.glob("server-*.err")))
+    return start_server(home, port, SLUICE_PREEMPT_MIN_RUNTIME_S="1")
 
 
 def _spec(name: str, tmp: Path, priority: int = 0, max_restarts: int = 3, replicas: int = 1, **env: str) -> dict:

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from sluice.control.plane import ControlPlane
 from sluice.model import Phase
 from sluice.settings import Settings
 from sluice.spec import parse_job_spec
-from tests.integration.conftest import process_gone
+from tests.integration.conftest import process_gone, start_server
 from tests.live_api import free_port
 
 pytestmark = pytest.mark.integration
@@ -183,31 +182,7 @@ def test_flowcon_limit_is_the_kernel_limit_and_changes_live(plane_factory, tmp_p
 
 
 def _start_server(home: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "SLUICE_HOME": str(home),
-        "SLUICE_PORT": str(port),
-        "SLUICE_POLICY": "kube",
-        "SLUICE_RECONCILE_INTERVAL_S": "0.2",
-        "SLUICE_NODE_CPUS": "2",
-        "SLUICE_API_HEADER_TIMEOUT_S": "2",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice.server"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(home / f"server-{time.time():.0f}.err", "wb"),  # noqa: SIM115
-        start_new_session=True,
-    )
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, 30, "server to answer /healthz", every=0.2)
-    return proc
+    return start_server(home, port, SLUICE_API_HEADER_TIMEOUT_S="2")
 
 
 def test_the_server_closes_a_connection_that_never_sends_a_request(tmp_path: Path) -> None:
