@@ -4,6 +4,7 @@ drive `sluice ...` commands (CliRunner, in-process) against a live server."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import threading
@@ -31,6 +32,18 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     if r.exception and not isinstance(r.exception, SystemExit):
         raise r.exception
     return r.exit_code, r.stdout, r.stderr
+
+
+@contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[http.server.ThreadingHTTPServer]:
+    """A real HTTP server on loopback (a free port) answering with `handler`, for the block."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def free_port() -> int:

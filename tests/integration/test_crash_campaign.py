@@ -26,14 +26,13 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sluice.client import Client, SluiceError
 from sluice.model import Phase
-from tests.integration.conftest import start_server
+from tests.integration.conftest import start_server, wait_for
 from tests.live_api import free_port
 
 pytestmark = pytest.mark.integration
@@ -43,16 +42,6 @@ KILLS = int(os.environ.get("SLUICE_CRASH_KILLS", "8"))
 SEED = int(os.environ.get("SLUICE_CRASH_SEED", "0"))
 CRASH_GAP_S = (1.0, 4.0)
 """Seconds between one server's answer to /healthz and its kill, drawn uniformly."""
-
-
-def _wait(cond: Callable[[], object], timeout: float, what: str, every: float = 0.2) -> object:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = cond()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (seed {SEED})")
 
 
 def _start(home: Path, port: int) -> subprocess.Popen[bytes]:
@@ -135,7 +124,9 @@ def test_repeated_kill9_of_the_plane_loses_no_job_and_never_runs_one_twice(tmp_p
         def ended() -> bool:
             return all(Phase(client.job(i).phase).terminal for i in ids.values())
 
-        _wait(ended, 240, "every job to end", every=0.5)
+        assert wait_for(ended, timeout=240, every=0.5), (
+            f"timed out after 240 s waiting for every job to end (seed {SEED})"
+        )
         jobs = {n: client.job(i) for n, i in ids.items()}
         seen = {n: f"{j.phase} restarts {j.restarts}: {j.reason}" for n, j in jobs.items()}
         pids = {p.name: _lines(p) for p in sorted(tmp_path.glob("*.pids*"))}

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import socket
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ from sluice.spec import DatasetSpec, SpecError
 from sluice.spec.loading import parse_model
 from sluice.store.sql import SqlStore
 
-from ..live_api import run_cli, serve_for_cli
+from ..live_api import run_cli, serve_for_cli, serving
 from .fake_engine import FakeEngine
 
 
@@ -325,13 +326,23 @@ def test_a_source_manifest_is_read_only_up_to_its_bound(
         assert Source(srv.url, guard=SourceGuard(allow_hosts=("127.0.0.1",))).list().keys == ("a.bin",)
 
 
+def _refused_within_16_mib(src: Source) -> None:
+    """Fetching a 10-byte item whose server sends far more fails, without holding what it sent."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(SourceError, match="more than the 10 bytes"):
+            src.fetch("item.bin", 10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"fetching a 10-byte item held {peak >> 20} MiB"
+
+
 def test_an_item_is_read_over_http_only_to_one_byte_past_its_manifest_size(tmp_path: Path) -> None:
     """A source's server decides how much it sends: an item whose manifest says 10 bytes, served
     as 64 MiB, was read whole into the fetching process (the plane's own on the local engine)
     before its size was checked. Now the read stops one byte past the size and says so."""
     import http.server
-    import threading
-    import tracemalloc
 
     body = 64 << 20
 
@@ -350,23 +361,11 @@ def test_an_item_is_read_over_http_only_to_one_byte_past_its_manifest_size(tmp_p
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flood)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Flood) as server:
         src = Source(
             f"http://127.0.0.1:{server.server_port}/ds", retries=0, guard=SourceGuard(allow_hosts=("127.0.0.1",))
         )
-        tracemalloc.start()
-        try:
-            with pytest.raises(SourceError, match="more than the 10 bytes"):
-                src.fetch("item.bin", 10)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert peak < 16 << 20, f"fetching a 10-byte item held {peak >> 20} MiB"
-    finally:
-        server.shutdown()
-        server.server_close()
+        _refused_within_16_mib(src)
 
 
 def test_one_tenants_requests_to_a_slow_source_hold_at_most_its_share_of_the_api(live: Live, tmp_path: Path) -> None:
@@ -433,7 +432,6 @@ def test_an_http_source_with_a_query_or_fragment_is_a_422_not_items_that_are_its
     asks for `<source>/<item>`, which after a query or fragment is the folder's page again, so
     every item read back as the index page. Now the source is refused, naming it (data walk s31)."""
     import http.server
-    import threading
 
     class Index(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -449,18 +447,13 @@ def test_an_http_source_with_a_query_or_fragment_is_a_422_not_items_that_are_its
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Index) as server:
         base = f"http://127.0.0.1:{server.server_port}/set1/"
         for name, source in (("query", base + "?a=1"), ("frag", base + "#x"), ("bare", base + "?")):
             r = post(live, {"name": name, "source": source})
             assert r.status_code == 422, r.text
             [problem] = r.json()["problems"]
             assert problem["field"] == "source" and "query ('?...') or fragment" in problem["problem"], problem
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_fifo_in_a_local_source_is_refused_not_waited_on_for_ever(tmp_path: Path) -> None:
@@ -504,8 +497,6 @@ def test_an_s3_item_is_read_only_to_one_byte_past_its_manifest_size(tmp_path: Pa
     the fetching process to 676 MiB RSS (data walk s31). Now the body is read to one byte past
     the size, and the item refused."""
     import http.server
-    import threading
-    import tracemalloc
 
     body = 64 << 20
 
@@ -531,9 +522,7 @@ def test_an_s3_item_is_read_only_to_one_byte_past_its_manifest_size(tmp_path: Pa
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeS3)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(FakeS3) as server:
         endpoint = f"http://127.0.0.1:{server.server_port}"
         src = Source(
             "s3://bkt/ds",
@@ -541,24 +530,13 @@ def test_an_s3_item_is_read_only_to_one_byte_past_its_manifest_size(tmp_path: Pa
             retries=0,
             guard=SourceGuard(allow_hosts=("127.0.0.1",)),
         )
-        tracemalloc.start()
-        try:
-            with pytest.raises(SourceError, match="more than the 10 bytes"):
-                src.fetch("item.bin", 10)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-        assert peak < 16 << 20, f"fetching a 10-byte item held {peak >> 20} MiB"
-    finally:
-        server.shutdown()
-        server.server_close()
+        _refused_within_16_mib(src)
 
 
 def test_an_apache_index_pages_sort_links_are_not_items(tmp_path: Path) -> None:
     """Apache's index pages link `?C=N;O=D` and the like (sort by name, date, size): each was
     listed as an item of the dataset, which read back as the index page (data walk s31)."""
     import http.server
-    import threading
 
     page = (
         b'<a href="?C=N;O=D">Name</a> <a href="?C=M;O=A">Last modified</a> <a href="#top">top</a> '
@@ -579,12 +557,7 @@ def test_an_apache_index_pages_sort_links_are_not_items(tmp_path: Path) -> None:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Apache)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Apache) as server:
         src = Source(f"http://127.0.0.1:{server.server_port}/set1/", retries=0)
         manifest = src.list(timeout_s=30)
         assert list(manifest.keys) == ["a.bin", "b%3Fc.bin"], manifest.keys
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -46,6 +46,7 @@ from sluice.spec import DatasetSpec
 from sluice.store.base import DatasetRecord
 from sluice.store.memory import MemoryStore
 from tests.isolating import needs_root
+from tests.live_api import serving
 
 ALICE = JobUser(231_101, 231_101)
 BOB = JobUser(231_102, 231_102)
@@ -621,16 +622,13 @@ def test_a_warm_from_a_source_that_never_answers_is_killed_at_its_time_limit(
         def log_message(self, *_args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hangs)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        me = JobUser(os.geteuid(), os.getegid())
-        url = f"http://127.0.0.1:{server.server_address[1]}/set/"
-        quick = cache_settings.model_copy(update={"warm_timeout_s": 2.0})
-        report = warm_as(quick, me, "n1", "alice/slow", url, {}, 4, SourceGuard.of([], ["127.0.0.1"]), "7.0")
-        assert report.error is not None and "took over 2 s" in report.error, report
-        assert "SLUICE_CACHE_WARM_TIMEOUT_S" in report.error and 2.0 <= report.seconds < 30
-    finally:
-        release.set()
-        server.shutdown()
+    with serving(Hangs) as server:
+        try:
+            me = JobUser(os.geteuid(), os.getegid())
+            url = f"http://127.0.0.1:{server.server_address[1]}/set/"
+            quick = cache_settings.model_copy(update={"warm_timeout_s": 2.0})
+            report = warm_as(quick, me, "n1", "alice/slow", url, {}, 4, SourceGuard.of([], ["127.0.0.1"]), "7.0")
+            assert report.error is not None and "took over 2 s" in report.error, report
+            assert "SLUICE_CACHE_WARM_TIMEOUT_S" in report.error and 2.0 <= report.seconds < 30
+        finally:
+            release.set()  # before the server closes: it waits for its handlers

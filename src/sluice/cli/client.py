@@ -8,6 +8,7 @@ import os
 import httpx
 
 from sluice.client import BadRequestError, Client, SluiceError, UnreachableError, token_for
+from sluice.client.config import token_file
 from sluice.settings import SettingsError, load_settings
 
 EXIT_FAILURE = 1
@@ -40,11 +41,8 @@ def connect_for_job() -> Client:
     own = token_for(settings)
     if os.environ.get("SLUICE_TOKEN"):
         return Client(token=own)
-    try:
-        admin = (settings.home / "admin.token").read_text().strip()
-    except OSError:
-        return Client(token=own)
-    if not admin or admin == own:
+    admin = token_file(settings)
+    if admin is None or admin == own:
         return Client(token=own)
     return Client(token=own, transport=AdminOnNotFound(httpx.HTTPTransport(), admin))
 

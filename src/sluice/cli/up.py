@@ -310,12 +310,10 @@ def _live_jobs(url: str, settings: Settings) -> int | None:
     jobs keep running when none ran. None when it cannot tell (no admin token readable, no
     answer in LIVE_JOBS_ASK_S): `down` then says it as before."""
     from sluice.client import Client, SluiceError
+    from sluice.client.config import token_file
     from sluice.model.phase import ACTIVE
 
-    try:  # the file, never SLUICE_TOKEN: a tenant's token would count that tenant's jobs alone
-        token = (settings.home / "admin.token").read_text().strip()
-    except OSError:
-        return None
+    token = token_file(settings)  # the file, never SLUICE_TOKEN: a tenant's would count its jobs alone
     if not url or not token:
         return None
     try:

@@ -32,10 +32,16 @@ def token_for(settings: Settings | None = None, admin: bool = False) -> str | No
     settings = settings or load_settings()
     names = ("admin.token", "token") if admin else ("token", "admin.token")
     for name in names:
-        try:
-            text = (settings.home / name).read_text().strip()
-        except OSError:
-            continue
+        text = token_file(settings, name)
         if text:
             return text
     return None
+
+
+def token_file(settings: Settings, name: str = "admin.token") -> str | None:
+    """The token `$SLUICE_HOME/<name>` holds, whatever SLUICE_TOKEN says; None when it cannot
+    be read or is empty (not the plane's machine, or not its operator)."""
+    try:
+        return (settings.home / name).read_text().strip() or None
+    except OSError:
+        return None
