@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from sluice.agent import gpus
-from sluice.agent.gpus import discover_gpus, from_env, parse_mig_modes, parse_smi_list, process_env, ray_node_gpus
+from sluice.agent.gpus import GpuDiscovery, discover_gpus, from_env, parse_mig_modes, parse_smi_list, process_env, ray_node_gpus
 from sluice.agent.kpi import KpiSampler
 
 TWO_GPUS = (
@@ -259,3 +259,17 @@ def test_process_env_reads_what_a_process_was_started_with() -> None:
         child.kill()
         child.wait()
     assert process_env(child.pid) is None  # gone
+
+
+def test_a_summary_of_no_gpus_reads_as_a_sentence() -> None:
+    """Said as "none (found with none found (no nvidia-smi, no NVML))" before; a source that
+    is itself the reason for none is said alone, one that looked and found nothing keeps
+    "found with"."""
+    assert discover_gpus({}, smi="/nonexistent/nvidia-smi").summary() in (
+        "GPUs to hand out: none (no nvidia-smi and no NVML on this machine)",
+        "GPUs to hand out: none (found with NVML)",  # where pynvml is installed and finds none
+    )
+    assert gpus.ray_node_gpus(0, {}).summary() == "GPUs to hand out: none (Ray counts none on this node)"
+    assert GpuDiscovery([], "CUDA_VISIBLE_DEVICES").summary() == (
+        "GPUs to hand out: none (found with CUDA_VISIBLE_DEVICES)"
+    )

@@ -38,6 +38,7 @@ no MIG): `-L` lists a MIG-mode GPU without instances like any other GPU."""
 MIG_NO_INSTANCES = "MIG mode is on and it has no MIG instances: CUDA would show a job given it no device"
 """Why such a GPU is left out (the log line and what `sluice up` prints)."""
 
+_SAYS_NONE = ("no nvidia-smi", "Ray counts none")  # sources that are themselves the reason for none
 _GPU_LINE = re.compile(r"^GPU (\d+):")
 _MIG_LINE = re.compile(r"^\s+MIG .*\(UUID: (MIG-[^)\s]+)\)")
 
@@ -55,7 +56,10 @@ class GpuDiscovery:
     def summary(self) -> str:
         """The line `sluice up` prints and the plane logs: what is handed out, from where, and
         what is not (a GPU box offering fewer GPUs than it has says why)."""
-        line = f"GPUs to hand out: {','.join(self.ids) or 'none'} (found with {self.source})"
+        # A source that is itself why there are none is said alone: "found with" it read
+        # "none (found with none found (no nvidia-smi, no NVML))".
+        where = self.source if not self.ids and self.source.startswith(_SAYS_NONE) else f"found with {self.source}"
+        line = f"GPUs to hand out: {','.join(self.ids) or 'none'} ({where})"
         if self.left_out:
             line += "; left out: " + "; ".join(self.left_out)
         return line
@@ -253,4 +257,4 @@ def discover_gpus(env: Mapping[str, str] | None = None, smi: str = "nvidia-smi")
         for why in counted.left_out:
             log.warning("not handing out %s", why)
         return counted
-    return GpuDiscovery([], "none found (no nvidia-smi, no NVML)")
+    return GpuDiscovery([], "no nvidia-smi and no NVML on this machine")

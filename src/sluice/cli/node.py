@@ -25,6 +25,7 @@ from sluice.cli.output import (
 app = typer.Typer(help="Nodes: list, cordon, uncordon, inject faults.", no_args_is_help=True)
 
 MIN_FAULT_S, MAX_FAULT_S = 0.1, 3600
+MAX_FAULT_MEMORY_MB = 1 << 20  # the API's bound (FaultIn.memory_mb): refused here, before a round trip
 """`node fault --seconds` bounds (the API's: FaultIn.seconds)."""
 
 NodeName = Annotated[str, typer.Argument(help="Node name (as `sluice node list` shows it).")]
@@ -184,7 +185,10 @@ def fault(
         int | None, typer.Option(min=1, max=64, help="cpu/io/net workers (default: one per core).")
     ] = None,
     memory_mb: Annotated[
-        int | None, typer.Option(min=1, help="RAM a memory fault holds (MiB; memory faults only) [512].")
+        int | None,
+        typer.Option(
+            min=1, max=MAX_FAULT_MEMORY_MB, help="RAM a memory fault holds (MiB; memory faults only) [512]."
+        ),
     ] = None,
     stop: Annotated[bool, typer.Option("--stop", help="Stop every fault running on the node now.")] = False,
     output: OutputOpt = Output.table,
