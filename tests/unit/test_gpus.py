@@ -15,7 +15,15 @@ from types import SimpleNamespace
 import pytest
 
 from sluice.agent import gpus
-from sluice.agent.gpus import GpuDiscovery, discover_gpus, from_env, parse_mig_modes, parse_smi_list, process_env, ray_node_gpus
+from sluice.agent.gpus import (
+    GpuDiscovery,
+    discover_gpus,
+    from_env,
+    parse_mig_modes,
+    parse_smi_list,
+    process_env,
+    ray_node_gpus,
+)
 from sluice.agent.kpi import KpiSampler
 
 TWO_GPUS = (

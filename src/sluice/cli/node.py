@@ -186,9 +186,7 @@ def fault(
     ] = None,
     memory_mb: Annotated[
         int | None,
-        typer.Option(
-            min=1, max=MAX_FAULT_MEMORY_MB, help="RAM a memory fault holds (MiB; memory faults only) [512]."
-        ),
+        typer.Option(min=1, max=MAX_FAULT_MEMORY_MB, help="RAM a memory fault holds (MiB; memory faults only) [512]."),
     ] = None,
     stop: Annotated[bool, typer.Option("--stop", help="Stop every fault running on the node now.")] = False,
     output: OutputOpt = Output.table,
