@@ -18,7 +18,7 @@ import re
 import types
 from collections.abc import Mapping
 from functools import cache
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo, WithJsonSchema, field_validator
 
@@ -107,6 +107,10 @@ class SpecModel(BaseModel):
     """Frozen, unknown fields refused, floats finite, booleans no numbers, every string storable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, allow_inf_nan=False)
+
+    REFUSED_AT_SUBMIT: ClassVar[frozenset[str]] = frozenset()
+    """Fields kept only so that stored specs still load; a submit giving one is refused, so the
+    list of a part's fields in an error message leaves them out."""
 
     @field_validator("*", mode="before")
     @classmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AwareDatetime, Field, ValidationInfo, field_validator, model_validator
 
@@ -195,6 +195,8 @@ class QoETarget(_Strict):
 
 class DatasetMount(_Strict):
     """A dataset the job reads through the node cache."""
+
+    REFUSED_AT_SUBMIT: ClassVar[frozenset[str]] = frozenset({"access"})
 
     name: Name
     access: Annotated[

@@ -31,10 +31,10 @@ def _problems(err: ValidationError) -> list[FieldProblem]:
     return out
 
 
-def _spec_models() -> dict[str, type[BaseModel]]:
+def _spec_models() -> dict[str, type[SpecModel]]:
     """Every spec model by class name, to name a mapping's fields in an error."""
-    found: dict[str, type[BaseModel]] = {}
-    todo: list[type[BaseModel]] = [SpecModel]
+    found: dict[str, type[SpecModel]] = {}
+    todo: list[type[SpecModel]] = [SpecModel]
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():
@@ -68,7 +68,8 @@ def problem_words(e: Mapping[str, Any]) -> str:
         return "required field is missing"
     if kind in ("model_type", "dict_type"):
         model = _spec_models().get(str(e.get("ctx", {}).get("class_name", "")))
-        fields = f" (fields: {', '.join(model.model_fields)})" if model is not None else ""
+        named = [f for f in model.model_fields if f not in model.REFUSED_AT_SUBMIT] if model is not None else []
+        fields = f" (fields: {', '.join(named)})" if named else ""
         return f"expected a mapping{fields}, got {given(e.get('input'))}"
     if kind == "string_pattern_mismatch" and tuple(e.get("loc", ()))[-1:] == ("resume_from",):
         return f"{given(e.get('input'))} is not a job id (like j-1a2b3c4d5e, as `sluice job list` shows it)"
