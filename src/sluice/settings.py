@@ -18,11 +18,16 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as PydanticSettingsError
 
+from sluice.data.guard import parse_allow_entry
 from sluice.data.settings import CacheSettings
 
 
 def _default_home() -> Path:
     return Path.home() / ".sluice"
+
+
+MAX_ALLOW_SOURCE_HOSTS = 1000
+"""Entries in `allow_source_hosts`: each is checked on every fetch a tenant causes."""
 
 
 class Settings(BaseSettings):
@@ -365,8 +370,10 @@ class Settings(BaseSettings):
         list[str],
         Field(
             description="Host names and IP networks (CIDR) that http(s)/S3 dataset sources may reach although they "
-            'are loopback, link-local or private (e.g. an in-cluster object store: ["10.0.0.0/8"]). Every other '
-            "non-public address is refused, after DNS resolution and on every redirect. Env: JSON list. Default: none.",
+            'are loopback, link-local or private (e.g. an in-cluster object store: ["10.0.0.0/8:9000"]). An entry '
+            "is HOST[:PORT] (IPv6 in brackets: [fd00::/8]:9000); without a port every port of the host is allowed. "
+            "Every other non-public address is refused, after DNS resolution and on every redirect. Env: JSON list, "
+            "at most 1000 entries. Default: none.",
         ),
     ] = []
     failpoints: Annotated[
@@ -487,6 +494,17 @@ class Settings(BaseSettings):
         supervisors and its jobs, each resolving it against its own working folder: every job
         failed to launch, and two planes started from different folders read as one store."""
         return home.expanduser().absolute()
+
+    @field_validator("allow_source_hosts", mode="after")
+    @classmethod
+    def _allow_entries(cls, entries: list[str]) -> list[str]:
+        """An entry the guard cannot read (`10.0.0.0/33`, `host:http`) allowed nothing and said
+        nothing: the admin's object store stayed refused with no hint why."""
+        if len(entries) > MAX_ALLOW_SOURCE_HOSTS:
+            raise ValueError(f"at most {MAX_ALLOW_SOURCE_HOSTS} entries")
+        for entry in entries:
+            parse_allow_entry(entry)
+        return entries
 
     @model_validator(mode="after")
     def _uid_range(self) -> Settings:

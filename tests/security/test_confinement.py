@@ -243,6 +243,25 @@ def test_a_redirect_to_a_refused_address_is_refused_on_that_hop(tmp_path, monkey
         assert sum(victim.requests.values()) == got  # the victim saw no request from the plane
 
 
+def test_an_allowed_host_and_port_does_not_open_the_hosts_other_ports(tmp_path, monkeypatch, data) -> None:
+    """With `allow_source_hosts: ["127.0.0.2:PORT"]` the source on that port is fetched, and
+    another service on the same host (a source naming it, or a redirect to it) is refused
+    before any request reaches it. Before ports could be named, allowing a host allowed all of
+    its ports."""
+    with DataServer(data, host="127.0.0.2") as other, Redirector(f"http://127.0.0.2:{other.port}", "127.0.0.2") as hop:
+        allowed = [f"127.0.0.2:{hop.port}"]
+        with live_plane(tmp_path, monkeypatch, allow_source_hosts=allowed) as api:
+            r = api.call("alice", "POST", "/v1/datasets", json=dataset("direct", f"{other.url}/"))
+            assert r.status_code == 422 and problem_fields(r) == ["source"], r.text
+            assert f"on port {other.port}" in r.text
+            r = api.call("alice", "POST", "/v1/datasets", json=dataset("hop", f"{hop.url}/"))
+            assert r.status_code == 422 and problem_fields(r) == ["source"], r.text
+        assert sum(other.requests.values()) == 0
+        with live_plane(tmp_path, monkeypatch, allow_source_hosts=[f"127.0.0.2:{other.port}"]) as api:
+            r = api.call("alice", "POST", "/v1/datasets", json=dataset("direct", f"{other.url}/"))
+            assert r.status_code == 201 and r.json()["items"] == 5, r.text
+
+
 def test_the_resolver_refuses_at_connect_time(data) -> None:
     """DNS rebinding: a name checked once may resolve elsewhere later; the client's resolver
     checks the address it is about to dial, so `localhost` is refused even when the up-front

@@ -134,3 +134,53 @@ def test_allow_list_by_network_and_by_name() -> None:
     guard.check_host("objects.internal")  # allowed by name, never resolved
     with pytest.raises(SourceRefused):
         guard.check_host("127.0.0.1")
+
+
+def test_an_allow_entry_with_a_port_allows_that_port_only() -> None:
+    """Allowing an object store at 10.0.0.5 allowed every port on it (its admin console, a
+    database beside it): an entry may now name the one port."""
+    guard = SourceGuard.of([], ["10.0.0.0/8:9000", "objects.internal:9000", "[fd00::/8]:443", "store.lan"])
+    ip = ipaddress.ip_address("10.2.3.4")
+    assert guard.address_problem(ip, 9000) is None
+    assert guard.address_problem(ip, 22) == "a private address"
+    assert guard.address_problem(ip) == "a private address"  # "any port" needs an entry without one
+    assert guard.address_problem(ipaddress.ip_address("fd00::1"), 443) is None
+    assert guard.address_problem(ipaddress.ip_address("fd00::1"), 80) is not None
+    guard.check_host("objects.internal", port=9000)
+    with pytest.raises(SourceRefused, match="allow-lists the host on port 8080"):
+        guard.check_host("10.9.9.9", port=8080)
+    assert not guard.host_named("objects.internal", 8080)
+    guard.check_host("store.lan", port=1234)  # no port: every port, as before
+    guard.check("http://10.1.1.1:9000/data/")
+    with pytest.raises(SourceRefused, match="on port 80 "):
+        guard.check("http://10.1.1.1/data/")  # the scheme's default port is the port checked
+    guard.check("s3://b/d", {"endpoint_url": "http://10.1.1.1:9000"})
+    with pytest.raises(SourceRefused) as err:
+        guard.check("s3://b/d", {"endpoint_url": "https://10.1.1.1"})
+    assert err.value.field == "storage_options.endpoint_url" and "port 443" in err.value.problem
+    with pytest.raises(SourceRefused, match="not a number from 0 to 65535"):
+        guard.check("http://10.1.1.1:99999/data/")
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ("10.0.0.0/33", "not a host name, an IP address or a network"),
+        ("store:http", "the port must be a number from 1 to 65535"),
+        ("store:0", "the port must be a number from 1 to 65535"),
+        ("fd00::1", "in brackets"),
+        ("[fd00::1", "[ADDRESS or NETWORK]"),
+        ("bad host", "not a host name"),
+        ("", "an empty entry"),
+    ],
+)
+def test_an_allow_entry_the_guard_cannot_read_is_refused_in_settings(entry: str, says: str) -> None:
+    """Such an entry allowed nothing and said nothing: the admin's store stayed refused."""
+    from pydantic import ValidationError
+
+    from sluice.settings import Settings
+
+    with pytest.raises(ValidationError) as err:
+        Settings(allow_source_hosts=[entry])
+    assert "allow_source_hosts" in str(err.value) and says in str(err.value)
+    Settings(allow_source_hosts=["10.0.0.0/8", "[fd00::/8]:9000", "objects.internal:9000", "127.0.0.1"])

@@ -30,7 +30,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from sluice.data.errors import DataError
 from sluice.spec.dataset import SOURCE_SCHEMES
@@ -124,6 +124,56 @@ def address_refusal(ip: IPAddress) -> str | None:
     return None
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class AllowEntry:
+    """One `allow_source_hosts` entry: a host name or an IP network, and the one port it allows
+    (None: every port, as entries without one always meant)."""
+
+    host: str
+    network: IPNetwork | None
+    port: int | None
+
+    def allows_port(self, port: int | None) -> bool:
+        return self.port is None or port == self.port
+
+
+def parse_allow_entry(entry: str) -> AllowEntry:
+    """`HOST[:PORT]`: a host name, an IPv4 address or network (`10.0.0.0/8`), or an IPv6 one in
+    brackets (`[fd00::/8]`, `[fd00::1]:9000`); with a port, only that port. ValueError names the
+    problem. Without the port an allowed host is reachable on every port, its admin services
+    included, which is rarely what an admin meant by naming an object store."""
+    text = entry.strip().lower()
+    if not text:
+        raise ValueError("an empty entry")
+    port: int | None = None
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"{entry!r}: an IPv6 entry is [ADDRESS or NETWORK] or [...]:PORT")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        raise ValueError(f"{entry!r}: write an IPv6 address or network in brackets, e.g. [fd00::/8]")
+    else:
+        host, _, port_text = text.partition(":") if ":" in text else (text, "", None)
+    if port_text is not None:
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535")
+        port = int(port_text)
+    try:
+        network: IPNetwork | None = ipaddress.ip_network(host, strict=False)
+    except ValueError:
+        network = None
+        if any(c in host for c in "/[]") or not _HOST_NAME.fullmatch(host.rstrip(".")):
+            raise ValueError(f"{entry!r}: not a host name, an IP address or a network (CIDR)") from None
+    return AllowEntry(host.rstrip("."), network, port)
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
+
+
 def _literal(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
@@ -140,7 +190,7 @@ class SourceGuard:
     """Folders local sources must lie under (symlinks resolved)."""
     allow_hosts: tuple[str, ...] = ()
     """Host names (exact, case-insensitive) and IP networks/addresses (CIDR) allowed although
-    not public."""
+    not public, each on one port or every port (`parse_allow_entry`)."""
 
     @classmethod
     def of(cls, roots: Iterable[str | os.PathLike[str]], allow_hosts: Iterable[str]) -> SourceGuard:
@@ -148,33 +198,38 @@ class SourceGuard:
 
     # -- the pieces ----------------------------------------------------------------------
     @property
-    def _networks(self) -> list[IPNetwork]:
+    def _entries(self) -> list[AllowEntry]:
         out = []
         for h in self.allow_hosts:
             try:
-                out.append(ipaddress.ip_network(h, strict=False))
+                out.append(parse_allow_entry(h))
             except ValueError:
-                continue
+                continue  # Settings refuses these; a guard built by hand simply allows nothing by them
         return out
 
-    def host_named(self, host: str) -> bool:
-        return host.lower().rstrip(".") in self.allow_hosts
+    def host_named(self, host: str, port: int | None = None) -> bool:
+        """Whether `host` is allowed by name on `port` (None: the entry must allow every port)."""
+        name = host.lower().rstrip(".")
+        return any(e.network is None and e.host == name and e.allows_port(port) for e in self._entries)
 
-    def address_problem(self, ip: IPAddress) -> str | None:
-        """Why `ip` is refused under this policy, or None."""
+    def address_problem(self, ip: IPAddress, port: int | None = None) -> str | None:
+        """Why `ip` is refused under this policy on `port` (None: any port), or None."""
         why = address_refusal(ip)
         if why is None:
             return None
         plain = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped else ip
-        if any(plain in net for net in self._networks if net.version == plain.version):
+        if any(
+            e.network is not None and e.network.version == plain.version and plain in e.network and e.allows_port(port)
+            for e in self._entries
+        ):
             return None
         return why
 
-    def check_host(self, host: str, field: str = "source", resolve: bool = True) -> None:
-        """Refuse a host that is, or resolves to any address that is, not allowed."""
+    def check_host(self, host: str, field: str = "source", resolve: bool = True, port: int | None = None) -> None:
+        """Refuse a host that is, or resolves to any address that is, not allowed on `port`."""
         if not host:
             raise SourceRefused(field, "the URL names no host")
-        if self.host_named(host):
+        if self.host_named(host, port):
             return
         lit = _literal(host)
         if lit is not None:
@@ -188,13 +243,13 @@ class SourceGuard:
                 raise SourceRefused(field, f"cannot resolve host {host!r}: {err}") from None
             addrs = [ipaddress.ip_address(str(i[4][0]).split("%", 1)[0]) for i in infos]
         for ip in addrs:
-            why = self.address_problem(ip)
+            why = self.address_problem(ip, port)
             if why is not None:
                 via = " is" if lit is not None else f" resolves to {ip}, which is"
                 raise SourceRefused(
                     field,
                     f"host {host!r}{via} {why}; sluice does not fetch from such addresses on a tenant's "
-                    "behalf unless the admin allow-lists the host (setting allow_source_hosts)",
+                    f"behalf unless the admin allow-lists the host{_on_port(port)} (setting allow_source_hosts)",
                 )
 
     def check_local(self, path: str, field: str = "source") -> str:
@@ -239,14 +294,15 @@ class SourceGuard:
                     f"{url!r} has a query ('?...') or fragment ('#...'): sluice adds each item's path to the "
                     "source URL, so give the folder's URL without them",
                 )
-            self.check_host(parts.hostname or "", "source", resolve)
+            self.check_host(parts.hostname or "", "source", resolve, _url_port(parts, "source"))
         elif family == "s3":
             endpoint = (storage_options or {}).get("endpoint_url")
             if endpoint is not None:
+                field = "storage_options.endpoint_url"
                 parts = urlsplit(str(endpoint))
                 if parts.scheme not in ("http", "https"):
-                    raise SourceRefused("storage_options.endpoint_url", "must be an http(s) URL")
-                self.check_host(parts.hostname or "", "storage_options.endpoint_url", resolve)
+                    raise SourceRefused(field, "must be an http(s) URL")
+                self.check_host(parts.hostname or "", field, resolve, _url_port(parts, field))
 
     # -- what the HTTP clients run ---------------------------------------------------------
     def resolver(self) -> Any:
@@ -263,12 +319,13 @@ class SourceGuard:
                 out = []
                 for fam, _type, proto, _canon, addr in infos:
                     ip = ipaddress.ip_address(str(addr[0]).split("%", 1)[0])
-                    if not guard.host_named(host):
-                        why = guard.address_problem(ip)
+                    if not guard.host_named(host, port):
+                        why = guard.address_problem(ip, port)
                         if why is not None:
                             # Not an OSError: fsspec's listing swallows those as "no files".
                             raise SourceRefused(
-                                "source", f"sluice refused {host} -> {ip}: {why} (setting allow_source_hosts)"
+                                "source",
+                                f"sluice refused {host}:{port} -> {ip}: {why} (setting allow_source_hosts)",
                             )
                     out.append(
                         {"hostname": host, "host": str(ip), "port": addr[1], "family": fam, "proto": proto, "flags": 0}
@@ -291,7 +348,7 @@ class SourceGuard:
         trace = aiohttp.TraceConfig()
 
         async def on_start(_s: Any, _c: Any, params: aiohttp.TraceRequestStartParams) -> None:
-            self.check_host(params.url.host or "", resolve=False)
+            self.check_host(params.url.host or "", resolve=False, port=params.url.port)
 
         async def on_redirect(_s: Any, _c: Any, params: aiohttp.TraceRequestRedirectParams) -> None:
             loc = params.response.headers.get("Location") or params.response.headers.get("URI")
@@ -300,7 +357,7 @@ class SourceGuard:
             target = params.url.join(URL(loc))
             if target.scheme not in ("http", "https"):
                 raise SourceRefused("source", f"redirect to {target.scheme}:// refused")
-            self.check_host(target.host or "", resolve=False)
+            self.check_host(target.host or "", resolve=False, port=target.port)
 
         trace.on_request_start.append(on_start)
         trace.on_request_redirect.append(on_redirect)
@@ -326,6 +383,19 @@ class SourceGuard:
         if protocol == "s3":
             return {"config_kwargs": {"connector_args": {"resolver": self.resolver()}}}
         return {}
+
+
+def _url_port(parts: SplitResult, field: str) -> int:
+    """The port a URL connects to: its own, or its scheme's default."""
+    try:
+        port = parts.port
+    except ValueError:
+        raise SourceRefused(field, f"{parts.netloc!r} has a port that is not a number from 0 to 65535") from None
+    return port if port is not None else DEFAULT_PORTS.get(parts.scheme.lower(), 80)
+
+
+def _on_port(port: int | None) -> str:
+    return "" if port is None else f" on port {port}"
 
 
 def guard_from(settings: Any) -> SourceGuard:
