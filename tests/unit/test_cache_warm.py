@@ -109,3 +109,30 @@ def test_warm_does_not_fetch_an_item_no_tier_can_hold(tmp_path: Path) -> None:
     assert sorted(fetched) == [f"{i:03d}.bin" for i in range(4)]
     assert ds.counters.misses == 4
     ds.close()
+
+
+def test_warm_fetches_no_more_than_both_tiers_hold(tmp_path: Path) -> None:
+    """A dataset larger than the tenant's memory and disk tiers together was fetched whole,
+    each item past the room evicting one fetched before it: the source sent it all to keep
+    what its first share would have kept (data walk s31). Now the warm stops at the room and
+    says how much it left to the source."""
+    from sluice.data.errors import DataError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(20):
+        (src / f"{i:03d}.bin").write_bytes(bytes([i]) * 10_000)  # 200 kB; the tiers hold 64 + 64 KiB
+    cache = DatasetCache(
+        disk_dir=tmp_path / "disk", memory_dir=tmp_path / "mem", memory_bytes=64 << 10, disk_bytes=64 << 10
+    )
+    ds = cache.open("w", str(src))
+    with pytest.raises(
+        DataError,
+        match=r"larger than this cache's memory and disk together \(131072 bytes\): "
+        r"7 item\(s\), 70000 bytes, from 013\.bin on, were not fetched",
+    ):
+        ds.warm(WORKERS)
+    assert ds.counters.misses == 13  # 13 × 10,000 bytes, within the tiers' 131,072 (all 20 before)
+    ds.close()
+    used = sum(u for u, _cap in cache.index.usage().values())
+    assert used >= 0.7 * (128 << 10)  # the warm did fill the cache (eviction frees down to 90 % a tier)

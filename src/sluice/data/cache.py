@@ -721,7 +721,10 @@ class CachedDataset:
 
         An item larger than either tier can hold is not fetched (the cache would drop it, and
         a 1 TiB item of a tenant's source took 9 GiB of the warming helper's memory before its
-        memory limit stopped it): the rest is warmed, then a DataError names it."""
+        memory limit stopped it): the rest is warmed, then a DataError names it. Likewise a
+        dataset larger than both tiers together is warmed only as far as they hold: every item
+        past that evicted one fetched before it, so the warm fetched the whole dataset (the
+        tenant's source paying for it) to keep what the first share of it would have kept."""
         from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
         def fetch(i: int) -> None:
@@ -729,12 +732,21 @@ class CachedDataset:
 
         room = max(self.cache.capacity(MEMORY), self.cache.capacity(DISK))
         too_big = [i for i in range(len(self)) if self.sizes[i] > room]
+        both = self.cache.capacity(MEMORY) + self.cache.capacity(DISK)  # memory's evictions go to disk
+        left, past_room = both, []
+        for i in range(len(self)):  # in order, as long as the tiers' capacity lasts
+            if self.sizes[i] <= room:
+                if self.sizes[i] > left:
+                    past_room.append(i)
+                else:
+                    left -= self.sizes[i]
+        skip = set(too_big) | set(past_room)
         workers = max(1, workers)
         done = 0
         under_way: set[Future[None]] = set()
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for i in range(len(self)):
-                if self.sizes[i] > room:
+                if i in skip:
                     continue
                 under_way.add(pool.submit(fetch, i))
                 if len(under_way) < workers:
@@ -751,13 +763,21 @@ class CachedDataset:
                 if progress:
                     progress(done - 1)
         self.flush()
+        problems = []
         if too_big:
             big = max(too_big, key=lambda j: self.sizes[j])
-            raise DataError(
-                f"{self.name}: {len(too_big)} item(s) larger than this cache can hold ({room} bytes in a tier), "
-                f"the largest {self.keys[big]} ({self.sizes[big]} bytes), were not fetched; jobs read them "
-                "from the source"
+            problems.append(
+                f"{len(too_big)} item(s) larger than this cache can hold ({room} bytes in a tier), "
+                f"the largest {self.keys[big]} ({self.sizes[big]} bytes), were not fetched"
             )
+        if past_room:
+            problems.append(
+                f"the dataset ({sum(self.sizes)} bytes) is larger than this cache's memory and disk together "
+                f"({both} bytes): {len(past_room)} item(s), {sum(self.sizes[i] for i in past_room)} bytes, "
+                f"from {self.keys[past_room[0]]} on, were not fetched"
+            )
+        if problems:
+            raise DataError(f"{self.name}: " + "; ".join(problems) + "; jobs read them from the source")
         return self.counters
 
     def close(self) -> None:
