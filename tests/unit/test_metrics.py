@@ -163,6 +163,31 @@ def test_finished_jobs_are_bounded_to_the_newest(env: Env) -> None:
     assert value(m, "sluice_job_replicas", **key) == 0
 
 
+def test_a_waiting_job_shows_one_series_until_it_has_progress(env: Env) -> None:
+    """Nine series per unfinished job: a tenant could keep 10,000 jobs queued
+    (max_unfinished_jobs_per_tenant) and put 90,000 series, all reading 0, into every scrape.
+    A waiting job now shows its info; a suspended one its progress as well (opswalk s31)."""
+    waiting = [submit(env, env.alice) for _ in range(3)]
+    m = scrape(env, env.admin)
+    for job in waiting:
+        assert [n for n, labels in m if ("job_id", job) in labels] == ["sluice_job_info"]
+    job = waiting[0]
+    attempt = start(env, job)
+    env.engine.pending.append(JobProgress(job, attempt, env.engine.now + 1, step=12, loss=0.5))
+    env.plane.step()
+    assert env.client.post(f"/v1/jobs/{job}/suspend", headers=env.alice).status_code == 200
+    env.plane.step()
+    env.engine.pending.append(JobExited(job, attempt, env.engine.now + 2, -15))  # the stop it asked for
+    env.plane.step()
+    rec = env.plane.controller.book.get(job)
+    assert rec is not None and rec.phase == Phase.SUSPENDED, rec
+    m = scrape(env, env.admin)
+    key = {"job_id": job, "tenant": "alice", "queue": "default"}
+    shown = sorted(n for n, labels in m if ("job_id", job) in labels)
+    assert shown == ["sluice_job_info", "sluice_job_loss", "sluice_job_restarts", "sluice_job_step"], shown
+    assert value(m, "sluice_job_step", **key) == 12 and value(m, "sluice_job_loss", **key) == 0.5
+
+
 def test_tokens_scope_what_a_scrape_sees(env: Env) -> None:
     mine = submit(env, env.alice)
     start(env, mine)

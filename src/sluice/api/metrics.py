@@ -111,6 +111,10 @@ PUBLIC = Scope()
 EVERYONE = Scope(everyone=True)
 
 
+WAITING_PHASES = frozenset({Phase.PENDING.value, Phase.QUEUED.value, Phase.SUSPENDED.value})
+"""Phases of a job that waits: it shows `sluice_job_info`, and its progress once it has some."""
+
+
 @dataclass(frozen=True)
 class JobSample:
     """One job's values for the per-job series (a finished job keeps its last ones)."""
@@ -408,6 +412,16 @@ class PlaneMetrics:
         for s in self._job_samples(scope):
             key = [s.id, s.tenant, s.queue]
             info.add_metric([*key, s.phase], 1.0)
+            if s.phase in WAITING_PHASES and not s.replicas:
+                # A waiting job holds nothing and runs nothing: its other series would all read
+                # 0, and a tenant may keep up to max_unfinished_jobs_per_tenant (10,000) waiting.
+                # One series each, plus the progress a suspended or requeued job carries.
+                if s.step or s.restarts or s.loss is not None:
+                    if s.loss is not None and math.isfinite(s.loss):
+                        loss.add_metric(key, s.loss)
+                    step.add_metric(key, s.step)
+                    restarts.add_metric(key, s.restarts)
+                continue
             request.add_metric(key, s.cpu_request)
             if s.cpu_limit is not None and s.replicas:
                 limit.add_metric(key, s.cpu_limit)
