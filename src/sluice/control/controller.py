@@ -320,7 +320,11 @@ class Controller:
         with self.lock:
             t0 = time.perf_counter()
             now = self.engine.clock()
-            events = self._backlog + self.engine.poll()
+            # Events kept from a round the store refused are retried alone: polling again would
+            # tell the engine they were stored (a node agent marks an exit reported at its next
+            # poll), and a crash before the store took them would lose them. The engine keeps
+            # what happens meanwhile until the round after they are stored.
+            events = self._backlog if self._backlog else self.engine.poll()
             self._backlog, self._round_queues = [], None
             self.apply_events(events, now)
             self._account_service(now)
