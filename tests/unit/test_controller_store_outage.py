@@ -12,22 +12,10 @@ from sluice.model import Event, JobExited, JobStarted, Phase
 from sluice.policy import make_policy
 from sluice.settings import Settings
 from sluice.spec import parse_job_spec
-from sluice.store import MemoryStore, StoreUnavailable
+from sluice.store import StoreUnavailable
 
 from .fake_engine import FakeEngine
-
-
-class RefusingStore(MemoryStore):
-    """A MemoryStore whose job writes fail on demand, as a full disk's would (a fake medium)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refusing = False
-
-    def save_job(self, job, events=()):  # type: ignore[no-untyped-def]
-        if self.refusing:
-            raise StoreUnavailable("the database cannot take writes: database or disk is full")
-        super().save_job(job, events)
+from .test_book import BrokenStore
 
 
 class CountingEngine(FakeEngine):
@@ -45,7 +33,7 @@ def test_events_the_store_refused_are_retried_before_the_engine_is_polled_again(
     last poll told by then). The round polled again while its backlog was unstored, so a crash
     during a store outage lost an exit the old way: the job ran once more, its retry uncounted
     (the crash campaign's window, left open in session 31)."""
-    store, engine = RefusingStore(), CountingEngine()
+    store, engine = BrokenStore(), CountingEngine()
     plane = ControlPlane(Settings(home=tmp_path / "home"), store, engine, make_policy("kube"))
     ctl = plane.controller
     job = ctl.book.create("alice", parse_job_spec({"command": ["python", "t.py"], "resources": {"cpu": 1}}))
@@ -55,7 +43,7 @@ def test_events_the_store_refused_are_retried_before_the_engine_is_polled_again(
     assert placed is not None and placed.phase == Phase.STARTING, placed
     engine.pending.append(JobStarted(job.id, placed.attempt, "n0", engine.now))
     ctl.step()
-    store.refusing = True
+    store.broken = True
     engine.pending.append(JobExited(job.id, placed.attempt, engine.now + 1, 3))
     with pytest.raises(StoreUnavailable):
         ctl.step()
@@ -64,7 +52,7 @@ def test_events_the_store_refused_are_retried_before_the_engine_is_polled_again(
         with pytest.raises(StoreUnavailable):
             ctl.step()
     assert engine.polls == polls, "the engine was polled while an exit it told was unstored"
-    store.refusing = False
+    store.broken = False
     ctl.step()  # the backlog alone is stored
     done = ctl.book.get(job.id)
     assert done is not None and done.exit_code == 3, done
