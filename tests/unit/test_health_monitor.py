@@ -397,3 +397,26 @@ def test_what_a_job_reports_is_never_judged_and_an_old_model_that_did_is_learned
     again = make(FakeController(), config(tmp_path))
     again.score(NodeKPIs("node-1", 400.0, told(400, 10.0)))
     assert again.nodes["node-1"].detector is None  # learning anew
+
+
+def test_an_alarm_is_explained_by_the_sample_that_drove_its_smoothed_score() -> None:
+    """The score averages the newest `smooth` windows, so it stays over the threshold for a
+    few samples after a fault ends. `node why` explained such an alarm with the newest sample,
+    whose KPIs sat at their healthy means: the table explained nothing (opswalk s31). Now the
+    values come from the least likely window the score averages, and say when it was sampled."""
+    cfg = config()
+    cfg = replace(cfg, detector=replace(cfg.detector, smooth=5))
+    rng = np.random.default_rng(3)
+    mon = HealthMonitor(cfg)
+    feed(mon, rng, 0, 260)
+    feed(mon, rng, 260, 2, fault=True)
+    tr = mon.nodes["node-1"]
+    during = tr.alarms
+    assert during >= 1
+    feed(mon, rng, 262, 1)  # healthy again; the smoothed score still holds the fault's windows
+    assert tr.alarms == during + 1, "the first healthy sample after the fault should still alarm"
+    why = tr.why
+    assert why["time"] == 262.0 and why["sample_time"] in (260.0, 261.0), why
+    top = why["kpis"][0]  # type: ignore[index]
+    assert top["kpi"] in ("cpu_iowait_pct", "disk_write_mbps"), why
+    assert top["value"] > top["healthy_mean"] + 10 * top["healthy_spread"], why

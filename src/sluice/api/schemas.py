@@ -234,6 +234,11 @@ class AlarmWhyOut(BaseModel):
     score: float
     threshold: float
     kpis: list[KpiBlameOut]
+    sample_time: float | None = Field(
+        default=None,
+        description="When the sample the KPIs' values come from was taken: the least likely of the windows the "
+        "score averages (`smooth`), which may be before `time` (absent for alarms kept from older sluice).",
+    )
 
 
 class NodeWhyOut(BaseModel):

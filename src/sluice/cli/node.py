@@ -144,6 +144,14 @@ def why(name: NodeName, output: OutputOpt = Output.table) -> None:
             f"newest alarm at {when}: score {number(alarm['score'], 4)} > {number(alarm['threshold'], 4)}",
             markup=False,
         )
+        sampled = alarm.get("sample_time")
+        if sampled is not None and sampled != alarm["time"]:
+            # The score averages several windows; the values below are from the least likely one.
+            console.print(
+                f"values from the sample at {time.strftime('%H:%M:%S', time.localtime(sampled))} "
+                f"({alarm['time'] - sampled:.0f} s before), the least likely of those the score averages",
+                markup=False,
+            )
         table(
             ["KPI", "SHARE", "VALUE", "HEALTHY MEAN", "± SPREAD"],
             [

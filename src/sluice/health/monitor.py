@@ -45,7 +45,7 @@ from typing import Protocol
 import numpy as np
 
 from sluice.health.attribution import describe
-from sluice.health.detector import DetectorConfig, FlowDetector
+from sluice.health.detector import DetectorConfig, FlowDetector, smooth_scores
 from sluice.health.spot import DSpot, Spot
 from sluice.health.state import HealthRules, NodeHealthMachine, Transition
 from sluice.model import (
@@ -236,6 +236,8 @@ class NodeTrack:
     keys: list[str] | None = None
     rows: deque[np.ndarray] = field(default_factory=deque)
     """The newest samples (enough for one scoring window)."""
+    times: deque[float] = field(default_factory=deque)
+    """When each of `rows` was sampled."""
     healthy: deque[np.ndarray] = field(default_factory=deque)
     """Samples seen while the node was Healthy: what its model learns from."""
     fresh: int = 0
@@ -371,6 +373,7 @@ class HealthMonitor:
             tr = NodeTrack(
                 NodeHealthMachine(node, cfg.rules),
                 rows=deque(maxlen=keep),
+                times=deque(maxlen=keep),
                 healthy=deque(maxlen=max(cfg.history_samples, cfg.train_samples)),
             )
             self.nodes[node] = tr
@@ -393,6 +396,7 @@ class HealthMonitor:
             tr.keys = sorted(keys)
         row = np.asarray([float(e.values.get(k, 0.0)) for k in tr.keys], dtype=np.float32)
         tr.rows.append(row)
+        tr.times.append(e.time)
         if self.tap is not None:
             self.tap(e.node, tr.keys, row, e.time)
         with self._lock:
@@ -402,7 +406,8 @@ class HealthMonitor:
             return None
         need = det.config.history + det.config.target + det.config.smooth - 1
         window = np.stack(list(tr.rows)[-need:])
-        score = float(det.score_windows(window)[-1])
+        raw = det.window_nll(window)
+        score = float(smooth_scores(raw, det.config.smooth, det.config.decay)[-1])
         tr.last_score, tr.scored, tr.scored_at = score, tr.scored + 1, e.time
         alarm = spot.step(score)
         if not alarm:
@@ -423,10 +428,17 @@ class HealthMonitor:
         if alarm:
             tr.alarms += 1
             tr.severity.append(score / max(abs(spot.threshold), 1e-9))
-            shares = det.attribute(window)
+            # Attributed to the least likely of the windows the score averages, not the newest:
+            # an alarm just after a fault ends has a smoothed score still over the threshold
+            # and a newest sample at its healthy means, which explained nothing (opswalk s31).
+            back = len(raw) - 1 - int(np.argmax(raw))
+            worst = window[: len(window) - back]
+            shares = det.attribute(worst)
             why = describe(score, spot.threshold, shares, self.config.top_n)
             tr.last_reason = why
-            tr.why = explain(e.time, score, spot.threshold, shares, det, e.values, self.config.top_n + 2)
+            values = dict(zip(tr.keys or [], worst[-1].tolist(), strict=True))
+            tr.why = explain(e.time, score, spot.threshold, shares, det, values, self.config.top_n + 2)
+            tr.why["sample_time"] = list(tr.times)[-1 - back]
         t = tr.machine.observe(e.time, alarm, why, may_cordon=False)
         if t is not None:
             self._apply(t)
