@@ -168,7 +168,7 @@ def test_an_allow_entry_with_a_port_allows_that_port_only() -> None:
         ("10.0.0.0/33", "not a host name, an IP address or a network"),
         ("store:http", "the port must be a number from 1 to 65535"),
         ("store:0", "the port must be a number from 1 to 65535"),
-        ("fd00::1", "in brackets"),
+        ("fd00::zz", "with a port, write it in brackets"),
         ("[fd00::1", "[ADDRESS or NETWORK]"),
         ("bad host", "not a host name"),
         ("", "an empty entry"),
@@ -183,4 +183,5 @@ def test_an_allow_entry_the_guard_cannot_read_is_refused_in_settings(entry: str,
     with pytest.raises(ValidationError) as err:
         Settings(allow_source_hosts=[entry])
     assert "allow_source_hosts" in str(err.value) and says in str(err.value)
-    Settings(allow_source_hosts=["10.0.0.0/8", "[fd00::/8]:9000", "objects.internal:9000", "127.0.0.1"])
+    Settings(allow_source_hosts=["10.0.0.0/8", "[fd00::/8]:9000", "objects.internal:9000", "127.0.0.1", "fd00::/8"])
+    assert SourceGuard.of([], ["fd00::/8"]).address_problem(ipaddress.ip_address("fd00::5"), 22) is None

@@ -23,6 +23,7 @@ may reach; this guards only what sluice fetches on a tenant's behalf.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import os
 import re
@@ -154,8 +155,14 @@ def parse_allow_entry(entry: str) -> AllowEntry:
         if not sep or (rest and not rest.startswith(":")):
             raise ValueError(f"{entry!r}: an IPv6 entry is [ADDRESS or NETWORK] or [...]:PORT")
         port_text = rest[1:] if rest else None
-    elif text.count(":") > 1:
-        raise ValueError(f"{entry!r}: write an IPv6 address or network in brackets, e.g. [fd00::/8]")
+    elif text.count(":") > 1:  # IPv6 without brackets (as entries were written before ports): no port
+        host, port_text = text, None
+        try:
+            ipaddress.ip_network(host, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"{entry!r}: not an IPv6 address or network; with a port, write it in brackets: [fd00::1]:9000"
+            ) from None
     else:
         host, _, port_text = text.partition(":") if ":" in text else (text, "", None)
     if port_text is not None:
@@ -197,7 +204,7 @@ class SourceGuard:
         return cls(tuple(os.path.realpath(r) for r in roots), tuple(h.strip().lower() for h in allow_hosts))
 
     # -- the pieces ----------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def _entries(self) -> list[AllowEntry]:
         out = []
         for h in self.allow_hosts:
