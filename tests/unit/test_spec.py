@@ -13,6 +13,7 @@ from sluice.spec import (
     QueuePatch,
     QueueSpec,
     SpecError,
+    TenantPatch,
     TenantSpec,
     parse_job_spec,
 )
@@ -295,3 +296,33 @@ def test_a_refused_env_name_or_batch_mode_is_quoted_cut(data: dict) -> None:
     with pytest.raises(SpecError) as info:
         parse_job_spec({"command": ["x"], **data})
     assert all(len(p.problem) < 400 for p in info.value.problems), info.value
+
+
+@pytest.mark.parametrize(
+    ("model", "field", "hint"),
+    [
+        (QueuePatch, "cohort", '"" takes the queue out of its cohort'),
+        (QueuePatch, "nominal", "{} removes every nominal quota"),
+        (QueuePatch, "borrowing_limit", "{} removes every borrowing limit"),
+        (QueuePatch, "lending_limit", "{} removes every lending limit"),
+        (QueuePatch, "weight", None),
+        (QueuePatch, "preemption", None),
+        (TenantPatch, "weight", None),
+        (TenantPatch, "max_running_jobs", "0 removes the limit"),
+        (TenantPatch, "max_disk_mb", "0 removes the cap"),
+    ],
+)
+def test_a_patch_refuses_null_where_null_means_nothing(model: type[BaseModel], field: str, hint: str | None) -> None:
+    # `{"max_running_jobs": null}` was read as "not given": a 200 that changed nothing, while
+    # `{"max_priority": null}` removes the cap. Only the fields that take null may have it.
+    with pytest.raises(SpecError) as info:
+        parse_model(model, {field: None})
+    (problem,) = info.value.problems
+    assert problem.field == field and "null is not a value here" in problem.problem
+    assert hint is None or hint in problem.problem
+
+
+def test_a_patch_still_takes_null_where_it_removes_something() -> None:
+    assert parse_model(QueuePatch, {"max_runtime_s": None}).model_fields_set == {"max_runtime_s"}
+    assert parse_model(TenantPatch, {"max_priority": None}).model_fields_set == {"max_priority"}
+    assert parse_model(TenantPatch, {"max_running_jobs": 0}).max_running_jobs == 0

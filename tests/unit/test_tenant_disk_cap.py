@@ -148,10 +148,15 @@ def test_a_capped_tenants_queued_jobs_go_back_to_wait_once_it_reaches_its_cap(li
 
 def test_a_suspended_jobs_folder_counts_and_a_null_patch_keeps_the_cap(live: Live) -> None:
     """Held (red team s29): a suspended job's folder counts as a live one's; a pending job
-    cancelled before it ran counts nothing; PATCH with max_disk_mb null changes nothing (0
-    removes the cap); bob, uncapped, is never held for alice's disk."""
+    cancelled before it ran counts nothing; PATCH with max_disk_mb null is a 422 naming the field
+    that keeps the cap (0 removes it; null had been a 200 that changed nothing); bob, uncapped,
+    is never held for alice's disk."""
     assert live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": 10}).status_code == 200
-    assert live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": None}).json()["max_disk_mb"] == 10
+    null = live.call("PATCH", "/v1/tenants/alice", "admin", {"max_disk_mb": None})
+    assert null.status_code == 422 and null.json()["problems"][0]["field"] == "max_disk_mb", null.text
+    assert "0 removes the cap" in null.json()["problems"][0]["problem"]
+    alice = next(t for t in live.call("GET", "/v1/tenants", "admin").json()["items"] if t["name"] == "alice")
+    assert alice["max_disk_mb"] == 10
     job = live.submit("alice", cpu=0.5).json()["id"]
     live.plane.step()
     live.start(job)

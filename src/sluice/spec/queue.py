@@ -4,12 +4,35 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from sluice.spec.base import MAX_RUNTIME_S, MAX_WEIGHT, MIN_WEIGHT, Name, NameOrEmpty, RequestModel
 
 _BIG = 1_000_000_000.0
 """Above any real cluster; larger numbers are typos."""
+
+
+QUEUE_NULL_HINTS = {
+    "cohort": '"" takes the queue out of its cohort',
+    "nominal": "{} removes every nominal quota",
+    "borrowing_limit": "{} removes every borrowing limit",
+    "lending_limit": "{} removes every lending limit",
+}
+"""What a patch writes instead of null to clear a queue field (only max_runtime_s takes null)."""
+
+TENANT_NULL_HINTS = {"max_running_jobs": "0 removes the limit", "max_disk_mb": "0 removes the cap"}
+"""What a patch writes instead of null to clear a tenant field (only max_priority takes null)."""
+
+
+def _not_null(v: object, info: ValidationInfo, hints: dict[str, str]) -> object:
+    """Refuse an explicit null in a patch field that has no null: it was read as "leave it as it
+    is", so `{"max_running_jobs": null}` answered 200 and changed nothing."""
+    if v is None:
+        name = info.field_name or ""
+        hint = hints.get(name)
+        instead = f"; {hint}" if hint else ""
+        raise ValueError(f"null is not a value here: leave {name} out to keep it{instead}")
+    return v
 
 
 class QuotaSpec(RequestModel):
@@ -83,6 +106,11 @@ class QueuePatch(RequestModel):
         Field(gt=0, le=MAX_RUNTIME_S, description="A new limit; null removes it. Running jobs are held to it too."),
     ] = None
 
+    @field_validator("cohort", "nominal", "borrowing_limit", "lending_limit", "weight", "preemption", mode="before")
+    @classmethod
+    def _no_null(cls, v: object, info: ValidationInfo) -> object:
+        return _not_null(v, info, QUEUE_NULL_HINTS)
+
 
 class GrantSpec(RequestModel):
     """Grant (or, with granted=false, take back) the use of a queue to a tenant."""
@@ -125,3 +153,8 @@ class TenantPatch(RequestModel):
             description="The highest priority its jobs may have; an explicit null removes the cap.",
         ),
     ] = None
+
+    @field_validator("weight", "max_running_jobs", "max_disk_mb", mode="before")
+    @classmethod
+    def _no_null(cls, v: object, info: ValidationInfo) -> object:
+        return _not_null(v, info, TENANT_NULL_HINTS)
