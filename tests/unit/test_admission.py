@@ -106,6 +106,20 @@ def test_an_in_quota_job_reclaims_from_the_borrowing_queue_lowest_priority_newes
     assert got["hold"][0].job_id == want.id and "preempting" in got["hold"][0].reason
 
 
+def test_an_in_quota_job_reclaims_from_a_borrower_before_preempting_its_own_queues_jobs() -> None:
+    # Seen live (helper queuewalk): ml used 2 of its 8 cores, research borrowed 6 of them, and a
+    # priority-5 job of ml that fit ml's nominal quota preempted ml's own newer priority-0 job
+    # rather than a research borrower; that job then reclaimed from research anyway: one
+    # needless checkpoint-and-stop, and ml below its nominal quota while research borrowed.
+    # As Kueue orders candidates: other queues' borrowers first, then the job's own queue.
+    borrowers = [job("research", 2, stage=Stage.ACTIVE, since=float(i)) for i in range(7)]  # 14: 6 borrowed
+    own = job("ml", 2, stage=Stage.ACTIVE, since=500.0)  # newer than every borrower
+    want = job("ml", 2, priority=5)
+    got = by_kind(admit(lab(), [*borrowers, own, want], now=1000.0, preempt_min_runtime_s=60))
+    assert [d.job_id for d in got["evict"]] == [borrowers[-1].id]
+    assert "queue ml reclaims its nominal quota" in got["evict"][0].reason
+
+
 def test_queued_victims_give_their_quota_back_at_once_so_the_job_is_admitted_now() -> None:
     held = [job("research", 2, stage=Stage.QUEUED) for _ in range(5)]  # 2 cores borrowed
     want = job("ml", 2)

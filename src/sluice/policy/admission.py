@@ -19,7 +19,8 @@ The model is Kueue's ClusterQueue and cohort:
 - a job that fits its queue's nominal quota but finds the cohort lent out *reclaims*: jobs
   of borrowing queues are preempted (lowest priority and newest first) until it fits. A job
   that does not fit may also preempt lower-priority jobs of its own queue, and lower-priority
-  jobs of queues that are borrowing. Preemption only happens when it makes the job fit, and
+  jobs of queues that are borrowing (other queues' borrowers are taken first, as Kueue
+  orders candidates). Preemption only happens when it makes the job fit, and
   never to a job that has run less than `preempt_min_runtime_s` since it was placed (no
   thrashing). Each queue may turn either kind off (`reclaim_within_cohort`, `within_queue`,
   Kueue's names): its jobs then wait for the quota holders to finish.
@@ -658,7 +659,11 @@ def _reclaim(
             protected += 1
             continue
         cands.append(a)
-    cands.sort(key=lambda a: (a.stage != Stage.QUEUED, a.priority, -(a.running_since or 0.0), a.id))
+    # Other queues' borrowers before the job's own queue's jobs, as Kueue orders candidates: a
+    # job's own lower-priority job is preempted only where reclaiming from borrowers does not
+    # make room (preempting it first left its queue under nominal while others still borrowed,
+    # and the victim then reclaimed from them anyway: one needless stop).
+    cands.sort(key=lambda a: (a.stage != Stage.QUEUED, a.queue == q, a.priority, -(a.running_since or 0.0), a.id))
     trial = ledger.copy()
     chosen: list[tuple[AdmissionJob, str, str]] = []
     for a in cands:
