@@ -376,3 +376,22 @@ def test_queue_time_limit_on_the_cli(live: Live) -> None:
     assert code == 0 and json.loads(out)["max_runtime_s"] is None
     code, _, err = sluice(live, "admin", "queue", "set", "short", "--max-runtime-s", "1h")
     assert code == 2 and "--max-runtime-s" in err
+
+
+def test_a_queue_deleted_while_a_submit_is_on_its_way_gets_no_job(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue is checked at submit, outside the controller's lock; its delete checks for
+    jobs under the lock. A delete in between left a job in a queue that no longer existed,
+    Pending for ever ("queue q does not exist"). The check is made again where the job is."""
+    assert live.call("POST", "/v1/queues", body={"name": "q", "nominal": {"cores": 2}}).status_code == 201
+    assert live.call("POST", "/v1/queues/q/grants", body={"tenant": "alice"}).status_code == 200
+    checked = live.plane.queues.check_submit
+
+    def then_deleted(tenant: str, spec: Any) -> None:
+        checked(tenant, spec)
+        assert live.call("DELETE", "/v1/queues/q").status_code == 204  # nothing of q's yet
+
+    monkeypatch.setattr(live.plane.queues, "check_submit", then_deleted)
+    res = live.submit("alice", queue="q")
+    assert res.status_code == 422, res.text
+    assert res.json()["problems"][0]["field"] == "queue"
+    assert not [j for j in live.plane.controller.book.live() if j.spec.queue == "q"]

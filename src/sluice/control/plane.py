@@ -690,11 +690,15 @@ class ControlPlane:
         """Checked again under the controller's lock, in which the job is made (as
         `delete_tenant` checks and deletes, and retention chooses and deletes): a tenant
         deleted while its submit was on its way (a `--resume-from` copy takes a while) gets
-        no job; nor one whose concurrent submits took the last of its `cap` unfinished jobs,
-        nor one whose `after` no longer holds (a job it names forgotten by retention meanwhile:
+        no job; nor one whose queue was deleted or grant revoked meanwhile; nor one whose
+        concurrent submits took the last of its `cap` unfinished jobs, nor one whose `after`
+        no longer holds (a job it names forgotten by retention meanwhile:
         it keeps only what a live job waits for)."""
         if self.store.get_tenant(tenant) is None:
             raise NotFound(f"tenant {tenant!r} not found (deleted while this job was being submitted)")
+        # `delete_queue` checks for the queue's jobs under this lock: a queue deleted since
+        # `check_submit` would get a job that waits for ever ("queue q does not exist").
+        self.queues.check_granted(tenant, spec.queue)
         self._check_unfinished(tenant, cap, adding=adding)
         self._check_after(tenant, spec)
 

@@ -209,10 +209,7 @@ class QueueService:
         """A 422 naming `queue` unless the tenant may submit to it. A queue that does not
         exist and one not granted read the same, so queue names do not leak."""
         name = spec.queue
-        if name != DEFAULT_QUEUE and (self.store.get_queue(name) is None or not self.granted(tenant, name)):
-            raise SpecError(
-                [FieldProblem("queue", f"no queue named {name!r} is granted to tenant {tenant!r}; ask an admin")]
-            )
+        self.check_granted(tenant, name)
         problems = self.never_fits(spec)
         limit = self.controller.queues().get(name, QueueConfig(name)).max_runtime_s
         if limit is not None and spec.max_runtime_s is not None and spec.max_runtime_s > limit:
@@ -225,6 +222,16 @@ class QueueService:
             )
         if problems:
             raise SpecError(problems)
+
+    def check_granted(self, tenant: str, name: str) -> None:
+        """A 422 naming `queue` unless the queue exists and is granted to the tenant; one that
+        does not exist reads the same as one not granted. Checked at submit and again under
+        the controller's lock where the job is made, so a queue deleted (or a grant revoked)
+        while a submit was on its way gets no job."""
+        if name != DEFAULT_QUEUE and (self.store.get_queue(name) is None or not self.granted(tenant, name)):
+            raise SpecError(
+                [FieldProblem("queue", f"no queue named {name!r} is granted to tenant {tenant!r}; ask an admin")]
+            )
 
     def runtime_limits(self, jobs: Iterable[JobRecord]) -> dict[str, RuntimeLimit | None]:
         """Per job id, the seconds it may run and whose limit that is (its own max_runtime_s or
