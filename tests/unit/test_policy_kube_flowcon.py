@@ -108,3 +108,19 @@ def test_flowcon_judges_a_job_that_reports_less_often_than_delta() -> None:
     job = running("slow", "n", losses, usage=0.5)
     eff = growth_efficiency(job, now=200.0, delta_s=5.0, node_cpu=2.0, unit_s=60.0)
     assert eff is not None and eff.p > 0
+
+
+def test_a_gang_that_does_not_fit_says_what_is_free_before_it_not_after_its_own_replicas() -> None:
+    # Seen live (helper queuewalk): 1 core free, a gang of 2 x 1 core waited saying
+    # "0.00 CPU unrequested": the free cores counted after its first replica's trial.
+    nodes = [NodeView("a", 2.0), NodeView("b", 2.0)]
+    busy = [
+        JobView(f"r{i}", "t", f"r{i}", Phase.RUNNING, 0.0, cpu_min=1.0, allocation=Allocation.single(n, 1.0, None))
+        for i, n in enumerate(["a", "a", "b"])
+    ]
+    gang = JobView("gang", "t", "gang", Phase.QUEUED, 1.0, cpu_min=1.0, replicas_min=2)
+    out = KubePolicy().decide(view(10, nodes, [*busy, gang]))
+    (wait,) = [d for d in out if isinstance(d, Wait) and d.job_id == "gang"]
+    assert "1.00 CPU unrequested" in wait.reason, wait.reason
+    assert "2 replicas (room for 1; a gang starts all or none)" in wait.reason
+    assert not [d for d in out if isinstance(d, Place)]

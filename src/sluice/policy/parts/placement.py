@@ -124,8 +124,10 @@ def place_gang(
             if s > best_score:
                 best, best_score = r, s
         if best is None:
-            free_cpu = sum(max(0.0, c) for c, _ in trial.values())
-            what = f"{n} replicas" if n > 1 else "the job"
+            # What the nodes have free before this job, not after the replicas tried so far
+            # (a gang of 2 with 1 core free said "0.00 CPU unrequested").
+            free_cpu = sum(max(0.0, r.cpu_free) for r in nodes)
+            what = f"{n} replicas (room for {len(chosen)}; a gang starts all or none)" if n > 1 else "the job"
             return PlacementResult(
                 None,
                 f"insufficient resources for {what}: needs {need_cpu:g} CPU"
