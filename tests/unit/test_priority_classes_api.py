@@ -127,3 +127,23 @@ def test_delete_in_use_is_409_with_the_reason_until_the_job_ends(env: Env) -> No
     assert env.client.post(f"/v1/jobs/{job['id']}/cancel", headers=env.alice).status_code == 200
     env.plane.step()
     assert env.client.delete("/v1/priority-classes/high", headers=env.admin).status_code == 204
+
+
+def test_a_class_deleted_while_a_submit_is_on_its_way_gets_no_job(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submit resolves its class outside the controller's lock, and the delete removed the
+    class after releasing it: a delete in between left an unfinished job whose class no longer
+    existed ("a job's class always exists", docs/queues.md). Now the delete checks and deletes
+    under the lock, and the submit checks the class again under it where the job is made."""
+    assert create(env, {"name": "high", "value": 100}).status_code == 201
+    resolve = env.plane.priorities.resolve
+
+    def then_deleted(spec: Any) -> Any:
+        out = resolve(spec)
+        env.plane.priorities.delete("high")  # no job of the class yet
+        return out
+
+    monkeypatch.setattr(env.plane.priorities, "resolve", then_deleted)
+    r = env.client.post("/v1/jobs", json={**JOB, "priority_class": "high"}, headers=env.alice)
+    assert r.status_code == 422, r.text
+    assert r.json()["problems"][0]["field"] == "priority_class"
+    assert not [j for j in env.plane.controller.book.live() if j.spec.priority_class == "high"]

@@ -690,7 +690,8 @@ class ControlPlane:
         """Checked again under the controller's lock, in which the job is made (as
         `delete_tenant` checks and deletes, and retention chooses and deletes): a tenant
         deleted while its submit was on its way (a `--resume-from` copy takes a while) gets
-        no job; nor one whose queue was deleted or grant revoked meanwhile; nor one whose
+        no job; nor one whose queue or priority class was deleted, or grant revoked,
+        meanwhile; nor one whose
         concurrent submits took the last of its `cap` unfinished jobs, nor one whose `after`
         no longer holds (a job it names forgotten by retention meanwhile:
         it keeps only what a live job waits for)."""
@@ -699,6 +700,7 @@ class ControlPlane:
         # `delete_queue` checks for the queue's jobs under this lock: a queue deleted since
         # `check_submit` would get a job that waits for ever ("queue q does not exist").
         self.queues.check_granted(tenant, spec.queue)
+        self.priorities.check_exists(spec)  # its delete checks for its jobs under this lock too
         self._check_unfinished(tenant, cap, adding=adding)
         self._check_after(tenant, spec)
 

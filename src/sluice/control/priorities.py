@@ -57,12 +57,21 @@ class PriorityClassService:
         """Refused while a job that has not finished uses it: its `job get` names the class."""
         if self.store.get_priority_class(name) is None:
             raise NotFound(f"priority class {name!r} not found")
+        # Checked and deleted under the controller's lock, in which a submit makes its job
+        # after checking its class is still there (`ControlPlane._may_still_create`).
         with self.controller.lock:
             live = [j.id for j in self.controller.book.live() if j.spec.priority_class == name]
-        if live:
-            shown = ", ".join(live[:5]) + (", ..." if len(live) > 5 else "")
-            raise Conflict(f"priority class {name!r} is used by {len(live)} unfinished job(s): {shown}")
-        self.store.delete_priority_class(name)
+            if live:
+                shown = ", ".join(live[:5]) + (", ..." if len(live) > 5 else "")
+                raise Conflict(f"priority class {name!r} is used by {len(live)} unfinished job(s): {shown}")
+            self.store.delete_priority_class(name)
+
+    def check_exists(self, spec: JobSpec) -> None:
+        """A 422 naming `priority_class` if the spec's class is gone (deleted while the submit
+        was on its way): a job's class always exists while the job is unfinished."""
+        name = spec.priority_class
+        if name is not None and self.store.get_priority_class(name) is None:
+            raise SpecError([FieldProblem("priority_class", f"no priority class named {name!r}; ask an admin")])
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with its priority taken from its class (or the default class when it sets
