@@ -395,3 +395,20 @@ def test_a_queue_deleted_while_a_submit_is_on_its_way_gets_no_job(live: Live, mo
     assert res.status_code == 422, res.text
     assert res.json()["problems"][0]["field"] == "queue"
     assert not [j for j in live.plane.controller.book.live() if j.spec.queue == "q"]
+
+
+def test_a_queue_with_unfinished_jobs_is_not_deleted_and_the_409_names_them(live: Live) -> None:
+    """Its 409 said only how many jobs were left ("still has 2 unfinished job(s)"): which ones,
+    and that a suspended job counts, is what an admin needs to go on (as `tenant delete` says)."""
+    assert live.call("POST", "/v1/queues", body={"name": "q", "nominal": {"cores": 1}}).status_code == 201
+    assert live.call("POST", "/v1/queues/q/grants", body={"tenant": "alice"}).status_code == 200
+    waiting, parked = (live.submit("alice", queue="q").json()["id"] for _ in range(2))
+    assert live.call("POST", f"/v1/jobs/{parked}/suspend", "alice").status_code == 200
+    live.plane.step()
+    assert live.job(parked).phase == Phase.SUSPENDED
+    res = live.call("DELETE", "/v1/queues/q")
+    assert res.status_code == 409, res.text
+    detail = res.json()["detail"]
+    assert "2 unfinished job(s): " in detail and "suspended job counts" in detail
+    assert waiting in detail and parked in detail
+    assert [q["name"] for q in live.call("GET", "/v1/queues").json()["items"]] == ["default", "q"]

@@ -188,9 +188,13 @@ class QueueService:
             )
         if self.store.get_queue(name) is None:
             raise NotFound(f"queue {name!r} not found")
-        live = [j for j in self.controller.book.live() if j.spec.queue == name]
+        live = [j.id for j in self.controller.book.live() if j.spec.queue == name]
         if live:
-            raise Conflict(f"queue {name!r} still has {len(live)} unfinished job(s)")
+            shown = ", ".join(live[:5]) + (", ..." if len(live) > 5 else "")
+            raise Conflict(
+                f"queue {name!r} still has {len(live)} unfinished job(s): {shown}; cancel them (`sluice job "
+                "cancel ID` with the admin token) or let them finish first (a suspended job counts until cancelled)"
+            )
         self.store.delete_queue(name)
 
     def grant(self, name: str, tenant: str, granted: bool) -> QueueStatus:
