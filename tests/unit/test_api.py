@@ -4,6 +4,8 @@ validation, not processes (the CLI tests run a live server; engine tests run rea
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -653,6 +655,21 @@ def walk(env: Env, path: str, who: dict[str, str], limit: int) -> list[dict[str,
         assert len(page["items"]) == limit  # only a full page promises more
 
 
+def test_a_jobs_history_does_not_count_other_tenants_events(env: Env) -> None:
+    """Event numbers in `job why` were the store's sequence, shared by every tenant: the gap
+    between two of alice's events said how many events bob's jobs made meanwhile (queuewalk
+    s32). They are now the job's own count, and so is the cursor."""
+    mine = submit(env, env.alice)["id"]
+    before = env.client.get(f"/v1/jobs/{mine}/why", headers=env.alice).json()["items"]
+    for _ in range(5):
+        submit(env, env.bob)
+    env.client.post(f"/v1/jobs/{mine}/cancel", headers=env.alice)
+    after = walk(env, f"/v1/jobs/{mine}/why", env.alice, 1)
+    assert [e["seq"] for e in after] == list(range(1, len(after) + 1)) and len(after) > len(before)
+    cursor = env.client.get(f"/v1/jobs/{mine}/why?limit=1", headers=env.alice).json()["next_cursor"]
+    assert json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))) == {"k": "job-events", "v": [1]}
+
+
 def test_every_list_endpoint_pages_with_limit_and_cursor(env: Env) -> None:
     ids = [submit(env, env.alice)["id"] for _ in range(5)]
     env.plane.step()  # some are now active in the controller, with phases the store may lag
@@ -662,7 +679,9 @@ def test_every_list_endpoint_pages_with_limit_and_cursor(env: Env) -> None:
     assert [j["id"] for j in walk(env, "/v1/jobs", env.alice, 2)] == listed
     assert [j["id"] for j in walk(env, "/v1/jobs", env.admin, 1)] == listed
     events = walk(env, f"/v1/jobs/{ids[0]}/why", env.alice, 1)
-    assert [e["seq"] for e in events] == [e.seq for e in env.plane.store.events(job_id=ids[0])] and len(events) >= 2
+    stored = env.plane.store.events(job_id=ids[0])
+    assert [e["message"] for e in events] == [e.message for e in stored] and len(events) >= 2
+    assert [e["seq"] for e in events] == list(range(1, len(stored) + 1))  # the job's own count
     names = [t["name"] for t in walk(env, "/v1/tenants", env.admin, 2)]
     assert names == ["admin", "alice", "bob", "default"]
     assert [n["name"] for n in walk(env, "/v1/nodes", env.alice, 1)] == ["n0", "n1"]
@@ -705,8 +724,8 @@ def _cursor(raw: str) -> str:
     [
         ("/v1/jobs", '{"k":"jobs","v":[1,"\\ud800"]}'),
         ("/v1/jobs", '{"k":"jobs","v":[NaN,"j-1"]}'),
-        ("/v1/jobs/{job}/why", '{"k":"events","v":[99999999999999999999999999]}'),
-        ("/v1/jobs/{job}/why", '{"k":"events","v":[-99999999999999999999999999]}'),
+        ("/v1/jobs/{job}/why", '{"k":"job-events","v":[99999999999999999999999999]}'),
+        ("/v1/jobs/{job}/why", '{"k":"job-events","v":[-99999999999999999999999999]}'),
         ("/v1/tenants", '{"k":"tenants","v":["\\ud800"]}'),
         ("/v1/datasets", '{"k":"datasets","v":["\\ud800","x"]}'),
     ],

@@ -134,7 +134,10 @@ class JobOut(BaseModel):
 
 
 class EventOut(BaseModel):
-    seq: int
+    seq: int = Field(
+        description="The event's number in its job's history (1: the first). Not the store's sequence: that "
+        "counts every tenant's events."
+    )
     time: float
     kind: str = Field(description="phase, decision, exit, resize, node, ...")
     message: str = Field(description="What happened and why, in words.")
@@ -143,9 +146,9 @@ class EventOut(BaseModel):
     data: dict[str, Any] = {}
 
     @staticmethod
-    def of(e: Any) -> EventOut:
+    def of(e: Any, number: int) -> EventOut:
         return EventOut(
-            seq=e.seq,
+            seq=number,
             time=e.time,
             kind=e.kind,
             message=e.message,

@@ -158,12 +158,14 @@ class JobBook:
         jobs = sorted(out.values(), key=key)
         return jobs[:limit] if limit else jobs
 
-    def events(self, job_id: str, after_seq: int = 0, limit: int | None = None) -> list[EventRecord]:
-        """The job's history, oldest first: what `sluice job why` prints (a page of it:
-        events after `after_seq`, at most `limit`)."""
+    def events(self, job_id: str, skip: int = 0, limit: int | None = None) -> list[EventRecord]:
+        """The job's history, oldest first: what `sluice job why` prints (a page of it: the
+        job's events past its first `skip`, at most `limit`). Paged by the job's own count,
+        not the store's sequence numbers: those count every tenant's events, so a tenant
+        comparing two of its own would learn how busy the others were."""
         if not _JOB_ID.fullmatch(job_id):
             return []
-        return self._store.events(job_id=job_id, since_seq=after_seq, limit=limit)
+        return self._store.events(job_id=job_id, offset=max(0, skip), limit=limit)
 
     # ------------------------------------------------------------------ writes
 

@@ -1145,11 +1145,10 @@ class ControlPlane:
         self.wake()
         return rec
 
-    def why(
-        self, caller: TenantRecord, job_id: str, *, after_seq: int = 0, limit: int | None = None
-    ) -> list[EventRecord]:
+    def why(self, caller: TenantRecord, job_id: str, *, skip: int = 0, limit: int | None = None) -> list[EventRecord]:
+        """The job's events past its first `skip`, oldest first (JobBook.events)."""
         self.get_job(caller, job_id)
-        return self.controller.book.events(job_id, after_seq=after_seq, limit=limit)
+        return self.controller.book.events(job_id, skip=skip, limit=limit)
 
     def progress(self, caller: TenantRecord, job_id: str) -> ProgressSignals | None:
         self.get_job(caller, job_id)

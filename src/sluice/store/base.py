@@ -220,7 +220,11 @@ class Store(Protocol):
         kinds: Iterable[str] | None = None,
         since_seq: int = 0,
         limit: int | None = None,
-    ) -> list[EventRecord]: ...
+        offset: int = 0,
+    ) -> list[EventRecord]:
+        """Events in order, after `since_seq`, the first `offset` of those skipped."""
+        ...
+
     def create_tenant(self, tenant: TenantRecord) -> None:
         """Insert a tenant: DuplicateError if one of that name exists or ever existed (a deleted
         tenant's name is never given out again, see `delete_tenant`)."""

@@ -180,6 +180,7 @@ class MemoryStore:
         kinds: Iterable[str] | None = None,
         since_seq: int = 0,
         limit: int | None = None,
+        offset: int = 0,
     ) -> list[EventRecord]:
         ks = set(kinds) if kinds is not None else None
         out = [
@@ -189,7 +190,7 @@ class MemoryStore:
             and (job_id is None or e.job_id == job_id)
             and (node is None or e.node == node)
             and (ks is None or e.kind in ks)
-        ]
+        ][offset:]
         return out[:limit] if limit else out
 
     def create_tenant(self, tenant: TenantRecord) -> None:

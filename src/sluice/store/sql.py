@@ -579,11 +579,14 @@ class SqlStore:
         kinds: Iterable[str] | None = None,
         since_seq: int = 0,
         limit: int | None = None,
+        offset: int = 0,
     ) -> list[EventRecord]:
         e = schema.events
         q = select(e).where(e.c.seq > since_seq).order_by(e.c.seq)
         if limit:
             q = q.limit(limit)
+        if offset:
+            q = q.offset(offset)
         if job_id is not None:
             q = q.where(e.c.job_id == job_id)
         if node is not None:

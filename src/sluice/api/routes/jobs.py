@@ -250,10 +250,12 @@ def why(
     """The job's history with reasons (phase changes, placement, each CPU change, restarts),
     oldest first, a page at a time."""
     _get(plane, caller, job_id)
-    after = decode_cursor("events", cursor, (int,))
-    events = plane.why(caller, job_id, after_seq=after[0] if after else 0, limit=limit + 1)
-    page, nxt = page_of(events, limit, "events", lambda e: (e.seq,))
-    return Page[EventOut](items=[EventOut.of(e) for e in page], next_cursor=nxt)
+    after = decode_cursor("job-events", cursor, (int,))
+    sent = max(0, after[0]) if after else 0  # the job's events already sent
+    events = plane.why(caller, job_id, skip=sent, limit=limit + 1)
+    numbered = list(enumerate(events, start=sent + 1))
+    page, nxt = page_of(numbered, limit, "job-events", lambda ne: (ne[0],))
+    return Page[EventOut](items=[EventOut.of(e, n) for n, e in page], next_cursor=nxt)
 
 
 @router.get("/{job_id}/progress", responses=_ERRORS)
