@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,16 @@ def test_report_refuses_what_it_would_have_coerced_or_dropped(
     sdk.report(6.0, loss=float("nan"), total_steps=10, accuracy=0.5)  # a whole float, a diverged loss: fine
     line = json.loads(progress.read_text().splitlines()[-1])
     assert (line["step"], line["loss"], line["metrics"]) == (6, None, {"total_steps": 10.0, "accuracy": 0.5})
+
+
+def test_a_loss_that_requires_grad_is_reported_without_a_warning(offline: Path) -> None:
+    """`sdk.report(step, loss=loss)` with the loss straight from the graph (what a training
+    loop has) printed torch's 'Converting a tensor with requires_grad=True to a scalar'
+    warning into every job's log (sdkwalk, s32)."""
+    torch = pytest.importorskip("torch")
+    loss = (torch.ones(3, requires_grad=True) * 2).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sdk.report(1, loss=loss, accuracy=torch.tensor(0.5, requires_grad=True))
+    line = _lines(offline / "sluice-run" / "progress.jsonl")[-1]
+    assert (line["loss"], line["metrics"]) == (6.0, {"accuracy": 0.5})

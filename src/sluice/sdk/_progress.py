@@ -19,10 +19,14 @@ from sluice.sdk._threads import maybe_sync_threads
 
 
 def _clean(v: Any, name: str = "loss") -> float | None:
-    """A number (anything `float()` takes: a Python or numpy number, a one-element tensor).
+    """A number (anything `float()` takes: a Python or numpy number, a one-element tensor,
+    detached first so that a loss that requires grad is taken without torch's warning).
     JSON has no NaN/inf: a diverged loss is reported as null rather than breaking the line.
     Anything else is the caller's mistake and raises, naming it (it was recorded as null, or
     the metric dropped, without a word)."""
+    detach = getattr(v, "detach", None)
+    if callable(detach):
+        v = detach()  # a loss straight from the graph: float() of it warns in every job's log
     try:
         f = float(v)
     except (TypeError, ValueError):
