@@ -195,3 +195,11 @@ def test_a_loss_that_requires_grad_is_reported_without_a_warning(offline: Path) 
         sdk.report(1, loss=loss, accuracy=torch.tensor(0.5, requires_grad=True))
     line = _lines(offline / "sluice-run" / "progress.jsonl")[-1]
     assert (line["loss"], line["metrics"]) == (6.0, {"accuracy": 0.5})
+
+
+def test_an_int_past_floats_range_is_infinite_not_an_overflow(offline: Path) -> None:
+    """`report(1, loss=10**400)` raised a bare OverflowError naming neither the loss nor the
+    SDK; an int too large for a float is infinite, and is recorded as null like inf."""
+    sdk.report(1, loss=10**400, accuracy=-(10**400), total_steps=10)
+    line = _lines(offline / "sluice-run" / "progress.jsonl")[-1]
+    assert (line["loss"], line["metrics"]) == (None, {"total_steps": 10.0})

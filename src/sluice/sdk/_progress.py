@@ -29,6 +29,8 @@ def _clean(v: Any, name: str = "loss") -> float | None:
         v = detach()  # a loss straight from the graph: float() of it warns in every job's log
     try:
         f = float(v)
+    except OverflowError:  # an int past float's range: infinite, as 1e999 is
+        return None
     except (TypeError, ValueError):
         raise TypeError(f"sluice.sdk.report: {name} must be a number, got {type(v).__name__} {str(v)[:40]!r}") from None
     return f if math.isfinite(f) else None
