@@ -168,6 +168,23 @@ def test_elastic_says_what_is_wrong(monkeypatch: pytest.MonkeyPatch, env: dict[s
         (lambda: sdk.report(4, accuracy="high"), TypeError, "accuracy must be a number"),
         (lambda: sdk.report(5, total_steps=0), ValueError, "total_steps must be at least 1"),
         (lambda: sdk.report(5, total_steps=-5), ValueError, "total_steps must be at least 1"),
+        # what the node agent drops or cuts without a word (sdkwalk, s32)
+        (lambda: sdk.report(-1, loss=1.0), ValueError, r"step -1 is out of range: a step is 0 to 2\*\*53"),
+        (lambda: sdk.report(2**53 + 1, loss=1.0), ValueError, "step 9007199254740993 is out of range"),
+        (lambda: sdk.report(True, loss=1.0), TypeError, "step must be a whole number, got bool"),
+        (lambda: sdk.report(5, total_steps=2.5), ValueError, "total_steps must be a whole number up to"),
+        (lambda: sdk.report(5, total_steps=2**60), ValueError, "total_steps must be a whole number up to"),
+        (
+            lambda: sdk.report(5, **{f"m{i}": 1 for i in range(257)}),
+            ValueError,
+            "257 metrics; a report carries at most 256",
+        ),
+        (
+            lambda: sdk.report(5, **{"x" * 257: 1}),
+            ValueError,
+            "metric name 'xxx.*' [(]257 characters[)] must be 1 to 256",
+        ),
+        (lambda: sdk.report(5, **{"": 1}), ValueError, "metric name '' [(]0 characters[)] must be 1 to 256"),
     ],
 )
 def test_report_refuses_what_it_would_have_coerced_or_dropped(
@@ -203,3 +220,21 @@ def test_an_int_past_floats_range_is_infinite_not_an_overflow(offline: Path) -> 
     sdk.report(1, loss=10**400, accuracy=-(10**400), total_steps=10)
     line = _lines(offline / "sluice-run" / "progress.jsonl")[-1]
     assert (line["loss"], line["metrics"]) == (None, {"total_steps": 10.0})
+
+
+def test_the_sdks_report_limits_are_the_agents() -> None:
+    """The SDK refuses a report the agent would drop or cut (sdk cannot import the agent)."""
+    from sluice.agent import progress_record
+    from sluice.model.progress import MAX_STEP
+    from sluice.sdk import _progress
+
+    assert _progress.MAX_STEP == MAX_STEP
+    assert _progress.MAX_METRICS == progress_record.MAX_METRICS
+    assert _progress.MAX_METRIC_NAME == progress_record.MAX_METRIC_NAME
+
+
+def test_the_largest_step_and_most_metrics_are_kept(offline: Path) -> None:
+    sdk.report(2**53, loss=1.0, total_steps=2**53, **{f"m{i}": 1 for i in range(255)})
+    sdk.report(0, **{"x" * 256: 1})
+    first, second = _lines(offline / "sluice-run" / "progress.jsonl")
+    assert (first["step"], len(first["metrics"]), second["step"]) == (2**53, 256, 0)

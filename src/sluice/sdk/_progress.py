@@ -36,15 +36,40 @@ def _clean(v: Any, name: str = "loss") -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _step(step: Any) -> int:
-    """A whole step number: 2.9 was recorded as step 2."""
-    try:
-        return operator.index(step)
-    except TypeError:
-        pass
-    if isinstance(step, float) and step.is_integer():
-        return int(step)
-    raise TypeError(f"sluice.sdk.report: step must be a whole number, got {type(step).__name__} {str(step)[:40]!r}")
+MAX_STEP = 2**53
+"""The largest step and total_steps the node agent keeps (`sluice.agent.progress_record`)."""
+MAX_METRICS = 256
+"""Most metrics one report may carry: the agent keeps no more of a record."""
+MAX_METRIC_NAME = 256
+"""Longest metric name, in characters: the agent drops a longer one."""
+
+
+def _step(step: Any, who: str = "sluice.sdk.report") -> int:
+    """A whole step number in [0, MAX_STEP]: 2.9 was recorded as step 2, and the agent drops a
+    record whose step is negative or past MAX_STEP without a word."""
+    at: int | None = None
+    if not isinstance(step, bool):
+        try:
+            at = operator.index(step)
+        except TypeError:
+            if isinstance(step, float) and step.is_integer():
+                at = int(step)
+    if at is None:
+        raise TypeError(f"{who}: step must be a whole number, got {type(step).__name__} {str(step)[:40]!r}")
+    if not 0 <= at <= MAX_STEP:
+        raise ValueError(f"{who}: step {at} is out of range: a step is 0 to 2**53 ({MAX_STEP})")
+    return at
+
+
+def _bounded(metrics: dict[str, float]) -> None:
+    """What the agent would cut: more than MAX_METRICS metrics, a name empty or too long."""
+    if len(metrics) > MAX_METRICS:
+        raise ValueError(f"sluice.sdk.report: {len(metrics)} metrics; a report carries at most {MAX_METRICS}")
+    for k in metrics:
+        if not 0 < len(k) <= MAX_METRIC_NAME:
+            raise ValueError(
+                f"sluice.sdk.report: metric name {k[:40]!r} ({len(k)} characters) must be 1 to {MAX_METRIC_NAME}"
+            )
 
 
 def append_record(record: dict[str, Any]) -> None:
@@ -59,11 +84,12 @@ def append_record(record: dict[str, Any]) -> None:
 
 
 def report(step: int, loss: float | None = None, **metrics: float) -> None:
-    """Record training progress at `step` (a whole number). Pass `total_steps=N` (N >= 1) so
-    remaining time can be predicted; any other numeric metric (accuracy, samples_per_s, ...) is
-    kept too; a job reading a `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting
-    for data) added. A NaN or infinite loss or metric is recorded as null; a value that is
-    not a number raises TypeError naming it.
+    """Record training progress at `step` (a whole number, 0 to 2**53). Pass `total_steps=N`
+    (a whole N >= 1) so remaining time can be predicted; any other numeric metric (accuracy,
+    samples_per_s, ...) is kept too, at most 256 per report, each name 1 to 256 characters;
+    a job reading a `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data)
+    added. A NaN or infinite loss or metric is recorded as null; a value that is not a number
+    raises TypeError naming it, a value out of those bounds ValueError.
 
     Also where the job's thread pool follows its CPU allocation (`sdk._threads`): at most
     every few seconds, the CPU budget is re-read and torch's pool resized if it changed."""
@@ -71,8 +97,13 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     if data is not None:
         metrics = {**data.data_metrics(), **metrics}
     at = _step(step)
+    _bounded(metrics)
     clean = {k: c for k, v in metrics.items() if (c := _clean(v, k)) is not None}
     if "total_steps" in clean and clean["total_steps"] < 1:
         raise ValueError(f"sluice.sdk.report: total_steps must be at least 1, got {metrics['total_steps']!r}")
+    if "total_steps" in clean and not (clean["total_steps"].is_integer() and clean["total_steps"] <= MAX_STEP):
+        raise ValueError(
+            f"sluice.sdk.report: total_steps must be a whole number up to 2**53, got {metrics['total_steps']!r}"
+        )
     append_record({"t": time.time(), "step": at, "loss": None if loss is None else _clean(loss), "metrics": clean})
     maybe_sync_threads()
