@@ -28,3 +28,27 @@ def test_step_zero_is_saved_and_loaded() -> None:
     sdk.checkpoint.save({"a": 1}, step=0)
     assert sdk.checkpoint.load() == {"a": 1}
     assert sdk.checkpoint.latest_step() == 0
+
+
+@pytest.mark.parametrize(
+    ("step", "error", "says"),
+    [
+        (2.9, TypeError, "step must be a whole number, got float '2.9'"),
+        ("7", TypeError, "step must be a whole number, got str '7'"),
+        (True, TypeError, "step must be a whole number, got bool"),
+        (2**53 + 1, ValueError, "step 9007199254740993 is out of range"),
+    ],
+)
+def test_a_step_report_would_refuse_is_refused_and_writes_nothing(
+    run_dir: Path, step: object, error: type[Exception], says: str
+) -> None:
+    """int() made 2.9, "7" and True steps 2, 7 and 1; a step past 2**53 was saved, and the
+    agent dropped its record, so the plane never learnt of it (sdkwalk, s32)."""
+    with pytest.raises(error, match=says):
+        sdk.checkpoint.save({"a": 1}, step=step)  # type: ignore[arg-type]
+    assert not (run_dir / "ckpt").exists() or not list((run_dir / "ckpt").iterdir())
+
+
+def test_a_whole_float_step_is_saved_as_an_int() -> None:
+    assert sdk.checkpoint.save({"a": 1}, step=3.0).endswith("ckpt-000000000003.pt")  # type: ignore[arg-type]
+    assert sdk.checkpoint.latest_step() == 3

@@ -44,7 +44,7 @@ MAX_METRIC_NAME = 256
 """Longest metric name, in characters: the agent drops a longer one."""
 
 
-def _step(step: Any, who: str = "sluice.sdk.report") -> int:
+def whole_step(step: Any, who: str = "sluice.sdk.report") -> int:
     """A whole step number in [0, MAX_STEP]: 2.9 was recorded as step 2, and the agent drops a
     record whose step is negative or past MAX_STEP without a word."""
     at: int | None = None
@@ -96,7 +96,7 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     data = sys.modules.get("sluice.sdk.dataset")  # only when the job opened a dataset: no import here
     if data is not None:
         metrics = {**data.data_metrics(), **metrics}
-    at = _step(step)
+    at = whole_step(step)
     _bounded(metrics)
     clean = {k: c for k, v in metrics.items() if (c := _clean(v, k)) is not None}
     if "total_steps" in clean and clean["total_steps"] < 1:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.sdk._env import context
-from sluice.sdk._progress import append_record
+from sluice.sdk._progress import append_record, whole_step
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,19 @@ def _list(location: str) -> list[tuple[int, str]]:
 
 
 def save(state: dict[str, Any], step: int) -> str:
-    """Write `state` as the checkpoint of `step` (0 or more); returns its path and records it in
-    progress.jsonl."""
+    """Write `state` as the checkpoint of `step` (a whole number, 0 to 2**53, as `report` takes);
+    returns its path and records it in progress.jsonl."""
     global _last_save
-    if int(step) < 0:
-        # ckpt--00000000001.pt would be written, then never found by load() nor rotated away.
-        raise ValueError(f"step {int(step)}: a checkpoint's step is 0 or more")
+    # The step report() takes: a negative one wrote ckpt--00000000001.pt, never found by load()
+    # nor rotated away; int() made 2.9, "7" and True steps 2, 7 and 1; past 2**53 the agent
+    # drops the record, so the plane never learns of the checkpoint.
+    step = whole_step(step, "sluice.sdk.checkpoint.save")
     import torch
 
     ctx = context()
     location = ctx.checkpoint_dir
-    name = f"ckpt-{int(step):012d}.pt"
-    payload = {"step": int(step), "state": state, "saved_at": time.time()}
+    name = f"ckpt-{step:012d}.pt"
+    payload = {"step": step, "state": state, "saved_at": time.time()}
     if _is_url(location):
         import fsspec
 
@@ -89,7 +90,7 @@ def save(state: dict[str, Any], step: int) -> str:
         path = str(d / name)
     _rotate(location, ctx.checkpoint_keep)
     _last_save = time.monotonic()
-    append_record({"t": time.time(), "step": int(step), "checkpoint": path})
+    append_record({"t": time.time(), "step": step, "checkpoint": path})
     return path
 
 
