@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -109,3 +110,35 @@ def test_a_job_may_set_only_the_sdk_knobs_and_only_to_meaningful_values() -> Non
     ):
         with pytest.raises(ValueError, match=word):
             JobSpec(command=["true"], env=env)
+
+
+def test_each_reporting_thread_has_its_own_pool_resized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's intra-op count is per thread (OpenMP), as this fake's is. A side thread that
+    reported first (a metrics or logging thread) took the check and the change for the whole
+    process: the training thread's pool was never resized (sdkwalk, s32)."""
+    proc, leaf = _v1_tree(tmp_path)  # 1.5 cores: 2 threads
+    monkeypatch.setattr("sluice.sdk._threads._affinity", lambda: 8)
+    pools = threading.local()
+    fake = types.SimpleNamespace(
+        get_num_threads=lambda: getattr(pools, "n", 4), set_num_threads=lambda n: setattr(pools, "n", n)
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    sync = ThreadSync(proc)
+    heard: list[int] = []
+    sync.hooks.append(heard.append)
+
+    def side(now: float) -> None:
+        sync.maybe_sync(now=now)
+        heard.append(-fake.get_num_threads())
+
+    def in_side(now: float) -> None:
+        t = threading.Thread(target=side, args=(now,))
+        t.start()
+        t.join()
+
+    in_side(100.0)
+    assert sync.maybe_sync(now=100.5) == 2  # the training thread, within the side thread's interval
+    assert fake.get_num_threads() == 2
+    (leaf / "cpu.cfs_quota_us").write_text("100000\n")  # a live cut to 1 core
+    assert sync.maybe_sync(now=106.0) == 1 and fake.get_num_threads() == 1
+    assert heard == [2, -2, 1]  # hooks once per change, whichever thread saw it

@@ -14,8 +14,10 @@ file reads — the SDK looks at what this process can observe of its own CPU bud
   cpuset, or the affinity fallback of a host without a writable cgroup);
 
 and, when the budget rounded to whole cores changes, calls `torch.set_num_threads(n)`
-(only if the job has imported torch: the SDK never imports it) and every hook registered
-with `on_cpu_threads(fn)` (for other frameworks: `fn(n)`).
+(only if the job has imported torch: the SDK never imports it) in the thread that reports
+(torch's intra-op count is per thread: each thread that calls `report()` has its own pool
+resized), and once every hook registered with `on_cpu_threads(fn)` (for other frameworks:
+`fn(n)`).
 
 The SDK reads only this process's own cgroup, never a neighbour's weight, so under
 kernel *weights* (kube, sluice: no quota) the budget is the cores it may run on: idle cores
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -155,19 +158,30 @@ def _affinity() -> int:
         return os.cpu_count() or 1
 
 
+class _ThreadState(threading.local):
+    """What one thread's pool was given: torch's intra-op count is per thread (OpenMP's
+    `omp_set_num_threads` sets the calling thread's), so a `set_num_threads` made while a
+    side thread reported did not resize the training thread's pool."""
+
+    def __init__(self) -> None:
+        self.next = 0.0
+        self.ceiling: int | None = None
+        """This thread's own thread count, read at its first check: never exceeded."""
+        self.applied: int | None = None
+
+
 class ThreadSync:
-    """Per-process state: where the cgroup is (found once), when it was last read, the thread
-    count last applied, and the hooks to call when it changes."""
+    """Per-process state: where the cgroup is (found once) and the hooks to call when the
+    budget changes; per thread (`_ThreadState`): when it last checked, and the count its torch
+    pool was given."""
 
     def __init__(self, proc: Path = PROC_SELF) -> None:
         self.proc = proc
         self.override: bool | None = None
         self.hooks: list[Callable[[int], None]] = []
-        self.applied: int | None = None
-        self.ceiling: int | None = None
-        """The job's own thread count, read at the first check: never exceeded."""
+        self.hooks_applied: int | None = None
+        self._thread = _ThreadState()
         self._found: tuple[str, Path, Path] | str | None = None
-        self._next = 0.0
         self._pid = os.getpid()
 
     @property
@@ -186,36 +200,42 @@ class ThreadSync:
         return CpuBudget(read_quota(kind, leaf, mount), _affinity(), f"cgroup {kind} {leaf}")
 
     def maybe_sync(self, now: float | None = None) -> int | None:
-        """Apply the budget if the check interval has passed; the thread count applied, if any."""
+        """Apply the budget if this thread's check interval has passed; the thread count
+        applied, if any."""
         if not self.enabled:
             return None
         now = time.monotonic() if now is None else now
-        if now < self._next:
+        mine = self._thread
+        if now < mine.next:
             return None
-        self._next = now + _check_interval()
+        mine.next = now + _check_interval()
         return self.sync()
 
     def sync(self) -> int | None:
-        """Read the budget now and resize the pools if it changed; returns the count applied.
+        """Read the budget now and resize the calling thread's torch pool and the hooks if it
+        changed; returns the count applied.
 
-        The pool is never made larger than the job made it itself (torch's count at the first
-        check is its ceiling): the SDK shrinks a pool to a CPU cut and gives the threads back
+        The pool is never made larger than the job made it itself (torch's count at the thread's
+        first check is its ceiling): the SDK shrinks a pool to a CPU cut and gives the threads back
         when the cut is lifted, but it does not override a job that chose fewer threads — six
         one-thread jobs sharing two cores must not become six two-thread jobs."""
+        mine = self._thread
         torch = sys.modules.get("torch")
-        if self.ceiling is None and torch is not None and hasattr(torch, "get_num_threads"):
-            self.ceiling = max(1, int(torch.get_num_threads()))
+        if mine.ceiling is None and torch is not None and hasattr(torch, "get_num_threads"):
+            mine.ceiling = max(1, int(torch.get_num_threads()))
         n = self.budget().threads
-        if self.ceiling is not None:
-            n = min(n, self.ceiling)
-        if n == self.applied:
-            return None
-        if torch is not None and hasattr(torch, "set_num_threads"):
-            torch.set_num_threads(n)
-        for fn in self.hooks:
-            fn(n)
-        self.applied = n
-        return n
+        if mine.ceiling is not None:
+            n = min(n, mine.ceiling)
+        applied = None
+        if n != mine.applied:
+            if torch is not None and hasattr(torch, "set_num_threads"):
+                torch.set_num_threads(n)
+            mine.applied = applied = n
+        if n != self.hooks_applied:
+            for fn in self.hooks:
+                fn(n)
+            self.hooks_applied = applied = n
+        return applied
 
 
 def _check_interval() -> float:
@@ -238,7 +258,7 @@ def on_cpu_threads(fn: Callable[[int], None]) -> None:
     """Call `fn(n)` whenever the job's thread budget changes (and at the next check): for
     frameworks other than torch (e.g. `threadpoolctl`, TensorFlow's intra-op setting)."""
     _sync.hooks.append(fn)
-    _sync.applied = None  # the new hook hears the current budget at the next check
+    _sync.hooks_applied = None  # the new hook hears the current budget at the next check
 
 
 def manage_threads(enabled: bool = True) -> None:
