@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.api.app import create_app
-from sluice.api.metrics import DATASET_PRUNE_S, PlaneMetrics
+from sluice.api.metrics import DATASET_PRUNE_S, MAX_CACHE_COUNT, PlaneMetrics
 from sluice.control.plane import ControlPlane
 from sluice.data.index import Index
 from sluice.health.monitor import HealthMonitor, MonitorConfig
@@ -324,3 +324,25 @@ def test_a_metrics_token_too_short_to_be_a_secret_is_refused(tmp_path: Path, mon
         load_settings()
     assert "short-secret" not in str(err.value)  # a secret is not repeated
     assert Settings(home=tmp_path / "home", metrics_token="x" * 16).metrics_token == "x" * 16
+
+
+def test_absurd_cache_counters_cannot_break_the_scrape(env: Env) -> None:
+    """A job reports its own cache counters. Two reports of 1e308 (two attempts, or two jobs
+    on one dataset) summed past a float's range, and every scrape that saw the dataset (the
+    admin's and the metrics token's: all of Prometheus) failed with an OverflowError (sdkwalk,
+    s32). A counter is bounded: a report past MAX_CACHE_COUNT is not a count, and the total
+    stops at it."""
+    metrics: PlaneMetrics = env.client.app.state.metrics  # type: ignore[attr-defined]
+    env.plane.store.create_dataset(DatasetRecord("alice", "imgs", DatasetSpec(name="imgs", source="/data/x")))
+    j1 = JobView(id="j1", tenant="alice", name="a", phase=Phase.RUNNING, submitted_at=0, datasets=("alice/imgs",))
+    view = ClusterView(now=0.0, nodes={}, jobs={"j1": j1})
+
+    def report(attempt: int, hits: float) -> JobProgress:
+        return JobProgress("j1", attempt, 0.0, step=1, metrics={"cache:alice/imgs:hits_memory": hits})
+
+    metrics.observe(view, [report(1, 5), report(1, 1e308), report(2, 1e308)])
+    assert value(scrape(env, env.admin), "sluice_dataset_cache_hits_total", dataset="alice/imgs", tier="memory") == 5
+    for attempt in range(3, 8):
+        metrics.observe(view, [report(attempt, MAX_CACHE_COUNT)])
+    m = scrape(env, bearer(METRICS_TOKEN))
+    assert value(m, "sluice_dataset_cache_hits_total", dataset="alice/imgs", tier="memory") == MAX_CACHE_COUNT

@@ -84,6 +84,10 @@ ALLOC_EVERY_S = 2.0
 CACHE_PREFIX = "cache:"
 """Progress-record metric keys `cache:<owner/name>:<counter>` (sluice.sdk.dataset.CACHE_METRIC)."""
 CACHE_COUNTERS = ("hits_memory", "hits_disk", "misses")
+MAX_CACHE_COUNT = 2**53
+"""Most a per-dataset cache counter counts (exact as a float). The counters are the jobs' own
+reports: a report past it is not a count and is skipped, and a total stops at it, so that no
+job can sum a counter past a float's range and fail every scrape that sees it (sdkwalk, s32)."""
 
 DATASET_PRUNE_S = 60.0
 """How often the dataset counters of datasets deleted since are dropped (seconds): they were
@@ -294,9 +298,12 @@ class PlaneMetrics:
             ds, _, what = key[len(CACHE_PREFIX) :].rpartition(":")
             if ds not in datasets or what not in CACHE_COUNTERS:
                 continue
+            if value > MAX_CACHE_COUNT:
+                continue
             last = self._cache_last.get((e.job_id, e.attempt, key), 0.0)
             if value > last:
-                self._cache[(ds, what)] += int(value - last)
+                total = self._cache[(ds, what)] + int(value - last)
+                self._cache[(ds, what)] = min(total, MAX_CACHE_COUNT)
                 self._cache_last[(e.job_id, e.attempt, key)] = value
 
     # ------------------------------------------------------------------ collector
