@@ -4,7 +4,10 @@ was silently lost."""
 
 from __future__ import annotations
 
+import io
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +55,38 @@ def test_a_step_report_would_refuse_is_refused_and_writes_nothing(
 def test_a_whole_float_step_is_saved_as_an_int() -> None:
     assert sdk.checkpoint.save({"a": 1}, step=3.0).endswith("ckpt-000000000003.pt")  # type: ignore[arg-type]
     assert sdk.checkpoint.latest_step() == 3
+
+
+def test_two_threads_saving_one_step_at_once_both_finish(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The temporary file was named by the process only: two threads saving the same step at
+    once (a save on a signal thread and one in the loop) wrote one file, and the second rename
+    failed with FileNotFoundError (sdkwalk, s32). Each now writes its own."""
+    torch = pytest.importorskip("torch")
+    real = torch.save
+    both = threading.Barrier(2, timeout=10)
+
+    def slow_save(obj: object, f: Any) -> None:
+        buf = io.BytesIO()
+        real(obj, buf)
+        data = buf.getvalue()
+        f.write(data[: len(data) // 2])
+        both.wait()  # both threads are half-way through their file
+        f.write(data[len(data) // 2 :])
+
+    monkeypatch.setattr(torch, "save", slow_save)
+    errors: list[BaseException] = []
+
+    def save(value: int) -> None:
+        try:
+            sdk.checkpoint.save({"who": value}, step=5)
+        except BaseException as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=save, args=(v,)) for v in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sdk.checkpoint.load() in ({"who": 1}, {"who": 2})
+    assert [p.name for p in (run_dir / "ckpt").iterdir()] == ["ckpt-000000000005.pt"]

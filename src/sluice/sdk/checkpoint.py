@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,12 @@ def _list(location: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+def _tmp_name(name: str) -> str:
+    """Where a save writes before its rename: one per process and thread, so two threads saving
+    the same step at once do not write one file (and the second rename find it gone)."""
+    return f".tmp-{os.getpid()}-{threading.get_ident()}-{name}"
+
+
 def save(state: dict[str, Any], step: int) -> str:
     """Write `state` as the checkpoint of `step` (a whole number, 0 to 2**53, as `report` takes);
     returns its path and records it in progress.jsonl."""
@@ -73,7 +80,7 @@ def save(state: dict[str, Any], step: int) -> str:
 
         fs, root = fsspec.core.url_to_fs(location)
         fs.makedirs(root, exist_ok=True)
-        final, tmp = f"{root}/{name}", f"{root}/.tmp-{os.getpid()}-{name}"
+        final, tmp = f"{root}/{name}", f"{root}/{_tmp_name(name)}"
         with fs.open(tmp, "wb") as f:
             torch.save(payload, f)
         fs.mv(tmp, final)
@@ -81,7 +88,7 @@ def save(state: dict[str, Any], step: int) -> str:
     else:
         d = _local(location)
         d.mkdir(parents=True, exist_ok=True)
-        tmp_path = d / f".tmp-{os.getpid()}-{name}"
+        tmp_path = d / _tmp_name(name)
         with open(tmp_path, "wb") as fh:
             torch.save(payload, fh)
             fh.flush()
