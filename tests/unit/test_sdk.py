@@ -101,6 +101,23 @@ def test_should_stop_after_sigterm_and_import_stays_light(tmp_path: Path) -> Non
     assert out.stdout.split() == ["False", "False", "True"]
 
 
+def test_a_sigterm_handler_the_job_set_before_importing_the_sdk_still_runs(tmp_path: Path) -> None:
+    """Under sluice, importing the SDK replaced the job's own SIGTERM handler without a word
+    (a framework's, a script's that flushes its logs): it never ran again (sdkwalk, s32). The
+    SDK's handler now calls it after setting its flag."""
+    code = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGTERM, lambda s, f: print('own handler'))\n"
+        "from sluice import sdk\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "print(sdk.should_stop())\n"
+    )
+    env = {**os.environ, "SLUICE_RUN_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["own handler", "True"]
+
+
 # ---------------------------------------------------------------- elastic (issue 12)
 
 ELASTIC_VARS = ("WORLD_SIZE", "RANK", "SLUICE_BATCH_MODE", "SLUICE_REPLICAS_MIN", "SLUICE_GLOBAL_BATCH")
