@@ -90,3 +90,26 @@ def test_two_threads_saving_one_step_at_once_both_finish(run_dir: Path, monkeypa
     assert errors == []
     assert sdk.checkpoint.load() in ({"who": 1}, {"who": 2})
     assert [p.name for p in (run_dir / "ckpt").iterdir()] == ["ckpt-000000000005.pt"]
+
+
+def test_a_checkpoint_the_safe_loader_refuses_is_named_not_skipped() -> None:
+    """A state holding a numpy array (a metric buffer, numpy's RNG state) is refused by torch's
+    weights_only loader. load() took that for a torn file and fell back to older checkpoints,
+    refused too, then returned None: every resume started again from step 0, with only a
+    warning in the log (sdkwalk, s32)."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    sdk.checkpoint.save({"step": 1, "buf": np.zeros(3)}, step=1)
+    sdk.checkpoint.save({"step": 2, "buf": np.ones(3)}, step=2)
+    with pytest.raises(RuntimeError, match=r"ckpt-000000000002.pt \(step 2\) holds something .*weights_only=False"):
+        sdk.checkpoint.load()
+    state = sdk.checkpoint.load(weights_only=False)
+    assert state is not None and state["step"] == 2
+
+
+def test_a_torn_checkpoint_is_still_skipped_for_the_one_before(run_dir: Path) -> None:
+    pytest.importorskip("torch")
+    sdk.checkpoint.save({"step": 1}, step=1)
+    path = Path(sdk.checkpoint.save({"step": 2}, step=2))
+    path.write_bytes(path.read_bytes()[:-10])
+    assert sdk.checkpoint.load() == {"step": 1}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import threading
 import time
@@ -121,7 +122,10 @@ def load(*, weights_only: bool = True) -> dict[str, Any] | None:
 
     An unreadable newest file (disk trouble) is skipped with a warning in favour of the one
     before it, rather than failing the attempt. `weights_only=True` (torch's safe loader)
-    accepts tensors, numbers, strings and containers of them — what state_dicts hold.
+    accepts tensors, numbers, strings and containers of them — what state_dicts hold. A file it
+    refuses for what it holds (a numpy array, say) raises RuntimeError naming the file: it was
+    skipped like a torn one, and since every checkpoint of the job holds the same kinds of
+    things, the job started again from step 0 with only a warning in its log.
     """
     import torch
 
@@ -135,6 +139,17 @@ def load(*, weights_only: bool = True) -> dict[str, Any] | None:
                     payload = torch.load(f, map_location="cpu", weights_only=weights_only)
             else:
                 payload = torch.load(path, map_location="cpu", weights_only=weights_only)
+        except pickle.UnpicklingError as err:
+            if not weights_only or "Weights only load failed" not in str(err):
+                log.warning("checkpoint %s (step %d) unreadable, trying an older one: %s", path, step, err)
+                continue
+            refused = next((ln.strip() for ln in str(err).splitlines() if "WeightsUnpickler error" in ln), "")
+            raise RuntimeError(
+                f"sluice.sdk.checkpoint.load: {path} (step {step}) holds something torch's safe loader "
+                f"refuses ({refused[:300] or 'see torch.load'}); save tensors, numbers, strings and "
+                "containers of them (e.g. torch.from_numpy(a), a.tolist()), or, for a file you trust, "
+                "call sdk.checkpoint.load(weights_only=False)"
+            ) from None
         except Exception as err:  # a torn or foreign file must not stop a resume
             log.warning("checkpoint %s (step %d) unreadable, trying an older one: %s", path, step, err)
             continue
