@@ -113,3 +113,12 @@ def test_a_torn_checkpoint_is_still_skipped_for_the_one_before(run_dir: Path) ->
     path = Path(sdk.checkpoint.save({"step": 2}, step=2))
     path.write_bytes(path.read_bytes()[:-10])
     assert sdk.checkpoint.load() == {"step": 1}
+
+
+@pytest.mark.parametrize("state", [(1, 2), [1], "model"])
+def test_a_state_load_would_not_return_is_refused(run_dir: Path, state: object) -> None:
+    """load() returns a dict or None: a tuple state was saved, then read back as None, a fresh
+    start, without a word (sdkwalk, s32)."""
+    with pytest.raises(TypeError, match=f"state must be a dict .*got {type(state).__name__}"):
+        sdk.checkpoint.save(state, step=1)  # type: ignore[arg-type]
+    assert not (run_dir / "ckpt").exists() or not list((run_dir / "ckpt").iterdir())

@@ -63,13 +63,20 @@ def _tmp_name(name: str) -> str:
 
 
 def save(state: dict[str, Any], step: int) -> str:
-    """Write `state` as the checkpoint of `step` (a whole number, 0 to 2**53, as `report` takes);
-    returns its path and records it in progress.jsonl."""
+    """Write `state` (a dict) as the checkpoint of `step` (a whole number, 0 to 2**53, as
+    `report` takes); returns its path and records it in progress.jsonl."""
     global _last_save
     # The step report() takes: a negative one wrote ckpt--00000000001.pt, never found by load()
     # nor rotated away; int() made 2.9, "7" and True steps 2, 7 and 1; past 2**53 the agent
     # drops the record, so the plane never learns of the checkpoint.
     step = whole_step(step, "sluice.sdk.checkpoint.save")
+    if not isinstance(state, dict):
+        # load() returns a dict or None: a tuple or a bare tensor was saved, then read back as
+        # None, a fresh start, without a word.
+        raise TypeError(
+            f"sluice.sdk.checkpoint.save: state must be a dict (e.g. {{'model': model.state_dict()}}), "
+            f"got {type(state).__name__}"
+        )
     import torch
 
     ctx = context()
