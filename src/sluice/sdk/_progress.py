@@ -88,8 +88,9 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     (a whole N >= 1) so remaining time can be predicted; any other numeric metric (accuracy,
     samples_per_s, ...) is kept too, at most 256 per report, each name 1 to 256 characters;
     a job reading a `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data)
-    added. A NaN or infinite loss or metric is recorded as null; a value that is not a number
-    raises TypeError naming it, a value out of those bounds ValueError.
+    added. A NaN or infinite loss is recorded as null, and such a metric left out of the record;
+    a value that is not a number raises TypeError naming it, a value out of those bounds
+    ValueError.
 
     Also where the job's thread pool follows its CPU allocation (`sdk._threads`): at most
     every few seconds, the CPU budget is re-read and torch's pool resized if it changed."""
