@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 from fastapi.testclient import TestClient
 
@@ -301,3 +302,37 @@ def test_a_resume_copy_counts_against_max_disk_mb_and_one_at_the_cap_is_refused(
         # deleting the cancelled copy makes room for one more
         assert rs.http.delete(f"/v1/jobs/{second.json()['id']}", headers=rs.auth).status_code == 200
         assert rs.resume().status_code == 201
+
+
+@pytest.mark.parametrize("where", ["local", "memory://"])
+def test_a_checkpoint_name_past_the_largest_step_is_no_checkpoint(tmp_path: Path, where: str) -> None:
+    """ckpt-<30 digits>.pt was taken as the newest checkpoint, and its step, past 64 bits, went
+    into the new job's record (sdkwalk, s32)."""
+    if where == "local":
+        src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+        os.makedirs(src)
+    else:
+        src, dst = f"memory://sdkwalk-{tmp_path.name}/src", f"memory://sdkwalk-{tmp_path.name}/dst"
+    fs, root = fsspec.core.url_to_fs(src)
+    for name in ("ckpt-12.pt", "ckpt-" + "9" * 30 + ".pt", f"ckpt-{2**53 + 1}.pt"):
+        with fs.open(f"{root}/{name}", "wb") as f:
+            f.write(b"w")
+    got = copy_checkpoints(src, dst, keep=2)
+    assert got is not None and got[1] == 12 and got[0].endswith("/ckpt-12.pt")
+
+
+@needs_root
+def test_resume_from_a_job_that_planted_a_huge_step_starts_from_its_real_checkpoint(tmp_path: Path) -> None:
+    """The job whose record held that step could never be saved: it stayed Pending, its cancel
+    was a 500, and every round logged two tracebacks (sdkwalk, s32)."""
+    settings = Settings(home=tmp_path / "home")
+    with resuming(settings) as rs:
+        for name in ("ckpt-10.pt", "ckpt-" + "9" * 30 + ".pt"):
+            (rs.folder / name).write_bytes(b"weights")
+            os.chown(rs.folder / name, rs.user.uid, rs.user.gid)
+        r = rs.resume()
+        assert r.status_code == 201, r.text
+        new = r.json()["id"]
+        assert rs.plane.get_job(rs.alice, new).checkpoint_step == 10
+        rs.plane.step()
+        assert rs.http.post(f"/v1/jobs/{new}/cancel", headers=rs.auth).status_code == 200

@@ -122,3 +122,14 @@ def test_a_state_load_would_not_return_is_refused(run_dir: Path, state: object) 
     with pytest.raises(TypeError, match=f"state must be a dict .*got {type(state).__name__}"):
         sdk.checkpoint.save(state, step=1)  # type: ignore[arg-type]
     assert not (run_dir / "ckpt").exists() or not list((run_dir / "ckpt").iterdir())
+
+
+def test_a_file_named_past_the_largest_step_is_no_checkpoint(run_dir: Path) -> None:
+    """ckpt-<30 digits>.pt (no step save() writes) was the newest checkpoint for load() and
+    latest_step(), and never rotated away (sdkwalk, s32)."""
+    pytest.importorskip("torch")
+    sdk.checkpoint.save({"a": 1}, step=12)
+    for name in ("ckpt-" + "9" * 30 + ".pt", f"ckpt-{2**53 + 1}.pt"):
+        (run_dir / "ckpt" / name).write_bytes(b"junk")
+    assert sdk.checkpoint.latest_step() == 12
+    assert sdk.checkpoint.load() == {"a": 1}

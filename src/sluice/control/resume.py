@@ -38,6 +38,7 @@ from sluice.agent.isolation import confined_dir
 from sluice.control.errors import TooBusy
 from sluice.control.job_files import open_own
 from sluice.model import JobUser
+from sluice.model.progress import MAX_STEP
 
 
 class CopySlots:
@@ -85,6 +86,20 @@ class CopySlots:
 
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.pt$")
+
+
+def _step_of(name: str) -> int | None:
+    """The step of a checkpoint's file name, or None: not `ckpt-<step>.pt`, or a step past
+    MAX_STEP. The old job's folder is its own to name files in: ckpt-<30 digits>.pt was copied as
+    the newest, and its step, past 64 bits, made the new job's record one the store refuses
+    (stuck Pending, its cancel a 500, two tracebacks a round)."""
+    m = _CKPT.match(name)
+    if m is None or len(m.group(1)) > 16:
+        return None
+    step = int(m.group(1))
+    return step if step <= MAX_STEP else None
+
+
 _CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 64 << 30
 
@@ -133,9 +148,9 @@ def copy_checkpoints(
         return None
     found: list[tuple[int, str]] = []
     for path in src_fs.ls(src_root, detail=False):
-        m = _CKPT.match(str(path).rstrip("/").rsplit("/", 1)[-1])
-        if m:
-            found.append((int(m.group(1)), str(path)))
+        step = _step_of(str(path).rstrip("/").rsplit("/", 1)[-1])
+        if step is not None:
+            found.append((step, str(path)))
     if not found:
         return None
     found.sort()
@@ -169,7 +184,7 @@ def _copy_local(
             raise OSError(f"{src_dir} is a symbolic link, not a checkpoint folder") from None
         raise
     try:
-        found = sorted((int(m.group(1)), name) for name in os.listdir(folder) if (m := _CKPT.match(name)))
+        found = sorted((step, name) for name in os.listdir(folder) if (step := _step_of(name)) is not None)
         if not found:
             return None
         sources = [(step, name, open_own(folder, name, owner)) for step, name in found[-keep:]]

@@ -20,11 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from sluice.sdk._env import context
-from sluice.sdk._progress import append_record, whole_step
+from sluice.sdk._progress import MAX_STEP, append_record, whole_step
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^ckpt-(\d+)\.pt$")
+_NAME = re.compile(r"^ckpt-(\d{1,16})\.pt$")
+"""A checkpoint's file name; more digits than 2**53 has are no step save() writes."""
+
+
+def _step_of(name: str) -> int | None:
+    m = _NAME.match(name)
+    return None if m is None or int(m.group(1)) > MAX_STEP else int(m.group(1))
+
+
 _last_save = time.monotonic()
 
 
@@ -47,12 +55,12 @@ def _list(location: str) -> list[tuple[int, str]]:
         except FileNotFoundError:
             return []
         proto = location.split("://", 1)[0]
-        found = [(int(m.group(1)), f"{proto}://{p}") for n, p in names if (m := _NAME.match(n))]
+        found = [(step, f"{proto}://{p}") for n, p in names if (step := _step_of(n)) is not None]
     else:
         d = _local(location)
         if not d.is_dir():
             return []
-        found = [(int(m.group(1)), str(d / n)) for n in os.listdir(d) if (m := _NAME.match(n))]
+        found = [(step, str(d / n)) for n in os.listdir(d) if (step := _step_of(n)) is not None]
     return sorted(found)
 
 
