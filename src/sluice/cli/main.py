@@ -75,3 +75,6 @@ app.command("up")(up.up)
 app.command("down")(up.down)
 app.command("usage")(usage)
 add_summaries(app)
+
+if __name__ == "__main__":  # `python -m sluice.cli.main ...` ran nothing and exited 0 (sdkwalk s32)
+    app()
