@@ -2,4 +2,5 @@
 
 from sluice.cli.main import app
 
-app()
+if __name__ == "__main__":  # imported (a test importing every module), it runs nothing
+    app()
