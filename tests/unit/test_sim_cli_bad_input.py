@@ -362,3 +362,36 @@ def test_sim_run_ints_past_float_range_are_refused(flag: str) -> None:
     """An int too large for a float was `error: OverflowError` from the range check."""
     line = refused(["sim", "run", "--workload", "cpu:2", flag, "1" + "0" * 400], flag)
     assert "(401 digits)" in line
+
+
+@pytest.mark.usefixtures("nothing_runs")
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--parts", "cpu", "--policies", "sluice"], "--policies"),  # was: run without the pollux part, ignored
+        (["--parts", "cpu", "--loads", "0.5"], "--loads"),
+        (["--parts", "scale", "--workloads", "3"], "--workloads"),
+        (["--parts", "pollux", "--cpu-policies", "kube"], "--cpu-policies"),
+        (["--parts", "pollux", "--scale-policy", "pollux"], "--scale-policy"),
+        (["--parts", "cpu", "--scale-jobs", "100"], "--scale-jobs"),
+        (["--parts", "cpu", "--scale-nodes", "10"], "--scale-nodes"),
+        (["--parts", "cpu", "--scale-load-factor", "2"], "--scale-load-factor"),
+        (["--parts", "pollux,cpu", "--scale-hours", "6"], "--scale-hours"),
+    ],
+)
+def test_bench_sim_refuses_a_flag_of_a_part_it_does_not_run(args: list[str], flag: str) -> None:
+    line = refused(["bench", "sim", *args], flag)
+    assert "not run" in line and "--parts" in line
+
+
+def test_bench_sim_takes_each_part_flag_with_its_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.bench.sim as bench_sim
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(bench_sim, "run", lambda **kw: seen.update(kw))
+    args = ["bench", "sim", "--parts", "pollux,cpu,scale", "--loads", "0.5", "--workloads", "3", "--policies", "sluice"]
+    args += ["--cpu-policies", "kube", "--scale-policy", "pollux", "--scale-jobs", "100", "--scale-hours", "6"]
+    r = CliRunner().invoke(app, [*args, "--scale-nodes", "10", "--scale-load-factor", "2"])
+    assert r.exit_code == 0, r.output
+    assert seen["loads"] == ["0.5"] and seen["workloads"] == [3] and seen["scale_policy"] == "pollux"
+    assert (seen["scale_jobs"], seen["scale_nodes"], seen["scale_load_factor"], seen["scale_hours"]) == (100, 10, 2, 6)

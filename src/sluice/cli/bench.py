@@ -609,6 +609,15 @@ def _names(flag: str, given: str | None, valid: list[str]) -> list[str] | None:
     return names
 
 
+SIM_ALL_LOADS = "0.5,1.0,1.5,2.0"
+SIM_ALL_WORKLOADS = "1,2,3,4,5,6,7,8"
+SIM_SCALE_POLICY = "sluice"
+SIM_SCALE_JOBS = 20_000
+SIM_SCALE_NODES = 5_000
+SIM_SCALE_LOAD_FACTOR = 10.0
+"""`bench sim`'s defaults; a flag of a part that is not run, given any other value, is refused."""
+
+
 @app.command("sim")
 def sim(
     parts: Annotated[str, typer.Option(help="Which parts: pollux, cpu, scale (comma-separated).")] = "pollux,cpu",
@@ -620,10 +629,10 @@ def sim(
             "included: pollux-prior, sluice-prior (the fixed speed-up prior), sluice-gns (gradient noise scale)."
         ),
     ] = None,
-    loads: Annotated[str, typer.Option(help="Load levels of the Pollux workloads (0.5, 1.0, 1.5, 2.0).")] = (
-        "0.5,1.0,1.5,2.0"
-    ),
-    workloads: Annotated[str, typer.Option(help="Pollux workload numbers (1-8).")] = "1,2,3,4,5,6,7,8",
+    loads: Annotated[
+        str, typer.Option(help="Load levels of the Pollux workloads (0.5, 1.0, 1.5, 2.0).")
+    ] = SIM_ALL_LOADS,
+    workloads: Annotated[str, typer.Option(help="Pollux workload numbers (1-8).")] = SIM_ALL_WORKLOADS,
     cpu_policies: Annotated[
         str | None,
         typer.Option(
@@ -636,19 +645,19 @@ def sim(
     ] = None,
     scale_policy: Annotated[
         str, typer.Option(help="Policy for the scale run (a `sluice sim policies` name, variants included).")
-    ] = ("sluice"),
+    ] = SIM_SCALE_POLICY,
     scale_jobs: Annotated[
         int, typer.Option(help=f"Philly jobs in the scale run (1 to {SIM_MAX_SCALE_JOBS:,}).")
-    ] = 20_000,
+    ] = SIM_SCALE_JOBS,
     scale_nodes: Annotated[
         int, typer.Option(help=f"Nodes (8 GPUs each) in the scale run (1 to {SIM_MAX_SCALE_NODES:,}).")
-    ] = 5_000,
+    ] = SIM_SCALE_NODES,
     scale_load_factor: Annotated[
         float,
         typer.Option(
             help=f"Arrival compression of the Philly window ({SIM_LOAD_FACTORS[0]:g} to {SIM_LOAD_FACTORS[1]:g})."
         ),
-    ] = 10.0,
+    ] = SIM_SCALE_LOAD_FACTOR,
     scale_hours: Annotated[
         float | None,
         typer.Option(
@@ -702,6 +711,20 @@ def sim(
         _usage("--scale-load-factor", f"must be a number from {lo:g} to {hi:g}, got {scale_load_factor:g}")
     if scale_hours is not None and not (math.isfinite(scale_hours) and 0 < scale_hours <= SIM_MAX_SCALE_HOURS):
         _usage("--scale-hours", f"must be a number above 0 and at most {SIM_MAX_SCALE_HOURS:g}, got {scale_hours:g}")
+    _part_flags(
+        names,
+        {
+            "--policies": ("pollux", policies is not None),
+            "--loads": ("pollux", loads != SIM_ALL_LOADS),
+            "--workloads": ("pollux", workloads != SIM_ALL_WORKLOADS),
+            "--cpu-policies": ("cpu", cpu_policies is not None),
+            "--scale-policy": ("scale", scale_policy != SIM_SCALE_POLICY),
+            "--scale-jobs": ("scale", scale_jobs != SIM_SCALE_JOBS),
+            "--scale-nodes": ("scale", scale_nodes != SIM_SCALE_NODES),
+            "--scale-load-factor": ("scale", scale_load_factor != SIM_SCALE_LOAD_FACTOR),
+            "--scale-hours": ("scale", scale_hours is not None),
+        },
+    )
 
     try:
         bench_sim.run(
@@ -721,6 +744,17 @@ def sim(
         )
     except SimDataMissing as err:
         _missing_data(err)
+
+
+def _part_flags(parts: set[str], flags: dict[str, tuple[str, bool]]) -> None:
+    """A flag of a part that is not run would be ignored without a word: refused, naming the part."""
+    for flag, (part, given) in flags.items():
+        if given and part not in parts:
+            _usage(
+                flag,
+                f"applies to the {part} part, which is not run (--parts {','.join(sorted(parts))}); "
+                f"add {part} to --parts",
+            )
 
 
 def _missing_data(err: Exception) -> NoReturn:
