@@ -395,3 +395,10 @@ def test_bench_sim_takes_each_part_flag_with_its_part(monkeypatch: pytest.Monkey
     assert r.exit_code == 0, r.output
     assert seen["loads"] == ["0.5"] and seen["workloads"] == [3] and seen["scale_policy"] == "pollux"
     assert (seen["scale_jobs"], seen["scale_nodes"], seen["scale_load_factor"], seen["scale_hours"]) == (100, 10, 2, 6)
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_bench_sim_checks_its_out_file_before_any_run(tmp_path: Path) -> None:
+    """Was: the whole run, its tables printed, then FileNotFoundError (exit 1) and no JSON."""
+    refused(["bench", "sim", "--parts", "cpu", "--out", str(tmp_path / "no-such-folder" / "x.json")], "--out")
+    refused(["bench", "sim", "--parts", "cpu", "--out", str(tmp_path)], "--out")

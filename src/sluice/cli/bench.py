@@ -725,6 +725,7 @@ def sim(
             "--scale-hours": ("scale", scale_hours is not None),
         },
     )
+    _out("--out", out)
 
     try:
         bench_sim.run(
