@@ -3,7 +3,8 @@
 Three parts:
 - **pollux**: each GPU policy on the eight Pollux workloads at 0.5×/1.0×/1.5×/2.0× load (16 nodes
   × 4 GPUs, 60 s rounds), mean of the per-workload average JCTs, beside the published
-  Pollux, Optimus+Oracle and Tiresias numbers (results-jobload/*/summary.json), as ratios;
+  Pollux, Optimus+Oracle and Tiresias numbers (results-jobload/*/summary.json, the mean over
+  the same workloads), as ratios;
 - **cpu**: FlowCon's CPU-job setups (4 nodes × 20 jobs, 8 nodes × 60 jobs, staggered
   arrivals): average JCT, makespan and QoE targets met, versus `kube`;
 - **scale**: a Philly-derived workload (20,000 jobs on 5,000 nodes × 8 GPUs by default): wall
@@ -98,14 +99,23 @@ def _one_cpu(args: tuple[str, int, int, float, bool]) -> dict[str, Any]:
     }
 
 
-def published(base: Path) -> dict[str, dict[str, float]]:
-    """Published mean of per-workload average JCTs (seconds), policy -> load -> value."""
+def published(base: Path, workloads: list[int] | None = None) -> dict[str, dict[str, float]]:
+    """Published mean of per-workload average JCTs (seconds), policy -> load -> value, over
+    `workloads` (default all eight), so a run on some workloads is set beside the same ones. A
+    summary without the per-workload averages it needs is left out."""
     out: dict[str, dict[str, float]] = {}
     for p in PUBLISHED:
         for load in LOADS:
             f = base / "results-jobload" / f"{p}-{load}" / "summary.json"
-            if f.exists():
-                out.setdefault(p, {})[load] = float(json.loads(f.read_text())["mean"])
+            if not f.exists():
+                continue
+            summary = json.loads(f.read_text())
+            if workloads is None or sorted(set(workloads)) == list(range(1, 9)):
+                out.setdefault(p, {})[load] = float(summary["mean"])
+                continue
+            avgs = summary.get("avgs", {})
+            if all(f"workload-{w}" in avgs for w in workloads):
+                out.setdefault(p, {})[load] = sum(float(avgs[f"workload-{w}"]) for w in workloads) / len(workloads)
     return out
 
 
@@ -125,7 +135,7 @@ def run_pollux(
             console.print(f"  [{i}/{len(tasks)}] {p} {load}× done ({time.perf_counter() - started:.0f}s)", end="\r")
     console.print()
     ours = {p: {load: sum(acc[(p, load)]) / len(acc[(p, load)]) for load in loads} for p in policies}
-    pub = published(base)
+    pub = published(base, workloads)
     tiresias_pub = pub.get("tiresias", {})
 
     t = Table(

@@ -632,7 +632,10 @@ def sim(
     loads: Annotated[
         str, typer.Option(help="Load levels of the Pollux workloads (0.5, 1.0, 1.5, 2.0).")
     ] = SIM_ALL_LOADS,
-    workloads: Annotated[str, typer.Option(help="Pollux workload numbers (1-8).")] = SIM_ALL_WORKLOADS,
+    workloads: Annotated[
+        str,
+        typer.Option(help="Pollux workload numbers (1-8); the published results are set beside the same workloads."),
+    ] = SIM_ALL_WORKLOADS,
     cpu_policies: Annotated[
         str | None,
         typer.Option(
