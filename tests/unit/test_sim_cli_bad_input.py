@@ -402,3 +402,17 @@ def test_bench_sim_checks_its_out_file_before_any_run(tmp_path: Path) -> None:
     """Was: the whole run, its tables printed, then FileNotFoundError (exit 1) and no JSON."""
     refused(["bench", "sim", "--parts", "cpu", "--out", str(tmp_path / "no-such-folder" / "x.json")], "--out")
     refused(["bench", "sim", "--parts", "cpu", "--out", str(tmp_path)], "--out")
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_sim_run_refuses_a_repair_time_when_no_node_is_lost(one_job: Path) -> None:
+    """Was: --repair-s 5 with neither --fail-rate nor --fail-at ran and ignored it."""
+    line = refused(["sim", "run", "--workload", str(one_job), "--repair-s", "5"], "--repair-s")
+    assert "--fail-rate or --fail-at" in line
+
+
+def test_sim_run_takes_a_repair_time_with_losses(one_job: Path) -> None:
+    for extra in (["--fail-at", "60:n00"], ["--fail-rate", "0.1"]):
+        args = ["sim", "run", "--workload", str(one_job), "--repair-s", "5", *extra, "-o", "json"]
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output

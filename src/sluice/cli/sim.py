@@ -71,6 +71,8 @@ def _fail_at(items: list[str], nodes: list[str]) -> list[tuple[float, str]]:
     return out
 
 
+DEFAULT_REPAIR_S = 1800.0
+"""Seconds until a lost node comes back unless --repair-s says otherwise (used only with failures)."""
 DEFAULT_GPUS_PER_NODE = 4
 """GPUs per simulated node for GPU workloads when --gpus-per-node is not given (CPU workloads: 0)."""
 
@@ -159,6 +161,8 @@ def _failures(fail_rate: float, fail_at: list[str], repair_s: float, seed: int, 
 
     losses = _fail_at(fail_at, nodes)
     if fail_rate <= 0 and not losses:
+        if repair_s != DEFAULT_REPAIR_S:
+            bad_input("--repair-s", "applies only with --fail-rate or --fail-at: no node is lost in this run")
         return None
     return FailurePlan(at=losses, rate_per_node_hour=fail_rate, repair_s=repair_s, seed=seed)
 
@@ -272,8 +276,11 @@ def run(
         ),
     ] = None,
     repair_s: Annotated[
-        float, typer.Option(help=f"Seconds until a lost node comes back (0 to {MAX_REPAIR_S:,.0f}).")
-    ] = 1800.0,
+        float,
+        typer.Option(
+            help=f"Seconds until a lost node comes back (0 to {MAX_REPAIR_S:,.0f}); only with --fail-rate or --fail-at."
+        ),
+    ] = DEFAULT_REPAIR_S,
     seed: Annotated[int, typer.Option(help=f"Seed for sampling and failures (0 to {MAX_SEED}).")] = 0,
     oracle: Annotated[
         bool,
