@@ -416,3 +416,17 @@ def test_sim_run_takes_a_repair_time_with_losses(one_job: Path) -> None:
         args = ["sim", "run", "--workload", str(one_job), "--repair-s", "5", *extra, "-o", "json"]
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 0, r.output
+
+
+@pytest.mark.usefixtures("nothing_runs")
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--workloads", "5,5"], "--workloads"),  # was: run twice, restarts summed twice, "0/2" workloads met
+        (["--loads", "0.5,0.5"], "--loads"),
+        (["--policies", "sluice,pollux,sluice"], "--policies"),
+        (["--cpu-policies", "kube,kube"], "--cpu-policies"),
+    ],
+)
+def test_bench_sim_refuses_a_name_given_twice(args: list[str], flag: str) -> None:
+    assert "more than once" in refused(["bench", "sim", *args], flag)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -606,7 +606,15 @@ def _names(flag: str, given: str | None, valid: list[str]) -> list[str] | None:
     unknown = [n for n in names if n not in valid]
     if unknown:
         _usage(flag, f"unknown policy {', '.join(map(repr, unknown))}; choose from {', '.join(valid)}")
+    _once(flag, names)
     return names
+
+
+def _once(flag: str, items: list[Any]) -> None:
+    """A name or number given twice would run twice and be counted twice (restarts, k/n): refused."""
+    twice = sorted({str(x) for x in items if items.count(x) > 1})
+    if twice:
+        _usage(flag, f"{', '.join(twice)} given more than once; give each once")
 
 
 SIM_ALL_LOADS = "0.5,1.0,1.5,2.0"
@@ -692,12 +700,14 @@ def sim(
     bad = [x for x in load_list if x not in bench_sim.LOADS]
     if bad or not load_list:
         _usage("--loads", f"{', '.join(bad) or '(none)'}: choose from {', '.join(bench_sim.LOADS)}")
+    _once("--loads", load_list)
     try:
         wl = [int(x) for x in workloads.split(",") if x.strip()]
     except ValueError:
         _usage("--workloads", "give workload numbers 1-8, comma-separated")
     if not wl or any(w < 1 or w > 8 for w in wl):
         _usage("--workloads", "give workload numbers 1-8, comma-separated")
+    _once("--workloads", wl)
     registered = policy_names()  # variants included: the pollux and scale parts run GPU jobs
     gpu_names = _names("--policies", policies, registered)
     cpu_names = _names("--cpu-policies", cpu_policies, policy_names(variants=False))
