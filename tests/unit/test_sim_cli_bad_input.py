@@ -430,3 +430,12 @@ def test_sim_run_takes_a_repair_time_with_losses(one_job: Path) -> None:
 )
 def test_bench_sim_refuses_a_name_given_twice(args: list[str], flag: str) -> None:
     assert "more than once" in refused(["bench", "sim", *args], flag)
+
+
+@pytest.mark.usefixtures("nothing_runs")
+def test_sim_profile_checks_its_out_file_before_profiling(tmp_path: Path) -> None:
+    """Was: the example profiled for real at every limit, then FileNotFoundError (exit 1), nothing saved."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: x\ncommand: [python, x.py]\n")
+    refused(["sim", "profile", str(spec), "--out", str(tmp_path / "no-such-folder" / "p.json")], "--out")
+    refused(["sim", "profile", str(spec), "--out", str(tmp_path)], "--out")

@@ -393,6 +393,10 @@ def profile(
         if any(not (math.isfinite(c) and 0 < c <= MAX_CPUS_PER_NODE) for c in limits):
             bad_input(f"--cores {cores}", f"each limit must be above 0 and at most {MAX_CPUS_PER_NODE:g}")
         in_range("--seconds", seconds, MIN_PROFILE_S, MAX_PROFILE_S)
+        if out is not None and out.is_dir():
+            bad_input(f"--out {out}", "is a folder; give a file")
+        if out is not None and not out.parent.is_dir():
+            bad_input(f"--out {out}", f"no folder {out.parent}")
         if not spec.is_file():
             raise CliError(f"SPEC {spec}: no such file", EXIT_USAGE)
         try:
