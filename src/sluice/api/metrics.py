@@ -152,7 +152,7 @@ def sample_job(job: JobRecord, progress: ProgressSignals | None) -> JobSample:
         cpu_used=used if job.phase.active else 0.0,
         steps_per_s=progress.throughput if progress and job.phase.active else 0.0,
         loss=loss,
-        step=max(job.step, progress.step if progress else 0),
+        step=job.step,  # the newest attempt's furthest step (ProgressTracker.attempt_step)
         restarts=job.restarts,
         replicas=alloc.replicas if alloc else 0,
     )

@@ -458,7 +458,7 @@ class Controller:
         elif isinstance(e, JobProgress):
             tr = self._tracker(job)
             tr.report(e.time, e.step, e.loss, e.metrics, shape=alloc_shape(job.allocation), attempt=job.attempt)
-            self.book.observe(job.id, step=tr.step, loss=tr.loss)
+            self.book.observe(job.id, step=tr.attempt_step, loss=tr.loss)
             self._check_qoe(job, tr, e.time)
         elif isinstance(e, JobUsage):
             self._tracker(job).usage(e.time, e.cpu_cores)

@@ -150,6 +150,13 @@ class ProgressTracker:
     """Mutable accumulator owned by the controller, one per job."""
 
     step: int = 0
+    """The furthest step any attempt reported: what the policies read (unchanged by a resume
+    from an older checkpoint, as before)."""
+    attempt_step: int = 0
+    """The furthest step the newest attempt reported: where the job is now (what `job get`
+    shows). After a crash at step 150 and a resume from the checkpoint at 69, `step` stays 150
+    while this reads 69, then 70, ..."""
+    _step_attempt: int = -1
     loss: float | None = None
     best_loss: float | None = None
     max_loss: float | None = None
@@ -200,6 +207,10 @@ class ProgressTracker:
             self.first_report = time
         self.last_report = time
         self.step = max(self.step, int(step))
+        if attempt > self._step_attempt:
+            self._step_attempt, self.attempt_step = attempt, int(step)
+        elif attempt == self._step_attempt:
+            self.attempt_step = max(self.attempt_step, int(step))
         if loss is not None and math.isfinite(loss):
             self.loss = float(loss)
             self.max_loss = loss if self.max_loss is None else max(self.max_loss, loss)
