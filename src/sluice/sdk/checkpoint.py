@@ -138,13 +138,16 @@ def load(*, weights_only: bool = True) -> dict[str, Any] | None:
     An unreadable newest file (disk trouble) is skipped with a warning in favour of the one
     before it, rather than failing the attempt. `weights_only=True` (torch's safe loader)
     accepts tensors, numbers, strings and containers of them — what state_dicts hold. A file it
-    refuses for what it holds (a numpy array, say) raises RuntimeError naming the file: it was
-    skipped like a torn one, and since every checkpoint of the job holds the same kinds of
-    things, the job started again from step 0 with only a warning in its log.
+    refuses for what it holds (a numpy array, say) raises RuntimeError naming the file when no
+    older checkpoint loads either: it was skipped like a torn one, and since every checkpoint of
+    the job holds the same kinds of things, the job started again from step 0 with only a
+    warning in its log. A newest file the safe loader refuses while an older one loads is taken
+    for a damaged one (a flipped byte in its pickle reads as an unknown name) and skipped.
     """
     import torch
 
     location = context().checkpoint_dir
+    refusal: str | None = None
     for step, path in reversed(_list(location)):
         try:
             if _is_url(location):
@@ -155,21 +158,23 @@ def load(*, weights_only: bool = True) -> dict[str, Any] | None:
             else:
                 payload = torch.load(path, map_location="cpu", weights_only=weights_only)
         except pickle.UnpicklingError as err:
-            if not weights_only or "Weights only load failed" not in str(err):
-                log.warning("checkpoint %s (step %d) unreadable, trying an older one: %s", path, step, err)
-                continue
-            refused = next((ln.strip() for ln in str(err).splitlines() if "WeightsUnpickler error" in ln), "")
-            raise RuntimeError(
-                f"sluice.sdk.checkpoint.load: {path} (step {step}) holds something torch's safe loader "
-                f"refuses ({refused[:300] or 'see torch.load'}); save tensors, numbers, strings and "
-                "containers of them (e.g. torch.from_numpy(a), a.tolist()), or, for a file you trust, "
-                "call sdk.checkpoint.load(weights_only=False)"
-            ) from None
+            if weights_only and "Weights only load failed" in str(err) and refusal is None:
+                refused = next((ln.strip() for ln in str(err).splitlines() if "WeightsUnpickler error" in ln), "")
+                refusal = (
+                    f"sluice.sdk.checkpoint.load: {path} (step {step}) holds something torch's safe loader "
+                    f"refuses ({refused[:300] or 'see torch.load'}); save tensors, numbers, strings and "
+                    "containers of them (e.g. torch.from_numpy(a), a.tolist()), or, for a file you trust, "
+                    "call sdk.checkpoint.load(weights_only=False)"
+                )
+            log.warning("checkpoint %s (step %d) unreadable, trying an older one: %s", path, step, err)
+            continue
         except Exception as err:  # a torn or foreign file must not stop a resume
             log.warning("checkpoint %s (step %d) unreadable, trying an older one: %s", path, step, err)
             continue
         state = payload.get("state") if isinstance(payload, dict) else None
         return state if isinstance(state, dict) else None
+    if refusal is not None:
+        raise RuntimeError(refusal)
     return None
 
 
