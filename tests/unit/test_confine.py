@@ -172,6 +172,13 @@ def test_an_allow_entry_with_a_port_allows_that_port_only() -> None:
         ("[fd00::1", "[ADDRESS or NETWORK]"),
         ("bad host", "not a host name"),
         ("", "an empty entry"),
+        # redteam32, s32: these were read as something they did not say.
+        ("store:\u00b2", "the port must be a number from 1 to 65535"),  # int() failed: a bare int() message
+        ("store:\uff19\uff10\uff10\uff10", "the port must be a number from 1 to 65535"),  # was port 9000
+        ("010.0.0.1", "not an IP address"),  # a name to the guard; 8.0.0.1 to the resolver
+        ("10.0.0.256:9000", "not an IP address"),
+        ("0x7f.1", "not an IP address"),
+        ("[::ffff:10.0.0.1]:9000", "IPv4-mapped IPv6 entry allows nothing"),  # compared as 10.0.0.1: never matched
     ],
 )
 def test_an_allow_entry_the_guard_cannot_read_is_refused_in_settings(entry: str, says: str) -> None:

@@ -166,7 +166,8 @@ def parse_allow_entry(entry: str) -> AllowEntry:
     else:
         host, _, port_text = text.partition(":") if ":" in text else (text, "", None)
     if port_text is not None:
-        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        # isascii: '²' passes isdigit() and int() fails on it; '９０００' passed as 9000.
+        if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
             raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535")
         port = int(port_text)
     try:
@@ -175,7 +176,21 @@ def parse_allow_entry(entry: str) -> AllowEntry:
         network = None
         if any(c in host for c in "/[]") or not _HOST_NAME.fullmatch(host.rstrip(".")):
             raise ValueError(f"{entry!r}: not a host name, an IP address or a network (CIDR)") from None
+        if _NUMERIC_LABEL.fullmatch(host.rstrip(".").rsplit(".", 1)[-1]):
+            # `010.0.0.1`, `10.0.0.256`: no address to ipaddress, so it was kept as a name, which
+            # the resolver reads as an address of its own (010 is octal: 8.0.0.1).
+            raise ValueError(
+                f"{entry!r}: not an IP address; write an IPv4 address as four numbers 0-255, no leading zeros"
+            ) from None
+    if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_V4_MAPPED):
+        # The guard compares an IPv4-mapped address as the IPv4 address it maps: this entry matched nothing.
+        raise ValueError(f"{entry!r}: an IPv4-mapped IPv6 entry allows nothing; write the IPv4 address or network")
     return AllowEntry(host.rstrip("."), network, port)
+
+
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-f]*")
+"""A host whose last label is a number is an IPv4 address to URL parsers and resolvers."""
+_V4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 
 
 _HOST_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
