@@ -142,3 +142,31 @@ def test_each_reporting_thread_has_its_own_pool_resized(tmp_path: Path, monkeypa
     (leaf / "cpu.cfs_quota_us").write_text("100000\n")  # a live cut to 1 core
     assert sync.maybe_sync(now=106.0) == 1 and fake.get_num_threads() == 1
     assert heard == [2, -2, 1]  # hooks once per change, whichever thread saw it
+
+
+def test_hooks_hear_one_count_when_threads_with_different_pools_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The training thread chose 1 torch thread, a side thread has torch's default 4; the
+    budget is 2. Each thread's pool is its own, but the hooks (threadpoolctl, TensorFlow: one
+    setting for the process) heard 1, then 2, then 1 ... at every check of either thread, the
+    job's own choice undone every few seconds (redteam32, s32)."""
+    proc, _leaf = _v1_tree(tmp_path)  # 1.5 cores: 2 threads
+    monkeypatch.setattr("sluice.sdk._threads._affinity", lambda: 8)
+    pools = threading.local()
+    fake = types.SimpleNamespace(
+        get_num_threads=lambda: getattr(pools, "n", 4), set_num_threads=lambda n: setattr(pools, "n", n)
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    fake.set_num_threads(1)  # the training (this) thread's own choice
+    sync = ThreadSync(proc)
+    heard: list[int] = []
+    sync.hooks.append(heard.append)
+    side = threading.Thread(target=lambda: [sync.maybe_sync(now=t) for t in (100.0, 106.0, 112.0)])
+    sync.maybe_sync(now=99.0)
+    side.start()
+    side.join()
+    for t in (105.0, 111.0, 117.0):
+        sync.maybe_sync(now=t)
+    assert fake.get_num_threads() == 1
+    assert heard == [1]

@@ -180,6 +180,8 @@ class ThreadSync:
         self.override: bool | None = None
         self.hooks: list[Callable[[int], None]] = []
         self.hooks_applied: int | None = None
+        self.hooks_ceiling: int | None = None
+        """The hooks' ceiling: torch's count in the first thread that checked (the job's own)."""
         self._thread = _ThreadState()
         self._found: tuple[str, Path, Path] | str | None = None
         self._pid = os.getpid()
@@ -223,18 +225,23 @@ class ThreadSync:
         torch = sys.modules.get("torch")
         if mine.ceiling is None and torch is not None and hasattr(torch, "get_num_threads"):
             mine.ceiling = max(1, int(torch.get_num_threads()))
-        n = self.budget().threads
-        if mine.ceiling is not None:
-            n = min(n, mine.ceiling)
+        if self.hooks_ceiling is None:
+            self.hooks_ceiling = mine.ceiling
+        budget = self.budget().threads
+        n = budget if mine.ceiling is None else min(budget, mine.ceiling)
         applied = None
         if n != mine.applied:
             if torch is not None and hasattr(torch, "set_num_threads"):
                 torch.set_num_threads(n)
             mine.applied = applied = n
-        if n != self.hooks_applied:
+        # The hooks set one count for the process: capped by the first checking thread's pool,
+        # not by each thread's own (threads with different pools made them flip at every check).
+        for_hooks = budget if self.hooks_ceiling is None else min(budget, self.hooks_ceiling)
+        if for_hooks != self.hooks_applied:
             for fn in self.hooks:
-                fn(n)
-            self.hooks_applied = applied = n
+                fn(for_hooks)
+            self.hooks_applied = for_hooks
+            applied = n
         return applied
 
 
