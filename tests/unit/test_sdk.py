@@ -255,3 +255,17 @@ def test_the_largest_step_and_most_metrics_are_kept(offline: Path) -> None:
     sdk.report(0, **{"x" * 256: 1})
     first, second = _lines(offline / "sluice-run" / "progress.jsonl")
     assert (first["step"], len(first["metrics"]), second["step"]) == (2**53, 256, 0)
+
+
+def test_too_many_metrics_names_those_the_dataset_reader_added(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job reading datasets gets stall_s, data_bytes and 3 cache counters per dataset added
+    to each report. A job that passed 254 metrics while reading 2 datasets was told it passed
+    262, with no word of where the other 8 came from (redteam32, s32)."""
+    import types
+
+    added = {"stall_s": 0.0, "data_bytes": 1.0}
+    added |= {f"cache:alice/d{i}:{w}": 0.0 for i in range(2) for w in ("hits_memory", "hits_disk", "misses")}
+    monkeypatch.setitem(sys.modules, "sluice.sdk.dataset", types.SimpleNamespace(data_metrics=lambda: dict(added)))
+    with pytest.raises(ValueError, match=r"262 metrics \(8 added by sluice.sdk.dataset: stall_s, data_bytes and 3"):
+        sdk.report(1, **{f"m{i}": 1 for i in range(254)})
+    sdk.report(1, **{f"m{i}": 1 for i in range(248)})  # 256 with those added: kept

@@ -61,10 +61,17 @@ def whole_step(step: Any, who: str = "sluice.sdk.report") -> int:
     return at
 
 
-def _bounded(metrics: dict[str, float]) -> None:
-    """What the agent would cut: more than MAX_METRICS metrics, a name empty or too long."""
+def _bounded(metrics: dict[str, float], added: int = 0) -> None:
+    """What the agent would cut: more than MAX_METRICS metrics, a name empty or too long.
+    `added`: how many of them the SDK added (`sluice.sdk.dataset`'s), named in the refusal, so
+    a job that passed 255 metrics is not told it passed 258."""
     if len(metrics) > MAX_METRICS:
-        raise ValueError(f"sluice.sdk.report: {len(metrics)} metrics; a report carries at most {MAX_METRICS}")
+        extra = (
+            f" ({added} added by sluice.sdk.dataset: stall_s, data_bytes and 3 cache counters per dataset opened)"
+            if added
+            else ""
+        )
+        raise ValueError(f"sluice.sdk.report: {len(metrics)} metrics{extra}; a report carries at most {MAX_METRICS}")
     for k in metrics:
         if not 0 < len(k) <= MAX_METRIC_NAME:
             raise ValueError(
@@ -95,10 +102,13 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     Also where the job's thread pool follows its CPU allocation (`sdk._threads`): at most
     every few seconds, the CPU budget is re-read and torch's pool resized if it changed."""
     data = sys.modules.get("sluice.sdk.dataset")  # only when the job opened a dataset: no import here
+    added = 0
     if data is not None:
-        metrics = {**data.data_metrics(), **metrics}
+        sdk_metrics = data.data_metrics()
+        added = len(sdk_metrics.keys() - metrics.keys())
+        metrics = {**sdk_metrics, **metrics}
     at = whole_step(step)
-    _bounded(metrics)
+    _bounded(metrics, added)
     clean = {k: c for k, v in metrics.items() if (c := _clean(v, k)) is not None}
     if "total_steps" in clean and clean["total_steps"] < 1:
         raise ValueError(f"sluice.sdk.report: total_steps must be at least 1, got {metrics['total_steps']!r}")
