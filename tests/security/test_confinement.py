@@ -262,6 +262,37 @@ def test_an_allowed_host_and_port_does_not_open_the_hosts_other_ports(tmp_path, 
             assert r.status_code == 201 and r.json()["items"] == 5, r.text
 
 
+@pytest.mark.parametrize("entry_host", ["127.0.0.1", "localhost"])
+def test_an_allowed_port_is_not_a_way_to_the_hosts_other_ports(data, entry_host) -> None:
+    """With only HOST:PORT allowed (by address or by name), every other spelling of another
+    port of that host is refused before the victim sees a request: userinfo that looks like the
+    allowed host and port, a decimal or hex IPv4, an IPv4-mapped IPv6, a redirect by name
+    (caught by the resolver, which is given the port) and a scheme-relative one, an S3 endpoint
+    (redteam32, s32)."""
+    with DataServer(data) as ok, DataServer(data) as victim:
+        guard = SourceGuard.of([], [f"{entry_host}:{ok.port}"])
+        v = victim.port
+        assert len(Source(f"http://{entry_host}:{ok.port}/", guard=guard, retries=0).list()) == 5
+        for url in (
+            f"http://{entry_host}:{v}/",
+            f"http://{entry_host}:{ok.port}@{entry_host}:{v}/",
+            f"http://2130706433:{v}/",
+            f"http://0x7f.1:{v}/",
+            f"http://[::ffff:127.0.0.1]:{v}/",
+        ):
+            with pytest.raises(SourceRefused):
+                Source(url, guard=guard, retries=0).list()
+        for target in (f"http://localhost:{v}", f"//localhost:{v}", f"http://127.0.0.1:{v}"):
+            with Redirector(target, "127.0.0.1") as hop:
+                hops = SourceGuard.of([], [f"{entry_host}:{hop.port}"])
+                with pytest.raises(SourceRefused):
+                    Source(f"http://{entry_host}:{hop.port}/", guard=hops, retries=0).list()
+        with pytest.raises(SourceRefused) as err:
+            guard.check("s3://b/d", {"endpoint_url": f"http://{entry_host}:{ok.port}@{entry_host}:{v}"})
+        assert err.value.field == "storage_options.endpoint_url"
+        assert sum(victim.requests.values()) == 0
+
+
 def test_the_resolver_refuses_at_connect_time(data) -> None:
     """DNS rebinding: a name checked once may resolve elsewhere later; the client's resolver
     checks the address it is about to dial, so `localhost` is refused even when the up-front
