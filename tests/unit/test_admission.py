@@ -120,6 +120,23 @@ def test_an_in_quota_job_reclaims_from_a_borrower_before_preempting_its_own_queu
     assert "queue ml reclaims its nominal quota" in got["evict"][0].reason
 
 
+def test_borrowers_taken_before_the_one_own_job_that_makes_room_are_given_back() -> None:
+    # ml may not borrow (borrowing limit 0) and its own priority-1 job fills its nominal quota;
+    # research borrows 8 cores at priority 2. Only stopping ml's own job makes room for ml's
+    # priority-5 job. With other queues' borrowers ordered first, all four research borrowers
+    # were preempted too (redteam32, s32): Kueue gives back every victim the job fits without.
+    queues = {
+        "ml": QueueConfig("ml", "lab", Limits(cores=8), borrowing_limit=Limits(cores=0)),
+        "research": QueueConfig("research", "lab", Limits(cores=8)),
+        "spare": QueueConfig("spare", "lab", Limits(cores=8)),
+    }
+    own = job("ml", 8, stage=Stage.ACTIVE, priority=1)
+    borrowers = [job("research", 2, stage=Stage.ACTIVE, priority=2, since=float(i)) for i in range(8)]
+    want = job("ml", 2, priority=5)
+    got = by_kind(admit(queues, [own, *borrowers, want], now=1000.0))
+    assert [d.job_id for d in got["evict"]] == [own.id]
+
+
 def test_queued_victims_give_their_quota_back_at_once_so_the_job_is_admitted_now() -> None:
     held = [job("research", 2, stage=Stage.QUEUED) for _ in range(5)]  # 2 cores borrowed
     want = job("ml", 2)

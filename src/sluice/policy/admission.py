@@ -674,6 +674,17 @@ def _reclaim(
         chosen.append((a, *_preempted_because(trial, job, a, in_quota, grants)))
         trial.remove(a.queue, a.demand)
     if chosen and not trial.shortfall(q, job.demand)[0]:
+        # Kueue's second pass: a victim taken early that the job fits without is given back
+        # (the last one taken is needed). Borrowers come first: where only the job's own queue's
+        # job makes room (its queue may not borrow), every borrower taken before it was a
+        # needless stop of another queue's job.
+        for k in range(len(chosen) - 2, -1, -1):
+            a = chosen[k][0]
+            trial.add(a.queue, a.demand)
+            if trial.shortfall(q, job.demand)[0]:
+                trial.remove(a.queue, a.demand)
+            else:
+                del chosen[k]
         return chosen
     if protected:
         return f"; {protected} job(s) that could give quota back ran less than {fmt(min_runtime_s)}s (no thrashing)"
