@@ -726,10 +726,21 @@ def _cursor(raw: str) -> str:
         ("/v1/jobs", '{"k":"jobs","v":[NaN,"j-1"]}'),
         ("/v1/jobs/{job}/why", '{"k":"job-events","v":[99999999999999999999999999]}'),
         ("/v1/jobs/{job}/why", '{"k":"job-events","v":[-99999999999999999999999999]}'),
+        ("/v1/jobs/{job}/why", '{"k":"job-events","v":[-1]}'),  # was read as 0: never given out
+        ("/v1/jobs/{job}/why", '{"k":"job-events","v":[0]}'),
         ("/v1/tenants", '{"k":"tenants","v":["\\ud800"]}'),
         ("/v1/datasets", '{"k":"datasets","v":["\\ud800","x"]}'),
     ],
-    ids=["jobs-surrogate", "jobs-nan", "events-huge", "events-minus-huge", "tenants-surrogate", "datasets-surrogate"],
+    ids=[
+        "jobs-surrogate",
+        "jobs-nan",
+        "events-huge",
+        "events-minus-huge",
+        "events-negative",
+        "events-zero",
+        "tenants-surrogate",
+        "datasets-surrogate",
+    ],
 )
 def test_a_forged_cursor_the_store_cannot_take_is_422_not_500(env: Env, path: str, raw: str) -> None:
     """Before: a lone surrogate or an int past 64 bits went on to SQLite: a 500 and a traceback

@@ -251,7 +251,9 @@ def why(
     oldest first, a page at a time."""
     _get(plane, caller, job_id)
     after = decode_cursor("job-events", cursor, (int,))
-    sent = max(0, after[0]) if after else 0  # the job's events already sent
+    if after and after[0] < 1:  # the count of events a page sent: never below 1
+        raise pagination.bad_cursor("not a cursor of the job-events list")
+    sent = after[0] if after else 0  # the job's events already sent
     events = plane.why(caller, job_id, skip=sent, limit=limit + 1)
     numbered = list(enumerate(events, start=sent + 1))
     page, nxt = page_of(numbered, limit, "job-events", lambda ne: (ne[0],))
