@@ -436,7 +436,8 @@ class HealthMonitor:
             shares = det.attribute(worst)
             why = describe(score, spot.threshold, shares, self.config.top_n)
             tr.last_reason = why
-            values = dict(zip(tr.keys or [], worst[-1].tolist(), strict=True))
+            # float32 rows: 97.3 read 97.30000305175781; seven digits are what a float32 holds.
+            values = {k: float(f"{v:.7g}") for k, v in zip(tr.keys or [], worst[-1].tolist(), strict=True)}
             tr.why = explain(e.time, score, spot.threshold, shares, det, values, self.config.top_n + 2)
             tr.why["sample_time"] = list(tr.times)[-1 - back]
         t = tr.machine.observe(e.time, alarm, why, may_cordon=False)
