@@ -71,7 +71,17 @@ class PriorityClassService:
         was on its way): a job's class always exists while the job is unfinished."""
         name = spec.priority_class
         if name is not None and self.store.get_priority_class(name) is None:
-            raise SpecError([FieldProblem("priority_class", f"no priority class named {name!r}; ask an admin")])
+            # It existed when the spec was read (or was the default class filled in then): an
+            # admin deleted it since. Said so, as the field may be one the user never set.
+            raise SpecError(
+                [
+                    FieldProblem(
+                        "priority_class",
+                        f"priority class {name!r} (given, or the default class) was deleted while this job was "
+                        "being submitted; submit again",
+                    )
+                ]
+            )
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """The spec with its priority taken from its class (or the default class when it sets
