@@ -146,4 +146,5 @@ def test_a_class_deleted_while_a_submit_is_on_its_way_gets_no_job(env: Env, monk
     r = env.client.post("/v1/jobs", json={**JOB, "priority_class": "high"}, headers=env.alice)
     assert r.status_code == 422, r.text
     assert r.json()["problems"][0]["field"] == "priority_class"
+    assert "was deleted while this job was being submitted" in r.json()["problems"][0]["problem"]
     assert not [j for j in env.plane.controller.book.live() if j.spec.priority_class == "high"]
