@@ -265,7 +265,31 @@ def test_too_many_metrics_names_those_the_dataset_reader_added(offline: Path, mo
 
     added = {"stall_s": 0.0, "data_bytes": 1.0}
     added |= {f"cache:alice/d{i}:{w}": 0.0 for i in range(2) for w in ("hits_memory", "hits_disk", "misses")}
-    monkeypatch.setitem(sys.modules, "sluice.sdk.dataset", types.SimpleNamespace(data_metrics=lambda: dict(added)))
-    with pytest.raises(ValueError, match=r"262 metrics \(8 added by sluice.sdk.dataset: stall_s, data_bytes and 3"):
-        sdk.report(1, **{f"m{i}": 1 for i in range(254)})
+    fake = types.SimpleNamespace(data_metrics=lambda: dict(added), CACHE_METRIC="cache:")
+    monkeypatch.setitem(sys.modules, "sluice.sdk.dataset", fake)
+    with pytest.raises(ValueError, match=r"257 metrics \(2 added by sluice.sdk.dataset: stall_s, data_bytes and 3"):
+        sdk.report(1, **{f"m{i}": 1 for i in range(255)})
     sdk.report(1, **{f"m{i}": 1 for i in range(248)})  # 256 with those added: kept
+    sdk.report(2, **{f"m{i}": 1 for i in range(250)})  # the counters of one dataset are left out
+    *_, whole, cut = _lines(offline / "sluice-run" / "progress.jsonl")
+    assert len(whole["metrics"]) == 256 and len(cut["metrics"]) == 255
+    assert sorted(k for k in cut["metrics"] if k.startswith("cache:")) == [
+        "cache:alice/d0:hits_disk",
+        "cache:alice/d0:hits_memory",
+        "cache:alice/d0:misses",
+    ]
+
+
+def test_a_job_reading_many_datasets_can_still_report(offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 cache counters per dataset: a job with 85 datasets open had 257 metrics before it
+    reported any of its own, and every report() raised (red team s32). The SDK's counters are
+    now left out past the cap, by whole datasets; the job's own metrics are all kept."""
+    import types
+
+    added = {"stall_s": 0.0, "data_bytes": 1.0}
+    added |= {f"cache:alice/d{i:03d}:{w}": 0.0 for i in range(100) for w in ("hits_memory", "hits_disk", "misses")}
+    fake = types.SimpleNamespace(data_metrics=lambda: dict(added), CACHE_METRIC="cache:")
+    monkeypatch.setitem(sys.modules, "sluice.sdk.dataset", fake)
+    sdk.report(1, loss=0.5, accuracy=0.9)
+    (line,) = _lines(offline / "sluice-run" / "progress.jsonl")
+    assert line["metrics"]["accuracy"] == 0.9 and len(line["metrics"]) == 255  # 1 + 2 + 84 datasets x 3

@@ -95,7 +95,8 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     (a whole N >= 1) so remaining time can be predicted; any other numeric metric (accuracy,
     samples_per_s, ...) is kept too, at most 256 per report, each name 1 to 256 characters;
     a job reading a `sluice.sdk.dataset` also gets `stall_s` (seconds spent waiting for data)
-    added. A NaN or infinite loss is recorded as null, and such a metric left out of the record;
+    added, and 3 cache counters per dataset as far as they fit under the 256 (the job's own
+    metrics first). A NaN or infinite loss is recorded as null, and such a metric left out of the record;
     a value that is not a number raises TypeError naming it, a value out of those bounds
     ValueError.
 
@@ -104,9 +105,16 @@ def report(step: int, loss: float | None = None, **metrics: float) -> None:
     data = sys.modules.get("sluice.sdk.dataset")  # only when the job opened a dataset: no import here
     added = 0
     if data is not None:
-        sdk_metrics = data.data_metrics()
-        added = len(sdk_metrics.keys() - metrics.keys())
-        metrics = {**sdk_metrics, **metrics}
+        own = {k: v for k, v in data.data_metrics().items() if k not in metrics}
+        counters = sorted(k for k in own if k.startswith(data.CACHE_METRIC))  # 3 per dataset, grouped by name
+        base = {k: v for k, v in own.items() if not k.startswith(data.CACHE_METRIC)}
+        # The cache counters are the SDK's, not the job's: past the cap they are left out (whole
+        # datasets' worth, by name), never the reason a report is refused. A job reading 85
+        # datasets could not report at all (red team s32).
+        room = max(0, MAX_METRICS - len(metrics) - len(base))
+        kept = counters[: room - room % 3]
+        added = len(base) + len(kept)
+        metrics = {**base, **{k: own[k] for k in kept}, **metrics}
     at = whole_step(step)
     _bounded(metrics, added)
     clean = {k: c for k, v in metrics.items() if (c := _clean(v, k)) is not None}
