@@ -59,3 +59,24 @@ def test_events_the_store_refused_are_retried_before_the_engine_is_polled_again(
     assert engine.polls == polls
     ctl.step()
     assert engine.polls == polls + 1  # and then the engine is asked again
+
+
+def test_a_job_whose_record_the_store_refuses_is_failed_from_the_record_it_last_took(tmp_path: Path) -> None:
+    """A value a report put into a job's record that the store cannot hold (an int past 64
+    bits: SQLite's OverflowError) made every write of that record fail, the one failing the
+    job included: the job stayed live and its errors filled the log every round (sdkwalk s32).
+    It is now failed from the record the store last took, without the refused observation."""
+    from sluice.store.sql import SqlStore
+
+    settings = Settings(home=tmp_path / "home")
+    store = SqlStore(settings.db_url)
+    plane = ControlPlane(settings, store, CountingEngine(), make_policy("kube"))
+    ctl = plane.controller
+    job = ctl.book.create("alice", parse_job_spec({"command": ["python", "t.py"], "resources": {"cpu": 1}}))
+    ctl.book.observe(job.id, checkpoint="ckpt", checkpoint_step=2**70)
+    ctl._contain(job.id, "testing", RuntimeError("boom"))
+    assert not ctl.book.is_live(job.id)
+    stored = store.get_job(job.id)
+    assert stored is not None and stored.phase == Phase.FAILED, stored
+    assert "unsaved progress was dropped" in stored.reason and stored.checkpoint_step != 2**70
+    store.close()

@@ -121,6 +121,18 @@ class JobBook:
     def is_live(self, job_id: str) -> bool:
         return job_id in self._live
 
+    def revert_to_stored(self, job_id: str) -> bool:
+        """Drop a live job's observations not yet written, taking back the record the store
+        last took (False when it has none, or the job is not live). For a record the store
+        refuses for what a report put in it: the transition that fails the job writes that
+        record too, and was refused the same way, so the job stayed live (sdkwalk s32)."""
+        stored = self._store.get_job(job_id) if job_id in self._live else None
+        if stored is None:
+            return False
+        self._live[job_id] = stored
+        self._observed.discard(job_id)
+        return True
+
     def query(
         self,
         tenant: str | None = None,

@@ -404,8 +404,18 @@ class Controller:
         except StoreUnavailable:
             raise
         except Exception:
-            log.exception("could not fail job %s after an internal error", job_id)
-            return
+            # The store may refuse the record itself (a value a report put in it): fail the
+            # record it last took instead, without what was observed since.
+            if not self.book.revert_to_stored(job_id):
+                log.exception("could not fail job %s after an internal error", job_id)
+                return
+            try:
+                self.book.transition(job_id, Phase.FAILED, f"{reason} (its unsaved progress was dropped)")
+            except StoreUnavailable:
+                raise
+            except Exception:
+                log.exception("could not fail job %s after an internal error", job_id)
+                return
         if job.phase.active:
             self._engine_call(job, "stop", lambda: self.engine.stop(job.id, job.attempt, checkpoint=False))
         self._forget(job_id)
