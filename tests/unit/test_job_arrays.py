@@ -133,6 +133,10 @@ def test_array_on_the_cli_submit_list_and_cancel(live: Live, tmp_path: Path) -> 
         assert code == 2 and "--array" in err, (bad, err)
     code, _, err = sluice(live, "alice", "job", "submit", str(spec), "--array", "5000")
     assert code == 2 and "array.count" in err, err
+    # A number too large is refused as too large, naming its field, not as "not N or N%K".
+    for big, field in (("1000000000", "array.count"), ("9" * 5000, "array.count"), ("2%10000000", "array.parallel")):
+        code, _, err = sluice(live, "alice", "job", "submit", str(spec), "--array", big)
+        assert code == 2 and field in err and "less than or equal to 1000" in err and "not N" not in err, (big, err)
 
 
 def test_after_an_array_waits_for_every_job_of_it_and_is_cancelled_if_one_fails(live: Live) -> None:

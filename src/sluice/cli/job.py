@@ -189,13 +189,20 @@ def _turns(a: dict[str, Any]) -> str:
 
 def _array(given: str) -> dict[str, int]:
     """--array N or N%K as the spec's `array`; a usage error otherwise."""
-    m = re.fullmatch(r"([0-9]{1,6})(?:%([0-9]{1,6}))?", given.strip())
+    m = re.fullmatch(r"([0-9]+)(?:%([0-9]+))?", given.strip())
     if m is None:
         raise CliError(f"--array: {given[:40]!r} is not N or N%K (N jobs, at most K at once)", EXIT_USAGE)
-    out = {"count": int(m.group(1))}
+    out = {"count": _array_number(m.group(1))}
     if m.group(2) is not None:
-        out["parallel"] = int(m.group(2))
+        out["parallel"] = _array_number(m.group(2))
     return out
+
+
+def _array_number(digits: str) -> int:
+    """N or K of --array as a number; one of more than 7 digits as 10**7, past every bound, so
+    that the spec refuses it as too large (naming array.count or array.parallel), as it does
+    5000, rather than as no number at all (and no int() of thousands of digits is made)."""
+    return int(digits) if len(digits) <= 7 else 10**7
 
 
 def _labels(given: list[str]) -> dict[str, str]:
