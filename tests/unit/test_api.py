@@ -760,6 +760,8 @@ def test_a_forged_cursor_the_store_cannot_take_is_422_not_500(env: Env, path: st
         ({"cpu": 1000}, "resources.cpu.min", "largest node (n0) has 2"),
         ({"gpus": 64}, "resources.gpus", "largest node (n0) has 0"),
         ({"replicas": {"min": 9}}, "resources.replicas.min", "at most 8"),
+        # an elastic range past the engine's limit: every resize into it would be refused
+        ({"cpu": 0.1, "replicas": {"min": 1, "max": 9}}, "resources.replicas.max", "9 replicas, but the"),
         ({"cpu": 2, "replicas": {"min": 3}}, "resources.replicas.min", "whole cluster has 4 CPU"),
     ],
 )

@@ -124,3 +124,20 @@ def test_a_same_size_resize_is_still_live() -> None:
     ctl.step()
     assert engine.stopped == [] and len(engine.resized) == 1
     assert ctl.book.get(jid).phase == Phase.RUNNING  # type: ignore[union-attr]
+
+
+def test_the_policy_is_shown_no_more_replicas_than_the_engine_runs() -> None:
+    """A spec stored with a `replicas.max` past the engine's limit (submit refuses one now):
+    the policy's view caps it there, so no policy grows the job into a resize refused every
+    round while the sizes the engine can run go unused."""
+    ctl, engine, _, jid = started(1, 2)
+    assert ctl.view().jobs[jid].replicas_max == 2
+    engine.capabilities = replace(engine.capabilities, max_replicas=1)
+    assert ctl.view().jobs[jid].replicas_max == 1
+    stored = parse_job_spec(
+        {"command": ["python", "ddp.py"], "resources": {"cpu": 0.1, "replicas": {"min": 1, "max": 20}}}
+    )
+    engine.capabilities = replace(engine.capabilities, max_replicas=8)
+    big = ctl.submit("t", stored).id
+    ctl.step()  # admitted: in the policy's view
+    assert ctl.view().jobs[big].replicas_max == 8

@@ -1304,7 +1304,9 @@ class Controller:
             memory_mb=res.memory_mb,
             gpus=res.gpus,
             replicas_min=res.replicas.min,
-            replicas_max=res.replicas.max or res.replicas.min,
+            # No more than the engine runs (a spec stored before submit refused more, or
+            # moved to an engine with a lower limit): a policy sizes only within what it can do.
+            replicas_max=max(res.replicas.min, min(res.replicas.max or 0, self.engine.capabilities.max_replicas)),
             allocation=job.allocation,
             started_at=job.started_at,
             attempt=job.attempt,

@@ -783,13 +783,17 @@ class ControlPlane:
         res = spec.resources
         most = self.engine.capabilities.max_replicas
         problems: list[FieldProblem] = []
-        if res.replicas.min > most:
-            problems.append(
-                FieldProblem(
-                    "resources.replicas.min",
-                    f"{res.replicas.min} replicas, but the {self.engine.name} engine runs at most {most} per job",
+        for field, n in (("min", res.replicas.min), ("max", res.replicas.max or 0)):
+            # max too: a range past the engine's limit is one a policy would grow a job into
+            # only to have every such resize refused (walk s32 elasticwalk).
+            if n > most:
+                problems.append(
+                    FieldProblem(
+                        f"resources.replicas.{field}",
+                        f"{n} replicas, but the {self.engine.name} engine runs at most {most} per job",
+                    )
                 )
-            )
+                break
         memory = self._memory_problem(spec)
         if memory is not None:
             problems.append(memory)
