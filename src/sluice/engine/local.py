@@ -35,7 +35,7 @@ from sluice.agent.cgroup import detect_cgroups, split_cores, warn_once
 from sluice.agent.disk_watch import DiskWatch
 from sluice.agent.faults import FaultReport
 from sluice.agent.gpus import discover_gpus
-from sluice.agent.launchenv import LaunchError, gang_env
+from sluice.agent.launchenv import LaunchError, gang_env, sized_as_a_gang
 from sluice.agent.netif import interface_ipv4
 from sluice.agent.node_agent import NodeAgent, default_node_name
 from sluice.data.warm import WarmReport
@@ -172,6 +172,9 @@ class LocalEngine:
         if len(nodes) > 1:
             self._launch_gang(req, nodes)
             return
+        rng = req.spec.resources.replicas
+        if sized_as_a_gang(rng.max or rng.min):  # an elastic job at one replica: a world of 1
+            req = replace(req, env={**req.env, **gang_env(0, nodes, MASTER_ADDR, free_port())})
         try:
             self.agents[nodes[0]].launch(req)
         except LaunchError as err:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.agent.faults import FaultReport
-from sluice.agent.launchenv import gang_env
+from sluice.agent.launchenv import gang_env, sized_as_a_gang
 from sluice.agent.netif import NET_IP_LABEL, interface_ipv4
 from sluice.data.warm import WarmReport
 from sluice.engine.base import pick_nodes
@@ -396,8 +396,10 @@ class RayEngine:
         agents = [self._agent(n) for n in nodes]  # all or nothing: fail before starting any
         env = dict(req.env)
         world = len(nodes)
+        rng = req.spec.resources.replicas
+        as_gang = world > 1 or sized_as_a_gang(rng.max or rng.min)  # an elastic job at one replica too
         master_addr, master_port = "", 0
-        if world > 1:
+        if as_gang:
             master_addr = str(self._get(agents[0].address.remote()))
             master_port = int(self._get(agents[0].free_port.remote()))
         replicas = self._gangs.open(req.job_id, req.attempt, nodes)
@@ -407,7 +409,7 @@ class RayEngine:
             zip(replicas, agents, req.allocation.assignments, strict=True)
         ):
             renv = dict(env)
-            if world > 1:
+            if as_gang:
                 # The same torchrun variables as the local engine's gangs: one Ray node is
                 # one of torchrun's groups.
                 renv.update(gang_env(rank, nodes, master_addr, master_port))
