@@ -71,6 +71,11 @@ def problem_words(e: Mapping[str, Any]) -> str:
         named = [f for f in model.model_fields if f not in model.REFUSED_AT_SUBMIT] if model is not None else []
         fields = f" (fields: {', '.join(named)})" if named else ""
         return f"expected a mapping{fields}, got {given(e.get('input'))}"
+    if kind == "model_attributes_type":
+        # What an API body gets for the same mistake (FastAPI validates from attributes): the
+        # class is not named, so no fields are listed, but it is no "valid dictionary or
+        # object to extract fields from" either (`"array": 8` through the API said that).
+        return f"expected a mapping, got {given(e.get('input'))}"
     if kind == "string_pattern_mismatch" and tuple(e.get("loc", ()))[-1:] == ("resume_from",):
         return f"{given(e.get('input'))} is not a job id (like j-1a2b3c4d5e, as `sluice job list` shows it)"
     if kind == "string_type" and isinstance(e.get("input"), bool | int | float):
