@@ -237,6 +237,8 @@ def test_good_names_and_an_empty_cohort_still_read() -> None:
             "expected a mapping (fields: interval_s, keep, location), got the number 30",
         ),
         ({"datasets": ["digits"]}, "datasets.0", "expected a mapping (fields: name), got the text 'digits'"),
+        # not "(fields: count, parallel, id, index)": id and index are sluice's, refused at submit
+        ({"array": 8}, "array", "expected a mapping (fields: count, parallel), got the number 8"),
         ({"env": {"LR": 0.01}}, "env.LR", 'expected text, got the number 0.01: quote it ("0.01")'),
         # `--resume-from ""` said "String should match pattern '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$'".
         ({"resume_from": ""}, "resume_from", "the text '' is not a job id (like j-1a2b3c4d5e"),

@@ -258,6 +258,8 @@ class ArraySpec(_Strict):
     SLUICE_ARRAY_INDEX (0 to count-1) in their environment, at most `parallel` of them
     admitted at once. `id` and `index` are set by sluice on each job it makes."""
 
+    REFUSED_AT_SUBMIT: ClassVar[frozenset[str]] = frozenset({"id", "index"})  # not offered in messages
+
     count: Annotated[int, Field(ge=1, le=MAX_ARRAY, description="Jobs to make, indexed 0 to count-1.")]
     parallel: Annotated[
         int | None,
