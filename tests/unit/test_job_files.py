@@ -168,7 +168,7 @@ def test_the_api_says_which_replica_and_what_engine(tmp_path: Path) -> None:
             r = http.get(f"/v1/jobs/{job}/files", params={"replica": 1}, headers=admin)
             assert r.status_code == 422 and r.json()["problems"][0] == {
                 "field": "replica",
-                "problem": f"job {job} runs one replica: leave --replica out (or give 0)",  # not "give 0 to 0"
+                "problem": f"job {job} runs one replica: give no replica (or 0)",  # not "give 0 to 0"
             }
             gang = http.post("/v1/jobs", json={**body, "resources": {"cpu": {"min": 1}, "replicas": {"min": 2}}},
                              headers=admin).json()["id"]  # fmt: skip

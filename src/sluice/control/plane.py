@@ -230,7 +230,7 @@ def make_engine(settings: Settings) -> Engine:
 def _no_such_replica(job_id: str, world: int) -> SpecError:
     """A rank the job does not have, said for a job of one replica as for a gang."""
     if world == 1:
-        return SpecError([FieldProblem("replica", f"job {job_id} runs one replica: leave --replica out (or give 0)")])
+        return SpecError([FieldProblem("replica", f"job {job_id} runs one replica: give no replica (or 0)")])
     return SpecError([FieldProblem("replica", f"job {job_id} runs {world} replicas: give 0 to {world - 1}")])
 
 
