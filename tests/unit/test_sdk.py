@@ -87,6 +87,14 @@ def test_due_follows_the_interval(offline: Path, monkeypatch: pytest.MonkeyPatch
         sdk.checkpoint.due()
 
 
+def _run_in_a_job(code: str, run_dir: Path) -> str:
+    """`code` in a fresh interpreter that looks like a sluice job (SLUICE_RUN_DIR set): its stdout."""
+    env = {**os.environ, "SLUICE_RUN_DIR": str(run_dir)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_should_stop_after_sigterm_and_import_stays_light(tmp_path: Path) -> None:
     code = (
         "import os, signal, sys\n"
@@ -95,10 +103,7 @@ def test_should_stop_after_sigterm_and_import_stays_light(tmp_path: Path) -> Non
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "print(sdk.should_stop())\n"
     )
-    env = {**os.environ, "SLUICE_RUN_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False", "True"]
+    assert _run_in_a_job(code, tmp_path).split() == ["False", "False", "True"]
 
 
 def test_a_sigterm_handler_the_job_set_before_importing_the_sdk_still_runs(tmp_path: Path) -> None:
@@ -112,10 +117,7 @@ def test_a_sigterm_handler_the_job_set_before_importing_the_sdk_still_runs(tmp_p
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "print(sdk.should_stop())\n"
     )
-    env = {**os.environ, "SLUICE_RUN_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["own handler", "True"]
+    assert _run_in_a_job(code, tmp_path).splitlines() == ["own handler", "True"]
 
 
 # ---------------------------------------------------------------- elastic (issue 12)

@@ -112,17 +112,23 @@ def test_a_job_may_set_only_the_sdk_knobs_and_only_to_meaningful_values() -> Non
             JobSpec(command=["true"], env=env)
 
 
-def test_each_reporting_thread_has_its_own_pool_resized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch's intra-op count is per thread (OpenMP), as this fake's is. A side thread that
-    reported first (a metrics or logging thread) took the check and the change for the whole
-    process: the training thread's pool was never resized (sdkwalk, s32)."""
-    proc, leaf = _v1_tree(tmp_path)  # 1.5 cores: 2 threads
+def _per_thread_torch(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """A fake torch whose thread count is per thread (as OpenMP's is), default 4, on 8 CPUs."""
     monkeypatch.setattr("sluice.sdk._threads._affinity", lambda: 8)
     pools = threading.local()
     fake = types.SimpleNamespace(
         get_num_threads=lambda: getattr(pools, "n", 4), set_num_threads=lambda n: setattr(pools, "n", n)
     )
     monkeypatch.setitem(sys.modules, "torch", fake)
+    return fake
+
+
+def test_each_reporting_thread_has_its_own_pool_resized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's intra-op count is per thread (OpenMP), as this fake's is. A side thread that
+    reported first (a metrics or logging thread) took the check and the change for the whole
+    process: the training thread's pool was never resized (sdkwalk, s32)."""
+    proc, leaf = _v1_tree(tmp_path)  # 1.5 cores: 2 threads
+    fake = _per_thread_torch(monkeypatch)
     sync = ThreadSync(proc)
     heard: list[int] = []
     sync.hooks.append(heard.append)
@@ -152,12 +158,7 @@ def test_hooks_hear_one_count_when_threads_with_different_pools_report(
     setting for the process) heard 1, then 2, then 1 ... at every check of either thread, the
     job's own choice undone every few seconds (redteam32, s32)."""
     proc, _leaf = _v1_tree(tmp_path)  # 1.5 cores: 2 threads
-    monkeypatch.setattr("sluice.sdk._threads._affinity", lambda: 8)
-    pools = threading.local()
-    fake = types.SimpleNamespace(
-        get_num_threads=lambda: getattr(pools, "n", 4), set_num_threads=lambda n: setattr(pools, "n", n)
-    )
-    monkeypatch.setitem(sys.modules, "torch", fake)
+    fake = _per_thread_torch(monkeypatch)
     fake.set_num_threads(1)  # the training (this) thread's own choice
     sync = ThreadSync(proc)
     heard: list[int] = []
