@@ -170,14 +170,14 @@ def elastic_env(req: LaunchRequest) -> dict[str, str]:
     return env
 
 
-def sized_as_a_gang(most_replicas: int) -> bool:
-    """Whether a job whose spec allows at most `most_replicas` replicas gets torchrun's
-    variables (gang_env) at every size, one included (WORLD_SIZE=1), as torchrun gives them to
-    one worker: an elastic job (`replicas.max` above 1) runs the same script at whatever size
-    a policy gives it, so a policy that shrinks it to one replica must not take away the
-    RANK/WORLD_SIZE/MASTER_* its `init_process_group` (env://) reads. A job of one replica only
-    gets none of them."""
-    return most_replicas > 1
+def sized_as_a_gang(req: LaunchRequest) -> bool:
+    """Whether the job gets torchrun's variables (gang_env) at every size, one included
+    (WORLD_SIZE=1), as torchrun gives them to one worker: an elastic job (`replicas.max` above
+    1) runs the same script at whatever size a policy gives it, so a policy that shrinks it to
+    one replica must not take away the RANK/WORLD_SIZE/MASTER_* its `init_process_group`
+    (env://) reads. A job of one replica only gets none of them."""
+    rng = req.spec.resources.replicas
+    return (rng.max or rng.min) > 1
 
 
 def gang_env(rank: int, nodes: Sequence[str], master_addr: str, master_port: int) -> dict[str, str]:

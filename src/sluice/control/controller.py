@@ -399,26 +399,27 @@ class Controller:
         job = self.book.get(job_id)
         assert job is not None
         reason = f"internal error {doing}: {type(err).__name__}: {err}"
+        # The store may refuse the record itself (a value a report put in it): then the record
+        # it last took is failed instead, without what was observed since.
+        if not self._fail_contained(job_id, reason) and not (
+            self.book.revert_to_stored(job_id)
+            and self._fail_contained(job_id, f"{reason} (its unsaved progress was dropped)")
+        ):
+            return
+        if job.phase.active:
+            self._engine_call(job, "stop", lambda: self.engine.stop(job.id, job.attempt, checkpoint=False))
+        self._forget(job_id)
+
+    def _fail_contained(self, job_id: str, reason: str) -> bool:
+        """Move a job in fault to Failed; False (logged) where its record could not be written."""
         try:
             self.book.transition(job_id, Phase.FAILED, reason)
         except StoreUnavailable:
             raise
         except Exception:
-            # The store may refuse the record itself (a value a report put in it): fail the
-            # record it last took instead, without what was observed since.
-            if not self.book.revert_to_stored(job_id):
-                log.exception("could not fail job %s after an internal error", job_id)
-                return
-            try:
-                self.book.transition(job_id, Phase.FAILED, f"{reason} (its unsaved progress was dropped)")
-            except StoreUnavailable:
-                raise
-            except Exception:
-                log.exception("could not fail job %s after an internal error", job_id)
-                return
-        if job.phase.active:
-            self._engine_call(job, "stop", lambda: self.engine.stop(job.id, job.attempt, checkpoint=False))
-        self._forget(job_id)
+            log.exception("could not fail job %s after an internal error", job_id)
+            return False
+        return True
 
     def _node_view(self, n: NodeState) -> NodeView:
         """A node's view, reused while nothing about the node changed: NodeViews are

@@ -5,6 +5,12 @@ from __future__ import annotations
 from sluice.store.base import StoreUnavailable
 
 
+def some(items: list[str], most: int = 5) -> str:
+    """The first few of `items`, comma-separated, `...` when there are more: how a refusal
+    names the jobs in the way."""
+    return ", ".join(items[:most]) + (", ..." if len(items) > most else "")
+
+
 class ControlError(Exception):
     """Base for errors a caller can act on."""
 

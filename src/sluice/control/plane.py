@@ -24,7 +24,7 @@ from sluice.control.auth import hash_token, new_token
 from sluice.control.confine import checkpoint_base, checkpoint_dir, confine_checkpoint
 from sluice.control.controller import Controller, array_count
 from sluice.control.datasets import DatasetService
-from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized, Unavailable
+from sluice.control.errors import Conflict, Forbidden, NotFound, Unauthorized, Unavailable, some
 from sluice.control.failpoints import Failpoints
 from sluice.control.priorities import PriorityClassService
 from sluice.control.queues import QueueService, QueueStatus
@@ -97,11 +97,6 @@ _DELETED_NAME = (
     "tenant name {name!r} belonged to a deleted tenant; names are never reused, so its jobs, logs and "
     "checkpoints stay out of a newcomer's reach — choose another name"
 )
-
-
-def _some(items: list[str], most: int = 5) -> str:
-    """The first few of `items`, comma-separated, `...` when there are more."""
-    return ", ".join(items[:most]) + (", ..." if len(items) > most else "")
 
 
 def secure_home(home: Path, isolation: Isolation) -> None:
@@ -563,14 +558,14 @@ class ControlPlane:
             live = [j.id for j in self.controller.book.live() if j.tenant == name]
             if live:
                 raise Conflict(
-                    f"tenant {name!r} still has {len(live)} unfinished job(s): {_some(live)}; cancel them "
+                    f"tenant {name!r} still has {len(live)} unfinished job(s): {some(live)}; cancel them "
                     "(`sluice job cancel ID` with the admin token, SLUICE_TOKEN=$(cat $SLUICE_HOME/admin.token), "
                     "or the tenant's) or let them finish first"
                 )
             datasets = [d.name for d in self.store.list_datasets(tenant=name)]
             if datasets:
                 raise Conflict(
-                    f"tenant {name!r} still owns {len(datasets)} dataset(s): {_some(datasets)}; delete them first "
+                    f"tenant {name!r} still owns {len(datasets)} dataset(s): {some(datasets)}; delete them first "
                     f"(`sluice dataset rm NAME --tenant {name}`)"
                 )
             now = time.time()

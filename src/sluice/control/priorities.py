@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from sluice.control.controller import Controller
-from sluice.control.errors import Conflict, NotFound
+from sluice.control.errors import Conflict, NotFound, some
 from sluice.model.queue import PriorityClass
 from sluice.spec import JobSpec, PriorityClassSpec, SpecError
 from sluice.spec.errors import FieldProblem
@@ -62,8 +62,7 @@ class PriorityClassService:
         with self.controller.lock:
             live = [j.id for j in self.controller.book.live() if j.spec.priority_class == name]
             if live:
-                shown = ", ".join(live[:5]) + (", ..." if len(live) > 5 else "")
-                raise Conflict(f"priority class {name!r} is used by {len(live)} unfinished job(s): {shown}")
+                raise Conflict(f"priority class {name!r} is used by {len(live)} unfinished job(s): {some(live)}")
             self.store.delete_priority_class(name)
 
     def check_exists(self, spec: JobSpec) -> None:

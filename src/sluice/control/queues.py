@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.control.controller import Controller, job_demand
-from sluice.control.errors import Conflict, NotFound
+from sluice.control.errors import Conflict, NotFound, some
 from sluice.model import JobRecord, Phase
 from sluice.model.queue import (
     DEFAULT_QUEUE,
@@ -190,9 +190,8 @@ class QueueService:
             raise NotFound(f"queue {name!r} not found")
         live = [j.id for j in self.controller.book.live() if j.spec.queue == name]
         if live:
-            shown = ", ".join(live[:5]) + (", ..." if len(live) > 5 else "")
             raise Conflict(
-                f"queue {name!r} still has {len(live)} unfinished job(s): {shown}; cancel them (`sluice job "
+                f"queue {name!r} still has {len(live)} unfinished job(s): {some(live)}; cancel them (`sluice job "
                 "cancel ID` with the admin token) or let them finish first (a suspended job counts until cancelled)"
             )
         self.store.delete_queue(name)

@@ -172,8 +172,7 @@ class LocalEngine:
         if len(nodes) > 1:
             self._launch_gang(req, nodes)
             return
-        rng = req.spec.resources.replicas
-        if sized_as_a_gang(rng.max or rng.min):  # an elastic job at one replica: a world of 1
+        if sized_as_a_gang(req):  # an elastic job at one replica: a world of 1
             req = replace(req, env={**req.env, **gang_env(0, nodes, MASTER_ADDR, free_port())})
         try:
             self.agents[nodes[0]].launch(req)

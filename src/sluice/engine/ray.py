@@ -396,8 +396,7 @@ class RayEngine:
         agents = [self._agent(n) for n in nodes]  # all or nothing: fail before starting any
         env = dict(req.env)
         world = len(nodes)
-        rng = req.spec.resources.replicas
-        as_gang = world > 1 or sized_as_a_gang(rng.max or rng.min)  # an elastic job at one replica too
+        as_gang = world > 1 or sized_as_a_gang(req)  # an elastic job at one replica too
         master_addr, master_port = "", 0
         if as_gang:
             master_addr = str(self._get(agents[0].address.remote()))
